@@ -1,0 +1,54 @@
+#include "devices/cpu/cpu_device.h"
+
+#define EIGEN_USE_THREADS
+#include <unsupported/Eigen/CXX11/ThreadPool>
+
+#include <algorithm>
+
+namespace flowstate {
+
+struct CpuDevice::Pool {
+  explicit Pool(int n) : pool(n) {}
+  Eigen::ThreadPool pool;
+};
+
+CpuDevice::CpuDevice(DeviceName name, int num_threads, int64_t memory_limit)
+    : Device(name.ToString(), name),
+      num_threads_(std::max(1, num_threads)),
+      allocator_(name.ToString(), HostAllocator(), memory_limit) {
+  // The calling thread runs one shard itself, so the pool needs n - 1.
+  if (num_threads_ > 1) pool_ = std::make_unique<Pool>(num_threads_ - 1);
+}
+
+CpuDevice::~CpuDevice() = default;
+
+void CpuDevice::ParallelFor(int64_t n, int64_t cost_per_unit,
+                            const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  // About 50k cycles of work per shard pays for the hand-off.
+  constexpr int64_t kMinCostPerShard = 50000;
+  int64_t total = n * std::max<int64_t>(cost_per_unit, 1);
+  int64_t shards = std::min<int64_t>({int64_t(num_threads_), n, total / kMinCostPerShard});
+  if (shards <= 1 || pool_ == nullptr) {
+    fn(0, n);
+    return;
+  }
+  int64_t block = (n + shards - 1) / shards;
+  shards = (n + block - 1) / block;
+  Eigen::Barrier barrier(static_cast<unsigned>(shards - 1));
+  for (int64_t s = 1; s < shards; ++s) {
+    int64_t b = s * block, e = std::min(n, b + block);
+    pool_->pool.Schedule([&fn, &barrier, b, e] {
+      fn(b, e);
+      barrier.Notify();
+    });
+  }
+  fn(0, std::min(n, block));
+  barrier.Wait();
+}
+
+std::string CpuDevice::Description() const {
+  return "CPU, " + std::to_string(num_threads_) + " intra-op thread(s)";
+}
+
+}  // namespace flowstate

@@ -1,0 +1,8 @@
+// Placeholder until the kernels of this family land.
+#include "devices/cpu/register_kernels.h"
+
+namespace flowstate::internal {
+
+void RegisterMatMulKernels(KernelRegistry* r) {}
+
+}  // namespace flowstate::internal

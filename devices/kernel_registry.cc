@@ -1,0 +1,112 @@
+#include "devices/kernel_registry.h"
+
+#include <algorithm>
+#include <set>
+
+#include "devices/cpu/register_kernels.h"
+
+namespace flowstate {
+
+KernelRegistry* KernelRegistry::Global() {
+  static KernelRegistry* r = [] {
+    auto* reg = new KernelRegistry();
+    internal::RegisterCpuKernels(reg);
+    return reg;
+  }();
+  return r;
+}
+
+static std::string Describe(const KernelDef& d) {
+  std::string s = d.op + " on " + d.device_type;
+  for (const auto& [attr, t] : d.constraints) s += " " + attr + "=" + std::string(DataTypeName(t));
+  return s;
+}
+
+Status KernelRegistry::Register(const KernelDef& def, KernelFactory factory) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto range = kernels_.equal_range(def.op);
+  for (auto it = range.first; it != range.second; ++it) {
+    const KernelDef& o = it->second.def;
+    if (o.device_type == def.device_type && o.constraints == def.constraints) {
+      return AlreadyExists("kernel " + Describe(def) + " is already registered");
+    }
+  }
+  kernels_.emplace(def.op, Entry{def, std::move(factory)});
+  return Status();
+}
+
+const KernelRegistry::Entry* KernelRegistry::Find(const NodeDef& node,
+                                                  const std::string& device_type) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto range = kernels_.equal_range(node.op);
+  for (auto it = range.first; it != range.second; ++it) {
+    const KernelDef& d = it->second.def;
+    if (d.device_type != device_type) continue;
+    bool ok = true;
+    for (const auto& [attr, t] : d.constraints) {
+      auto a = node.attrs.find(attr);
+      if (a == node.attrs.end() || a->second.kind() != AttrKind::kType || a->second.type() != t) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return &it->second;
+  }
+  return nullptr;
+}
+
+bool KernelRegistry::HasKernel(const NodeDef& node, const std::string& device_type) const {
+  return Find(node, device_type) != nullptr;
+}
+
+const KernelDef* KernelRegistry::FindKernelDef(const NodeDef& node,
+                                              const std::string& device_type) const {
+  const Entry* e = Find(node, device_type);
+  return e ? &e->def : nullptr;
+}
+
+StatusOr<std::unique_ptr<OpKernel>> KernelRegistry::CreateKernel(
+    const NodeDef& node, const OpDef& op, Device* device, ResourceMgr* resource_mgr,
+    std::vector<DataType> input_types, std::vector<DataType> output_types) const {
+  const Entry* e = Find(node, device->type());
+  if (e == nullptr) {
+    std::string types;
+    for (const auto& [name, v] : node.attrs) {
+      if (v.kind() == AttrKind::kType) {
+        types += (types.empty() ? "" : ", ") + name + "=" + std::string(DataTypeName(v.type()));
+      }
+    }
+    return NotFound("node '" + node.name + "': no " + device->type() + " kernel for op " +
+                        node.op + (types.empty() ? "" : " with " + types),
+                    node.name);
+  }
+  OpKernelConstruction c(&node, &op, device, resource_mgr, std::move(input_types),
+                         std::move(output_types));
+  std::unique_ptr<OpKernel> k = e->factory(&c);
+  if (!c.status().ok()) {
+    const Status& s = c.status();
+    return Status(s.code(), "node '" + node.name + "' (" + node.op + "): " + s.message(),
+                  node.name);
+  }
+  return k;
+}
+
+std::vector<KernelDef> KernelRegistry::ListKernels() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<KernelDef> out;
+  for (const auto& [op, e] : kernels_) out.push_back(e.def);
+  std::stable_sort(out.begin(), out.end(), [](const KernelDef& a, const KernelDef& b) {
+    return std::tie(a.op, a.device_type) < std::tie(b.op, b.device_type);
+  });
+  return out;
+}
+
+std::vector<std::string> KernelRegistry::DeviceTypesFor(const std::string& op) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<std::string> types;
+  auto range = kernels_.equal_range(op);
+  for (auto it = range.first; it != range.second; ++it) types.insert(it->second.def.device_type);
+  return {types.begin(), types.end()};
+}
+
+}  // namespace flowstate

@@ -1,0 +1,24 @@
+// Internal: the registration functions of graph/ops/, called once by
+// OpRegistry::Global(). Each file registers one family of ops.
+#ifndef FLOWSTATE_GRAPH_OPS_REGISTER_OPS_H_
+#define FLOWSTATE_GRAPH_OPS_REGISTER_OPS_H_
+
+#include "graph/op_def.h"
+
+namespace flowstate::internal {
+
+void RegisterArrayOps(OpRegistry* r);
+void RegisterMathOps(OpRegistry* r);
+void RegisterStateOps(OpRegistry* r);
+void RegisterRandomOps(OpRegistry* r);
+void RegisterRuntimeOps(OpRegistry* r);
+
+// Registers every op above; aborts on a malformed definition (a bug).
+void RegisterAllOps(OpRegistry* r);
+
+// Aborts with the op's name if registration failed.
+void MustRegister(OpRegistry* r, const OpDefBuilder& b);
+
+}  // namespace flowstate::internal
+
+#endif  // FLOWSTATE_GRAPH_OPS_REGISTER_OPS_H_

@@ -1,0 +1,109 @@
+// Variables and the ops that read and mutate them. The kernels live in
+// state/; these are only the definitions.
+#include "graph/ops/register_ops.h"
+
+namespace flowstate::internal {
+namespace {
+
+constexpr const char* kNumeric = "T: {float32, float64, int32, int64, uint8}";
+
+Status VariableShape(InferenceContext* c) {
+  c->set_output(0, c->GetAttr("shape").shape());
+  return Status();
+}
+
+// The value must fit the variable (unless validate_shape is off).
+Status AssignShape(InferenceContext* c) {
+  const PartialShape& ref = c->input(0);
+  const PartialShape& value = c->input(1);
+  bool validate = c->op().FindAttr("validate_shape") ? c->BoolAttr("validate_shape") : true;
+  if (validate && !ref.IsCompatibleWith(value)) {
+    return c->Error("value of shape " + value.ToString() + " does not fit variable of shape " +
+                    ref.ToString());
+  }
+  c->set_output(0, validate ? ref : value);
+  return Status();
+}
+
+Status ScatterShape(InferenceContext* c) {
+  const PartialShape& ref = c->input(0);
+  const PartialShape& indices = c->input(1);
+  const PartialShape& updates = c->input(2);
+  if (ref.rank_known() && indices.rank_known() && updates.rank_known()) {
+    std::vector<int64_t> want = indices.dims();
+    want.insert(want.end(), ref.dims().begin() + (ref.rank() > 0 ? 1 : 0), ref.dims().end());
+    if (!PartialShape(want).IsCompatibleWith(updates)) {
+      return c->Error("updates must have shape indices.shape + ref.shape[1:] = " +
+                      PartialShape(want).ToString() + ", got " + updates.ToString());
+    }
+  }
+  c->set_output(0, ref);
+  return Status();
+}
+
+void Scatter(OpRegistry* r, const char* name, const char* doc) {
+  MustRegister(r, OpDefBuilder(name)
+                      .Input("ref: Ref(T)")
+                      .Input("indices: Tindices")
+                      .Input("updates: T")
+                      .Output("output_ref: Ref(T)")
+                      .Attr(kNumeric)
+                      .Attr("Tindices: {int32, int64}")
+                      .Attr("use_locking: bool = true")
+                      .SetShapeFn(ScatterShape)
+                      .Doc(doc));
+}
+
+}  // namespace
+
+void RegisterStateOps(OpRegistry* r) {
+  MustRegister(
+      r, OpDefBuilder("Variable")
+             .Output("ref: Ref(dtype)")
+             .Attr("shape: shape")
+             .Attr("dtype: type")
+             .Attr("container: string = \"\"")
+             .Attr("shared_name: string = \"\"")
+             .SetIsStateful()
+             .SetShapeFn(VariableShape)
+             .Doc("A tensor that persists across steps. Ops that take it as a Ref input "
+                  "mutate it; other ops read its value when they run. Reading it before an "
+                  "Assign is FAILED_PRECONDITION. Its resource is named by shared_name (the "
+                  "node name when empty) within container."));
+  MustRegister(r, OpDefBuilder("Assign")
+                      .Input("ref: Ref(T)")
+                      .Input("value: T")
+                      .Output("output_ref: Ref(T)")
+                      .Attr("T: type")
+                      .Attr("validate_shape: bool = true")
+                      .Attr("use_locking: bool = true")
+                      .SetShapeFn(AssignShape)
+                      .Doc("ref = value; initializes the variable if needed."));
+  MustRegister(r, OpDefBuilder("AssignAdd")
+                      .Input("ref: Ref(T)")
+                      .Input("value: T")
+                      .Output("output_ref: Ref(T)")
+                      .Attr(kNumeric)
+                      .Attr("use_locking: bool = true")
+                      .SetShapeFn(AssignShape)
+                      .Doc("ref += value."));
+  MustRegister(r, OpDefBuilder("AssignSub")
+                      .Input("ref: Ref(T)")
+                      .Input("value: T")
+                      .Output("output_ref: Ref(T)")
+                      .Attr(kNumeric)
+                      .Attr("use_locking: bool = true")
+                      .SetShapeFn(AssignShape)
+                      .Doc("ref -= value."));
+  Scatter(r, "ScatterUpdate", "ref[indices[i], ...] = updates[i, ...] (rows of ref).");
+  Scatter(r, "ScatterAdd", "ref[indices[i], ...] += updates[i, ...]; repeated indices add up.");
+  Scatter(r, "ScatterSub", "ref[indices[i], ...] -= updates[i, ...]; repeated indices add up.");
+  MustRegister(r, OpDefBuilder("IsVariableInitialized")
+                      .Input("ref: Ref(dtype)")
+                      .Output("is_initialized: bool")
+                      .Attr("dtype: type")
+                      .SetShapeFn(shape_fns::ScalarShape)
+                      .Doc("Whether the variable has been assigned."));
+}
+
+}  // namespace flowstate::internal

@@ -1,0 +1,60 @@
+// Variable: a tensor that persists across steps, the state of a model.
+//
+// Reads share the current buffer (no copy). Writers take the variable's
+// mutex; when the buffer is shared with a reader still holding it, a writer
+// copies it first (copy-on-write), so a reader's tensor never changes under
+// it and concurrent steps see whole values. Steps may still interleave
+// their updates — Hogwild-style, as the paper allows — but each single
+// update is atomic. Thread-safe.
+#ifndef FLOWSTATE_STATE_VARIABLE_H_
+#define FLOWSTATE_STATE_VARIABLE_H_
+
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "graph/status.h"
+#include "graph/tensor.h"
+#include "graph/tensor_ref.h"
+#include "graph/tensor_shape.h"
+#include "state/resource_mgr.h"
+
+namespace flowstate {
+
+class Variable final : public ResourceBase, public TensorRef {
+ public:
+  // `shape` is the declared shape (may be partial); `name` is used in errors.
+  Variable(std::string name, DataType dtype, PartialShape shape);
+
+  const std::string& ref_name() const override { return name_; }
+  DataType dtype() const { return dtype_; }
+  const PartialShape& declared_shape() const { return shape_; }
+  std::string DebugString() const override;
+
+  // The current value, sharing its buffer. FAILED_PRECONDITION if never
+  // assigned.
+  StatusOr<Tensor> Read() override;
+  bool IsInitialized();
+
+  // Replaces the value. INVALID_ARGUMENT if the dtype differs, or (with
+  // validate_shape) if the shape does not fit the declared shape or the
+  // current shape. Copies `value` unless it can be written in place.
+  Status Assign(const Tensor& value, bool validate_shape = true);
+
+  // Runs fn on the value with the mutex held, after making the buffer
+  // exclusive (copy-on-write). FAILED_PRECONDITION if never assigned.
+  Status Mutate(const std::function<Status(Tensor* value)>& fn);
+
+ private:
+  Status UninitializedError() const;
+
+  const std::string name_;
+  const DataType dtype_;
+  const PartialShape shape_;
+  std::mutex mu_;
+  Tensor value_;  // GUARDED_BY(mu_); uninitialized until the first Assign
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_STATE_VARIABLE_H_

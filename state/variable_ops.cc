@@ -1,0 +1,204 @@
+// Kernels of the variable ops. Each kernel resolves its variable once, when
+// it is built: the Variable kernel creates or finds the resource in the
+// session's ResourceMgr and hands it to consumers by reference; the mutating
+// kernels receive it through their Ref(T) input.
+#include <cstring>
+#include <mutex>
+
+#include "devices/kernel_registry.h"
+#include "devices/op_kernel.h"
+#include "state/kernels.h"
+#include "state/resource_mgr.h"
+#include "state/variable.h"
+
+namespace flowstate {
+namespace {
+
+class VariableOp final : public OpKernel {
+ public:
+  explicit VariableOp(OpKernelConstruction* c) : OpKernel(c) {
+    DataType dtype;
+    PartialShape shape;
+    std::string container, shared_name;
+    if (!c->GetAttr("dtype", &dtype).ok() || !c->GetAttr("shape", &shape).ok() ||
+        !c->GetAttr("container", &container).ok() ||
+        !c->GetAttr("shared_name", &shared_name).ok()) {
+      return;
+    }
+    if (c->resource_manager() == nullptr) {
+      c->SetStatus(FailedPrecondition("variables need a session's resource manager"));
+      return;
+    }
+    const std::string& name = shared_name.empty() ? c->def().name : shared_name;
+    auto v = c->resource_manager()->LookupOrCreate<Variable>(
+        container, name, [&]() -> StatusOr<std::shared_ptr<Variable>> {
+          return std::make_shared<Variable>(name, dtype, shape);
+        });
+    if (!v.ok()) {
+      c->SetStatus(v.status());
+      return;
+    }
+    if ((*v)->dtype() != dtype || !((*v)->declared_shape() == shape)) {
+      c->SetStatus(InvalidArgument("variable '" + name + "' already exists as " +
+                                   (*v)->DebugString() + ", not " + DataTypeName(dtype).data() +
+                                   shape.ToString()));
+      return;
+    }
+    var_ = *v;
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output_ref(0, var_.get()); }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::shared_ptr<Variable> var_;
+};
+
+Variable* AsVariable(OpKernelContext* ctx, int i) { return static_cast<Variable*>(ctx->input_ref(i)); }
+
+class AssignOp final : public OpKernel {
+ public:
+  explicit AssignOp(OpKernelConstruction* c) : OpKernel(c) {
+    c->GetAttr("validate_shape", &validate_shape_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    Variable* v = AsVariable(ctx, 0);
+    FS_OP_REQUIRES_OK(ctx, v->Assign(ctx->input(1), validate_shape_));
+    ctx->set_output_ref(0, v);
+  }
+
+ private:
+  bool validate_shape_ = true;
+};
+
+enum class Update { kAdd, kSub, kSet };
+
+template <typename T, Update U>
+void Apply(T* dst, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (U == Update::kAdd) {
+      dst[i] = T(dst[i] + src[i]);
+    } else if constexpr (U == Update::kSub) {
+      dst[i] = T(dst[i] - src[i]);
+    } else {
+      dst[i] = src[i];
+    }
+  }
+}
+
+template <typename T, Update U>
+class AssignUpdateOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    Variable* v = AsVariable(ctx, 0);
+    const Tensor& value = ctx->input(1);
+    FS_OP_REQUIRES_OK(ctx, v->Mutate([&](Tensor* t) -> Status {
+      if (t->shape() != value.shape()) {
+        return InvalidArgument("value of shape " + value.shape().ToString() +
+                               " does not match variable '" + v->ref_name() + "' of shape " +
+                               t->shape().ToString());
+      }
+      Apply<T, U>(t->data<T>(), value.data<T>(), t->num_elements());
+      return Status();
+    }));
+    ctx->set_output_ref(0, v);
+  }
+};
+
+template <typename T, typename Index, Update U>
+class ScatterOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    Variable* v = AsVariable(ctx, 0);
+    const Tensor& indices = ctx->input(1);
+    const Tensor& updates = ctx->input(2);
+    FS_OP_REQUIRES_OK(ctx, v->Mutate([&](Tensor* t) -> Status {
+      if (t->rank() < 1) return InvalidArgument("scatter needs a variable of rank >= 1");
+      const int64_t rows = t->dim(0);
+      const int64_t row_size = rows == 0 ? 0 : t->num_elements() / rows;
+      const int64_t n = indices.num_elements();
+      // updates.shape must be indices.shape + var.shape[1:].
+      std::vector<int64_t> want = indices.shape().dim_vector();
+      for (int d = 1; d < t->rank(); ++d) want.push_back(t->dim(d));
+      if (updates.shape().dim_vector() != want) {
+        return InvalidArgument("updates must have shape " + PartialShape(want).ToString() +
+                               ", got " + updates.shape().ToString());
+      }
+      const Index* idx = indices.data<Index>();
+      for (int64_t i = 0; i < n; ++i) {  // check everything before writing anything
+        if (idx[i] < 0 || idx[i] >= rows) {
+          return InvalidArgument("index " + std::to_string(idx[i]) + " is out of range for "
+                                 "variable '" + v->ref_name() + "' with " +
+                                 std::to_string(rows) + " rows");
+        }
+      }
+      T* dst = t->data<T>();
+      const T* src = updates.data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        Apply<T, U>(dst + int64_t(idx[i]) * row_size, src + i * row_size, row_size);
+      }
+      return Status();
+    }));
+    ctx->set_output_ref(0, v);
+  }
+};
+
+class IsInitializedOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    Tensor* out;
+    FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(), &out));
+    *out->data<bool>() = AsVariable(ctx, 0)->IsInitialized();
+  }
+  bool IsExpensive() const override { return false; }
+};
+
+void Must(const KernelDef& def, KernelFactory f) {
+  Status s = KernelRegistry::Global()->Register(def, std::move(f));
+  s.CheckOk();
+}
+
+template <typename T>
+void RegisterNumeric() {
+  constexpr DataType dt = kDataTypeOf<T>;
+  Must(KernelDef("AssignAdd").TypeConstraint("T", dt), MakeKernel<AssignUpdateOp<T, Update::kAdd>>);
+  Must(KernelDef("AssignSub").TypeConstraint("T", dt), MakeKernel<AssignUpdateOp<T, Update::kSub>>);
+  Must(KernelDef("ScatterUpdate").TypeConstraint("T", dt).TypeConstraint("Tindices", DataType::kInt32),
+       MakeKernel<ScatterOp<T, int32_t, Update::kSet>>);
+  Must(KernelDef("ScatterUpdate").TypeConstraint("T", dt).TypeConstraint("Tindices", DataType::kInt64),
+       MakeKernel<ScatterOp<T, int64_t, Update::kSet>>);
+  Must(KernelDef("ScatterAdd").TypeConstraint("T", dt).TypeConstraint("Tindices", DataType::kInt32),
+       MakeKernel<ScatterOp<T, int32_t, Update::kAdd>>);
+  Must(KernelDef("ScatterAdd").TypeConstraint("T", dt).TypeConstraint("Tindices", DataType::kInt64),
+       MakeKernel<ScatterOp<T, int64_t, Update::kAdd>>);
+  Must(KernelDef("ScatterSub").TypeConstraint("T", dt).TypeConstraint("Tindices", DataType::kInt32),
+       MakeKernel<ScatterOp<T, int32_t, Update::kSub>>);
+  Must(KernelDef("ScatterSub").TypeConstraint("T", dt).TypeConstraint("Tindices", DataType::kInt64),
+       MakeKernel<ScatterOp<T, int64_t, Update::kSub>>);
+}
+
+}  // namespace
+
+namespace state {
+
+void RegisterKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (DataType t : AllDataTypes()) {
+      Must(KernelDef("Variable").TypeConstraint("dtype", t), MakeKernel<VariableOp>);
+      Must(KernelDef("Assign").TypeConstraint("T", t), MakeKernel<AssignOp>);
+      Must(KernelDef("IsVariableInitialized").TypeConstraint("dtype", t),
+           MakeKernel<IsInitializedOp>);
+    }
+    RegisterNumeric<float>();
+    RegisterNumeric<double>();
+    RegisterNumeric<int32_t>();
+    RegisterNumeric<int64_t>();
+    RegisterNumeric<uint8_t>();
+  });
+}
+
+}  // namespace state
+}  // namespace flowstate
