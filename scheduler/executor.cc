@@ -1,0 +1,358 @@
+#include "scheduler/executor.h"
+
+#include <atomic>
+#include <condition_variable>
+
+#include "devices/kernel_registry.h"
+#include "scheduler/thread_pool.h"
+
+namespace flowstate {
+
+StatusOr<std::shared_ptr<OpKernel>> KernelCache::GetOrCreate(
+    const std::string& device, const std::string& node,
+    const std::function<StatusOr<std::unique_ptr<OpKernel>>()>& make) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto key = std::make_pair(device, node);
+  auto it = kernels_.find(key);
+  if (it != kernels_.end()) return it->second;
+  StatusOr<std::unique_ptr<OpKernel>> k = make();
+  if (!k.ok()) return k.status();
+  std::shared_ptr<OpKernel> shared(std::move(k).value());
+  kernels_.emplace(key, shared);
+  return shared;
+}
+
+void KernelCache::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  kernels_.clear();
+}
+
+Executor::Executor(Graph graph, const Options& options)
+    : graph_(std::move(graph)), options_(options) {}
+
+Executor::~Executor() = default;
+
+StatusOr<std::unique_ptr<Executor>> Executor::Create(Graph graph, const Options& options) {
+  std::unique_ptr<Executor> e(new Executor(std::move(graph), options));
+  const Graph& g = e->graph_;
+  const int n = g.num_nodes();
+  e->items_.resize(n);
+  e->kernels_.resize(n);
+  KernelRegistry* registry = KernelRegistry::Global();
+  int slot = 0;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    std::vector<DataType> in_types, out_types;
+    for (int k = 0; k < node.num_inputs(); ++k) in_types.push_back(node.input_type(k));
+    for (int k = 0; k < node.num_outputs(); ++k) out_types.push_back(node.output_type(k));
+    auto make = [&]() {
+      return registry->CreateKernel(node.def(), node.op_def(), options.device,
+                                    options.resource_manager, in_types, out_types);
+    };
+    if (node.is_stateful() && options.kernel_cache != nullptr) {
+      FS_ASSIGN_OR_RETURN(e->kernels_[i],
+                          options.kernel_cache->GetOrCreate(options.device->name(), node.name(), make));
+    } else {
+      FS_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> k, make());
+      e->kernels_[i] = std::move(k);
+    }
+    NodeItem& item = e->items_[i];
+    item.kernel = e->kernels_[i].get();
+    item.is_async = item.kernel->AsAsync() != nullptr;
+    item.expensive = item.kernel->IsExpensive();
+    item.input_start = slot;
+    item.num_inputs = node.num_inputs();
+    item.num_outputs = node.num_outputs();
+    item.initial_pending = node.num_inputs() + int(node.control_inputs().size());
+    for (int k = 0; k < node.num_inputs(); ++k) e->input_is_ref_.push_back(node.input_is_ref(k));
+    slot += node.num_inputs();
+    e->max_outputs_ = std::max(e->max_outputs_, node.num_outputs());
+    if (item.initial_pending == 0) e->roots_.push_back(i);
+  }
+  e->total_inputs_ = slot;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    NodeItem& item = e->items_[i];
+    item.edge_start = int(e->edges_.size());
+    for (const OutEdge& oe : node.out_edges()) {
+      EdgeInfo info;
+      info.dst = oe.dst;
+      info.dst_slot = oe.is_control() ? -1 : e->items_[oe.dst].input_start + oe.dst_input;
+      info.src_output = oe.src_output;
+      e->edges_.push_back(info);
+    }
+    item.num_edges = int(e->edges_.size()) - item.edge_start;
+    // The last data edge reading each output may move the tensor.
+    std::vector<bool> seen(node.num_outputs(), false);
+    for (int k = item.num_edges - 1; k >= 0; --k) {
+      EdgeInfo& info = e->edges_[item.edge_start + k];
+      if (info.dst_slot >= 0 && !seen[info.src_output]) {
+        info.last_use = true;
+        seen[info.src_output] = true;
+      }
+    }
+  }
+  return e;
+}
+
+// The state of one step of one Executor. Deletes itself when the step ends.
+class ExecutorState {
+ public:
+  ExecutorState(const Executor* exec, const Executor::Args& args,
+                std::function<void(const Status&)> done)
+      : exec_(exec),
+        args_(args),
+        done_(std::move(done)),
+        pending_(new std::atomic<int>[exec->items_.size()]),
+        inputs_(new TensorValue[exec->total_inputs_]) {
+    for (size_t i = 0; i < exec->items_.size(); ++i) {
+      pending_[i].store(exec->items_[i].initial_pending, std::memory_order_relaxed);
+    }
+  }
+
+  void Start() {
+    outstanding_.store(1, std::memory_order_relaxed);  // held by this call
+    std::vector<int> ready(exec_->roots_.begin(), exec_->roots_.end());
+    std::vector<int> inline_ready;
+    ScheduleReady(ready, &inline_ready);
+    RunLoop(&inline_ready);
+    NodesDone(1);
+  }
+
+ private:
+  struct AsyncCall {
+    ExecutorState* state;
+    int id;
+    std::vector<TensorValue> outputs;
+    std::unique_ptr<OpKernelContext> ctx;
+  };
+
+  OpKernelContext::Params MakeParams(const Executor::NodeItem& item, TensorValue* outputs) {
+    OpKernelContext::Params p;
+    p.step_id = args_.step_id;
+    p.device = exec_->options_.device;
+    p.kernel = item.kernel;
+    p.inputs = std::span<TensorValue>(inputs_.get() + item.input_start, item.num_inputs);
+    p.outputs = std::span<TensorValue>(outputs, item.num_outputs);
+    p.resource_manager = exec_->options_.resource_manager;
+    p.rendezvous = args_.rendezvous;
+    p.call_frame = args_.call_frame;
+    p.cancellation = args_.cancellation;
+    return p;
+  }
+
+  // Reads variables consumed by value. Returns the first failure.
+  Status PrepareInputs(const Executor::NodeItem& item) {
+    TensorValue* in = inputs_.get() + item.input_start;
+    for (int k = 0; k < item.num_inputs; ++k) {
+      if (in[k].ref != nullptr && !exec_->input_is_ref_[item.input_start + k]) {
+        StatusOr<Tensor> v = in[k].ref->Read();
+        if (!v.ok()) return v.status();
+        in[k].tensor = std::move(v).value();
+        in[k].ref = nullptr;
+      }
+    }
+    return Status();
+  }
+
+  void ClearInputs(const Executor::NodeItem& item) {
+    TensorValue* in = inputs_.get() + item.input_start;
+    for (int k = 0; k < item.num_inputs; ++k) in[k].Clear();
+  }
+
+  Status CheckOutputs(const Executor::NodeItem& item, const TensorValue* outputs) {
+    for (int k = 0; k < item.num_outputs; ++k) {
+      if (!outputs[k].has_value()) {
+        return Internal("the kernel produced no value for output " + std::to_string(k));
+      }
+    }
+    return Status();
+  }
+
+  // Moves outputs along the node's edges; appends nodes made ready.
+  void Propagate(const Executor::NodeItem& item, TensorValue* outputs, std::vector<int>* ready) {
+    const Executor::EdgeInfo* e = exec_->edges_.data() + item.edge_start;
+    for (int k = 0; k < item.num_edges; ++k, ++e) {
+      if (e->dst_slot >= 0) {
+        TensorValue& dst = inputs_[e->dst_slot];
+        if (e->last_use) {
+          dst = std::move(outputs[e->src_output]);
+        } else {
+          dst = outputs[e->src_output];
+        }
+      }
+      if (exec_->items_[e->dst].initial_pending == 1 ||
+          pending_[e->dst].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        ready->push_back(e->dst);
+      }
+    }
+  }
+
+  // Cheap nodes and the first expensive one stay with this thread; the
+  // other expensive ones go to the pool (each holding an outstanding unit).
+  void ScheduleReady(const std::vector<int>& ready, std::vector<int>* inline_ready) {
+    int kept = -1;
+    for (int id : ready) {
+      if (!exec_->items_[id].expensive) continue;
+      if (kept < 0 || args_.pool == nullptr) {
+        if (kept >= 0) inline_ready->push_back(kept);
+        kept = id;
+      } else {
+        outstanding_.fetch_add(1, std::memory_order_relaxed);
+        args_.pool->Schedule([this, id] {
+          std::vector<int> list{id};
+          RunLoop(&list);
+          NodesDone(1);
+        });
+      }
+    }
+    if (kept >= 0) inline_ready->push_back(kept);
+    for (int id : ready) {
+      if (!exec_->items_[id].expensive) inline_ready->push_back(id);
+    }
+  }
+
+  // Runs every node of `inline_ready` and those they make ready inline.
+  // The caller holds an outstanding unit for the duration.
+  void RunLoop(std::vector<int>* inline_ready) {
+    std::vector<TensorValue> outputs(exec_->max_outputs_);
+    std::vector<int> ready;
+    while (!inline_ready->empty()) {
+      const int id = inline_ready->back();
+      inline_ready->pop_back();
+      if (aborted_.load(std::memory_order_relaxed)) continue;
+      const Executor::NodeItem& item = exec_->items_[id];
+      Status s = PrepareInputs(item);
+      if (s.ok() && item.is_async) {
+        LaunchAsync(id);
+        continue;
+      }
+      if (s.ok()) {
+        OpKernelContext ctx(MakeParams(item, outputs.data()));
+        item.kernel->Compute(&ctx);
+        s = ctx.status();
+        if (s.ok()) s = CheckOutputs(item, outputs.data());
+      }
+      ClearInputs(item);
+      if (!s.ok()) {
+        Abort(id, s);
+      } else {
+        ready.clear();
+        Propagate(item, outputs.data(), &ready);
+        ScheduleReady(ready, inline_ready);
+      }
+      for (int k = 0; k < item.num_outputs; ++k) outputs[k].Clear();
+    }
+  }
+
+  void LaunchAsync(int id) {
+    const Executor::NodeItem& item = exec_->items_[id];
+    auto* call = new AsyncCall{this, id, std::vector<TensorValue>(item.num_outputs), nullptr};
+    call->ctx = std::make_unique<OpKernelContext>(MakeParams(item, call->outputs.data()));
+    outstanding_.fetch_add(1, std::memory_order_relaxed);
+    item.kernel->AsAsync()->ComputeAsync(call->ctx.get(), [call] { call->state->AsyncDone(call); });
+  }
+
+  void AsyncDone(AsyncCall* call) {
+    const Executor::NodeItem& item = exec_->items_[call->id];
+    Status s = call->ctx->status();
+    if (s.ok()) s = CheckOutputs(item, call->outputs.data());
+    ClearInputs(item);
+    std::vector<int> inline_ready;
+    if (!s.ok()) {
+      Abort(call->id, s);
+    } else if (!aborted_.load(std::memory_order_relaxed)) {
+      std::vector<int> ready;
+      Propagate(item, call->outputs.data(), &ready);
+      if (args_.pool != nullptr) {
+        // Never run successors on the thread that completed the wait (it
+        // may be another partition's sender).
+        for (int id : ready) {
+          outstanding_.fetch_add(1, std::memory_order_relaxed);
+          args_.pool->Schedule([this, id] {
+            std::vector<int> list{id};
+            RunLoop(&list);
+            NodesDone(1);
+          });
+        }
+      } else {
+        ScheduleReady(ready, &inline_ready);
+      }
+    }
+    delete call;
+    RunLoop(&inline_ready);
+    NodesDone(1);
+  }
+
+  void Abort(int id, const Status& s) {
+    const std::string& name = exec_->items_[id].kernel->name();
+    Status named = s;
+    if (s.message().find("'" + name + "'") == std::string::npos) {
+      named = Status(s.code(),
+                     "node '" + name + "' (" + exec_->items_[id].kernel->type_string() +
+                         "): " + s.message(),
+                     s.node().empty() ? name : s.node());
+    } else if (s.node().empty()) {
+      named = s.WithNode(name);
+    }
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (status_.ok()) {
+        status_ = named;
+        first = true;
+      }
+    }
+    aborted_.store(true, std::memory_order_relaxed);
+    if (first && args_.on_error) args_.on_error(named);
+  }
+
+  void NodesDone(int n) {
+    if (outstanding_.fetch_sub(n, std::memory_order_acq_rel) == n) Finish();
+  }
+
+  void Finish() {
+    Status s;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      s = status_;
+    }
+    auto done = std::move(done_);
+    delete this;
+    done(s);
+  }
+
+  const Executor* exec_;
+  Executor::Args args_;
+  std::function<void(const Status&)> done_;
+  std::unique_ptr<std::atomic<int>[]> pending_;
+  std::unique_ptr<TensorValue[]> inputs_;
+  std::atomic<int> outstanding_{0};
+  std::atomic<bool> aborted_{false};
+  std::mutex mu_;
+  Status status_;  // GUARDED_BY(mu_): the first error
+};
+
+void Executor::RunAsync(const Args& args, std::function<void(const Status&)> done) const {
+  (new ExecutorState(this, args, std::move(done)))->Start();
+}
+
+Status Executor::Run(const Args& args) const {
+  // The callback may run on another thread; it touches the waiter only
+  // while holding the mutex, so the waiter cannot vanish under it.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Status status;
+  RunAsync(args, [&](const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    status = s;
+    finished = true;
+    cv.notify_one();
+  });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return finished; });
+  return status;
+}
+
+}  // namespace flowstate

@@ -1,0 +1,116 @@
+// Executor: runs one partition (the nodes of one device) of a step as
+// dataflow — a node runs once all its inputs and control inputs are done.
+//
+// What is fixed per graph is computed once, in Create(): dense node ids,
+// the kernels, each node's slots in a flat input array, its out-edges and
+// its initial pending count. What lives per step is small: the pending
+// counts, the input slots, and a count of nodes in flight. A thread that
+// finishes a node runs the cheap successors it made ready itself and at most
+// one expensive one, handing the others to the inter-op pool; asynchronous
+// kernels (Recv) give their thread back while they wait. The first error
+// aborts the step: nothing new starts, the rendezvous and the cancellation
+// manager are told, and that error is the step's result.
+//
+// An Executor is immutable after Create() and runs any number of steps at
+// once. It must outlive the steps it runs.
+#ifndef FLOWSTATE_SCHEDULER_EXECUTOR_H_
+#define FLOWSTATE_SCHEDULER_EXECUTOR_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "devices/device.h"
+#include "devices/op_kernel.h"
+#include "graph/graph.h"
+
+namespace flowstate {
+
+class ThreadPool;
+
+// Kernels of stateful nodes (random generators, variables) shared by every
+// executable of a session, so that a node keeps its state whichever run
+// signature executes it. Thread-safe.
+class KernelCache {
+ public:
+  // Returns the cached kernel for (device, node) or builds it with `make`.
+  StatusOr<std::shared_ptr<OpKernel>> GetOrCreate(
+      const std::string& device, const std::string& node,
+      const std::function<StatusOr<std::unique_ptr<OpKernel>>()>& make);
+  void Clear();
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<OpKernel>> kernels_;
+};
+
+class Executor {
+ public:
+  struct Options {
+    Device* device = nullptr;               // required
+    ResourceMgr* resource_manager = nullptr;
+    KernelCache* kernel_cache = nullptr;    // for stateful kernels; may be null
+  };
+  // Builds the kernels of `graph` (one partition). Errors name the node.
+  static StatusOr<std::unique_ptr<Executor>> Create(Graph graph, const Options& options);
+  ~Executor();
+
+  struct Args {
+    int64_t step_id = 0;
+    Rendezvous* rendezvous = nullptr;
+    CallFrame* call_frame = nullptr;
+    CancellationManager* cancellation = nullptr;
+    // Where expensive ready nodes go; inline when null.
+    ThreadPool* pool = nullptr;
+    // Called once with the first error of this partition (before `done`), so
+    // the caller can abort the step's other partitions.
+    std::function<void(const Status&)> on_error;
+  };
+  // Runs the step; `done` is called exactly once, on some thread, after
+  // every node has finished or the step was aborted.
+  void RunAsync(const Args& args, std::function<void(const Status&)> done) const;
+  // Runs the step and waits.
+  Status Run(const Args& args) const;
+
+  int num_nodes() const { return int(items_.size()); }
+  const Graph& graph() const { return graph_; }
+
+ private:
+  friend class ExecutorState;
+  struct EdgeInfo {
+    int dst = 0;
+    int dst_slot = -1;   // index into the step's input slots; -1 for control
+    int src_output = 0;
+    bool last_use = false;  // the last edge reading src_output: may move it
+  };
+  struct NodeItem {
+    OpKernel* kernel = nullptr;
+    bool is_async = false;
+    bool expensive = true;
+    int input_start = 0;
+    int num_inputs = 0;
+    int num_outputs = 0;
+    int edge_start = 0;
+    int num_edges = 0;
+    int initial_pending = 0;
+  };
+
+  Executor(Graph graph, const Options& options);
+
+  Graph graph_;
+  Options options_;
+  std::vector<std::shared_ptr<OpKernel>> kernels_;
+  std::vector<NodeItem> items_;
+  std::vector<EdgeInfo> edges_;
+  std::vector<uint8_t> input_is_ref_;  // per input slot
+  std::vector<int> roots_;
+  int total_inputs_ = 0;
+  int max_outputs_ = 0;
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SCHEDULER_EXECUTOR_H_

@@ -1,0 +1,250 @@
+#include "scheduler/placement.h"
+
+#include <functional>
+#include <map>
+#include <numeric>
+#include <unordered_set>
+
+#include "devices/kernel_registry.h"
+
+namespace flowstate {
+namespace {
+
+struct UnionFind {
+  explicit UnionFind(int n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
+  int Find(int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  void Union(int a, int b) { parent[Find(a)] = Find(b); }
+  std::vector<int> parent;
+};
+
+}  // namespace
+
+StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool,
+                                          Device* default_device) {
+  const int n = g.num_nodes();
+  UnionFind groups(n);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    for (int k = 0; k < node.num_inputs(); ++k) {
+      if (node.input_is_ref(k)) groups.Union(i, node.input(k).node);
+    }
+    auto it = node.attrs().find("_colocate_with");
+    if (it != node.attrs().end() && it->second.kind() == AttrKind::kString) {
+      const Node* other = g.FindNode(it->second.s());
+      if (other == nullptr) {
+        return InvalidArgument("node '" + node.name() + "' is to be colocated with '" +
+                                   it->second.s() + "', which is not in the graph",
+                               node.name());
+      }
+      groups.Union(i, other->id());
+    }
+  }
+
+  // Merge each group's requests; remember who asked, for error messages.
+  std::map<int, DeviceName> spec;
+  std::map<int, int> asked_by;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    int root = groups.Find(i);
+    DeviceName& s = spec[root];
+    if (node.requested_device().empty()) continue;
+    StatusOr<DeviceName> req = DeviceName::Parse(node.requested_device());
+    if (!req.ok()) {
+      return InvalidArgument("node '" + node.name() + "': " + req.status().message(), node.name());
+    }
+    DeviceName merged = s;
+    if (!merged.MergeFrom(*req).ok()) {
+      const Node& other = g.node(asked_by[root]);
+      return InvalidArgument("node '" + node.name() + "' asks for device '" +
+                                 node.requested_device() + "' but must run with '" +
+                                 other.name() + "', which asks for '" +
+                                 other.requested_device() + "'",
+                             node.name());
+    }
+    s = merged;
+    asked_by[root] = i;
+  }
+
+  std::vector<Device*> out(n, nullptr);
+  std::map<int, Device*> chosen;
+  KernelRegistry* kernels = KernelRegistry::Global();
+  for (int i = 0; i < n; ++i) {
+    int root = groups.Find(i);
+    if (chosen.count(root)) {
+      out[i] = chosen[root];
+      continue;
+    }
+    const DeviceName& s = spec[root];
+    std::vector<Device*> candidates = pool.Matching(s);
+    if (candidates.empty()) {
+      const Node& who = asked_by.count(root) ? g.node(asked_by[root]) : g.node(i);
+      return InvalidArgument("node '" + who.name() + "' asks for device '" + s.ToString() +
+                                 "', and no device of this server matches it",
+                             who.name());
+    }
+    // Prefer the default device when it qualifies.
+    if (default_device != nullptr) {
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        if (candidates[c] == default_device) std::swap(candidates[0], candidates[c]);
+      }
+    }
+    Device* pick = nullptr;
+    std::string missing;
+    for (Device* d : candidates) {
+      bool all = true;
+      for (int j = 0; j < n && all; ++j) {
+        if (groups.Find(j) == root && !kernels->HasKernel(g.node(j).def(), d->type())) {
+          all = false;
+          missing = g.node(j).name();
+        }
+      }
+      if (all) {
+        pick = d;
+        break;
+      }
+    }
+    if (pick == nullptr) {
+      const Node& m = *g.FindNode(missing);
+      std::string types;
+      for (const auto& [name, v] : m.attrs()) {
+        if (v.kind() == AttrKind::kType) {
+          types += (types.empty() ? " with " : ", ") + name + "=" +
+                   std::string(DataTypeName(v.type()));
+        }
+      }
+      return InvalidArgument("node '" + m.name() + "': no kernel for op " + m.op() + types +
+                                 " on any device matching '" + s.ToString() + "'",
+                             m.name());
+    }
+    chosen[root] = pick;
+    out[i] = pick;
+  }
+  return out;
+}
+
+StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
+                                                     const std::vector<Device*>& placement) {
+  std::vector<Device*> devices;
+  std::map<Device*, int> index;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    if (!index.count(placement[i])) {
+      index[placement[i]] = int(devices.size());
+      devices.push_back(placement[i]);
+    }
+  }
+  std::vector<GraphPartition> parts(devices.size());
+  for (size_t p = 0; p < devices.size(); ++p) parts[p].device = devices[p];
+  if (devices.size() == 1) {
+    parts[0].graph = g.ToGraphDef();
+    for (NodeDef& n : parts[0].graph.nodes) n.device = devices[0]->name();
+    return parts;
+  }
+
+  std::unordered_set<std::string> taken;
+  auto unique = [&](std::string base) {
+    while (g.FindNode(base) != nullptr || taken.count(base)) base += "_";
+    taken.insert(base);
+    return base;
+  };
+  // (producer tensor or control source, consumer partition) -> name of the _Recv.
+  std::map<std::tuple<int, int, int, std::string>, std::string> recvs;
+  std::vector<NodeDef> defs(g.num_nodes());
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    defs[i] = g.node(i).def();
+    defs[i].device = placement[i]->name();
+    defs[i].inputs.clear();
+  }
+
+  // Adds (once) the Send/Recv pair for tensor (src, out) into partition
+  // `dst_part`. `send_deps` become control inputs of the _Send.
+  std::function<std::string(int, int, int, bool, const std::vector<std::string>&)> recv_for;
+  recv_for = [&](int src, int out, int dst_part, bool control,
+                 const std::vector<std::string>& send_deps) -> std::string {
+    std::string deps_key;
+    for (const std::string& d : send_deps) deps_key += d + ",";
+    auto key = std::make_tuple(src, control ? -1 : out, dst_part, deps_key);
+    auto it = recvs.find(key);
+    if (it != recvs.end()) return it->second;
+    const Node& s = g.node(src);
+    Device* sd = placement[src];
+    Device* dd = devices[dst_part];
+    std::string tensor = TensorId{s.name(), out}.ToString();
+    DataType dtype = s.num_outputs() > out ? s.output_type(out) : DataType::kBool;
+    PartialShape shape = s.num_outputs() > out ? s.output_shape(out) : PartialShape();
+    if (control) {
+      // A dummy scalar that exists after `src` ran.
+      NodeDef dummy;
+      dummy.name = unique("_ctrl/" + s.name());
+      dummy.op = "Const";
+      dummy.attrs["value"] = AttrValue(Tensor::Scalar<bool>(true));
+      dummy.attrs["dtype"] = AttrValue(DataType::kBool);
+      dummy.inputs.push_back("^" + s.name());
+      dummy.device = sd->name();
+      tensor = dummy.name;
+      dtype = DataType::kBool;
+      shape = PartialShape(std::vector<int64_t>{});
+      parts[index[sd]].graph.nodes.push_back(std::move(dummy));
+    }
+    std::string rendezvous_key = tensor + ";" + sd->name() + ";" + dd->name();
+    NodeDef send;
+    send.name = unique("_send/" + tensor + "/" + std::to_string(dst_part));
+    send.op = "_Send";
+    send.inputs.push_back(tensor);
+    for (const std::string& d : send_deps) send.inputs.push_back("^" + d);
+    send.attrs["T"] = AttrValue(dtype);
+    send.attrs["key"] = AttrValue(rendezvous_key);
+    send.attrs["send_device"] = AttrValue(sd->name());
+    send.attrs["recv_device"] = AttrValue(dd->name());
+    send.device = sd->name();
+    parts[index[sd]].graph.nodes.push_back(std::move(send));
+    NodeDef recv;
+    recv.name = unique("_recv/" + tensor + "/" + std::to_string(dst_part));
+    recv.op = "_Recv";
+    recv.attrs["T"] = AttrValue(dtype);
+    recv.attrs["key"] = AttrValue(rendezvous_key);
+    recv.attrs["send_device"] = AttrValue(sd->name());
+    recv.attrs["recv_device"] = AttrValue(dd->name());
+    recv.attrs["shape"] = AttrValue(shape);
+    recv.device = dd->name();
+    recvs[key] = recv.name;
+    parts[dst_part].graph.nodes.push_back(std::move(recv));
+    return recvs[key];
+  };
+
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    int my = index[placement[i]];
+    for (int k = 0; k < n.num_inputs(); ++k) {
+      const Endpoint& e = n.input(k);
+      if (placement[e.node] == placement[i]) {
+        defs[i].inputs.push_back(TensorId{g.node(e.node).name(), e.output}.ToString());
+      } else {
+        // A variable is read when the _Send runs, so the consumer's control
+        // dependencies must hold for the _Send too.
+        std::vector<std::string> deps;
+        if (g.node(e.node).output_is_ref(e.output)) {
+          int src_part = index[placement[e.node]];
+          for (int c : n.control_inputs()) {
+            deps.push_back(placement[c] == placement[e.node] ? g.node(c).name()
+                                                              : recv_for(c, 0, src_part, true, {}));
+          }
+        }
+        defs[i].inputs.push_back(recv_for(e.node, e.output, my, false, deps));
+      }
+    }
+    for (int c : n.control_inputs()) {
+      if (placement[c] == placement[i]) {
+        defs[i].inputs.push_back("^" + g.node(c).name());
+      } else {
+        defs[i].inputs.push_back("^" + recv_for(c, 0, my, true, {}));
+      }
+    }
+  }
+  for (int i = 0; i < g.num_nodes(); ++i) parts[index[placement[i]]].graph.nodes.push_back(defs[i]);
+  return parts;
+}
+
+}  // namespace flowstate

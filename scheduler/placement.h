@@ -1,0 +1,43 @@
+// Placement and partitioning: giving every node of an executable graph a
+// device, and cutting the graph into one subgraph per device joined by
+// _Send/_Recv pairs.
+//
+// Placement honours, in order: colocation (an op that takes a variable by
+// reference runs where the variable lives; a node with attr _colocate_with
+// runs with the named node), the device each node requests (full or partial
+// specs; all members of a colocation group must agree), kernel availability
+// on the device type, and otherwise the default device. Pure functions;
+// thread-safe.
+#ifndef FLOWSTATE_SCHEDULER_PLACEMENT_H_
+#define FLOWSTATE_SCHEDULER_PLACEMENT_H_
+
+#include <vector>
+
+#include "devices/device.h"
+#include "devices/device_pool.h"
+#include "graph/graph.h"
+
+namespace flowstate {
+
+// One device per node id. INVALID_ARGUMENT naming the node when its request
+// matches no device, when colocated nodes ask for different devices, or when
+// no matching device has a kernel for it.
+StatusOr<std::vector<Device*>> PlaceGraph(const Graph& graph, const DevicePool& pool,
+                                          Device* default_device);
+
+struct GraphPartition {
+  Device* device = nullptr;
+  GraphDef graph;
+};
+
+// Splits `graph` by `placement`. Every data edge between devices becomes
+// _Send (on the producer's device) -> _Recv (on the consumer's), one pair
+// per (tensor, consumer device); a control edge between devices becomes a
+// _Send of a dummy scalar after the producer and a control input on the
+// _Recv'd value. Partitions come in pool order of their devices.
+StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& graph,
+                                                     const std::vector<Device*>& placement);
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SCHEDULER_PLACEMENT_H_

@@ -1,0 +1,244 @@
+#include "scheduler/session.h"
+
+#include "graph/subgraph.h"
+#include "scheduler/call_frame.h"
+#include "scheduler/executor.h"
+#include "scheduler/placement.h"
+#include "scheduler/rendezvous.h"
+#include "scheduler/runtime_kernels.h"
+#include "scheduler/thread_pool.h"
+#include "state/kernels.h"
+#include "state/resource_mgr.h"
+
+namespace flowstate {
+
+struct Session::Executable {
+  std::vector<DataType> feed_types;
+  std::vector<PartialShape> feed_shapes;
+  int num_fetches = 0;
+  struct Part {
+    Device* device;
+    std::unique_ptr<Executor> executor;
+  };
+  std::vector<Part> parts;
+};
+
+Session::Session(const SessionOptions& options) : options_(options) {}
+
+Session::~Session() { Close().CheckOk(); }
+
+StatusOr<std::unique_ptr<Session>> Session::Create(const GraphDef& graph,
+                                                   const SessionOptions& options) {
+  if (options.devices == nullptr) return InvalidArgument("SessionOptions.devices is required");
+  scheduler::RegisterRuntimeKernels();
+  state::RegisterKernels();
+  std::unique_ptr<Session> s(new Session(options));
+  if (options.default_device.empty()) {
+    s->default_device_ = options.devices->default_device();
+  } else {
+    FS_ASSIGN_OR_RETURN(DeviceName spec, DeviceName::Parse(options.default_device));
+    std::vector<Device*> m = options.devices->Matching(spec);
+    if (m.empty()) {
+      return InvalidArgument("default device '" + options.default_device +
+                             "' matches no device of this server");
+    }
+    s->default_device_ = m.front();
+  }
+  s->resources_ = options.resources ? options.resources : std::make_shared<ResourceMgr>();
+  if (options.inter_op_pool != nullptr) {
+    s->pool_ = options.inter_op_pool;
+  } else {
+    s->owned_pool_ = std::make_unique<ThreadPool>(options.inter_op_threads);
+    s->pool_ = s->owned_pool_.get();
+  }
+  s->kernel_cache_ = std::make_unique<KernelCache>();
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph));
+  s->graph_def_ = graph;
+  s->graph_ = std::make_shared<const Graph>(std::move(g));
+  return s;
+}
+
+Status Session::Extend(const GraphDef& nodes) {
+  {
+    std::lock_guard<std::mutex> l(run_mu_);
+    if (closed_) return FailedPrecondition("the session is closed");
+  }
+  std::lock_guard<std::mutex> l(graph_mu_);
+  GraphDef combined = graph_def_;
+  combined.nodes.insert(combined.nodes.end(), nodes.nodes.begin(), nodes.nodes.end());
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(combined));
+  graph_def_ = std::move(combined);
+  graph_ = std::make_shared<const Graph>(std::move(g));
+  return Status();
+}
+
+std::shared_ptr<const Graph> Session::graph() const {
+  std::lock_guard<std::mutex> l(graph_mu_);
+  return graph_;
+}
+
+int Session::num_cached_executables() const {
+  std::shared_lock<std::shared_mutex> l(cache_mu_);
+  return int(cache_.size());
+}
+
+StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
+    const Graph& graph, const std::vector<std::string>& feeds,
+    const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
+  FS_ASSIGN_OR_RETURN(PrunedGraph pruned, PruneForSignature(graph, {feeds, fetches, targets}));
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(pruned.graph));
+  FS_ASSIGN_OR_RETURN(std::vector<Device*> placement,
+                      PlaceGraph(g, *options_.devices, default_device_));
+  FS_ASSIGN_OR_RETURN(std::vector<GraphPartition> parts, PartitionGraph(g, placement));
+  auto exe = std::make_shared<Executable>();
+  exe->feed_types = std::move(pruned.feed_types);
+  exe->feed_shapes = std::move(pruned.feed_shapes);
+  exe->num_fetches = int(fetches.size());
+  for (GraphPartition& p : parts) {
+    FS_ASSIGN_OR_RETURN(Graph pg, Graph::Create(p.graph));
+    Executor::Options o;
+    o.device = p.device;
+    o.resource_manager = resources_.get();
+    o.kernel_cache = kernel_cache_.get();
+    FS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> e, Executor::Create(std::move(pg), o));
+    exe->parts.push_back({p.device, std::move(e)});
+  }
+  return exe;
+}
+
+StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
+    const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+    const std::vector<std::string>& targets, bool* cache_hit) {
+  std::string key;
+  for (const auto& f : feeds) (key += f) += '\x1f';
+  key += '\x1e';
+  for (const auto& f : fetches) (key += f) += '\x1f';
+  key += '\x1e';
+  for (const auto& t : targets) (key += t) += '\x1f';
+  {
+    std::shared_lock<std::shared_mutex> l(cache_mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      *cache_hit = true;
+      return it->second;
+    }
+  }
+  *cache_hit = false;
+  FS_ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe,
+                      BuildExecutable(*graph(), feeds, fetches, targets));
+  std::unique_lock<std::shared_mutex> l(cache_mu_);
+  auto [it, inserted] = cache_.emplace(key, exe);
+  return it->second;  // another thread may have won the race: use its
+}
+
+Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                    const std::vector<std::string>& fetches,
+                    const std::vector<std::string>& targets, std::vector<Tensor>* outputs,
+                    RunStats* stats) {
+  {
+    std::lock_guard<std::mutex> l(run_mu_);
+    if (closed_) return FailedPrecondition("the session is closed");
+    ++running_;
+  }
+  struct Leave {
+    Session* s;
+    ~Leave() {
+      std::lock_guard<std::mutex> l(s->run_mu_);
+      if (--s->running_ == 0) s->run_cv_.notify_all();
+    }
+  } leave{this};
+
+  std::vector<std::string> feed_names;
+  feed_names.reserve(feeds.size());
+  for (const auto& [name, t] : feeds) feed_names.push_back(name);
+  bool hit = false;
+  FS_ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe,
+                      GetExecutable(feed_names, fetches, targets, &hit));
+
+  std::vector<Tensor> args;
+  args.reserve(feeds.size());
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const Tensor& t = feeds[i].second;
+    if (!t.IsInitialized()) {
+      return InvalidArgument("feed '" + feeds[i].first + "' has no value", feeds[i].first);
+    }
+    if (t.dtype() != exe->feed_types[i]) {
+      return InvalidArgument("feed '" + feeds[i].first + "' has dtype " +
+                                 std::string(DataTypeName(t.dtype())) + " but the graph expects " +
+                                 std::string(DataTypeName(exe->feed_types[i])),
+                             ParseTensorId(feeds[i].first)->node);
+    }
+    if (!exe->feed_shapes[i].IsCompatibleWith(t.shape())) {
+      return InvalidArgument("feed '" + feeds[i].first + "' has shape " + t.shape().ToString() +
+                                 " but the graph expects " + exe->feed_shapes[i].ToString(),
+                             ParseTensorId(feeds[i].first)->node);
+    }
+    args.push_back(t);
+  }
+
+  const int64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
+  CallFrame frame(std::move(args), exe->num_fetches);
+  CancellationManager cancel;
+  Executor::Args a;
+  a.step_id = step;
+  a.call_frame = &frame;
+  a.cancellation = &cancel;
+  a.pool = pool_;
+  Status status;
+  if (exe->parts.size() == 1) {
+    status = exe->parts[0].executor->Run(a);
+  } else {
+    Rendezvous rendezvous;
+    a.rendezvous = &rendezvous;
+    std::mutex mu;
+    std::condition_variable cv;
+    int remaining = int(exe->parts.size());
+    Status first_error;
+    a.on_error = [&](const Status& s) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (first_error.ok()) first_error = s;
+      }
+      rendezvous.StartAbort(s);
+      cancel.StartCancel();
+    };
+    for (auto& part : exe->parts) {
+      part.executor->RunAsync(a, [&](const Status& s) {
+        std::lock_guard<std::mutex> l(mu);
+        if (!s.ok() && first_error.ok()) first_error = s;
+        if (--remaining == 0) cv.notify_one();
+      });
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return remaining == 0; });
+    status = first_error;
+  }
+  if (stats != nullptr) {
+    stats->step_id = step;
+    stats->cache_hit = hit;
+    stats->num_partitions = int(exe->parts.size());
+  }
+  FS_RETURN_IF_ERROR(status);
+  outputs->swap(frame.rets());
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    if (!(*outputs)[i].IsInitialized()) {
+      return Internal("fetch '" + fetches[i] + "' produced no value");
+    }
+  }
+  return Status();
+}
+
+Status Session::Close() {
+  std::unique_lock<std::mutex> l(run_mu_);
+  closed_ = true;
+  run_cv_.wait(l, [&] { return running_ == 0; });
+  l.unlock();
+  {
+    std::unique_lock<std::shared_mutex> c(cache_mu_);
+    cache_.clear();
+  }
+  if (kernel_cache_) kernel_cache_->Clear();
+  return Status();
+}
+
+}  // namespace flowstate

@@ -1,0 +1,126 @@
+// Session: runs steps of one graph, the way clients of the paper's system
+// do — Run(feeds, fetches, targets) executes only what the fetches and
+// targets need given the feeds.
+//
+// The first Run of a signature (feeds, fetches, targets) prunes, places and
+// partitions the graph and builds its executors; later Runs of the same
+// signature reuse that executable. Extend() adds nodes without invalidating
+// cached executables. Variables and other state live in the session's
+// ResourceMgr and are shared by all its steps.
+//
+// Thread safety: every method may be called from many threads at once; Runs
+// execute concurrently (their updates to shared variables may interleave, as
+// the paper allows). Close() waits for running steps and refuses new ones.
+#ifndef FLOWSTATE_SCHEDULER_SESSION_H_
+#define FLOWSTATE_SCHEDULER_SESSION_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "devices/device_pool.h"
+#include "graph/attr_value.h"
+#include "graph/graph.h"
+#include "graph/status.h"
+#include "graph/tensor.h"
+
+namespace flowstate {
+
+class ResourceMgr;
+class ThreadPool;
+class KernelCache;
+
+struct SessionOptions {
+  // The devices to run on; required, not owned, must outlive the session.
+  DevicePool* devices = nullptr;
+  // Where unplaced nodes go: a full or partial device spec; "" = the pool's
+  // first CPU device.
+  std::string default_device;
+  // Shared state; when null the session owns a fresh ResourceMgr.
+  std::shared_ptr<ResourceMgr> resources;
+  // Inter-op pool for expensive ready nodes; when null the session owns one
+  // of `inter_op_threads` threads (0: the hardware threads).
+  ThreadPool* inter_op_pool = nullptr;
+  int inter_op_threads = 0;
+};
+
+struct RunStats {
+  int64_t step_id = 0;
+  bool cache_hit = false;  // the executable for the signature existed
+  int num_partitions = 0;
+};
+
+class Session {
+ public:
+  // Validates `graph` (errors name the node). REQUIRES: options.devices.
+  static StatusOr<std::unique_ptr<Session>> Create(const GraphDef& graph,
+                                                   const SessionOptions& options);
+  ~Session();  // Close()s
+
+  // Adds nodes. The whole resulting graph is validated; on error nothing
+  // changes.
+  Status Extend(const GraphDef& nodes);
+
+  // Feeds are (tensor name, value); fetches are tensor names ("x", "x:1");
+  // targets are node names run for their effects. On success `outputs` holds
+  // one tensor per fetch, in order. Errors: a fetch, feed or target naming no
+  // node (NOT_FOUND); a feed of the wrong dtype or a shape its placeholder
+  // does not allow, a needed placeholder not fed (INVALID_ARGUMENT naming
+  // it); any kernel's error, naming its node.
+  Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+             const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+             std::vector<Tensor>* outputs, RunStats* stats = nullptr);
+
+  // Waits for running steps; afterwards Run and Extend fail with
+  // FAILED_PRECONDITION. Idempotent.
+  Status Close();
+
+  // The current graph (resolved). Never null.
+  std::shared_ptr<const Graph> graph() const;
+  ResourceMgr* resource_manager() const { return resources_.get(); }
+  const std::shared_ptr<ResourceMgr>& shared_resources() const { return resources_; }
+  // Executables cached so far.
+  int num_cached_executables() const;
+
+ private:
+  struct Executable;
+  Session(const SessionOptions& options);
+  StatusOr<std::shared_ptr<Executable>> GetExecutable(const std::vector<std::string>& feeds,
+                                                      const std::vector<std::string>& fetches,
+                                                      const std::vector<std::string>& targets,
+                                                      bool* cache_hit);
+  StatusOr<std::shared_ptr<Executable>> BuildExecutable(const Graph& graph,
+                                                        const std::vector<std::string>& feeds,
+                                                        const std::vector<std::string>& fetches,
+                                                        const std::vector<std::string>& targets);
+
+  SessionOptions options_;
+  Device* default_device_ = nullptr;
+  std::shared_ptr<ResourceMgr> resources_;
+  std::unique_ptr<ThreadPool> owned_pool_;
+  ThreadPool* pool_ = nullptr;
+  std::unique_ptr<KernelCache> kernel_cache_;
+
+  mutable std::mutex graph_mu_;
+  GraphDef graph_def_;                  // GUARDED_BY(graph_mu_)
+  std::shared_ptr<const Graph> graph_;  // GUARDED_BY(graph_mu_)
+
+  mutable std::shared_mutex cache_mu_;
+  std::unordered_map<std::string, std::shared_ptr<Executable>> cache_;  // GUARDED_BY(cache_mu_)
+
+  std::atomic<int64_t> next_step_{1};
+  std::mutex run_mu_;
+  std::condition_variable run_cv_;
+  int running_ = 0;      // GUARDED_BY(run_mu_)
+  bool closed_ = false;  // GUARDED_BY(run_mu_)
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SCHEDULER_SESSION_H_
