@@ -1,0 +1,40 @@
+# Flowstate's entry points. Everything installs what it needs first.
+#   make test    install deps, configure, build, run every test (CI runs this)
+#   make bench   also install the reference libraries, build, run bench/
+#   make tsan    the engine's tests under ThreadSanitizer (build-tsan/)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+# ccache: share hits between checkouts in different folders (CI clones anew).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+
+.PHONY: all deps configure build test bench tsan clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench:
+	@scripts/install-deps --bench
+	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target bench
+
+tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+	@ctest --preset tsan
+
+clean:
+	rm -rf $(BUILD) build-tsan
