@@ -7,6 +7,7 @@
 #ifndef FLOWSTATE_GRAPH_TENSOR_REF_H_
 #define FLOWSTATE_GRAPH_TENSOR_REF_H_
 
+#include <functional>
 #include <string>
 
 #include "graph/status.h"
@@ -21,6 +22,10 @@ class TensorRef {
   // is shared). FAILED_PRECONDITION naming the variable if it has never been
   // assigned.
   virtual StatusOr<Tensor> Read() = 0;
+  // Runs fn on the value with the variable locked, after making its buffer
+  // exclusive (copy-on-write). FAILED_PRECONDITION if never assigned. fn
+  // should check everything before it writes anything.
+  virtual Status Mutate(const std::function<Status(Tensor* value)>& fn) = 0;
   virtual const std::string& ref_name() const = 0;
 };
 

@@ -43,7 +43,7 @@ class Variable final : public ResourceBase, public TensorRef {
 
   // Runs fn on the value with the mutex held, after making the buffer
   // exclusive (copy-on-write). FAILED_PRECONDITION if never assigned.
-  Status Mutate(const std::function<Status(Tensor* value)>& fn);
+  Status Mutate(const std::function<Status(Tensor* value)>& fn) override;
 
  private:
   Status UninitializedError() const;

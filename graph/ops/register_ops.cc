@@ -19,6 +19,8 @@ void RegisterAllOps(OpRegistry* r) {
   RegisterStateOps(r);
   RegisterRandomOps(r);
   RegisterRuntimeOps(r);
+  RegisterNnOps(r);
+  RegisterGradOps(r);
 }
 
 }  // namespace flowstate::internal

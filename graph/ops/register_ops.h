@@ -12,6 +12,8 @@ void RegisterMathOps(OpRegistry* r);
 void RegisterStateOps(OpRegistry* r);
 void RegisterRandomOps(OpRegistry* r);
 void RegisterRuntimeOps(OpRegistry* r);
+void RegisterNnOps(OpRegistry* r);
+void RegisterGradOps(OpRegistry* r);
 
 // Registers every op above; aborts on a malformed definition (a bug).
 void RegisterAllOps(OpRegistry* r);
