@@ -86,6 +86,12 @@ void RegisterGradOps(OpRegistry* r) {
                       .Attr("shrink_axis_mask: int = 0")
                       .SetShapeFn(StridedSliceGradShape)
                       .Doc("A zero tensor of `shape` with dy written where StridedSlice read."));
+  MustRegister(r, OpDefBuilder("ReducedShape")
+                      .Input("input_shape: int32").Input("axes: Tidx").Output("output: int32")
+                      .Attr("Tidx: {int32, int64} = int32")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("input_shape with the reduced axes set to 1 (all axes when axes is "
+                           "empty), the shape a reduction with keep_dims produces."));
   MustRegister(r, OpDefBuilder("InvertPermutation")
                       .Input("x: T").Output("y: T").Attr("T: {int32, int64} = int32")
                       .SetShapeFn(shape_fns::UnchangedShape)
