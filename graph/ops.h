@@ -62,6 +62,9 @@ Output Sqrt(const Scope& s, const Output& x);
 Output Rsqrt(const Scope& s, const Output& x);
 Output Square(const Scope& s, const Output& x);
 Output Reciprocal(const Scope& s, const Output& x);
+Output Cos(const Scope& s, const Output& x);
+Output Sin(const Scope& s, const Output& x);
+Output Floor(const Scope& s, const Output& x);
 Output Cast(const Scope& s, const Output& x, DataType to);
 
 // Matrix products.

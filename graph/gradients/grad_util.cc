@@ -4,6 +4,7 @@ namespace flowstate::internal {
 
 Output ScalarLike(GradContext* ctx, DataType dtype, double v) {
   if (dtype == DataType::kFloat64) return ops::Const(ctx->scope(), v);
+  if (dtype == DataType::kFloat32) return ops::Const(ctx->scope(), float(v));
   return ops::Cast(ctx->scope(), ops::Const(ctx->scope(), float(v)), dtype);
 }
 

@@ -258,6 +258,12 @@ void RegisterMathGradients(GradientRegistry* r) {
   Must(r, "Reciprocal", Unary([](GradContext*, const Scope& s, Output g, Output, Output y) {
          return ops::Neg(s, ops::Mul(s, g, ops::Square(s, y)));
        }));
+  Must(r, "Cos", Unary([](GradContext*, const Scope& s, Output g, Output x, Output) {
+         return ops::Neg(s, ops::Mul(s, g, ops::Sin(s, x)));
+       }));
+  Must(r, "Sin", Unary([](GradContext*, const Scope& s, Output g, Output x, Output) {
+         return ops::Mul(s, g, ops::Cos(s, x));
+       }));
   Must(r, "AddN", AddNGrad);
   Must(r, "Select", SelectGrad);
   Must(r, "Cast", CastGrad);
@@ -268,7 +274,7 @@ void RegisterMathGradients(GradientRegistry* r) {
   Must(r, "Max", MaxMinReduceGrad);
   Must(r, "Min", MaxMinReduceGrad);
   Must(r, "Prod", ProdGrad);
-  for (const char* op : {"Sign", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
+  for (const char* op : {"Sign", "Floor", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
                          "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "ArgMax",
                          "ArgMin"}) {
     r->RegisterNonDifferentiable(op);

@@ -120,7 +120,7 @@ Status SqueezeShape(InferenceContext* c) {
   for (int64_t a : axes) {
     if (a < -rank || a >= rank) return c->Error("axis " + std::to_string(a) + " out of range");
     int64_t k = a < 0 ? a + rank : a;
-    if (in.dim(int(k)) > 1) {
+    if (in.dim(int(k)) >= 0 && in.dim(int(k)) != 1) {
       return c->Error("cannot squeeze dimension " + std::to_string(a) + " of size " +
                       std::to_string(in.dim(int(k))));
     }

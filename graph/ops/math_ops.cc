@@ -213,6 +213,9 @@ void RegisterMathOps(OpRegistry* r) {
   Unary(r, "Sqrt", kFloat, "√x, element-wise.");
   Unary(r, "Rsqrt", kFloat, "1/√x, element-wise.");
   Unary(r, "Reciprocal", kFloat, "1/x, element-wise.");
+  Unary(r, "Cos", kFloat, "cos x, element-wise.");
+  Unary(r, "Sin", kFloat, "sin x, element-wise.");
+  Unary(r, "Floor", kFloat, "The largest integer <= x, element-wise.");
 
   MustRegister(r, OpDefBuilder("AddN")
                       .Input("inputs: N * T")

@@ -64,12 +64,22 @@ void RegisterStateOps(OpRegistry* r) {
              .Attr("dtype: type")
              .Attr("container: string = \"\"")
              .Attr("shared_name: string = \"\"")
+             .Attr("init: string = \"\"")
+             .Attr("init_value: float = 0")
+             .Attr("init_minval: float = -0.05")
+             .Attr("init_maxval: float = 0.05")
+             .Attr("init_mean: float = 0")
+             .Attr("init_stddev: float = 0.05")
+             .Attr("seed: int = 0")
              .SetIsStateful()
              .SetShapeFn(VariableShape)
              .Doc("A tensor that persists across steps. Ops that take it as a Ref input "
                   "mutate it; other ops read its value when they run. Reading it before an "
                   "Assign is FAILED_PRECONDITION. Its resource is named by shared_name (the "
-                  "node name when empty) within container."));
+                  "node name when empty) within container. `init` names how training initializes it: zeros, ones, constant "
+                  "(init_value), uniform (init_minval, init_maxval), normal and truncated_normal "
+                  "(init_mean, init_stddev), glorot_uniform, glorot_normal, he_normal, "
+                  "he_uniform; `seed` fixes its random numbers."));
   MustRegister(r, OpDefBuilder("Assign")
                       .Input("ref: Ref(T)")
                       .Input("value: T")

@@ -1,0 +1,80 @@
+// Optimizers as graph builders: given variables and their gradients, they
+// emit ordinary ops — the slot variables they need (momentum accumulators,
+// Adam's moments), a global step, the learning-rate schedule computed from
+// it, optional clipping by global norm, and Assign*/Scatter* updates — and
+// return the name of one op that applies a whole step. No optimizer needs
+// runtime support, so a user can write a new one the same way.
+//
+// Updates run after every gradient of the step is computed (a barrier of
+// control edges), so no gradient reads a variable another update already
+// changed. A sparse gradient (from Gather) updates only its rows under SGD;
+// the other optimizers decay their slots on every row each step, so they
+// apply it densified — exactly the dense result.
+//
+// Deterministic: the same graph, options and data give the same numbers bit
+// for bit (on the same thread counts).
+#ifndef FLOWSTATE_GRAPH_OPTIMIZERS_H_
+#define FLOWSTATE_GRAPH_OPTIMIZERS_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/gradients.h"
+#include "graph/scope.h"
+#include "graph/status.h"
+
+namespace flowstate {
+
+struct LearningRateSchedule {
+  enum class Kind { kConstant, kExponentialDecay, kCosineDecay };
+  Kind kind = Kind::kConstant;
+  int64_t decay_steps = 1000;  // exponential and cosine
+  double decay_rate = 0.96;    // exponential: lr * rate^(step / decay_steps)
+  bool staircase = false;      // exponential: floor(step / decay_steps)
+  double alpha = 0.0;          // cosine: the floor, as a fraction of lr
+};
+
+struct OptimizerOptions {
+  enum class Kind { kSgd, kMomentum, kAdam, kAdaGrad, kRmsProp };
+  Kind kind = Kind::kSgd;
+  double learning_rate = 0.01;
+  double momentum = 0.9;       // momentum; rmsprop (0 by default there)
+  bool nesterov = false;       // momentum
+  double beta1 = 0.9;          // adam
+  double beta2 = 0.999;        // adam
+  double epsilon = 1e-8;       // adam, adagrad, rmsprop
+  double rho = 0.9;            // rmsprop
+  double initial_accumulator = 0.1;  // adagrad
+  double clip_global_norm = 0;  // > 0: scale gradients so their global norm is at most this
+  LearningRateSchedule schedule;
+};
+
+// "sgd", "momentum", "adam", "adagrad", "rmsprop".
+StatusOr<OptimizerOptions::Kind> OptimizerKindFromString(const std::string& name);
+
+struct TrainOp {
+  std::string train;        // run it to apply one step
+  std::string init;         // initializes slots and the global step
+  std::string global_step;  // an int64 Variable counting applied steps
+  Output learning_rate;     // the scheduled learning rate (scalar)
+  std::vector<std::string> slot_variables;
+};
+
+struct VariableGradient {
+  Output variable;  // a Variable node's output
+  DataType dtype = DataType::kFloat32;
+  PartialShape shape;  // must be fully defined for optimizers with slots
+  Gradient gradient;   // None: the variable is left alone
+};
+
+// Emits the optimizer under `scope` (node names "<name>/..."). INVALID_ARGUMENT
+// for bad options (naming the field) or a variable whose shape is not fully
+// defined where slots need it.
+StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
+                                 const OptimizerOptions& options,
+                                 const std::vector<VariableGradient>& vars);
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_GRAPH_OPTIMIZERS_H_
