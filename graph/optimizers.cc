@@ -30,7 +30,9 @@ std::vector<std::string> GradientNodes(const Gradient& g) {
   return {g.dense.node};
 }
 
-Status CheckOptions(const OptimizerOptions& o) {
+}  // namespace
+
+Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   auto bad = [](const std::string& field, const std::string& why) {
     return InvalidArgument("optimizer." + field + ": " + why);
   };
@@ -50,12 +52,10 @@ Status CheckOptions(const OptimizerOptions& o) {
   return Status();
 }
 
-}  // namespace
-
 StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
                                  const OptimizerOptions& o,
                                  const std::vector<VariableGradient>& vars) {
-  FS_RETURN_IF_ERROR(CheckOptions(o));
+  FS_RETURN_IF_ERROR(ValidateOptimizerOptions(o));
   using K = OptimizerOptions::Kind;
   Scope s = scope.NewSubScope(name);
   TrainOp out;

@@ -50,6 +50,9 @@ struct OptimizerOptions {
   LearningRateSchedule schedule;
 };
 
+// INVALID_ARGUMENT naming the field ("optimizer.learning_rate: must be > 0").
+Status ValidateOptimizerOptions(const OptimizerOptions& options);
+
 // "sgd", "momentum", "adam", "adagrad", "rmsprop".
 StatusOr<OptimizerOptions::Kind> OptimizerKindFromString(const std::string& name);
 
