@@ -1,0 +1,121 @@
+// PRIVATE to api/: the nlohmann/json-based pieces the codec's .cc files
+// share, for codecs of bigger documents (job files) that hold graphs and
+// tensors as sub-documents and should not print and re-parse them. Never
+// include this header outside api/: api's public headers are JSON-library
+// free (json_codec.h).
+//
+// JsonPath is how errors name values. A child path refers to its parent and
+// to its key, so build children inline (`Parse(v, path.Key("attrs"))`) or
+// from a named parent that outlives them; building one costs no allocation,
+// the text is only made for an error.
+#ifndef FLOWSTATE_API_JSON_INTERNAL_H_
+#define FLOWSTATE_API_JSON_INTERNAL_H_
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "api/json_codec.h"
+#include "graph/attr_value.h"
+#include "graph/status.h"
+#include "graph/tensor.h"
+
+namespace flowstate::api::internal {
+
+// Objects keep the order of the document (feeds, error order).
+using Json = nlohmann::ordered_json;
+
+class JsonPath {
+ public:
+  explicit JsonPath(std::string_view root) : key_(root) {}
+  JsonPath Key(std::string_view key) const { return JsonPath(this, key, -1); }
+  JsonPath Index(int64_t i) const { return JsonPath(this, {}, i); }
+  // "graph.nodes[3].attrs.value", "feeds[\"x:0\"]"; "" for an empty root.
+  std::string ToString() const;
+
+ private:
+  JsonPath(const JsonPath* parent, std::string_view key, int64_t index)
+      : parent_(parent), key_(key), index_(index) {}
+  const JsonPath* parent_ = nullptr;
+  std::string_view key_;  // the root's text for the root
+  int64_t index_ = -1;    // >= 0 for an array element
+};
+
+// Appends `key` to a path text: ".key", or ["key"] when not an identifier.
+void AppendPathKey(std::string_view key, std::string* path);
+
+// INVALID_ARGUMENT "<path>: <message>" (just the message for an empty path).
+Status PathError(const JsonPath& path, std::string_view message, std::string_view node = "");
+Status PathError(const std::string& path, std::string_view message, std::string_view node = "");
+
+// A JSON value in error messages: a number or bool as written, a string
+// quoted (cut after 32 bytes), else "null", "an array" or "an object".
+std::string DescribeValue(const Json& v);
+
+// Parses `text` into *out; INVALID_ARGUMENT naming `path` and the parser's
+// position on malformed text.
+Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out);
+
+// The member `key` of an object, or nullptr when absent or null (optional
+// fields treat null as absent).
+const Json* FindField(const Json& object, std::string_view key);
+
+// Fails unless v is an object whose keys are all in `allowed`; `what` names
+// the object in the message ("a graph", "a node").
+Status CheckObject(const Json& v, const JsonPath& path, std::string_view what,
+                   std::initializer_list<std::string_view> allowed,
+                   std::string_view node = "");
+
+// Scalar conversions without messages, shared by attrs and tensor elements.
+enum class ScalarError : uint8_t { kNone, kWrongType, kNotInteger, kOutOfRange };
+// An integer in [lo, hi]; an integral float (2.0) counts.
+ScalarError JsonToInteger(const Json& v, int64_t lo, int64_t hi, int64_t* out);
+// A number, or one of the non-finite strings ("NaN", "-Infinity", ...).
+// kOutOfRange for a number the parser overflowed (1e999).
+ScalarError JsonToDouble(const Json& v, double* out);
+
+// Scalars. Integers accept integral floats (2.0); floats accept integers and
+// the non-finite strings. `what` is the expected thing in messages ("an
+// int", "a float"). Errors: "<path>: expected <what>, got <type or value>",
+// "<path>: <value> is out of range for <what>".
+StatusOr<int64_t> ReadInt(const Json& v, const JsonPath& path, std::string_view what = "an int");
+StatusOr<double> ReadFloat(const Json& v, const JsonPath& path, std::string_view what = "a float");
+StatusOr<std::string> ReadString(const Json& v, const JsonPath& path);
+StatusOr<DataType> ReadDataType(const Json& v, const JsonPath& path);
+// A partial shape: [2, -1] (null or "?" for a dim), or null / "?".
+StatusOr<PartialShape> ReadPartialShape(const Json& v, const JsonPath& path);
+
+// Tensors, graphs and named tensor maps held in a parsed document.
+StatusOr<Tensor> TensorFromJson(const Json& v, std::optional<DataType> dtype,
+                                const JsonPath& path, size_t max_bytes);
+StatusOr<GraphDef> GraphFromJson(const Json& v, const JsonPath& path,
+                                 const GraphJsonOptions& options);
+// {name: tensor}; names must parse as TensorIds without '^'.
+StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
+                                            size_t max_bytes);
+
+// Writers: append JSON text to *out.
+void AppendJsonString(std::string_view s, std::string* out);  // quoted, escaped
+void AppendInt(int64_t v, std::string* out);
+void AppendFloat(float v, std::string* out);    // shortest; "NaN" etc. quoted
+void AppendDouble(double v, std::string* out);  // shortest; "NaN" etc. quoted
+void AppendTensorJson(const Tensor& t, Encoding encoding, std::string* out);
+void AppendGraphJson(const GraphDef& graph, Encoding tensor_encoding, std::string* out);
+void AppendNamedTensors(const NamedTensors& tensors, Encoding encoding, std::string* out);
+
+// The float nearest to the decimal a JSON number was read from, given the
+// double the parser made of it. Plain (float)d differs when d lies exactly
+// between two floats (decimal -> double -> float rounds twice): this picks
+// the float whose shortest decimal form reads as d, so every float printed
+// by AppendFloat reads back exactly (e.g. 7.038531e-26f). REQUIRES: d is
+// finite and within float range.
+float NarrowToFloat(double d);
+
+}  // namespace flowstate::api::internal
+
+#endif  // FLOWSTATE_API_JSON_INTERNAL_H_

@@ -1,0 +1,211 @@
+// Session-run bodies, named tensor maps and error bodies (json_codec.h).
+#include <vector>
+
+#include "api/json_internal.h"
+#include "graph/graph.h"
+
+namespace flowstate::api {
+namespace internal {
+namespace {
+
+// A list of strings, each checked by `check` (which returns the error
+// message for a bad one, or "").
+template <typename Check>
+StatusOr<std::vector<std::string>> ReadNames(const Json& v, const JsonPath& path, Check check) {
+  if (!v.is_array()) return PathError(path, "expected a list of strings, got " + DescribeValue(v));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    FS_ASSIGN_OR_RETURN(std::string s, ReadString(v[i], path.Index(int64_t(i))));
+    std::string error = check(s);
+    if (!error.empty()) return PathError(path.Index(int64_t(i)), error);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// "" when `name` is a tensor name ("x" or "x:1"), else why not.
+std::string CheckTensorName(const std::string& name) {
+  StatusOr<TensorId> id = ParseTensorId(name);
+  if (!id.ok()) return id.status().message();
+  if (id->is_control()) {
+    return "'" + name + "' is a control input, not a tensor (list the node in \"targets\")";
+  }
+  return "";
+}
+
+StatusOr<Code> CodeFromName(std::string_view name) {
+  for (int c = 0; c <= int(Code::kUnauthenticated); ++c) {
+    if (CodeName(Code(c)) == name) return Code(c);
+  }
+  return InvalidArgument("unknown status code '" + std::string(name) + "'");
+}
+
+}  // namespace
+
+StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
+                                            size_t max_bytes) {
+  if (!v.is_object()) {
+    return PathError(path, "expected an object of named tensors, got " + DescribeValue(v));
+  }
+  NamedTensors out;
+  out.reserve(v.size());
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const JsonPath tensor_path = path.Key(it.key());
+    std::string error = CheckTensorName(it.key());
+    if (!error.empty()) return PathError(tensor_path, "bad name: " + error);
+    FS_ASSIGN_OR_RETURN(Tensor t, TensorFromJson(*it, std::nullopt, tensor_path, max_bytes));
+    out.emplace_back(it.key(), std::move(t));
+  }
+  return out;
+}
+
+void AppendNamedTensors(const NamedTensors& tensors, Encoding encoding, std::string* out) {
+  out->push_back('{');
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (i) out->push_back(',');
+    AppendJsonString(tensors[i].first, out);
+    out->push_back(':');
+    AppendTensorJson(tensors[i].second, encoding, out);
+  }
+  out->push_back('}');
+}
+
+}  // namespace internal
+
+using internal::Json;
+using internal::JsonPath;
+
+StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path,
+                                         size_t max_tensor_bytes) {
+  JsonPath root(path);
+  Json v;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run request",
+                                           {"feeds", "fetches", "targets", "encoding"}));
+  RunRequest r;
+  if (const Json* feeds = internal::FindField(v, "feeds")) {
+    FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(*feeds, root.Key("feeds"),
+                                                                 max_tensor_bytes));
+  }
+  if (const Json* fetches = internal::FindField(v, "fetches")) {
+    FS_ASSIGN_OR_RETURN(r.fetches, internal::ReadNames(*fetches, root.Key("fetches"),
+                                                       internal::CheckTensorName));
+  }
+  if (const Json* targets = internal::FindField(v, "targets")) {
+    auto check_node_name = [](const std::string& s) {
+      Status st = ValidateNodeName(s);
+      return st.ok() ? std::string() : st.message();
+    };
+    FS_ASSIGN_OR_RETURN(r.targets,
+                        internal::ReadNames(*targets, root.Key("targets"), check_node_name));
+  }
+  if (const Json* encoding = internal::FindField(v, "encoding")) {
+    const JsonPath encoding_path = root.Key("encoding");
+    FS_ASSIGN_OR_RETURN(std::string name, internal::ReadString(*encoding, encoding_path));
+    StatusOr<Encoding> e = EncodingFromString(name);
+    if (!e.ok()) return internal::PathError(encoding_path, e.status().message());
+    r.encoding = *e;
+  }
+  return r;
+}
+
+std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) {
+  std::string out = "{\"feeds\":";
+  internal::AppendNamedTensors(request.feeds, feed_encoding, &out);
+  for (const auto& [key, names] : {std::pair{"fetches", &request.fetches},
+                                   std::pair{"targets", &request.targets}}) {
+    out += ",\"" + std::string(key) + "\":[";
+    for (size_t i = 0; i < names->size(); ++i) {
+      if (i) out.push_back(',');
+      internal::AppendJsonString((*names)[i], &out);
+    }
+    out.push_back(']');
+  }
+  out += ",\"encoding\":";
+  internal::AppendJsonString(EncodingName(request.encoding), &out);
+  out.push_back('}');
+  return out;
+}
+
+std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding) {
+  std::string out = "{\"outputs\":";
+  internal::AppendNamedTensors(outputs, encoding, &out);
+  out.push_back('}');
+  return out;
+}
+
+StatusOr<NamedTensors> ParseRunOutputsJson(std::string_view json, std::string_view path,
+                                           size_t max_tensor_bytes) {
+  JsonPath root(path);
+  Json v;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run response", {"outputs"}));
+  const Json* outputs = internal::FindField(v, "outputs");
+  if (outputs == nullptr) return internal::PathError(root, "missing \"outputs\"");
+  return internal::NamedTensorsFromJson(*outputs, root.Key("outputs"), max_tensor_bytes);
+}
+
+std::string StatusToJson(const Status& status) {
+  std::string out = "{\"error\":{\"code\":";
+  internal::AppendJsonString(CodeName(status.code()), &out);
+  out += ",\"message\":";
+  internal::AppendJsonString(status.message(), &out);
+  out += ",\"node\":";
+  internal::AppendJsonString(status.node(), &out);
+  out += "}}";
+  return out;
+}
+
+Status StatusFromJson(std::string_view json) {
+  auto malformed = [](const Status& why) {
+    return Status(Code::kUnknown, "malformed error body: " + why.message());
+  };
+  JsonPath root("");
+  Json v;
+  Status s = internal::ParseJsonText(json, root, &v);
+  if (!s.ok()) return malformed(s);
+  const Json* error = v.is_object() ? internal::FindField(v, "error") : nullptr;
+  if (error == nullptr) return malformed(InvalidArgument("expected {\"error\": {...}}"));
+  const Json& e = *error;
+  const JsonPath error_path = root.Key("error");
+  s = internal::CheckObject(e, error_path, "an error", {"code", "message", "node"});
+  if (!s.ok()) return malformed(s);
+  std::string strings[3];
+  const char* keys[3] = {"code", "message", "node"};
+  for (int k = 0; k < 3; ++k) {
+    if (const Json* f = internal::FindField(e, keys[k])) {
+      StatusOr<std::string> str = internal::ReadString(*f, error_path.Key(keys[k]));
+      if (!str.ok()) return malformed(str.status());
+      strings[k] = *str;
+    }
+  }
+  StatusOr<Code> code = internal::CodeFromName(strings[0]);
+  if (!code.ok()) return malformed(code.status());
+  if (*code == Code::kOk) return Status();
+  return Status(*code, strings[1], strings[2]);
+}
+
+int HttpStatusFor(Code code, int resource_exhausted_status) {
+  switch (code) {
+    case Code::kOk: return 200;
+    case Code::kInvalidArgument:
+    case Code::kFailedPrecondition:
+    case Code::kOutOfRange: return 400;
+    case Code::kUnauthenticated: return 401;
+    case Code::kPermissionDenied: return 403;
+    case Code::kNotFound: return 404;
+    case Code::kAlreadyExists:
+    case Code::kAborted: return 409;
+    case Code::kResourceExhausted: return resource_exhausted_status;
+    case Code::kCancelled: return 499;
+    case Code::kUnimplemented: return 501;
+    case Code::kUnavailable: return 503;
+    case Code::kDeadlineExceeded: return 504;
+    case Code::kUnknown:
+    case Code::kInternal:
+    case Code::kDataLoss: return 500;
+  }
+  return 500;
+}
+
+}  // namespace flowstate::api
