@@ -115,8 +115,10 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool
                    std::string(DataTypeName(v.type()));
         }
       }
-      return InvalidArgument("node '" + m.name() + "': no kernel for op " + m.op() + types +
-                                 " on any device matching '" + s.ToString() + "'",
+      std::string where = s.ToString().empty() ? "on any device of this server"
+                                               : "on any device matching '" + s.ToString() + "'";
+      return InvalidArgument("node '" + m.name() + "': no kernel for op " + m.op() + types + " " +
+                                 where,
                              m.name());
     }
     chosen[root] = pick;

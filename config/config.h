@@ -1,0 +1,93 @@
+// ServerConfig: everything `flowstate serve` can be told, and where it is
+// told from. Later sources override earlier ones, key by key:
+//
+//   1. the embedded default, config/flowstate.json (compiled in);
+//   2. a JSON file: --config FILE, or FLOWSTATE_CONFIG;
+//   3. environment variables FLOWSTATE_<SECTION>_<KEY> for every key of the
+//      default (FLOWSTATE_HTTP_ADDRESS, FLOWSTATE_JOBS_MAX_RUNNING,
+//      FLOWSTATE_DATA_DIR; lists are comma-separated: FLOWSTATE_AUTH_TOKENS);
+//   4. flags: --http ADDR, --grpc ADDR, --data-dir DIR, --data-root DIR, and
+//      --set section.key=VALUE for any key.
+//
+// A key the default does not have is an error naming it (a typo must not be
+// ignored), as is a value of the wrong JSON type. config/ depends on nothing
+// of Flowstate's (DESIGN.md), so errors are plain strings.
+//
+// Value types; thread-compatible.
+#ifndef FLOWSTATE_CONFIG_CONFIG_H_
+#define FLOWSTATE_CONFIG_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowstate::config {
+
+struct ServerConfig {
+  struct Http {
+    std::string address;
+    int threads = 2;
+    int64_t body_limit_bytes = 0;
+    double read_timeout_seconds = 30;
+    double idle_timeout_seconds = 60;
+    int max_pipelined_requests = 16;
+  } http;
+  struct Grpc {
+    std::string address;
+    int64_t max_message_bytes = 0;
+  } grpc;
+  std::string data_dir;
+  std::string data_root;
+  struct Devices {
+    int cpu_devices = 1;
+    int intra_op_threads = 0;
+  } devices;
+  struct Jobs {
+    int max_running = 2;
+    int workers = 1;
+    int inter_op_threads = 1;
+    double max_step_events_per_second = 10;
+  } jobs;
+  struct Sessions {
+    double idle_timeout_seconds = 600;
+    int max_sessions = 64;
+  } sessions;
+  struct Limits {
+    int64_t max_tensor_bytes = 0;
+  } limits;
+  struct Auth {
+    std::vector<std::string> tokens;  // empty: no authentication
+    std::vector<std::string> open_routes;
+  } auth;
+  struct Log {
+    bool requests = false;
+  } log;
+};
+
+// The embedded default configuration, as JSON text and parsed.
+std::string_view DefaultConfigJson();
+ServerConfig DefaultConfig();
+
+struct LoadResult {
+  bool ok = true;
+  std::string error;       // "jobs.max_runing: unknown key" etc.
+  std::string effective;   // the merged configuration as JSON
+};
+
+// Merges every source into *config (starting from DefaultConfig()).
+// `getenv` looks up environment variables (std::getenv in production).
+// `args` are the flags after "serve"; unknown flags are errors.
+LoadResult LoadServerConfig(const std::vector<std::string>& args,
+                            const std::function<const char*(const char*)>& getenv,
+                            ServerConfig* config);
+
+// The same for a JSON text alone on top of the default (for tests and
+// --config parsing).
+LoadResult ParseConfigJson(std::string_view json, ServerConfig* config);
+
+}  // namespace flowstate::config
+
+#endif  // FLOWSTATE_CONFIG_CONFIG_H_

@@ -1,0 +1,13 @@
+// The subcommands of the `flowstate` binary. Each returns the process exit
+// code: 0 success, 1 a runtime failure, 2 bad usage or a bad job file.
+#ifndef FLOWSTATE_SERVER_COMMANDS_H_
+#define FLOWSTATE_SERVER_COMMANDS_H_
+
+namespace flowstate {
+
+// flowstate train JOB.json [--metrics-out FILE] [--threads N] [--data-root DIR]
+int TrainCommand(int argc, char** argv);
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SERVER_COMMANDS_H_

@@ -1,0 +1,437 @@
+#include "server/job_manager.h"
+
+#include <algorithm>
+
+#include "scheduler/thread_pool.h"
+#include "server/training_job.h"
+
+namespace flowstate {
+
+std::string_view JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return "QUEUED";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kPaused: return "PAUSED";
+    case JobState::kSucceeded: return "SUCCEEDED";
+    case JobState::kFailed: return "FAILED";
+    case JobState::kCancelled: return "CANCELLED";
+  }
+  return "UNKNOWN";
+}
+
+bool IsTerminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+std::string_view JobEventKindName(JobEvent::Kind k) {
+  switch (k) {
+    case JobEvent::Kind::kState: return "state";
+    case JobEvent::Kind::kStep: return "step";
+    case JobEvent::Kind::kEval: return "eval";
+  }
+  return "state";
+}
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct JobManager::Job {
+  std::string id;
+  JobSpec spec;
+  std::unique_ptr<TrainingJob> runner;
+  JobState state = JobState::kQueued;
+  std::string error;
+  bool started = false;        // runner->Start() succeeded
+  bool holds_slot = false;     // counted in running_
+  bool busy = false;           // a worker is running a slice of it
+  bool eval_pending = false;   // evaluate before the next step
+  bool finish_after_eval = false;
+  bool pause_requested = false;
+  bool cancel_requested = false;
+  int64_t epoch = 0, step = 0, total_steps = 0;
+  double loss = 0, train_seconds = 0;
+  int64_t examples = 0;
+  std::map<std::string, double> metrics;
+  double created = 0, started_at = 0, finished_at = 0;
+  std::chrono::steady_clock::time_point last_step_event{};
+  std::vector<std::weak_ptr<Stream>> subscribers;
+};
+
+class JobManager::Stream final : public JobEventStream {
+ public:
+  std::optional<JobEvent> Next(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> l(mu_);
+    timed_out_ = false;
+    bool ready = cv_.wait_for(l, timeout, [&] { return !events_.empty() || closed_ || ended_; });
+    if (!events_.empty()) {
+      JobEvent e = std::move(events_.front());
+      events_.pop_front();
+      return e;
+    }
+    timed_out_ = !ready;
+    return std::nullopt;
+  }
+  bool timed_out() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return timed_out_;
+  }
+  void Close() override {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  void Push(JobEvent e, bool terminal) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return;
+    events_.push_back(std::move(e));
+    if (terminal) ended_ = true;
+    cv_.notify_all();
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return closed_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobEvent> events_;
+  bool closed_ = false, ended_ = false, timed_out_ = false;
+};
+
+JobManager::JobManager(const JobManagerOptions& options) : options_(options) {
+  options_.max_running = std::max(1, options_.max_running);
+  options_.workers = std::max(1, options_.workers);
+  inter_op_pool_ = std::make_unique<ThreadPool>(std::max(1, options_.inter_op_threads));
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+JobManager::~JobManager() { Shutdown(); }
+
+void JobManager::Shutdown() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    work_cv_.notify_all();
+  }
+  for (auto& t : workers_) t.join();
+}
+
+JobInfo JobManager::InfoLocked(const Job& j) const {
+  JobInfo i;
+  i.id = j.id;
+  i.name = j.spec.name;
+  i.state = j.state;
+  i.epoch = j.epoch;
+  i.epochs = j.spec.input.epochs;
+  i.step = j.step;
+  i.total_steps = j.total_steps;
+  i.loss = j.loss;
+  i.examples_per_sec = j.train_seconds > 0 ? double(j.examples) / j.train_seconds : 0;
+  i.metrics = j.metrics;
+  i.error = j.error;
+  i.created = j.created;
+  i.started = j.started_at;
+  i.finished = j.finished_at;
+  return i;
+}
+
+void JobManager::PublishLocked(Job* job, JobEvent::Kind kind) {
+  JobEvent e;
+  e.kind = kind;
+  e.info = InfoLocked(*job);
+  e.time = Now();
+  bool terminal = IsTerminal(job->state) && kind == JobEvent::Kind::kState;
+  auto& subs = job->subscribers;
+  for (auto it = subs.begin(); it != subs.end();) {
+    std::shared_ptr<Stream> s = it->lock();
+    if (!s || s->closed()) {
+      it = subs.erase(it);
+      continue;
+    }
+    s->Push(e, terminal);
+    ++it;
+  }
+}
+
+void JobManager::SetStateLocked(Job* job, JobState s, const std::string& error) {
+  JobState from = job->state;
+  if (from == s) return;
+  job->state = s;
+  if (!error.empty()) job->error = error;
+  if (s == JobState::kRunning && job->started_at == 0) job->started_at = Now();
+  if (IsTerminal(s)) job->finished_at = Now();
+  if (IsTerminal(s) || s == JobState::kPaused || s == JobState::kQueued) {
+    if (job->holds_slot) {
+      job->holds_slot = false;
+      --running_;
+    }
+    ready_.erase(std::remove(ready_.begin(), ready_.end(), job->id), ready_.end());
+  }
+  if (IsTerminal(s) && job->runner && job->runner->pipeline()) job->runner->pipeline()->Cancel();
+  PublishLocked(job, JobEvent::Kind::kState);
+  if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), from);
+  AdmitLocked();
+}
+
+// Moves queued jobs into free running slots, oldest first.
+void JobManager::AdmitLocked() {
+  while (running_ < options_.max_running && !queued_.empty()) {
+    std::string id = queued_.front();
+    queued_.pop_front();
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second->state != JobState::kQueued) continue;
+    Job* job = it->second.get();
+    job->holds_slot = true;
+    ++running_;
+    ready_.push_back(id);
+    SetStateLocked(job, JobState::kRunning);
+    work_cv_.notify_one();
+  }
+}
+
+StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
+  FS_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job_json));
+  TrainingJobOptions o;
+  o.data_root = options_.data_root;
+  o.devices = options_.devices;
+  o.inter_op_pool = inter_op_pool_.get();
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, o));
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopping_) return Unavailable("the server is shutting down");
+  auto job = std::make_shared<Job>();
+  job->id = "job-" + std::to_string(next_id_++);
+  job->spec = std::move(spec);
+  job->runner = std::move(runner);
+  job->created = Now();
+  jobs_[job->id] = job;
+  order_.push_back(job->id);
+  queued_.push_back(job->id);
+  if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), JobState::kQueued);
+  JobInfo info = InfoLocked(*job);
+  AdmitLocked();
+  return info;
+}
+
+StatusOr<JobInfo> JobManager::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  return InfoLocked(*it->second);
+}
+
+std::vector<JobInfo> JobManager::List() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<JobInfo> out;
+  for (const std::string& id : order_) out.push_back(InfoLocked(*jobs_.at(id)));
+  return out;
+}
+
+int JobManager::queue_depth() const {
+  std::lock_guard<std::mutex> l(mu_);
+  int n = 0;
+  for (const auto& [id, j] : jobs_) n += j->state == JobState::kQueued;
+  return n;
+}
+
+std::map<JobState, int> JobManager::CountByState() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<JobState, int> out;
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kPaused,
+                     JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+    out[s] = 0;
+  }
+  for (const auto& [id, j] : jobs_) out[j->state]++;
+  return out;
+}
+
+Status JobManager::Cancel(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  if (IsTerminal(job->state)) {
+    return FailedPrecondition("job '" + id + "' is already " + std::string(JobStateName(job->state)));
+  }
+  if (job->busy) {
+    job->cancel_requested = true;  // applied when its current step ends
+  } else {
+    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+    SetStateLocked(job, JobState::kCancelled);
+  }
+  return Status();
+}
+
+Status JobManager::Pause(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  if (job->state != JobState::kQueued && job->state != JobState::kRunning) {
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+                              "; only queued or running jobs can be paused");
+  }
+  if (job->busy) {
+    job->pause_requested = true;
+  } else {
+    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+    SetStateLocked(job, JobState::kPaused);
+  }
+  return Status();
+}
+
+Status JobManager::Resume(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  if (job->state != JobState::kPaused) {
+    if (job->pause_requested) {  // paused but its step has not ended yet
+      job->pause_requested = false;
+      return Status();
+    }
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+                              "; only paused jobs can be resumed");
+  }
+  queued_.push_back(id);
+  SetStateLocked(job, JobState::kQueued);
+  return Status();
+}
+
+Status JobManager::Predict(const std::string& id,
+                           const std::vector<std::pair<std::string, Tensor>>& inputs,
+                           const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+    job = it->second;
+    if (!job->started) {
+      return FailedPrecondition("job '" + id + "' has no trained variables yet (it is " +
+                                std::string(JobStateName(job->state)) + ")");
+    }
+  }
+  return job->runner->Predict(inputs, fetches, outputs);
+}
+
+StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  auto stream = std::make_shared<Stream>();
+  JobEvent e;
+  e.kind = JobEvent::Kind::kState;
+  e.info = InfoLocked(*job);
+  e.time = Now();
+  stream->Push(e, IsTerminal(job->state));
+  job->subscribers.push_back(stream);
+  // The caller owns a handle that keeps the stream alive.
+  struct Handle final : JobEventStream {
+    std::shared_ptr<Stream> s;
+    std::optional<JobEvent> Next(std::chrono::milliseconds t) override { return s->Next(t); }
+    bool timed_out() const override { return s->timed_out(); }
+    void Close() override { s->Close(); }
+    ~Handle() override { s->Close(); }
+  };
+  auto h = std::make_unique<Handle>();
+  h->s = stream;
+  return std::unique_ptr<JobEventStream>(std::move(h));
+}
+
+void JobManager::WorkerLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    work_cv_.wait(l, [&] { return stopping_ || !ready_.empty(); });
+    if (stopping_) return;
+    std::string id = ready_.front();
+    ready_.pop_front();
+    std::shared_ptr<Job> job = jobs_.at(id);
+    if (job->state != JobState::kRunning || job->busy) continue;
+    job->busy = true;
+    l.unlock();
+    RunSlice(job);
+    l.lock();
+    job->busy = false;
+    if (job->state == JobState::kRunning) {
+      if (job->cancel_requested) {
+        SetStateLocked(job.get(), JobState::kCancelled);
+      } else if (job->pause_requested) {
+        job->pause_requested = false;
+        SetStateLocked(job.get(), JobState::kPaused);
+      } else {
+        ready_.push_back(id);  // round-robin: to the back of the line
+        work_cv_.notify_one();
+      }
+    }
+  }
+}
+
+// One unit of a job's work, outside the lock; bookkeeping under it.
+void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
+  Job* j = job.get();
+  if (!j->started) {
+    Status s = j->runner->Start();
+    std::lock_guard<std::mutex> l(mu_);
+    if (!s.ok()) {
+      SetStateLocked(j, JobState::kFailed, s.ToString());
+      return;
+    }
+    j->started = true;
+    j->total_steps = j->runner->total_steps();
+    PublishLocked(j, JobEvent::Kind::kState);
+    return;
+  }
+  if (j->eval_pending) {
+    StatusOr<std::map<std::string, double>> m = j->runner->Evaluate();
+    std::lock_guard<std::mutex> l(mu_);
+    j->eval_pending = false;
+    if (!m.ok()) {
+      SetStateLocked(j, JobState::kFailed, "evaluation: " + m.status().ToString());
+      return;
+    }
+    j->metrics = *m;
+    PublishLocked(j, JobEvent::Kind::kEval);
+    if (j->finish_after_eval) SetStateLocked(j, JobState::kSucceeded);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  StatusOr<StepResult> r = j->runner->Step();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> l(mu_);
+  if (!r.ok()) {
+    SetStateLocked(j, JobState::kFailed, "step " + std::to_string(j->step + 1) + ": " +
+                                             r.status().ToString());
+    return;
+  }
+  j->step = r->step;
+  j->epoch = r->epoch;
+  j->loss = r->loss;
+  j->train_seconds += secs;
+  j->examples += r->examples;
+  if (options_.observer) options_.observer->OnStep(InfoLocked(*j), secs, r->examples);
+  auto now = std::chrono::steady_clock::now();
+  double min_gap = options_.max_step_events_per_second > 0 ? 1.0 / options_.max_step_events_per_second : 0;
+  if (r->epoch_end || r->done ||
+      std::chrono::duration<double>(now - j->last_step_event).count() >= min_gap) {
+    j->last_step_event = now;
+    PublishLocked(j, JobEvent::Kind::kStep);
+  }
+  const auto& ev = j->spec.eval;
+  bool eval_due = ev && ((r->epoch_end && (r->epoch + 1) % ev->every_epochs == 0) || r->done);
+  if (eval_due) {
+    j->eval_pending = true;
+    j->finish_after_eval = r->done;
+  } else if (r->done) {
+    SetStateLocked(j, JobState::kSucceeded);
+  }
+}
+
+}  // namespace flowstate

@@ -1,0 +1,31 @@
+// The `flowstate` binary: subcommands train (and, later, serve, jobs, run,
+// checkpoints).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "server/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: flowstate <command> [args]\n"
+    "commands:\n"
+    "  train JOB.json   run a training job in-process (flowstate train --help)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "train") return flowstate::TrainCommand(argc - 2, argv + 2);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "flowstate: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,173 @@
+#include "server/service.h"
+
+#include <random>
+
+#include "devices/kernel_registry.h"
+#include "graph/op_def.h"
+#include "scheduler/session.h"
+#include "scheduler/thread_pool.h"
+
+namespace flowstate {
+
+Service::Service(const ServiceOptions& options) : options_(options) {
+  session_pool_ = std::make_unique<ThreadPool>(std::max(1, options.jobs.inter_op_threads));
+  JobManagerOptions jo = options.jobs;
+  jo.devices = options.devices;
+  jo.data_root = options.data_root;
+  jobs_ = std::make_unique<JobManager>(jo);
+}
+
+Service::~Service() { Shutdown(); }
+
+void Service::Shutdown() {
+  jobs_->Shutdown();
+  std::map<std::string, SessionEntry> sessions;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shut_down_ = true;
+    sessions.swap(sessions_);
+  }
+  for (auto& [id, e] : sessions) e.session->Close().CheckOk();
+}
+
+bool Service::Ready() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return !shut_down_;
+}
+
+StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shut_down_) return Unavailable("the server is shutting down");
+    if (int(sessions_.size()) >= options_.max_sessions) {
+      return ResourceExhausted("the server has its maximum of " +
+                               std::to_string(options_.max_sessions) + " open sessions");
+    }
+  }
+  SessionOptions so;
+  so.devices = options_.devices;
+  so.inter_op_pool = session_pool_.get();
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(graph, so));
+  std::lock_guard<std::mutex> l(mu_);
+  // Unguessable ids: sessions hold a client's state.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)rng());
+  std::string id = "sess-" + std::to_string(next_session_++) + "-" + buf;
+  sessions_[id] = SessionEntry{std::shared_ptr<Session>(std::move(s)), std::chrono::steady_clock::now()};
+  return id;
+}
+
+StatusOr<std::shared_ptr<Session>> Service::FindSession(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return NotFound("no session '" + id + "'");
+  it->second.last_used = std::chrono::steady_clock::now();
+  return it->second.session;
+}
+
+Status Service::ExtendSession(const std::string& id, const GraphDef& nodes) {
+  FS_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(id));
+  return s->Extend(nodes);
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
+    const std::string& id, const SessionRunRequest& req) {
+  FS_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(id));
+  for (const auto& [name, t] : req.feeds) {
+    if (int64_t(t.TotalBytes()) > options_.max_tensor_bytes) {
+      return ResourceExhausted("feed '" + name + "' is " + std::to_string(t.TotalBytes()) +
+                               " bytes, over the limit of " +
+                               std::to_string(options_.max_tensor_bytes));
+    }
+  }
+  std::vector<Tensor> out;
+  FS_RETURN_IF_ERROR(s->Run(req.feeds, req.fetches, req.targets, &out));
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (size_t i = 0; i < out.size(); ++i) named.emplace_back(req.fetches[i], std::move(out[i]));
+  return named;
+}
+
+Status Service::CloseSession(const std::string& id) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return NotFound("no session '" + id + "'");
+    s = it->second.session;
+    sessions_.erase(it);
+  }
+  return s->Close();
+}
+
+int Service::Reap() {
+  std::vector<std::shared_ptr<Session>> idle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (now - it->second.last_used > options_.session_idle_timeout) {
+        idle.push_back(it->second.session);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : idle) s->Close().CheckOk();
+  return int(idle.size());
+}
+
+int Service::num_sessions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return int(sessions_.size());
+}
+
+std::vector<OpInfo> Service::ListOps() const {
+  std::vector<OpInfo> out;
+  KernelRegistry* kernels = KernelRegistry::Global();
+  for (const OpDef* op : OpRegistry::Global()->ListOps()) {
+    if (op->is_internal()) continue;
+    OpInfo info;
+    info.name = op->name;
+    info.doc = op->doc;
+    info.stateful = op->is_stateful;
+    auto arg = [](const ArgDef& a) {
+      std::string t = a.type_attr.empty() ? std::string(DataTypeName(a.type)) : a.type_attr;
+      if (!a.number_attr.empty()) t = a.number_attr + " * " + t;
+      if (a.is_ref) t = "Ref(" + t + ")";
+      return OpInfo::Arg{a.name, t};
+    };
+    for (const ArgDef& a : op->inputs) info.inputs.push_back(arg(a));
+    for (const ArgDef& a : op->outputs) info.outputs.push_back(arg(a));
+    for (const AttrDef& a : op->attrs) {
+      OpInfo::Attr at;
+      at.name = a.name;
+      at.kind = std::string(AttrKindName(a.kind));
+      if (a.default_value) at.default_value = a.default_value->DebugString();
+      for (DataType t : a.allowed_types) at.allowed.emplace_back(DataTypeName(t));
+      info.attrs.push_back(at);
+    }
+    info.devices = kernels->DeviceTypesFor(op->name);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<DeviceInfo> Service::ListDevices() const {
+  std::vector<DeviceInfo> out;
+  for (Device* d : options_.devices->devices()) {
+    DeviceInfo i;
+    i.name = d->name();
+    i.type = d->type();
+    i.description = d->Description();
+    AllocatorStats s = d->allocator()->Stats();
+    i.bytes_in_use = s.bytes_in_use;
+    i.peak_bytes_in_use = s.peak_bytes_in_use;
+    i.bytes_limit = s.bytes_limit;
+    out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace flowstate

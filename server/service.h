@@ -1,0 +1,120 @@
+// Service: what Flowstate's server does, independent of how it is asked.
+// The HTTP frontend (http_frontend) and the gRPC frontend (grpc_frontend)
+// are thin adapters over this one interface, so a request over one gives the
+// same result over the other. Methods take and return plain types; errors
+// are Statuses whose codes the adapters map onto HTTP and gRPC codes.
+//
+// Sessions: a client's graph, run step by step (POST /v1/sessions...).
+// Sessions idle longer than `session_idle_timeout` are closed by Reap()
+// (the server calls it periodically). Jobs: see JobManager.
+//
+// Thread safety: every method is thread-safe.
+#ifndef FLOWSTATE_SERVER_SERVICE_H_
+#define FLOWSTATE_SERVER_SERVICE_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "devices/device_pool.h"
+#include "graph/attr_value.h"
+#include "graph/status.h"
+#include "graph/tensor.h"
+#include "server/job_manager.h"
+
+namespace flowstate {
+
+class Session;
+class ThreadPool;
+
+struct ServiceOptions {
+  DevicePool* devices = nullptr;  // required, not owned
+  std::string data_root = "/usr/share/datasets";
+  int max_sessions = 64;
+  std::chrono::seconds session_idle_timeout{600};
+  int64_t max_tensor_bytes = int64_t{64} << 20;
+  JobManagerOptions jobs;  // devices and data_root are filled in from above
+};
+
+struct OpInfo {
+  struct Arg {
+    std::string name, type;  // type: "float32", "T", "N * T", "Ref(T)"
+  };
+  struct Attr {
+    std::string name, kind, default_value;  // default_value: JSON text, "" when required
+    std::vector<std::string> allowed;       // dtypes a type attr allows
+  };
+  std::string name, doc;
+  std::vector<Arg> inputs, outputs;
+  std::vector<Attr> attrs;
+  bool stateful = false;
+  std::vector<std::string> devices;  // device types with a kernel
+};
+
+struct DeviceInfo {
+  std::string name, type, description;
+  int64_t bytes_in_use = 0, peak_bytes_in_use = 0, bytes_limit = 0;
+  int running_jobs = 0;
+};
+
+struct SessionRunRequest {
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  std::vector<std::string> fetches;
+  std::vector<std::string> targets;
+};
+
+class Service {
+ public:
+  explicit Service(const ServiceOptions& options);
+  ~Service();
+
+  // --- Sessions.
+  // INVALID_ARGUMENT naming the node for a bad graph; RESOURCE_EXHAUSTED at
+  // max_sessions.
+  StatusOr<std::string> CreateSession(const GraphDef& graph);
+  Status ExtendSession(const std::string& id, const GraphDef& nodes);
+  // Outputs in the order of the fetches.
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> RunSession(const std::string& id,
+                                                                   const SessionRunRequest& req);
+  Status CloseSession(const std::string& id);
+  // Closes sessions idle longer than the timeout; returns how many.
+  int Reap();
+  int num_sessions() const;
+
+  // --- Jobs (JobManager's methods, see job_manager.h).
+  JobManager& jobs() { return *jobs_; }
+
+  // --- Introspection.
+  std::vector<OpInfo> ListOps() const;
+  std::vector<DeviceInfo> ListDevices() const;
+  // Ready to serve (the store is open, workers are running).
+  bool Ready() const;
+
+  // Stops the job workers after their current steps and closes sessions.
+  void Shutdown();
+
+  const ServiceOptions& options() const { return options_; }
+
+ private:
+  struct SessionEntry {
+    std::shared_ptr<Session> session;
+    std::chrono::steady_clock::time_point last_used;
+  };
+  StatusOr<std::shared_ptr<Session>> FindSession(const std::string& id);
+
+  ServiceOptions options_;
+  std::unique_ptr<ThreadPool> session_pool_;
+  std::unique_ptr<JobManager> jobs_;
+  mutable std::mutex mu_;
+  std::map<std::string, SessionEntry> sessions_;  // GUARDED_BY(mu_)
+  int64_t next_session_ = 1;                       // GUARDED_BY(mu_)
+  bool shut_down_ = false;                         // GUARDED_BY(mu_)
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SERVER_SERVICE_H_

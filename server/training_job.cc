@@ -1,0 +1,341 @@
+#include "server/training_job.h"
+
+#include <algorithm>
+#include <set>
+
+#include "graph/gradients.h"
+#include "graph/graph.h"
+#include "graph/initializers.h"
+#include "graph/modes.h"
+#include "graph/ops.h"
+#include "graph/optimizers.h"
+#include "state/csv_reader.h"
+#include "state/data_path.h"
+#include "state/idx_reader.h"
+
+namespace flowstate {
+namespace {
+
+Status CheckPlaceholders(const Graph& g, const DataSpec& data, const std::string& path) {
+  for (const auto& [name, file] : data.files) {
+    const Node* n = g.FindNode(name);
+    if (n == nullptr) {
+      return InvalidArgument(path + ".files." + name + ": the graph has no node '" + name +
+                             "' to feed this file to");
+    }
+    if (n->op() != "Placeholder") {
+      return InvalidArgument(path + ".files." + name + ": node '" + name + "' is a " + n->op() +
+                                 ", not a Placeholder",
+                             name);
+    }
+  }
+  return Status();
+}
+
+Status CheckDataAgainstGraph(const Graph& g, const Dataset& d, const std::string& path) {
+  for (const auto& [name, t] : d.components()) {
+    const Node* n = g.FindNode(name);
+    if (n == nullptr) continue;  // checked before
+    DataType want = n->output_type(0);
+    const PartialShape& ps = n->output_shape(0);
+    TensorShape example = *d.ExampleShape(name);
+    std::vector<int64_t> batch{-1};
+    for (int64_t dim : example.dims()) batch.push_back(dim);
+    PartialShape as_fed(batch);
+    if (t.dtype() != want || !ps.IsCompatibleWith(as_fed)) {
+      return InvalidArgument(path + ".files." + name + ": the data is " +
+                                 std::string(DataTypeName(t.dtype())) + " " + as_fed.ToString() +
+                                 " (batch first) but placeholder '" + name + "' is " +
+                                 std::string(DataTypeName(want)) + " " + ps.ToString(),
+                             name);
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
+  if (job.replicas != 1) {
+    return Unimplemented("replicas: only 1 replica per job is supported so far");
+  }
+  FS_ASSIGN_OR_RETURN(Graph forward, Graph::Create(job.graph));
+  const Node* loss = forward.FindNode(ParseTensorId(job.loss).ok() ? ParseTensorId(job.loss)->node : job.loss);
+  StatusOr<TensorId> loss_id = ParseTensorId(job.loss);
+  if (!loss_id.ok() || loss_id->is_control() || loss == nullptr) {
+    return InvalidArgument("loss: '" + job.loss + "' names no node of the graph");
+  }
+  if (loss_id->index >= loss->num_outputs()) {
+    return InvalidArgument("loss: node '" + loss->name() + "' has no output " +
+                           std::to_string(loss_id->index));
+  }
+  DataType lt = loss->output_type(loss_id->index);
+  if (lt != DataType::kFloat32 && lt != DataType::kFloat64) {
+    return InvalidArgument("loss: '" + job.loss + "' is " + std::string(DataTypeName(lt)) +
+                               "; it must be float32 or float64",
+                           loss->name());
+  }
+  const PartialShape& ls = loss->output_shape(loss_id->index);
+  if (ls.rank_known() && ls.num_elements() != 1) {
+    return InvalidArgument("loss: '" + job.loss + "' has shape " + ls.ToString() +
+                               "; it must be a scalar (take a Mean)",
+                           loss->name());
+  }
+  FS_RETURN_IF_ERROR(CheckPlaceholders(forward, job.input, "input"));
+  if (job.eval) {
+    FS_RETURN_IF_ERROR(CheckPlaceholders(forward, *job.eval, "eval"));
+    for (size_t i = 0; i < job.eval->metrics.size(); ++i) {
+      const std::string& m = job.eval->metrics[i];
+      StatusOr<TensorId> id = ParseTensorId(m);
+      const Node* n = id.ok() ? forward.FindNode(id->node) : nullptr;
+      std::string path = "eval.metrics[" + std::to_string(i) + "]";
+      if (n == nullptr || id->is_control() || id->index >= n->num_outputs()) {
+        return InvalidArgument(path + ": '" + m + "' names no tensor of the graph");
+      }
+      const PartialShape& s = n->output_shape(id->index);
+      if (s.rank_known() && s.num_elements() != 1) {
+        return InvalidArgument(path + ": '" + m + "' has shape " + s.ToString() +
+                                   "; a metric must be a scalar",
+                               n->name());
+      }
+      if (!IsFloating(n->output_type(id->index)) && !IsInteger(n->output_type(id->index))) {
+        return InvalidArgument(path + ": '" + m + "' must be numeric", n->name());
+      }
+    }
+  }
+  for (size_t i = 0; i < job.devices.size(); ++i) {
+    StatusOr<DeviceName> d = DeviceName::Parse(job.devices[i]);
+    if (!d.ok()) return InvalidArgument("devices[" + std::to_string(i) + "]: " + d.status().message());
+  }
+
+  TrainingGraph tg;
+  tg.loss = loss_id->ToString();
+  Scope root(job.graph);
+  std::vector<Output> vars;
+  std::vector<const Node*> var_nodes;
+  for (int id : forward.topo_order()) {
+    const Node& n = forward.node(id);
+    if (n.op() == "Variable") {
+      vars.emplace_back(n.name(), 0);
+      var_nodes.push_back(&n);
+    }
+  }
+  if (vars.empty()) return InvalidArgument("graph: the graph has no Variable to train");
+  std::vector<Gradient> grads;
+  FS_RETURN_IF_ERROR(AddGradients(root, Output(loss_id->node, loss_id->index), vars, &grads));
+  std::vector<VariableGradient> vg;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    VariableGradient v;
+    v.variable = vars[i];
+    v.dtype = var_nodes[i]->output_type(0);
+    v.shape = var_nodes[i]->output_shape(0);
+    v.gradient = grads[i];
+    if (!grads[i].is_none()) tg.trainable.push_back(vars[i].node);
+    vg.push_back(v);
+  }
+  if (tg.trainable.empty()) {
+    return InvalidArgument("loss: no variable affects '" + job.loss + "', so there is nothing to train");
+  }
+  FS_ASSIGN_OR_RETURN(TrainOp train, BuildOptimizer(root, "optimizer", job.optimizer, vg));
+  FS_ASSIGN_OR_RETURN(InitializerResult init, AddVariableInitializers(root, job.seed));
+  // Variables with gradients and without an initializer cannot start.
+  for (const std::string& v : init.without_init) {
+    bool is_slot = std::find(train.slot_variables.begin(), train.slot_variables.end(), v) !=
+                       train.slot_variables.end() || v == train.global_step;
+    if (!is_slot) {
+      return InvalidArgument("graph: variable '" + v +
+                                 "' declares no initializer (set attr \"init\", e.g. "
+                                 "\"glorot_uniform\" or \"zeros\")",
+                             v);
+    }
+  }
+  tg.train_op = train.train;
+  tg.init_op = init.init_op;
+  tg.optimizer_init = train.init;
+  tg.global_step = train.global_step;
+  tg.variables = init.initialized;
+  tg.variables.insert(tg.variables.end(), train.slot_variables.begin(), train.slot_variables.end());
+  tg.variables.push_back(train.global_step);
+  tg.graph = root.graph_def();
+  // The whole graph must validate (it does unless a gradient is broken).
+  FS_RETURN_IF_ERROR(Graph::Create(tg.graph).status());
+  tg.eval_graph = InferenceGraph(job.graph);
+  return tg;
+}
+
+TrainingJob::TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph)
+    : spec_(spec), options_(options), graph_(std::move(graph)) {}
+
+TrainingJob::~TrainingJob() {
+  if (pipeline_) pipeline_->Cancel();
+}
+
+StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
+                                                           const TrainingJobOptions& options) {
+  if (options.devices == nullptr) return InvalidArgument("TrainingJobOptions.devices is required");
+  FS_ASSIGN_OR_RETURN(TrainingGraph g, BuildTrainingGraph(spec));
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    FS_ASSIGN_OR_RETURN(DeviceName d, DeviceName::Parse(spec.devices[i]));
+    if (options.devices->Matching(d).empty()) {
+      return InvalidArgument("devices[" + std::to_string(i) + "]: no device of this server matches '" +
+                             spec.devices[i] + "'");
+    }
+  }
+  // Every file must exist under the data root (its contents are checked
+  // when the job starts).
+  auto check_files = [&](const DataSpec& d, const std::string& path) -> Status {
+    for (const auto& [name, file] : d.files) {
+      StatusOr<std::string> r = ResolveDataPath(options.data_root, file);
+      if (!r.ok()) {
+        return Status(r.status().code(), path + ".files." + name + ": " + r.status().message());
+      }
+    }
+    return Status();
+  };
+  FS_RETURN_IF_ERROR(check_files(spec.input, "input"));
+  if (spec.eval) FS_RETURN_IF_ERROR(check_files(*spec.eval, "eval"));
+  return std::unique_ptr<TrainingJob>(new TrainingJob(spec, options, std::move(g)));
+}
+
+StatusOr<Dataset> TrainingJob::Load(const DataSpec& data, const std::string& path) const {
+  Dataset d;
+  if (data.format == "idx") {
+    StatusOr<Dataset> r = LoadIdxDataset(options_.data_root, data.files);
+    if (!r.ok()) return r.status().WithPrefix(path + ".files");
+    d = std::move(r).value();
+  } else {
+    // One read per distinct file, with the components that come from it.
+    std::map<std::string, std::vector<std::string>> by_file;
+    for (const auto& [name, file] : data.files) by_file[file].push_back(name);
+    std::map<std::string, Tensor> components;
+    for (const auto& [file, names] : by_file) {
+      CsvOptions o;
+      o.delimiter = data.delimiter;
+      if (data.header) o.header = *data.header ? CsvHeader::kPresent : CsvHeader::kAbsent;
+      for (const std::string& name : names) {
+        CsvComponent c;
+        c.name = name;
+        auto col = data.columns.find(name);
+        if (col != data.columns.end()) {
+          c.columns = col->second.names;
+          c.column_indices = col->second.indices;
+          StatusOr<DataType> t = DataTypeFromString(col->second.dtype);
+          if (!t.ok()) return InvalidArgument(path + ".columns." + name + ".dtype: " + t.status().message());
+          c.dtype = *t;
+        }
+        o.components.push_back(c);
+      }
+      StatusOr<Dataset> r = LoadCsvDataset(options_.data_root, file, o);
+      if (!r.ok()) return r.status().WithPrefix(path + ".files");
+      for (const auto& [name, t] : r->components()) components[name] = t;
+    }
+    StatusOr<Dataset> r = Dataset::Make(std::move(components));
+    if (!r.ok()) return r.status().WithPrefix(path + ".files");
+    d = std::move(r).value();
+  }
+  if (data.max_examples) d = d.Take(*data.max_examples);
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(spec_.graph));
+  FS_RETURN_IF_ERROR(CheckDataAgainstGraph(g, d, path));
+  return d;
+}
+
+Status TrainingJob::Start() {
+  if (started_) return FailedPrecondition("the job has already started");
+  FS_ASSIGN_OR_RETURN(train_data_, Load(spec_.input, "input"));
+  if (spec_.eval) {
+    FS_ASSIGN_OR_RETURN(eval_data_, Load(*spec_.eval, "eval"));
+  }
+  SessionOptions so;
+  so.devices = options_.devices;
+  so.inter_op_pool = options_.inter_op_pool;
+  so.inter_op_threads = options_.inter_op_threads;
+  so.default_device = spec_.devices.empty() ? "" : spec_.devices.front();
+  FS_ASSIGN_OR_RETURN(train_session_, Session::Create(graph_.graph, so));
+  so.resources = train_session_->shared_resources();
+  FS_ASSIGN_OR_RETURN(eval_session_, Session::Create(graph_.eval_graph, so));
+  InputPipelineOptions po;
+  po.batch_size = spec_.input.batch_size;
+  po.shuffle = spec_.input.shuffle;
+  po.seed = spec_.seed;
+  po.epochs = spec_.input.epochs;
+  po.drop_remainder = spec_.input.drop_remainder;
+  po.prefetch = spec_.input.prefetch;
+  StatusOr<std::unique_ptr<InputPipeline>> p = InputPipeline::Create(train_data_, po);
+  if (!p.ok()) return p.status().WithPrefix("input");
+  pipeline_ = std::move(p).value();
+  std::vector<Tensor> out;
+  FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
+  started_ = true;
+  return Status();
+}
+
+int64_t TrainingJob::steps_per_epoch() const {
+  if (pipeline_) return pipeline_->batches_per_epoch();
+  int64_t n = train_data_.num_examples(), b = spec_.input.batch_size;
+  return spec_.input.drop_remainder ? n / b : (n + b - 1) / b;
+}
+
+int64_t TrainingJob::total_steps() const {
+  int64_t total = steps_per_epoch() * spec_.input.epochs;
+  if (spec_.max_steps) total = std::min(total, *spec_.max_steps);
+  return total;
+}
+
+StatusOr<StepResult> TrainingJob::Step() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  if (done_) return FailedPrecondition("the job has finished");
+  StatusOr<Batch> b = pipeline_->Next();
+  if (!b.ok()) return b.status();
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  feeds.reserve(b->components.size());
+  for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
+  std::vector<Tensor> out;
+  FS_RETURN_IF_ERROR(train_session_->Run(feeds, {graph_.loss}, {graph_.train_op}, &out));
+  StepResult r;
+  r.step = ++step_;
+  r.epoch = b->epoch;
+  r.loss = out[0].ElementAsDouble(0);
+  r.examples = b->size;
+  r.epoch_end = pipeline_->position().epoch != b->epoch;
+  r.done = step_ >= total_steps();
+  done_ = r.done;
+  return r;
+}
+
+StatusOr<std::map<std::string, double>> TrainingJob::Evaluate() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  if (!spec_.eval) return FailedPrecondition("the job has no eval section");
+  InputPipelineOptions po;
+  po.batch_size = spec_.eval->batch_size;
+  po.shuffle = false;
+  po.epochs = 1;
+  po.prefetch = 2;
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputPipeline> p, InputPipeline::Create(eval_data_, po));
+  const std::vector<std::string>& metrics = spec_.eval->metrics;
+  std::vector<double> sums(metrics.size(), 0.0);
+  int64_t seen = 0;
+  for (;;) {
+    StatusOr<Batch> b = p->Next();
+    if (!b.ok()) {
+      if (b.status().code() == Code::kOutOfRange) break;
+      return b.status();
+    }
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
+    std::vector<Tensor> out;
+    FS_RETURN_IF_ERROR(eval_session_->Run(feeds, metrics, {}, &out));
+    for (size_t i = 0; i < metrics.size(); ++i) sums[i] += out[i].ElementAsDouble(0) * double(b->size);
+    seen += b->size;
+  }
+  std::map<std::string, double> result;
+  for (size_t i = 0; i < metrics.size(); ++i) result[metrics[i]] = seen ? sums[i] / double(seen) : 0.0;
+  return result;
+}
+
+Status TrainingJob::Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                            const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+  if (!started_) return FailedPrecondition("the job has not started");
+  return eval_session_->Run(inputs, fetches, {}, outputs);
+}
+
+}  // namespace flowstate

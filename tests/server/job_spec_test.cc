@@ -1,0 +1,108 @@
+#include "server/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "server/training_job.h"
+
+namespace flowstate {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string ExampleJob(const char* name) {
+  return ReadFile(std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/" + name);
+}
+
+// A small valid job, edited by each test.
+std::string Job(const std::string& replace_from = "", const std::string& replace_to = "") {
+  std::string j = R"({
+    "name": "tiny",
+    "graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 1]}},
+      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "zeros"}},
+      {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
+      {"name": "d", "op": "Sub", "inputs": ["p", "y"]},
+      {"name": "sq", "op": "Square", "inputs": ["d"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"x": "t.csv", "y": "t.csv"},
+              "columns": {"x": [0, 1], "y": [2]}, "batch_size": 4}
+  })";
+  if (!replace_from.empty()) {
+    size_t p = j.find(replace_from);
+    EXPECT_NE(p, std::string::npos) << replace_from;
+    if (p != std::string::npos) j.replace(p, replace_from.size(), replace_to);
+  }
+  return j;
+}
+
+void ExpectPathError(const std::string& json, const std::string& path_and_text) {
+  StatusOr<JobSpec> j = ParseJobSpec(json);
+  ASSERT_FALSE(j.ok()) << "expected: " << path_and_text;
+  EXPECT_EQ(j.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(j.status().message().find(path_and_text), std::string::npos) << j.status().ToString();
+}
+
+TEST(JobSpec, ParsesTheExampleJobs) {
+  for (const char* f : {"fashion_mlp.json", "fashion_cnn.json"}) {
+    StatusOr<JobSpec> j = ParseJobSpec(ExampleJob(f));
+    ASSERT_TRUE(j.ok()) << f << ": " << j.status().ToString();
+    EXPECT_EQ(j->loss, "loss");
+    EXPECT_EQ(j->optimizer.kind, OptimizerOptions::Kind::kAdam);
+    EXPECT_EQ(j->input.batch_size, 128);
+    ASSERT_TRUE(j->eval.has_value());
+    EXPECT_EQ(j->eval->metrics, (std::vector<std::string>{"accuracy", "loss"}));
+    StatusOr<TrainingGraph> g = BuildTrainingGraph(*j);
+    ASSERT_TRUE(g.ok()) << f << ": " << g.status().ToString();
+    EXPECT_FALSE(g->train_op.empty());
+    EXPECT_GE(g->trainable.size(), 4u);
+  }
+}
+
+TEST(JobSpec, ErrorsNameTheJsonPath) {
+  ExpectPathError(Job("\"learning_rate\": 0.1", "\"learning_rate\": -1"),
+                  "optimizer.learning_rate: must be > 0");
+  ExpectPathError(Job("\"type\": \"sgd\"", "\"type\": \"sgdd\""), "optimizer.type: unknown optimizer");
+  ExpectPathError(Job("\"batch_size\": 4", "\"batch_size\": 0"), "input.batch_size: must be >= 1");
+  ExpectPathError(Job("\"batch_size\": 4", "\"batch_size\": \"4\""), "input.batch_size: expected an integer");
+  ExpectPathError(Job("\"name\": \"tiny\"", "\"nmae\": \"tiny\""), "nmae: unknown field");
+  ExpectPathError(Job("\"loss\": \"loss\",", ""), "loss: is required");
+  ExpectPathError(Job("\"format\": \"csv\"", "\"format\": \"parquet\""), "input.format");
+  ExpectPathError(Job("\"op\": \"MatMul\"", "\"op\": \"MatMull\""), "graph.nodes[3]");
+  ExpectPathError("{not json", "not valid JSON");
+}
+
+TEST(JobSpec, TrainingGraphErrors) {
+  auto build = [](const std::string& json) {
+    StatusOr<JobSpec> j = ParseJobSpec(json);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return BuildTrainingGraph(*j).status();
+  };
+  Status s = build(Job("\"loss\": \"loss\"", "\"loss\": \"nope\""));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("loss:"), std::string::npos) << s.ToString();
+  s = build(Job("\"loss\": \"loss\"", "\"loss\": \"sq\""));  // not a scalar
+  EXPECT_NE(s.message().find("must be a scalar"), std::string::npos) << s.ToString();
+  s = build(Job("\"files\": {\"x\": \"t.csv\"", "\"files\": {\"xx\": \"t.csv\""));
+  EXPECT_NE(s.message().find("input.files.xx"), std::string::npos) << s.ToString();
+  s = build(Job(", \"init\": \"zeros\"", ""));
+  EXPECT_NE(s.message().find("'w' declares no initializer"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.node(), "w");
+  s = build(Job("\"init\": \"zeros\"", "\"init\": \"zeroes\""));
+  EXPECT_NE(s.message().find("unknown initializer"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace flowstate
