@@ -1,0 +1,157 @@
+// Gather and Tile against plain-loop references, for every dtype the
+// kernels are registered for.
+#include <gtest/gtest.h>
+
+#include "tests/devices/array_test_util.h"
+
+namespace flowstate::test {
+namespace {
+
+// out[p..., i..., q...] = params[p..., indices[i...], q...].
+Tensor GatherRef(const Tensor& params, const std::vector<int64_t>& idx,
+                 const TensorShape& idx_shape, int axis) {
+  std::vector<int64_t> pd = params.shape().dim_vector(), od;
+  od.insert(od.end(), pd.begin(), pd.begin() + axis);
+  od.insert(od.end(), idx_shape.dims().begin(), idx_shape.dims().end());
+  od.insert(od.end(), pd.begin() + axis + 1, pd.end());
+  TensorShape out_shape(od);
+  std::vector<int64_t> src(out_shape.num_elements());
+  const int ir = idx_shape.rank();
+  for (int64_t j = 0; j < out_shape.num_elements(); ++j) {
+    std::vector<int64_t> o = Unravel(j, od), p;
+    p.insert(p.end(), o.begin(), o.begin() + axis);
+    std::vector<int64_t> i(o.begin() + axis, o.begin() + axis + ir);
+    p.push_back(idx[Ravel(i, idx_shape.dims())]);
+    p.insert(p.end(), o.begin() + axis + ir, o.end());
+    src[j] = Ravel(p, pd);
+  }
+  return Pick(params, out_shape, src);
+}
+
+Tensor IndexTensor(DataType it, const std::vector<int64_t>& v, const TensorShape& shape) {
+  Tensor flat = Ix(it, v);
+  return flat.Reshaped(shape).value();
+}
+
+void CheckGather(DataType t, DataType it, const TensorShape& pshape,
+                 const std::vector<int64_t>& idx, const TensorShape& ishape, int64_t axis,
+                 Device* device = nullptr) {
+  Tensor params = RandomOf(t, pshape, 40);
+  Tensor y = RunOp1("Gather", {params, IndexTensor(it, idx, ishape)}, {{"axis", AttrValue(axis)}},
+                    device);
+  const int a = int(axis < 0 ? axis + pshape.rank() : axis);
+  EXPECT_TRUE(TensorsEqual(y, GatherRef(params, idx, ishape, a)))
+      << DataTypeName(t) << " params " << pshape.ToString() << " axis " << axis;
+}
+
+TEST(ArrayGather, EveryDtypeIndexTypeAndAxis) {
+  for (DataType t : AllDataTypes()) {
+    for (DataType it : IndexTypes()) {
+      CheckGather(t, it, {5, 3}, {4, 0, 0, 2}, {4}, 0);
+      CheckGather(t, it, {5, 3}, {2, 1, 0, 2, 2, 1}, {2, 3}, 1);
+      CheckGather(t, it, {5, 3}, {1}, {}, -1);            // scalar index drops the axis
+      CheckGather(t, it, {2, 4, 3}, {3, 1}, {2}, -2);
+      CheckGather(t, it, {6, 12}, {5, 0, 3}, {3}, 0);     // rows longer than 8 elements
+      CheckGather(t, it, {6}, {5, 5, 1}, {3}, 0);
+      CheckGather(t, it, {5, 3}, {}, {0}, 0);             // no indices
+      CheckGather(t, it, {3, 0}, {2, 1}, {2}, 0);         // empty rows
+      CheckGather(t, it, {0, 4}, {}, {2, 0}, 0);
+    }
+  }
+  std::vector<int64_t> idx(3000);
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int64_t((i * 7919) % 500);
+  for (int threads : {1, 2}) {
+    CheckGather(DataType::kFloat32, DataType::kInt64, {500, 64}, idx, {3000}, 0,
+                CpuTestDevice(threads));
+    CheckGather(DataType::kInt32, DataType::kInt32, {4, 500}, idx, {30, 100}, 1,
+                CpuTestDevice(threads));
+  }
+}
+
+TEST(ArrayGather, RejectsOutOfRangeIndicesAndAxes) {
+  Tensor params = RandomOf(DataType::kFloat32, {5, 3}, 1);
+  for (DataType it : IndexTypes()) {
+    EXPECT_TRUE(IsKernelError(RunOp("Gather", {params, Ix(it, {0, 5})}),
+                              "indices[1] = 5 is not in [0, 5)"));
+    EXPECT_TRUE(IsKernelError(RunOp("Gather", {params, Ix(it, {-1})}),
+                              "indices[0] = -1 is not in [0, 5)"));
+    EXPECT_TRUE(IsKernelError(RunOp("Gather", {params, Ix(it, {3})}, {{"axis", AttrValue(1)}}),
+                              "indices[0] = 3 is not in [0, 3)"));
+  }
+  Tensor empty = RandomOf(DataType::kFloat32, {0, 3}, 1);
+  EXPECT_TRUE(IsKernelError(RunOp("Gather", {empty, Ix(DataType::kInt32, {0})}), "not in [0, 0)"));
+  EXPECT_TRUE(IsKernelError(
+      RunKernelOnly("Gather", {params, Ix(DataType::kInt32, {0})}, {{"axis", AttrValue(2)}}),
+      "axis 2 is out of range"));
+  EXPECT_TRUE(IsKernelError(
+      RunKernelOnly("Gather", {params, Ix(DataType::kInt32, {0})}, {{"axis", AttrValue(-3)}}),
+      "out of range"));
+  EXPECT_TRUE(IsKernelError(
+      RunKernelOnly("Gather", {Tensor::Scalar<float>(1), Ix(DataType::kInt32, {0})}),
+      "params must have rank >= 1"));
+}
+
+// out[o] = x[o mod dims].
+Tensor TileRef(const Tensor& x, const std::vector<int64_t>& mult) {
+  std::vector<int64_t> dims = x.shape().dim_vector(), od(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) od[k] = dims[k] * mult[k];
+  TensorShape out_shape(od);
+  std::vector<int64_t> src(out_shape.num_elements());
+  for (int64_t j = 0; j < out_shape.num_elements(); ++j) {
+    std::vector<int64_t> o = Unravel(j, od);
+    for (size_t k = 0; k < o.size(); ++k) o[k] %= dims[k];
+    src[j] = Ravel(o, dims);
+  }
+  return Pick(x, out_shape, src);
+}
+
+void CheckTile(DataType t, DataType it, const TensorShape& s, const std::vector<int64_t>& mult,
+               Device* device = nullptr) {
+  Tensor x = RandomOf(t, s, 50);
+  Tensor y = RunOp1("Tile", {x, Ix(it, mult)}, {}, device);
+  EXPECT_TRUE(TensorsEqual(y, TileRef(x, mult)))
+      << DataTypeName(t) << " " << s.ToString() << " multiples " << Ix(it, mult).DebugString();
+}
+
+TEST(ArrayTile, EveryDtypeAndIndexType) {
+  for (DataType t : AllDataTypes()) {
+    for (DataType it : IndexTypes()) {
+      CheckTile(t, it, {2, 3}, {2, 3});
+      CheckTile(t, it, {3}, {4});
+      CheckTile(t, it, {1, 1}, {5, 7});
+      CheckTile(t, it, {2, 1, 3}, {1, 4, 1});
+      CheckTile(t, it, {2, 3, 2, 2}, {2, 1, 3, 2});
+      CheckTile(t, it, {2, 20}, {3, 2});
+      CheckTile(t, it, {2, 3}, {0, 2});
+      CheckTile(t, it, {2, 0}, {2, 2});
+      CheckTile(t, it, {}, {});
+    }
+  }
+  for (int threads : {1, 2}) {
+    CheckTile(DataType::kFloat32, DataType::kInt32, {30, 7}, {40, 100}, CpuTestDevice(threads));
+    CheckTile(DataType::kUInt8, DataType::kInt64, {3, 500}, {300, 2}, CpuTestDevice(threads));
+  }
+}
+
+TEST(ArrayTile, AllOnesSharesTheBuffer) {
+  Tensor x = RandomOf(DataType::kFloat64, {2, 3}, 51);
+  Tensor y = RunOp1("Tile", {x, Ix(DataType::kInt32, {1, 1})});
+  EXPECT_TRUE(TensorsEqual(y, x));
+  EXPECT_TRUE(y.SharesBufferWith(x));
+}
+
+TEST(ArrayTile, RejectsBadMultiples) {
+  Tensor x = RandomOf(DataType::kFloat32, {2, 3}, 1);
+  EXPECT_TRUE(IsKernelError(RunKernelOnly("Tile", {x, Ix(DataType::kInt32, {2})}),
+                            "multiples has 1 entries for an input of shape [2, 3]"));
+  EXPECT_TRUE(IsKernelError(RunKernelOnly("Tile", {x, Ix(DataType::kInt64, {2, -1})}),
+                            "multiples[1] = -1 is negative"));
+  EXPECT_TRUE(IsKernelError(
+      RunKernelOnly("Tile", {x, Ix(DataType::kInt64, {int64_t(1) << 40, int64_t(1) << 40})}),
+      "too many elements"));
+  EXPECT_TRUE(IsKernelError(RunKernelOnly("Tile", {x, IxScalar(DataType::kInt32, 2)}),
+                            "multiples must be a vector"));
+}
+
+}  // namespace
+}  // namespace flowstate::test
