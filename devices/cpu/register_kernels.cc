@@ -20,6 +20,7 @@ void RegisterCpuKernels(KernelRegistry* r) {
   RegisterMatMulKernels(r);
   RegisterArrayKernels(r);
   RegisterRandomKernels(r);
+  RegisterNnKernels(r);
 }
 
 }  // namespace flowstate::internal

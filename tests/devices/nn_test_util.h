@@ -1,0 +1,151 @@
+// Helpers shared by the activation, loss, dropout and gradient-support
+// kernel tests (nn_*_test.cc, grad_support*_test.cc): a float-type loop,
+// tolerances, an error matcher, and a kernel that is built once and
+// computed many times with inputs it owns (so they can be forwarded, and a
+// stateful kernel's sequence observed). Owned runs do not count towards
+// kernel coverage; every test also goes through RunOp.
+#ifndef FLOWSTATE_TESTS_DEVICES_NN_TEST_UTIL_H_
+#define FLOWSTATE_TESTS_DEVICES_NN_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "graph/graph.h"
+#include "tests/util/op_test_util.h"
+
+namespace flowstate::test {
+
+template <typename Fn>
+void ForFloatTypes(Fn&& fn) {
+  fn.template operator()<float>();
+  fn.template operator()<double>();
+}
+
+// Relative tolerance of a kernel result against a double-precision
+// reference.
+template <typename T>
+constexpr double kRtol = std::is_same_v<T, float> ? 3e-6 : 1e-12;
+
+inline std::string TypeName(DataType t) { return std::string(DataTypeName(t)); }
+
+inline std::string VectorStr(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// The result is INVALID_ARGUMENT naming node "op", and its message holds
+// `fragment`.
+template <typename R>
+::testing::AssertionResult IsOpError(const R& r, const std::string& fragment) {
+  if (r.ok()) return ::testing::AssertionFailure() << "succeeded, expected an error";
+  const Status s = r.status();
+  if (s.code() != Code::kInvalidArgument) {
+    return ::testing::AssertionFailure() << "wrong code: " << s.ToString();
+  }
+  if (s.node() != "op") return ::testing::AssertionFailure() << "wrong node: " << s.ToString();
+  if (s.message().find(fragment) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "message lacks \"" << fragment << "\": " << s.ToString();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// One kernel of `op` whose inputs are Placeholders of `input_types`, built
+// once; Compute takes its inputs by value and hands them to the kernel as
+// the only reference.
+class OwnedKernel {
+ public:
+  OwnedKernel(const std::string& op, const std::vector<DataType>& input_types,
+              const AttrMap& attrs = {}, Device* device = CpuTestDevice(1))
+      : device_(device) {
+    GraphDef gd;
+    NodeDef n;
+    n.name = "op";
+    n.op = op;
+    n.attrs = attrs;
+    for (size_t i = 0; i < input_types.size(); ++i) {
+      NodeDef p;
+      p.name = "in" + std::to_string(i);
+      p.op = "Placeholder";
+      p.attrs["dtype"] = AttrValue(input_types[i]);
+      gd.nodes.push_back(p);
+      n.inputs.push_back(p.name);
+    }
+    gd.nodes.push_back(n);
+    StatusOr<Graph> g = Graph::Create(gd);
+    if (!g.ok()) {
+      status_ = g.status();
+      return;
+    }
+    graph_ = std::make_unique<Graph>(std::move(g).value());
+    const Node& node = *graph_->FindNode("op");
+    std::vector<DataType> out_types;
+    for (int i = 0; i < node.num_outputs(); ++i) out_types.push_back(node.output_type(i));
+    num_outputs_ = node.num_outputs();
+    auto k = KernelRegistry::Global()->CreateKernel(node.def(), node.op_def(), device, nullptr,
+                                                    input_types, out_types);
+    if (!k.ok()) {
+      status_ = k.status();
+      return;
+    }
+    kernel_ = std::move(k).value();
+  }
+
+  const Status& status() const { return status_; }
+
+  StatusOr<std::vector<Tensor>> Compute(std::vector<Tensor> inputs) {
+    if (!status_.ok()) return status_;
+    std::vector<TensorValue> in(inputs.size()), out(static_cast<size_t>(num_outputs_));
+    for (size_t i = 0; i < inputs.size(); ++i) in[i].tensor = std::move(inputs[i]);
+    inputs.clear();
+    OpKernelContext::Params p;
+    p.device = device_;
+    p.kernel = kernel_.get();
+    p.inputs = in;
+    p.outputs = out;
+    OpKernelContext ctx(p);
+    kernel_->Compute(&ctx);
+    if (!ctx.ok()) return ctx.status();
+    std::vector<Tensor> result;
+    for (TensorValue& v : out) result.push_back(std::move(v.tensor));
+    return result;
+  }
+
+ private:
+  Device* device_;
+  Status status_;
+  int num_outputs_ = 0;
+  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<OpKernel> kernel_;
+};
+
+// A vector of tensors in which temporaries keep their only reference (an
+// initializer list would copy them): Own(x.DeepCopy(), y) moves the copy of
+// x in and copies y.
+template <typename... Ts>
+std::vector<Tensor> Own(Ts&&... ts) {
+  std::vector<Tensor> v;
+  (v.push_back(std::forward<Ts>(ts)), ...);
+  return v;
+}
+
+// Input i of a one-output op is forwarded when the caller gives up its
+// reference (pass Own(...)): returns whether output 0 uses the buffer input `i` had.
+inline bool ForwardsInput(const std::string& op, std::vector<Tensor> inputs, int i,
+                          const AttrMap& attrs = {}) {
+  std::vector<DataType> types;
+  for (const Tensor& t : inputs) types.push_back(t.dtype());
+  OwnedKernel k(op, types, attrs);
+  const void* before = inputs[size_t(i)].raw_data();
+  StatusOr<std::vector<Tensor>> r = k.Compute(std::move(inputs));
+  return r.ok() && (*r)[0].raw_data() == before;
+}
+
+}  // namespace flowstate::test
+
+#endif  // FLOWSTATE_TESTS_DEVICES_NN_TEST_UTIL_H_
