@@ -8,6 +8,9 @@ namespace flowstate {
 // flowstate train JOB.json [--metrics-out FILE] [--threads N] [--data-root DIR]
 int TrainCommand(int argc, char** argv);
 
+// flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR] ...
+int ServeCommand(int argc, char** argv);
+
 }  // namespace flowstate
 
 #endif  // FLOWSTATE_SERVER_COMMANDS_H_

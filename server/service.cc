@@ -1,13 +1,34 @@
 #include "server/service.h"
 
+#include <nlohmann/json.hpp>
+
 #include <random>
 
+#include "api/json_codec.h"
 #include "devices/kernel_registry.h"
 #include "graph/op_def.h"
 #include "scheduler/session.h"
 #include "scheduler/thread_pool.h"
 
 namespace flowstate {
+
+namespace {
+
+// An attr value as JSON text, written the way a graph body writes it (the
+// codec's form: "float32", [2, -1], "a string"), not DebugString's.
+std::string AttrValueJson(const std::string& op, const std::string& attr, const AttrValue& v) {
+  GraphDef g;
+  NodeDef n;
+  n.name = "n";
+  n.op = op;
+  n.attrs.emplace(attr, v);
+  g.nodes.push_back(std::move(n));
+  nlohmann::json doc = nlohmann::json::parse(api::GraphToJson(g), nullptr, false);
+  if (doc.is_discarded()) return nlohmann::json(v.DebugString()).dump();
+  return doc["nodes"][0]["attrs"][attr].dump();
+}
+
+}  // namespace
 
 Service::Service(const ServiceOptions& options) : options_(options) {
   session_pool_ = std::make_unique<ThreadPool>(std::max(1, options.jobs.inter_op_threads));
@@ -144,7 +165,7 @@ std::vector<OpInfo> Service::ListOps() const {
       OpInfo::Attr at;
       at.name = a.name;
       at.kind = std::string(AttrKindName(a.kind));
-      if (a.default_value) at.default_value = a.default_value->DebugString();
+      if (a.default_value) at.default_value = AttrValueJson(op->name, a.name, *a.default_value);
       for (DataType t : a.allowed_types) at.allowed.emplace_back(DataTypeName(t));
       info.attrs.push_back(at);
     }

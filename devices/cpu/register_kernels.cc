@@ -20,6 +20,7 @@ void RegisterCpuKernels(KernelRegistry* r) {
   RegisterMatMulKernels(r);
   RegisterArrayKernels(r);
   RegisterRandomKernels(r);
+  RegisterConvKernels(r);
   RegisterNnKernels(r);
 }
 

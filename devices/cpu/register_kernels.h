@@ -13,6 +13,7 @@ void RegisterReductionKernels(KernelRegistry* r);  // reduction_ops.cc
 void RegisterMatMulKernels(KernelRegistry* r);     // matmul_ops.cc
 void RegisterArrayKernels(KernelRegistry* r);      // array_ops.cc
 void RegisterRandomKernels(KernelRegistry* r);     // random_ops.cc
+void RegisterConvKernels(KernelRegistry* r);       // conv_ops.cc, pool_ops.cc, batch_norm_ops.cc
 void RegisterNnKernels(KernelRegistry* r);         // nn_activation_ops.cc (nn_*, grad_support*)
 
 void RegisterCpuKernels(KernelRegistry* r);

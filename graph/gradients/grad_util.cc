@@ -69,6 +69,16 @@ std::optional<std::vector<int32_t>> StaticReduceAxes(GradContext* ctx, int i, bo
 
 }  // namespace
 
+Output SumToShape(const Scope& s, const Output& g, const Output& axes, const Output& shape) {
+  // axes may be empty at run time (nothing was broadcast), and an empty axis
+  // list reduces every axis. Prepending a unit axis and always reducing it
+  // keeps the list non-empty without changing the sum.
+  Output g1 = ops::ExpandDims(s, g, 0);
+  Output shifted = ops::Concat(s, {ops::Const(s, std::vector<int32_t>{0}),
+                                   ops::Add(s, axes, ops::Const(s, int32_t(1)))}, 0);
+  return ops::Reshape(s, ops::Sum(s, g1, shifted, false), shape);
+}
+
 Output Unbroadcast(GradContext* ctx, const Output& g, int i) {
   const Scope& s = ctx->scope();
   bool reshape = false;
@@ -81,7 +91,7 @@ Output Unbroadcast(GradContext* ctx, const Output& g, int i) {
   Output sx = ops::Shape(s, ctx->input(i));
   Output sz = ops::Shape(s, ctx->output(0));
   Output r = ops::Generic(s, "BroadcastGradientArgs", {sx, sz}, {}, 2)[0];
-  return ops::Reshape(s, ops::Sum(s, g, r, false), sx);
+  return SumToShape(s, g, r, sx);
 }
 
 Output KeptShape(GradContext* ctx) {

@@ -19,6 +19,10 @@ Output InputShape(GradContext* ctx, int i);
 // undoing NumPy broadcasting. Static when the shapes settle it, else via
 // BroadcastGradientArgs at run time.
 Output Unbroadcast(GradContext* ctx, const Output& g, int i);
+
+// Sums g over `axes` (an int32 vector computed at run time, possibly empty,
+// which then means "no axis") and reshapes the result to `shape`.
+Output SumToShape(const Scope& s, const Output& g, const Output& axes, const Output& shape);
 // The input's shape with the reduced axes set to 1, for a reduction node
 // whose input 1 holds the axes.
 Output KeptShape(GradContext* ctx);

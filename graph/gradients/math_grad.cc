@@ -145,7 +145,7 @@ Output ReduceBatch(GradContext* c, const Output& grad, int i) {
   }
   Output sx = ops::Shape(s, c->input(i));
   Output r = ops::Generic(s, "BroadcastGradientArgs", {sx, ops::Shape(s, grad)}, {}, 2)[0];
-  return ops::Reshape(s, ops::Sum(s, grad, r, false), sx);
+  return SumToShape(s, grad, r, sx);
 }
 
 Status BatchMatMulGrad(GradContext* c, G* in) {

@@ -119,7 +119,8 @@ TEST_F(CsvRegression, SameSeedSameNumbersBitForBit) {
     ASSERT_NE(job, nullptr);
     for (int i = 0; i < 50; ++i) ASSERT_TRUE(job->Step().ok());
     std::vector<Tensor> out;
-    ASSERT_TRUE(job->train_session()->Run({}, {"w", "b", "w/adam_v"}, {}, &out).ok());
+    Status st = job->train_session()->Run({}, {"w", "b", "optimizer/w/adam_v"}, {}, &out);
+    ASSERT_TRUE(st.ok()) << st.ToString();
     finals.push_back(out);
   }
   for (size_t k = 0; k < finals[0].size(); ++k) {

@@ -48,7 +48,14 @@ Device* CpuTestDevice(int threads) {
 
 StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Tensor>& inputs,
                                     const AttrMap& attrs, Device* device) {
+  return RunOp(op, inputs, attrs, device, {});
+}
+
+StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Tensor>& inputs,
+                                    const AttrMap& attrs, Device* device,
+                                    const std::vector<TensorRef*>& refs) {
   if (device == nullptr) device = CpuTestDevice(1);
+  auto ref_at = [&](size_t i) { return i < refs.size() ? refs[i] : nullptr; };
   GraphDef gd;
   NodeDef node;
   node.name = "op";
@@ -57,9 +64,17 @@ StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Ten
   for (size_t i = 0; i < inputs.size(); ++i) {
     NodeDef c;
     c.name = "in" + std::to_string(i);
-    c.op = "Const";
-    c.attrs["value"] = AttrValue(inputs[i]);
-    c.attrs["dtype"] = AttrValue(inputs[i].dtype());
+    if (TensorRef* ref = ref_at(i)) {
+      StatusOr<Tensor> value = ref->Read();
+      const Tensor& like = value.ok() ? *value : inputs[i];
+      c.op = "Variable";
+      c.attrs["dtype"] = AttrValue(like.dtype());
+      c.attrs["shape"] = AttrValue(like.shape());
+    } else {
+      c.op = "Const";
+      c.attrs["value"] = AttrValue(inputs[i]);
+      c.attrs["dtype"] = AttrValue(inputs[i].dtype());
+    }
     gd.nodes.push_back(c);
     node.inputs.push_back(c.name);
   }
@@ -74,7 +89,13 @@ StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Ten
   FS_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> kernel,
                       reg->CreateKernel(n.def(), n.op_def(), device, nullptr, in_types, out_types));
   std::vector<TensorValue> in(inputs.size()), out(n.num_outputs());
-  for (size_t i = 0; i < inputs.size(); ++i) in[i].tensor = inputs[i];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (TensorRef* ref = ref_at(i)) {
+      in[i].ref = ref;
+    } else {
+      in[i].tensor = inputs[i];
+    }
+  }
   OpKernelContext::Params p;
   p.device = device;
   p.kernel = kernel.get();

@@ -21,6 +21,7 @@
 #include "devices/kernel_registry.h"
 #include "graph/attr_value.h"
 #include "graph/tensor.h"
+#include "graph/tensor_ref.h"
 
 namespace flowstate::test {
 
@@ -31,6 +32,13 @@ Device* CpuTestDevice(int threads = 1);
 // outputs, or the error from validation, kernel construction or Compute.
 StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Tensor>& inputs,
                                     const AttrMap& attrs = {}, Device* device = nullptr);
+// The same with Ref inputs: where refs[i] is non-null, input i is that
+// variable (the graph gets a Variable node of its dtype and shape there;
+// inputs[i] only supplies them when the variable has no value yet, and is
+// otherwise ignored). refs may be shorter than inputs.
+StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Tensor>& inputs,
+                                    const AttrMap& attrs, Device* device,
+                                    const std::vector<TensorRef*>& refs);
 // The same, REQUIRING success and exactly one output (asserts via gtest).
 Tensor RunOp1(const std::string& op, const std::vector<Tensor>& inputs, const AttrMap& attrs = {},
               Device* device = nullptr);

@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""The PyTorch side of the training benchmarks: the example models of
+examples/jobs/ (same layers, initialization scheme, optimizer, batch size and
+preprocessing) trained on the same Fashion-MNIST files.
+
+Prints one JSON object: {"examples_per_sec", "steps", "threads", "final_loss",
+"accuracy" (when --eval), "peak_rss_bytes"}. Run by bench/train_bench.py in its
+own process, so its peak memory is its own.
+"""
+import argparse
+import gzip
+import json
+import resource
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    _, _, dtype, rank = struct.unpack(">BBBB", data[:4])
+    dims = struct.unpack(">" + "I" * rank, data[4:4 + 4 * rank])
+    assert dtype == 0x08, "only uint8 IDX files are expected here"
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 512)
+        self.fc2 = nn.Linear(512, 512)
+        self.fc3 = nn.Linear(512, 10)
+        for m in (self.fc1, self.fc2, self.fc3):
+            nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = x.reshape(-1, 784)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(7 * 7 * 64, 1024)
+        self.fc2 = nn.Linear(1024, 10)
+        for m in (self.conv1, self.conv2, self.fc1, self.fc2):
+            nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = x.reshape(-1, 1, 28, 28)
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = x.reshape(x.shape[0], -1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--eval", action="store_true")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    x = read_idx(a.data + "/train-images-idx3-ubyte.gz")
+    y = read_idx(a.data + "/train-labels-idx1-ubyte.gz")
+    model = Mlp() if a.model == "mlp" else Cnn()
+    if a.channels_last and a.model == "cnn":
+        model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-8)
+    rng = np.random.default_rng(1)
+    order = rng.permutation(len(x))
+    n = len(x) // a.batch_size
+
+    def batch(i):
+        idx = order[(i % n) * a.batch_size:((i % n) + 1) * a.batch_size]
+        xb = torch.from_numpy(x[idx].astype(np.float32) * (1.0 / 255.0))
+        yb = torch.from_numpy(y[idx].astype(np.int64))
+        return xb, yb
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for i in range(a.warmup):
+        step(*batch(i))
+    # Batches are prepared outside the timed region, as Flowstate's input
+    # pipeline prepares them on a background thread.
+    batches = [batch(a.warmup + i) for i in range(min(a.steps, 64))]
+    losses = []
+    t0 = time.perf_counter()
+    for i in range(a.steps):
+        losses.append(step(*batches[i % len(batches)]))
+    secs = time.perf_counter() - t0
+    out = {"examples_per_sec": a.steps * a.batch_size / secs, "steps": a.steps,
+           "threads": a.threads, "final_loss": float(np.mean(losses[-50:]))}
+    if a.eval:
+        xt = read_idx(a.data + "/t10k-images-idx3-ubyte.gz")
+        yt = read_idx(a.data + "/t10k-labels-idx1-ubyte.gz")
+        with torch.no_grad():
+            pred = model(torch.from_numpy(xt.astype(np.float32) / 255.0)).argmax(1).numpy()
+        out["accuracy"] = float((pred == yt).mean())
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,403 @@
+// The gRPC frontend: api/flowstate.proto's services as thin adapters over
+// Service (the same calls, checks and messages as the REST frontend), plus
+// the standard health service and server reflection.
+#include "server/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <mutex>
+#include <set>
+#include <string_view>
+
+#include "api/flowstate.grpc.pb.h"
+#include "server/grpc_convert.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+namespace {
+
+namespace pb = ::flowstate::v1;
+using grpc_convert::GraphOptions;
+using ::grpc::ServerContext;
+
+// How often a Watch wakes up without events to notice a cancelled call or a
+// stopping server.
+constexpr std::chrono::milliseconds kWatchPoll{100};
+// How long Stop() lets calls in flight finish before cancelling them.
+constexpr std::chrono::seconds kShutdownGrace{5};
+
+// Trailing metadata naming the node an error is about (it is also in the
+// message, as " [node: NAME]").
+constexpr const char* kNodeMetadata = "flowstate-node";
+
+bool TokensEqual(std::string_view a, std::string_view b) {
+  // Compares every byte whatever the first difference, so that the time taken
+  // does not tell how much of a guess was right.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() &&
+         std::equal(prefix.begin(), prefix.end(), s.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// What every service shares: the Service, the options, and the open Watch
+// streams (closed by Stop()).
+class Frontend {
+ public:
+  Frontend(Service* service, Metrics* metrics, const GrpcServerOptions& options)
+      : service_(service), metrics_(metrics), options_(options) {
+    graph_options_.max_tensor_bytes = size_t(std::max<int64_t>(0, options.max_tensor_bytes));
+  }
+
+  Service& service() { return *service_; }
+  const GraphOptions& graph_options() const { return graph_options_; }
+  size_t max_tensor_bytes() const { return graph_options_.max_tensor_bytes; }
+
+  // Runs `fn` (returning a Status) as the body of `method`: authenticates,
+  // maps the status onto gRPC's, records the call.
+  template <typename Fn>
+  ::grpc::Status Handle(ServerContext* ctx, const char* method, Fn&& fn) {
+    auto start = std::chrono::steady_clock::now();
+    Status s = Authenticate(*ctx);
+    if (s.ok()) s = fn();
+    if (!s.node().empty()) ctx->AddTrailingMetadata(kNodeMetadata, s.node());
+    if (metrics_ != nullptr) {
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      metrics_->ObserveGrpcRequest(method, std::string(CodeName(s.code())), seconds);
+    }
+    return grpc_convert::ToGrpcStatus(s);
+  }
+
+  // Watch streams: registered while open so that Stop() can end them.
+  bool AddStream(JobEventStream* s) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return false;
+    streams_.insert(s);
+    return true;
+  }
+  void RemoveStream(JobEventStream* s) {
+    std::lock_guard<std::mutex> l(mu_);
+    streams_.erase(s);
+  }
+  bool stopping() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return stopping_;
+  }
+  void BeginStop() {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    for (JobEventStream* s : streams_) s->Close();
+  }
+
+ private:
+  Status Authenticate(const ServerContext& ctx) const {
+    if (options_.tokens.empty()) return Status();
+    const auto& metadata = ctx.client_metadata();
+    auto [begin, end] = metadata.equal_range("authorization");
+    if (begin == end) {
+      return Unauthenticated("missing credentials: send the metadata \"authorization: Bearer "
+                             "<token>\"");
+    }
+    for (auto it = begin; it != end; ++it) {
+      std::string_view value(it->second.data(), it->second.size());
+      if (!StartsWithIgnoreCase(value, "Bearer ")) continue;
+      std::string_view token = value.substr(7);
+      bool match = false;
+      for (const std::string& t : options_.tokens) match |= TokensEqual(token, t);
+      if (match) return Status();
+    }
+    return Unauthenticated("invalid bearer token");
+  }
+
+  Service* service_;
+  Metrics* metrics_;
+  GrpcServerOptions options_;
+  GraphOptions graph_options_;
+  mutable std::mutex mu_;
+  bool stopping_ = false;                // GUARDED_BY(mu_)
+  std::set<JobEventStream*> streams_;    // GUARDED_BY(mu_)
+};
+
+// --- Sessions.
+
+class SessionsService final : public pb::Sessions::Service {
+ public:
+  explicit SessionsService(Frontend* f) : f_(f) {}
+
+  ::grpc::Status Create(ServerContext* ctx, const pb::CreateSessionRequest* req,
+                        pb::CreateSessionResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Sessions/Create", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(GraphDef graph, grpc_convert::GraphFromRequest(*req, f_->graph_options()));
+      FS_ASSIGN_OR_RETURN(std::string id, f_->service().CreateSession(graph));
+      resp->set_session_id(id);
+      return Status();
+    });
+  }
+
+  ::grpc::Status Extend(ServerContext* ctx, const pb::ExtendSessionRequest* req,
+                        pb::ExtendSessionResponse*) override {
+    return f_->Handle(ctx, "flowstate.v1.Sessions/Extend", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(GraphDef graph, grpc_convert::GraphFromRequest(*req, f_->graph_options()));
+      return f_->service().ExtendSession(req->session_id(), graph);
+    });
+  }
+
+  ::grpc::Status Run(ServerContext* ctx, const pb::RunSessionRequest* req,
+                     pb::RunSessionResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Sessions/Run", [&]() -> Status {
+      SessionRunRequest run;
+      FS_ASSIGN_OR_RETURN(run.feeds, grpc_convert::NamedTensorsFromProto(req->feeds(), "feeds",
+                                                                         f_->max_tensor_bytes()));
+      FS_ASSIGN_OR_RETURN(run.fetches,
+                          grpc_convert::TensorNamesFromProto(req->fetches(), "fetches"));
+      FS_ASSIGN_OR_RETURN(run.targets, grpc_convert::NodeNamesFromProto(req->targets(), "targets"));
+      FS_ASSIGN_OR_RETURN(auto outputs, f_->service().RunSession(req->session_id(), run));
+      grpc_convert::NamedTensorsToProto(outputs, resp->mutable_outputs());
+      return Status();
+    });
+  }
+
+  ::grpc::Status Close(ServerContext* ctx, const pb::CloseSessionRequest* req,
+                       pb::CloseSessionResponse*) override {
+    return f_->Handle(ctx, "flowstate.v1.Sessions/Close",
+                      [&]() -> Status { return f_->service().CloseSession(req->session_id()); });
+  }
+
+ private:
+  Frontend* f_;
+};
+
+// --- Jobs.
+
+class JobsService final : public pb::Jobs::Service {
+ public:
+  explicit JobsService(Frontend* f) : f_(f) {}
+
+  ::grpc::Status Submit(ServerContext* ctx, const pb::SubmitJobRequest* req,
+                        pb::Job* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Submit", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(JobInfo job, jobs().Submit(req->job_json()));
+      grpc_convert::JobToProto(job, resp);
+      return Status();
+    });
+  }
+
+  ::grpc::Status List(ServerContext* ctx, const pb::ListJobsRequest*,
+                      pb::ListJobsResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/List", [&]() -> Status {
+      for (const JobInfo& job : jobs().List()) grpc_convert::JobToProto(job, resp->add_jobs());
+      return Status();
+    });
+  }
+
+  ::grpc::Status Get(ServerContext* ctx, const pb::GetJobRequest* req, pb::Job* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Get",
+                      [&]() -> Status { return JobAfter(Status(), req->job_id(), resp); });
+  }
+
+  ::grpc::Status Cancel(ServerContext* ctx, const pb::CancelJobRequest* req,
+                        pb::Job* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Cancel", [&]() -> Status {
+      return JobAfter(jobs().Cancel(req->job_id()), req->job_id(), resp);
+    });
+  }
+
+  ::grpc::Status Pause(ServerContext* ctx, const pb::PauseJobRequest* req,
+                       pb::Job* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Pause", [&]() -> Status {
+      return JobAfter(jobs().Pause(req->job_id()), req->job_id(), resp);
+    });
+  }
+
+  ::grpc::Status Resume(ServerContext* ctx, const pb::ResumeJobRequest* req,
+                        pb::Job* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Resume", [&]() -> Status {
+      return JobAfter(jobs().Resume(req->job_id()), req->job_id(), resp);
+    });
+  }
+
+  ::grpc::Status Predict(ServerContext* ctx, const pb::PredictRequest* req,
+                         pb::PredictResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Predict", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(auto inputs, grpc_convert::NamedTensorsFromProto(
+                                           req->inputs(), "inputs", f_->max_tensor_bytes()));
+      FS_ASSIGN_OR_RETURN(auto fetches,
+                          grpc_convert::TensorNamesFromProto(req->fetches(), "fetches"));
+      std::vector<Tensor> outputs;
+      FS_RETURN_IF_ERROR(jobs().Predict(req->job_id(), inputs, fetches, &outputs));
+      grpc_convert::NamedTensors named;
+      for (size_t i = 0; i < outputs.size() && i < fetches.size(); ++i) {
+        named.emplace_back(fetches[i], std::move(outputs[i]));
+      }
+      grpc_convert::NamedTensorsToProto(named, resp->mutable_outputs());
+      return Status();
+    });
+  }
+
+  ::grpc::Status Watch(ServerContext* ctx, const pb::WatchJobRequest* req,
+                       ::grpc::ServerWriter<pb::JobEvent>* writer) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Watch", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(std::unique_ptr<JobEventStream> stream, jobs().Watch(req->job_id()));
+      if (!f_->AddStream(stream.get())) return Unavailable("the server is shutting down");
+      Status s = Pump(ctx, stream.get(), writer);
+      f_->RemoveStream(stream.get());
+      stream->Close();
+      return s;
+    });
+  }
+
+ private:
+  JobManager& jobs() { return f_->service().jobs(); }
+
+  // The job after `done` (the result of a lifecycle call) succeeded.
+  Status JobAfter(const Status& done, const std::string& id, pb::Job* resp) {
+    FS_RETURN_IF_ERROR(done);
+    FS_ASSIGN_OR_RETURN(JobInfo job, jobs().Get(id));
+    grpc_convert::JobToProto(job, resp);
+    return Status();
+  }
+
+  Status Pump(ServerContext* ctx, JobEventStream* stream,
+              ::grpc::ServerWriter<pb::JobEvent>* writer) {
+    for (;;) {
+      if (ctx->IsCancelled()) return Cancelled("the client cancelled the call");
+      if (f_->stopping()) return Unavailable("the server is shutting down");
+      std::optional<JobEvent> event = stream->Next(kWatchPoll);
+      if (!event) {
+        if (stream->timed_out()) continue;
+        // The job ended (all its events were read), or Stop() closed us.
+        if (f_->stopping()) return Unavailable("the server is shutting down");
+        return Status();
+      }
+      pb::JobEvent proto;
+      grpc_convert::JobEventToProto(*event, &proto);
+      if (!writer->Write(proto)) return Cancelled("the client went away");
+    }
+  }
+
+  Frontend* f_;
+};
+
+// --- Devices and ops.
+
+class DevicesService final : public pb::Devices::Service {
+ public:
+  explicit DevicesService(Frontend* f) : f_(f) {}
+  ::grpc::Status List(ServerContext* ctx, const pb::ListDevicesRequest*,
+                      pb::ListDevicesResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Devices/List", [&]() -> Status {
+      for (const DeviceInfo& d : f_->service().ListDevices()) {
+        grpc_convert::DeviceToProto(d, resp->add_devices());
+      }
+      return Status();
+    });
+  }
+
+ private:
+  Frontend* f_;
+};
+
+class OpsService final : public pb::Ops::Service {
+ public:
+  explicit OpsService(Frontend* f) : f_(f) {}
+  ::grpc::Status List(ServerContext* ctx, const pb::ListOpsRequest*,
+                      pb::ListOpsResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Ops/List", [&]() -> Status {
+      for (const OpInfo& op : f_->service().ListOps()) grpc_convert::OpToProto(op, resp->add_ops());
+      return Status();
+    });
+  }
+
+ private:
+  Frontend* f_;
+};
+
+class GrpcServerImpl final : public GrpcServer {
+ public:
+  GrpcServerImpl(Service* service, Metrics* metrics, const GrpcServerOptions& options)
+      : frontend_(service, metrics, options),
+        sessions_(&frontend_),
+        jobs_(&frontend_),
+        devices_(&frontend_),
+        ops_(&frontend_) {}
+
+  ~GrpcServerImpl() override { Stop(); }
+
+  Status Start(const GrpcServerOptions& options) {
+    ::grpc::EnableDefaultHealthCheckService(true);
+    ::grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    ::grpc::ServerBuilder builder;
+    // Without this, a second server could bind the same port (SO_REUSEPORT)
+    // and both would take connections.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    int max_message = int(std::clamp<int64_t>(options.max_message_bytes, 0, INT_MAX));
+    builder.SetMaxReceiveMessageSize(max_message);
+    builder.SetMaxSendMessageSize(max_message);
+    builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&sessions_);
+    builder.RegisterService(&jobs_);
+    builder.RegisterService(&devices_);
+    builder.RegisterService(&ops_);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port_ == 0) {
+      server_.reset();
+      return Unavailable("cannot listen on '" + options.address + "'");
+    }
+    if (::grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(true);
+    }
+    return Status();
+  }
+
+  int port() const override { return port_; }
+
+  void Stop() override {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    if (server_ == nullptr) return;
+    frontend_.BeginStop();
+    if (::grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    server_->Wait();
+    server_.reset();
+  }
+
+ private:
+  Frontend frontend_;
+  SessionsService sessions_;
+  JobsService jobs_;
+  DevicesService devices_;
+  OpsService ops_;
+  std::mutex stop_mu_;
+  std::unique_ptr<::grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Service* service, Metrics* metrics,
+                                                        const GrpcServerOptions& options) {
+  if (service == nullptr) return InvalidArgument("GrpcServer needs a service");
+  auto server = std::make_unique<GrpcServerImpl>(service, metrics, options);
+  FS_RETURN_IF_ERROR(server->Start(options));
+  return std::unique_ptr<GrpcServer>(std::move(server));
+}
+
+}  // namespace flowstate

@@ -1,0 +1,43 @@
+// GrpcServer: the gRPC frontend — api/flowstate.proto's Sessions, Jobs (with
+// the server-streaming Watch), Devices and Ops services over the same
+// Service as the REST frontend, plus the standard health service and server
+// reflection, and bearer-token auth (UNAUTHENTICATED without it).
+//
+// Thread safety: Start/Stop from one thread; gRPC serves from its threads.
+#ifndef FLOWSTATE_SERVER_GRPC_SERVER_H_
+#define FLOWSTATE_SERVER_GRPC_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/status.h"
+
+namespace flowstate {
+
+class Service;
+class Metrics;
+
+struct GrpcServerOptions {
+  std::string address = "127.0.0.1:50051";  // port 0: pick a free one
+  int64_t max_message_bytes = int64_t{64} << 20;
+  std::vector<std::string> tokens;  // empty: no authentication
+  int64_t max_tensor_bytes = int64_t{64} << 20;
+};
+
+class GrpcServer {
+ public:
+  // REQUIRES: SIGINT/SIGTERM are blocked in the calling thread (so gRPC's
+  // threads inherit the mask and the process's signal waiter gets them).
+  static StatusOr<std::unique_ptr<GrpcServer>> Start(Service* service, Metrics* metrics,
+                                                     const GrpcServerOptions& options);
+  virtual ~GrpcServer() = default;
+  virtual int port() const = 0;
+  // Ends streams (Watch) and shuts the server down. Idempotent.
+  virtual void Stop() = 0;
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SERVER_GRPC_SERVER_H_

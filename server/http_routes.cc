@@ -1,0 +1,407 @@
+#include "server/http_routes.h"
+
+#include <algorithm>
+#include <cctype>
+#include <exception>
+#include <optional>
+
+#include "api/json_codec.h"
+#include "server/http_bodies.h"
+#include "server/json_views.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+namespace {
+
+using http_internal::ParseGraphBody;
+using http_internal::ParsePredictBody;
+using http_internal::PredictRequest;
+
+constexpr const char* kUnmatched = "unmatched";
+
+// One call of a route: the request, the context and the {id} of the path.
+struct Call {
+  const HttpRequest& req;
+  RouteContext& ctx;
+  const std::string& id;
+  Service& service() const { return *ctx.service; }
+  int64_t max_tensor_bytes() const { return ctx.options.max_tensor_bytes; }
+};
+
+using Handler = HttpResponse (*)(const Call&);
+
+struct MethodEntry {
+  const char* method;
+  Handler handler;
+  bool expensive;  // run off the socket layer's I/O threads
+};
+
+struct Route {
+  const char* path;  // the template: "{id}" matches one non-empty segment
+  std::vector<MethodEntry> methods;
+};
+
+HttpResponse JsonResponse(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse JobResponse(const StatusOr<JobInfo>& job, int status = 200) {
+  if (!job.ok()) return ErrorResponse(job.status());
+  return JsonResponse(status, JobInfoToJson(*job));
+}
+
+// --- The handlers.
+
+HttpResponse Healthz(const Call&) { return JsonResponse(200, R"({"status":"ok"})"); }
+
+HttpResponse Readyz(const Call& c) {
+  if (!c.service().Ready()) return ErrorResponse(Unavailable("not ready: the server is shutting down"));
+  return JsonResponse(200, R"({"status":"ready"})");
+}
+
+HttpResponse MetricsText(const Call& c) {
+  if (c.ctx.metrics == nullptr) return ErrorResponse(Unavailable("metrics are not enabled"));
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = c.ctx.metrics->Render();
+  return r;
+}
+
+HttpResponse ListOps(const Call& c) { return JsonResponse(200, OpInfoListToJson(c.service().ListOps())); }
+
+HttpResponse ListDevices(const Call& c) {
+  return JsonResponse(200, DeviceInfoListToJson(c.service().ListDevices()));
+}
+
+HttpResponse CreateSession(const Call& c) {
+  StatusOr<GraphDef> graph = ParseGraphBody(c.req.body, "a session", c.max_tensor_bytes());
+  if (!graph.ok()) return ErrorResponse(graph.status());
+  StatusOr<std::string> id = c.service().CreateSession(*graph);
+  // RESOURCE_EXHAUSTED here is the session quota, not a payload: 429.
+  if (!id.ok()) return ErrorResponse(id.status(), api::HttpStatusFor(id.status().code(), 429));
+  std::string body = R"({"session_id":)";
+  body += "\"" + *id + "\"}";  // ids are [a-z0-9-]: nothing to escape
+  HttpResponse r = JsonResponse(201, std::move(body));
+  r.headers.emplace_back("Location", "/v1/sessions/" + *id);
+  return r;
+}
+
+HttpResponse ExtendSession(const Call& c) {
+  StatusOr<GraphDef> graph = ParseGraphBody(c.req.body, "an extension", c.max_tensor_bytes());
+  if (!graph.ok()) return ErrorResponse(graph.status());
+  Status s = c.service().ExtendSession(c.id, *graph);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, "{}");
+}
+
+HttpResponse RunSession(const Call& c) {
+  StatusOr<api::RunRequest> req =
+      api::ParseRunRequestJson(c.req.body, "", size_t(std::max<int64_t>(0, c.max_tensor_bytes())));
+  if (!req.ok()) return ErrorResponse(req.status());
+  SessionRunRequest run;
+  run.feeds = std::move(req->feeds);
+  run.fetches = std::move(req->fetches);
+  run.targets = std::move(req->targets);
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run);
+  if (!out.ok()) return ErrorResponse(out.status());
+  return JsonResponse(200, api::RunOutputsToJson(*out, req->encoding));
+}
+
+HttpResponse CloseSession(const Call& c) {
+  Status s = c.service().CloseSession(c.id);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, "{}");
+}
+
+HttpResponse SubmitJob(const Call& c) {
+  StatusOr<JobInfo> job = c.service().jobs().Submit(c.req.body);
+  if (!job.ok()) return ErrorResponse(job.status());
+  HttpResponse r = JobResponse(job, 201);
+  r.headers.emplace_back("Location", "/v1/jobs/" + job->id);
+  return r;
+}
+
+HttpResponse ListJobs(const Call& c) { return JsonResponse(200, JobInfoListToJson(c.service().jobs().List())); }
+
+HttpResponse GetJob(const Call& c) { return JobResponse(c.service().jobs().Get(c.id)); }
+
+template <Status (JobManager::*kAction)(const std::string&)>
+HttpResponse JobAction(const Call& c) {
+  Status s = (c.service().jobs().*kAction)(c.id);
+  if (!s.ok()) return ErrorResponse(s);
+  return JobResponse(c.service().jobs().Get(c.id));
+}
+
+HttpResponse JobEvents(const Call& c) {
+  StatusOr<std::unique_ptr<JobEventStream>> stream = c.service().jobs().Watch(c.id);
+  if (!stream.ok()) return ErrorResponse(stream.status());
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  r.headers.emplace_back("X-Accel-Buffering", "no");  // proxies: do not buffer the stream
+  r.stream = http_internal::MakeJobEventSource(std::move(stream).value(),
+                                               c.ctx.options.keep_alive_interval);
+  return r;
+}
+
+HttpResponse Predict(const Call& c) {
+  StatusOr<PredictRequest> req = ParsePredictBody(c.req.body, c.max_tensor_bytes());
+  if (!req.ok()) return ErrorResponse(req.status());
+  std::vector<Tensor> outputs;
+  Status s = c.service().jobs().Predict(c.id, req->inputs, req->fetches, &outputs);
+  if (!s.ok()) return ErrorResponse(s);
+  api::NamedTensors named;
+  for (size_t i = 0; i < outputs.size() && i < req->fetches.size(); ++i) {
+    named.emplace_back(req->fetches[i], std::move(outputs[i]));
+  }
+  return JsonResponse(200, api::RunOutputsToJson(named, req->encoding));
+}
+
+HttpResponse Checkpoints(const Call&) {
+  return ErrorResponse(Unimplemented("checkpoints are not available on this server yet"));
+}
+
+const std::vector<Route>& Routes() {
+  static const std::vector<Route> routes = {
+      {"/healthz", {{"GET", Healthz, false}}},
+      {"/readyz", {{"GET", Readyz, false}}},
+      {"/metrics", {{"GET", MetricsText, false}}},
+      {"/v1/ops", {{"GET", ListOps, false}}},
+      {"/v1/devices", {{"GET", ListDevices, false}}},
+      {"/v1/sessions", {{"POST", CreateSession, true}}},
+      // Closing waits for the session's running steps.
+      {"/v1/sessions/{id}", {{"DELETE", CloseSession, true}}},
+      {"/v1/sessions/{id}/extend", {{"POST", ExtendSession, true}}},
+      {"/v1/sessions/{id}/run", {{"POST", RunSession, true}}},
+      {"/v1/jobs", {{"GET", ListJobs, false}, {"POST", SubmitJob, true}}},
+      {"/v1/jobs/{id}", {{"GET", GetJob, false}}},
+      {"/v1/jobs/{id}/events", {{"GET", JobEvents, false}}},
+      {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&JobManager::Cancel>, false}}},
+      {"/v1/jobs/{id}/pause", {{"POST", JobAction<&JobManager::Pause>, false}}},
+      {"/v1/jobs/{id}/resume", {{"POST", JobAction<&JobManager::Resume>, false}}},
+      {"/v1/jobs/{id}/checkpoints", {{"GET", Checkpoints, false}, {"POST", Checkpoints, false}}},
+      {"/v1/jobs/{id}/predict", {{"POST", Predict, true}}},
+  };
+  return routes;
+}
+
+// --- Paths.
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The path of a target without its query, split at '/', each segment
+// percent-decoded ("%2F" stays inside its segment). One trailing slash is
+// ignored ("/v1/jobs/" is "/v1/jobs").
+std::vector<std::string> PathSegments(std::string_view target) {
+  std::string_view path = target.substr(0, target.find_first_of("?#"));
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    size_t end = path.find('/', i);
+    if (end == std::string_view::npos) end = path.size();
+    std::string seg;
+    for (size_t k = i; k < end; ++k) {
+      int hi, lo;
+      if (path[k] == '%' && k + 2 < end && (hi = HexValue(path[k + 1])) >= 0 &&
+          (lo = HexValue(path[k + 2])) >= 0) {
+        seg.push_back(char(hi * 16 + lo));
+        k += 2;
+      } else {
+        seg.push_back(path[k]);
+      }
+    }
+    out.push_back(std::move(seg));
+    i = end;
+  }
+  return out;
+}
+
+std::vector<std::string_view> TemplateSegments(std::string_view t) {
+  std::vector<std::string_view> out;
+  size_t i = 1;
+  while (i <= t.size()) {
+    size_t end = t.find('/', i);
+    if (end == std::string_view::npos) end = t.size();
+    out.push_back(t.substr(i, end - i));
+    i = end + 1;
+  }
+  return out;
+}
+
+// The route `target` belongs to, with its {id}; nullptr when none.
+const Route* Match(std::string_view target, std::string* id) {
+  std::vector<std::string> segs = PathSegments(target);
+  for (const Route& r : Routes()) {
+    std::vector<std::string_view> t = TemplateSegments(r.path);
+    if (t.size() != segs.size()) continue;
+    bool ok = true;
+    std::string found;
+    for (size_t i = 0; i < t.size() && ok; ++i) {
+      if (t[i] == "{id}") {
+        found = segs[i];
+      } else {
+        ok = t[i] == segs[i];
+      }
+    }
+    if (ok) {
+      *id = std::move(found);
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+const MethodEntry* FindMethod(const Route& r, std::string_view method) {
+  for (const MethodEntry& m : r.methods) {
+    if (method == m.method) return &m;
+  }
+  return nullptr;
+}
+
+// --- Authentication.
+
+const std::string* FindHeader(const HttpRequest& req, std::string_view name) {
+  for (const auto& [k, v] : req.headers) {
+    if (k.size() == name.size() &&
+        std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return &v;
+    }
+  }
+  return nullptr;
+}
+
+// Compares in time that depends on the lengths only, not on where the
+// strings differ.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+bool IsOpen(const RouteOptions& o, const std::string& path, const Route* route) {
+  for (const std::string& open : o.open_routes) {
+    if (open == path || (route != nullptr && open == route->path)) return true;
+  }
+  return false;
+}
+
+// OK, or the 401 to send.
+std::optional<HttpResponse> CheckAuth(const HttpRequest& req, const RouteOptions& o) {
+  const std::string* header = FindHeader(req, "authorization");
+  bool given = false, valid = false;
+  if (header != nullptr) {
+    std::string_view h = *header;
+    constexpr std::string_view kScheme = "bearer";
+    if (h.size() > kScheme.size() && h[kScheme.size()] == ' ' &&
+        std::equal(kScheme.begin(), kScheme.end(), h.begin(),
+                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+      std::string_view token = h.substr(kScheme.size() + 1);
+      while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      given = !token.empty();
+      bool match = false;
+      for (const std::string& t : o.tokens) match |= ConstantTimeEquals(token, t);  // no early exit
+      valid = given && match;
+    }
+  }
+  if (valid) return std::nullopt;
+  HttpResponse r = ErrorResponse(
+      Unauthenticated(given ? "the bearer token is not valid"
+                            : "this route needs an \"Authorization: Bearer <token>\" header"));
+  r.headers.emplace_back("WWW-Authenticate", given ? R"(Bearer realm="flowstate", error="invalid_token")"
+                                                   : R"(Bearer realm="flowstate")");
+  return r;
+}
+
+std::string RequestPath(std::string_view target) {
+  std::string path = "/";
+  std::vector<std::string> segs = PathSegments(target);
+  for (size_t i = 0; i < segs.size(); ++i) path += (i ? "/" : "") + segs[i];
+  return path;
+}
+
+HttpResponse Dispatch(const HttpRequest& req, RouteContext& ctx, std::string* route_label) {
+  std::string id;
+  const Route* route = Match(req.target, &id);
+  *route_label = route ? route->path : kUnmatched;
+  const std::string path = RequestPath(req.target);
+  if (!ctx.options.tokens.empty() && !IsOpen(ctx.options, path, route)) {
+    if (std::optional<HttpResponse> denied = CheckAuth(req, ctx.options)) return *std::move(denied);
+  }
+  if (route == nullptr) return ErrorResponse(NotFound("no route for " + req.method + " " + path));
+  const MethodEntry* m = FindMethod(*route, req.method);
+  if (m == nullptr) {
+    std::string allow;
+    for (const MethodEntry& e : route->methods) allow += (allow.empty() ? "" : ", ") + std::string(e.method);
+    HttpResponse r = ErrorResponse(
+        Unimplemented("method " + req.method + " is not allowed on " + route->path + " (allowed: " +
+                      allow + ")"),
+        405);
+    r.headers.emplace_back("Allow", allow);
+    return r;
+  }
+  return m->handler(Call{req, ctx, id});
+}
+
+}  // namespace
+
+HttpResponse ErrorResponse(const Status& status, int http_status) {
+  HttpResponse r;
+  r.status = http_status != 0 ? http_status : api::HttpStatusFor(status.code());
+  r.body = api::StatusToJson(status);
+  return r;
+}
+
+HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string route = kUnmatched;
+  HttpResponse r;
+  try {
+    r = Dispatch(req, ctx, &route);
+  } catch (const std::exception& e) {
+    r = ErrorResponse(Internal(std::string("internal error: ") + e.what()));
+  } catch (...) {
+    r = ErrorResponse(Internal("internal error"));
+  }
+  if (ctx.metrics != nullptr) {
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ctx.metrics->ObserveHttpRequest(route, r.status, secs);
+  }
+  return r;
+}
+
+bool IsExpensiveRequest(const HttpRequest& req) {
+  std::string id;
+  const Route* route = Match(req.target, &id);
+  if (route == nullptr) return false;
+  const MethodEntry* m = FindMethod(*route, req.method);
+  return m != nullptr && m->expensive;
+}
+
+std::string RouteTemplateFor(std::string_view target) {
+  std::string id;
+  const Route* route = Match(target, &id);
+  return route ? route->path : kUnmatched;
+}
+
+}  // namespace flowstate

@@ -1,0 +1,109 @@
+// The REST API as a pure function: HandleRequest maps one HTTP request
+// (plain structs, no sockets, no Boost) onto the Service and renders the
+// answer, exactly as DESIGN.md's route table and server/API.md say. The
+// socket layer (http_server.cc) only moves bytes; tests drive this directly.
+//
+//   GET    /healthz /readyz /metrics
+//   GET    /v1/ops   /v1/devices
+//   POST   /v1/sessions                 DELETE /v1/sessions/{id}
+//   POST   /v1/sessions/{id}/extend     POST   /v1/sessions/{id}/run
+//   GET    /v1/jobs   POST /v1/jobs     GET    /v1/jobs/{id}
+//   GET    /v1/jobs/{id}/events (server-sent events)
+//   POST   /v1/jobs/{id}/cancel | pause | resume | predict
+//   GET    POST /v1/jobs/{id}/checkpoints (501 until checkpoints exist)
+//
+// Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
+// an unknown path is 404, a known path with another method 405 with an
+// Allow header, a missing or wrong bearer token 401 with WWW-Authenticate
+// (checked before the route is looked up, except for open routes). A
+// rejected request changes nothing: bodies are parsed and checked in full
+// before the Service is called, and the Service refuses atomically.
+//
+// Thread safety: HandleRequest may run on many threads at once with one
+// RouteContext (it only reads it; Service and Metrics are thread-safe).
+#ifndef FLOWSTATE_SERVER_HTTP_ROUTES_H_
+#define FLOWSTATE_SERVER_HTTP_ROUTES_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graph/status.h"
+
+namespace flowstate {
+
+class Service;
+class Metrics;
+
+struct HttpRequest {
+  std::string method;  // "GET", as sent (methods are case-sensitive)
+  std::string target;  // origin form: "/v1/jobs/job-3?x=1" (the query is ignored)
+  std::map<std::string, std::string> headers;  // names lower-case
+  std::string body;
+};
+
+// The body of a streaming response (text/event-stream), pulled piece by
+// piece by the socket layer. Next() and the destructor are called from one
+// thread at a time; Close() from any thread.
+class EventSource {
+ public:
+  enum class Pull { kData, kIdle, kEnd };
+  virtual ~EventSource() = default;
+  // Waits at most `timeout` (0: not at all) for the next piece. kData: it is
+  // in *chunk. kIdle: none yet. kEnd: the body is complete (also after
+  // Close()), and every later call says so again.
+  virtual Pull Next(std::chrono::milliseconds timeout, std::string* chunk) = 0;
+  // Ends the stream early and wakes a waiting Next().
+  virtual void Close() = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  // Headers besides Content-Type, Content-Length and Connection.
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Non-null: a streaming response; `body` is empty and the socket layer
+  // sends what `stream` yields until it ends.
+  std::shared_ptr<EventSource> stream;
+};
+
+struct RouteOptions {
+  std::vector<std::string> tokens;  // empty: no authentication
+  // Paths or route templates ("/v1/jobs/{id}") served without a token.
+  std::vector<std::string> open_routes = {"/healthz", "/readyz", "/metrics"};
+  int64_t max_tensor_bytes = int64_t{64} << 20;  // per tensor of a request (413 above)
+  // An event stream sends ": keep-alive" after this much silence.
+  std::chrono::milliseconds keep_alive_interval{15000};
+};
+
+struct RouteContext {
+  Service* service = nullptr;  // required, not owned
+  Metrics* metrics = nullptr;  // optional, not owned: /metrics and request metrics
+  RouteOptions options;
+};
+
+// Handles one request, records it with metrics->ObserveHttpRequest(route
+// template, status, seconds), and never throws (an exception becomes 500).
+HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx);
+
+// Whether the request may take long (parses and validates a graph, runs a
+// step, waits for steps): the socket layer runs those off its I/O threads.
+bool IsExpensiveRequest(const HttpRequest& req);
+
+// The route template a target belongs to ("/v1/jobs/{id}"), or "unmatched":
+// the label of requests the socket layer answers itself (413, 400).
+std::string RouteTemplateFor(std::string_view target);
+
+// An error response: api::StatusToJson(status) with `http_status`, or
+// api::HttpStatusFor(status.code()) when 0. REQUIRES: !status.ok().
+HttpResponse ErrorResponse(const Status& status, int http_status = 0);
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SERVER_HTTP_ROUTES_H_

@@ -1,0 +1,165 @@
+// `flowstate serve`: the long-running training service.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "config/config.h"
+#include "devices/device_pool.h"
+#include "server/commands.h"
+#include "server/grpc_server.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR]\n"
+    "                       [--data-root DIR] [--set section.key=VALUE] [--port-file FILE]\n"
+    "Defaults come from the embedded config/flowstate.json, then the file, then\n"
+    "FLOWSTATE_<SECTION>_<KEY> environment variables, then flags.\n";
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) {
+  std::vector<std::string> args;
+  std::string port_file;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--port-file") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "flowstate serve: --port-file needs a file\n");
+        return 2;
+      }
+      port_file = argv[++i];
+      continue;
+    }
+    args.push_back(a);
+  }
+  config::ServerConfig cfg;
+  config::LoadResult loaded = config::LoadServerConfig(args, [](const char* n) { return std::getenv(n); }, &cfg);
+  if (!loaded.ok) {
+    std::fprintf(stderr, "flowstate serve: %s\n%s", loaded.error.c_str(), kUsage);
+    return 2;
+  }
+
+  // Block the signals in every thread (gRPC's and Beast's inherit the mask);
+  // this thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  DevicePoolOptions dpo;
+  dpo.num_cpu_devices = cfg.devices.cpu_devices;
+  dpo.intra_op_threads = cfg.devices.intra_op_threads;
+  StatusOr<std::unique_ptr<DevicePool>> devices = DevicePool::Create(dpo);
+  if (!devices.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n", devices.status().ToString().c_str());
+    return 1;
+  }
+  Metrics metrics;
+  ServiceOptions so;
+  so.devices = devices->get();
+  so.data_root = cfg.data_root;
+  so.max_sessions = cfg.sessions.max_sessions;
+  so.session_idle_timeout = std::chrono::seconds(int64_t(cfg.sessions.idle_timeout_seconds));
+  so.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  so.jobs.max_running = cfg.jobs.max_running;
+  so.jobs.workers = cfg.jobs.workers;
+  so.jobs.inter_op_threads = cfg.jobs.inter_op_threads;
+  so.jobs.max_step_events_per_second = cfg.jobs.max_step_events_per_second;
+  so.jobs.observer = metrics.job_observer();
+  Service service(so);
+  metrics.SetScrapeHook([&service](Metrics* m) {
+    for (const auto& [state, n] : service.jobs().CountByState()) {
+      m->SetJobsByState(std::string(JobStateName(state)), n);
+    }
+    m->SetQueueDepth(service.jobs().queue_depth());
+    for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use));
+  });
+
+  HttpServerOptions ho;
+  ho.address = cfg.http.address;
+  ho.threads = cfg.http.threads;
+  ho.body_limit_bytes = cfg.http.body_limit_bytes;
+  ho.read_timeout_seconds = cfg.http.read_timeout_seconds;
+  ho.idle_timeout_seconds = cfg.http.idle_timeout_seconds;
+  ho.max_pipelined_requests = cfg.http.max_pipelined_requests;
+  ho.tokens = cfg.auth.tokens;
+  ho.open_routes = cfg.auth.open_routes;
+  ho.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  ho.log_requests = cfg.log.requests;
+  StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(&service, &metrics, ho);
+  if (!http.ok()) {
+    std::fprintf(stderr, "flowstate serve: http: %s\n", http.status().message().c_str());
+    return 1;
+  }
+  GrpcServerOptions go;
+  go.address = cfg.grpc.address;
+  go.max_message_bytes = cfg.grpc.max_message_bytes;
+  go.tokens = cfg.auth.tokens;
+  go.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  StatusOr<std::unique_ptr<GrpcServer>> grpc = GrpcServer::Start(&service, &metrics, go);
+  if (!grpc.ok()) {
+    std::fprintf(stderr, "flowstate serve: grpc: %s\n", grpc.status().message().c_str());
+    (*http)->Stop();
+    return 1;
+  }
+  std::string host = cfg.http.address.substr(0, cfg.http.address.rfind(':'));
+  std::string ghost = cfg.grpc.address.substr(0, cfg.grpc.address.rfind(':'));
+  std::fprintf(stderr, "flowstate serve: http://%s:%d  grpc %s:%d  data root %s  %s\n", host.c_str(),
+               (*http)->port(), ghost.c_str(), (*grpc)->port(), cfg.data_root.c_str(),
+               cfg.auth.tokens.empty() ? "no auth" : "bearer-token auth");
+  if (!port_file.empty()) {
+    std::ofstream f(port_file + ".tmp");
+    f << "{\"http\": " << (*http)->port() << ", \"grpc\": " << (*grpc)->port() << "}\n";
+    f.close();
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+
+  // Idle sessions are closed in the background.
+  std::mutex reaper_mu;
+  std::condition_variable reaper_cv;
+  bool stopping = false;
+  std::thread reaper([&] {
+    std::unique_lock<std::mutex> l(reaper_mu);
+    while (!reaper_cv.wait_for(l, std::chrono::seconds(5), [&] { return stopping; })) {
+      l.unlock();
+      service.Reap();
+      l.lock();
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "flowstate serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*http)->Stop();
+  (*grpc)->Stop();
+  {
+    std::lock_guard<std::mutex> l(reaper_mu);
+    stopping = true;
+    reaper_cv.notify_all();
+  }
+  reaper.join();
+  service.Shutdown();  // running steps finish; jobs stop between steps
+  std::fprintf(stderr, "flowstate serve: stopped\n");
+  return 0;
+}
+
+}  // namespace flowstate

@@ -1,0 +1,825 @@
+// The REST API as a pure function (server/http_routes.h): every route over a
+// real Service, its bodies exactly as server/API.md gives them, every error
+// case, authentication, and that rejected requests change nothing.
+#include "server/http_routes.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "api/json_codec.h"
+#include "server/json_views.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+DevicePool* Pool() {
+  static DevicePool* p = [] {
+    DevicePoolOptions o;
+    o.intra_op_threads = 1;
+    return DevicePool::Create(o).value().release();
+  }();
+  return p;
+}
+
+const char* kGraph = R"({"graph": {"nodes": [
+    {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+    {"name": "two", "op": "Const", "attrs": {"dtype": "float32", "value": 2.0}},
+    {"name": "y", "op": "Mul", "inputs": ["x", "two"]}]}})";
+
+const char* kRun = R"({"feeds": {"x": [1.0, 2.0, 3.0]}, "fetches": ["y"]})";
+
+// A linear regression job over points.csv (64 rows, 4 batches an epoch).
+std::string JobJson(int epochs, const std::string& name = "line") {
+  return R"({
+    "name": ")" + name + R"(",
+    "graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
+      {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
+      {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+      {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
+      {"name": "sq", "op": "Square", "inputs": ["pred"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"x": "points.csv"},
+              "columns": {"x": ["a", "b"]}, "batch_size": 16,
+              "epochs": )" + std::to_string(epochs) + R"(},
+    "seed": 1
+  })";
+}
+
+class HttpRoutesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("flowstate_http_routes_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    std::ofstream f(dir_ / "points.csv");
+    f << "a,b,target\n";
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int i = 0; i < 64; ++i) {
+      double a = u(rng), b = u(rng);
+      f << a << "," << b << "," << (2 * a - 3 * b) << "\n";
+    }
+    f.close();
+    ServiceOptions so;
+    so.devices = Pool();
+    so.data_root = dir_.string();
+    so.max_sessions = 4;
+    so.jobs.max_step_events_per_second = 1000;
+    service_ = std::make_unique<Service>(so);
+    ctx_.service = service_.get();
+    ctx_.metrics = &metrics_;
+    ctx_.options.max_tensor_bytes = 1024;
+  }
+  void TearDown() override {
+    service_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  HttpResponse Do(const std::string& method, const std::string& target, const std::string& body = "",
+                  const std::string& authorization = "") {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.body = body;
+    if (!authorization.empty()) r.headers["authorization"] = authorization;
+    return HandleRequest(r, ctx_);
+  }
+
+  std::string CreateSession() {
+    HttpResponse r = Do("POST", "/v1/sessions", kGraph);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return Json::parse(r.body).value("session_id", "");
+  }
+
+  // Waits until the job is in `state` (or any terminal state when kSucceeded).
+  JobInfo WaitFor(const std::string& id, JobState state) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    JobInfo info;
+    while (std::chrono::steady_clock::now() < deadline) {
+      HttpResponse r = Do("GET", "/v1/jobs/" + id);
+      EXPECT_EQ(r.status, 200) << r.body;
+      StatusOr<JobInfo> j = JobInfoFromJson(r.body);
+      EXPECT_TRUE(j.ok()) << j.status().ToString();
+      if (!j.ok()) break;
+      info = *j;
+      if (info.state == state || (state == JobState::kSucceeded && IsTerminal(info.state))) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(JobStateName(info.state), JobStateName(state)) << info.error;
+    return info;
+  }
+
+  std::filesystem::path dir_;
+  Metrics metrics_;
+  std::unique_ptr<Service> service_;
+  RouteContext ctx_;
+};
+
+// The error body of a response: its code, message and node.
+Status ErrorOf(const HttpResponse& r) { return api::StatusFromJson(r.body); }
+
+std::string Header(const HttpResponse& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+std::vector<std::string> Keys(const Json& o) {
+  std::vector<std::string> keys;
+  for (auto it = o.begin(); it != o.end(); ++it) keys.push_back(it.key());
+  return keys;
+}
+
+// --- Health, readiness, metrics.
+
+TEST_F(HttpRoutesTest, HealthAndReadiness) {
+  HttpResponse r = Do("GET", "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"status": "ok"})"));
+  r = Do("GET", "/readyz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"status": "ready"})"));
+  service_->Shutdown();
+  r = Do("GET", "/readyz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(ErrorOf(r).code(), Code::kUnavailable);
+  EXPECT_EQ(Do("GET", "/healthz").status, 200);  // alive, not ready
+}
+
+TEST_F(HttpRoutesTest, MetricsAreTextFormatWithRouteTemplates) {
+  std::string id = CreateSession();
+  EXPECT_EQ(Do("POST", "/v1/sessions/" + id + "/run", kRun).status, 200);
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-404").status, 404);
+  EXPECT_EQ(Do("GET", "/no/such/route").status, 404);
+  HttpResponse r = Do("GET", "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4");
+  EXPECT_NE(r.body.find("flowstate_http_requests_total"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("route=\"/v1/sessions/{id}/run\""), std::string::npos);
+  EXPECT_NE(r.body.find("route=\"/v1/jobs/{id}\""), std::string::npos);
+  EXPECT_NE(r.body.find("route=\"unmatched\""), std::string::npos);
+  // Label sets stay bounded: no raw ids.
+  EXPECT_EQ(r.body.find(id), std::string::npos);
+  EXPECT_EQ(r.body.find("job-404"), std::string::npos);
+}
+
+// --- Introspection.
+
+TEST_F(HttpRoutesTest, OpsListTheRegistry) {
+  HttpResponse r = Do("GET", "/v1/ops");
+  ASSERT_EQ(r.status, 200);
+  Json body = Json::parse(r.body);
+  ASSERT_EQ(Keys(body), std::vector<std::string>{"ops"});
+  const Json* matmul = nullptr;
+  const Json* placeholder = nullptr;
+  for (const Json& op : body["ops"]) {
+    EXPECT_EQ(Keys(op), (std::vector<std::string>{"name", "doc", "stateful", "devices", "inputs",
+                                                  "outputs", "attrs"}));
+    if (op["name"] == "MatMul") matmul = &op;
+    if (op["name"] == "Placeholder") placeholder = &op;
+  }
+  ASSERT_NE(matmul, nullptr);
+  ASSERT_NE(placeholder, nullptr);
+  EXPECT_EQ((*matmul)["stateful"], false);
+  EXPECT_NE(std::find((*matmul)["devices"].begin(), (*matmul)["devices"].end(), "CPU"),
+            (*matmul)["devices"].end());
+  EXPECT_EQ((*matmul)["inputs"], Json::parse(R"([{"name": "a", "type": "T"}, {"name": "b", "type": "T"}])"));
+  EXPECT_EQ((*matmul)["outputs"], Json::parse(R"([{"name": "product", "type": "T"}])"));
+  bool saw_t = false, saw_transpose = false;
+  for (const Json& a : (*matmul)["attrs"]) {
+    if (a["name"] == "T") {
+      saw_t = true;
+      EXPECT_FALSE(a.contains("default"));  // required
+      EXPECT_EQ(a["kind"], "type");
+      EXPECT_FALSE(a["allowed"].empty());
+    }
+    if (a["name"] == "transpose_a") {
+      saw_transpose = true;
+      EXPECT_EQ(Keys(a), (std::vector<std::string>{"name", "kind", "default", "allowed"}));
+      EXPECT_EQ(a["default"], false);  // a JSON bool, not a string
+    }
+  }
+  EXPECT_TRUE(saw_t && saw_transpose);
+  for (const Json& a : (*placeholder)["attrs"]) {
+    if (a["name"] == "dtype") {
+      EXPECT_FALSE(a.contains("default"));
+    }
+    if (a["name"] == "shape") {
+      EXPECT_TRUE(a["default"].is_null()) << a.dump();  // unknown rank
+    }
+  }
+  // The reader gives back what the service listed.
+  StatusOr<std::vector<OpInfo>> ops = OpInfoListFromJson(r.body);
+  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+  EXPECT_EQ(ops->size(), service_->ListOps().size());
+}
+
+TEST_F(HttpRoutesTest, DevicesListThePool) {
+  HttpResponse r = Do("GET", "/v1/devices");
+  ASSERT_EQ(r.status, 200);
+  Json body = Json::parse(r.body);
+  ASSERT_EQ(Keys(body), std::vector<std::string>{"devices"});
+  ASSERT_EQ(body["devices"].size(), Pool()->devices().size());
+  const Json& d = body["devices"][0];
+  EXPECT_EQ(Keys(d), (std::vector<std::string>{"name", "type", "description", "memory"}));
+  EXPECT_EQ(Keys(d["memory"]),
+            (std::vector<std::string>{"bytes_in_use", "peak_bytes_in_use", "bytes_limit"}));
+  EXPECT_EQ(d["type"], "CPU");
+  EXPECT_EQ(d["name"], Pool()->devices()[0]->name());
+  StatusOr<std::vector<DeviceInfo>> devices = DeviceInfoListFromJson(r.body);
+  ASSERT_TRUE(devices.ok()) << devices.status().ToString();
+  EXPECT_EQ((*devices)[0].name, Pool()->devices()[0]->name());
+}
+
+// --- Sessions.
+
+TEST_F(HttpRoutesTest, SessionLifecycle) {
+  HttpResponse r = Do("POST", "/v1/sessions", kGraph);
+  ASSERT_EQ(r.status, 201) << r.body;
+  Json created = Json::parse(r.body);
+  ASSERT_EQ(Keys(created), std::vector<std::string>{"session_id"});
+  std::string id = created["session_id"];
+  EXPECT_EQ(id.rfind("sess-", 0), 0u);
+  EXPECT_EQ(Header(r, "Location"), "/v1/sessions/" + id);
+
+  r = Do("POST", "/v1/sessions/" + id + "/run", kRun);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body),
+            Json::parse(R"({"outputs": {"y": {"dtype": "float32", "shape": [3], "data": [2.0, 4.0, 6.0]}}})"));
+  r = Do("POST", "/v1/sessions/" + id + "/run",
+         R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "encoding": "nested"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"outputs": {"y": [2.0]}})"));
+  r = Do("POST", "/v1/sessions/" + id + "/run",
+         R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "encoding": "b64"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  StatusOr<api::NamedTensors> out = api::ParseRunOutputsJson(r.body);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[0].second.data<float>()[0], 2.0f);
+
+  r = Do("POST", "/v1/sessions/" + id + "/extend", R"({"graph": {"nodes": [
+      {"name": "z", "op": "Add", "inputs": ["y", "two"]}]}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "{}");
+  r = Do("POST", "/v1/sessions/" + id + "/run", R"({"feeds": {"x": [1.0]}, "fetches": ["z", "y"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json outputs = Json::parse(r.body)["outputs"];
+  EXPECT_EQ(Keys(outputs), (std::vector<std::string>{"z", "y"}));  // in the order of the fetches
+  EXPECT_EQ(outputs["z"]["data"], Json::parse("[4.0]"));
+
+  r = Do("DELETE", "/v1/sessions/" + id);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "{}");
+  EXPECT_EQ(service_->num_sessions(), 0);
+  r = Do("POST", "/v1/sessions/" + id + "/run", kRun);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(ErrorOf(r).code(), Code::kNotFound);
+}
+
+TEST_F(HttpRoutesTest, BadSessionBodiesAre400NamingTheField) {
+  struct Case {
+    const char* body;
+    const char* message_start;  // of the error message
+    const char* node;
+  } cases[] = {
+      {"", "the request has no body", ""},
+      {"{", "malformed JSON", ""},
+      {"[1]", "expected a session (a JSON object), got an array", ""},
+      {"{}", "graph: missing", ""},
+      {R"({"graph": {"nodes": []}, "grpah": 1})", "grpah: unknown field", ""},
+      {R"({"graph": [1]})", "graph: ", ""},
+      {R"({"graph": {"nodes": [{"name": "x", "op": "Placeholder", "attrs": {"dtype": 3}}]}})",
+       "graph.nodes[0].attrs.dtype: ", "x"},
+      {R"({"graph": {"nodes": [{"name": "x", "op": "NoSuchOp"}]}})", "graph.nodes[0]", "x"},
+      {R"({"graph": {"nodes": [{"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32"}},
+                               {"name": "c", "op": "Const", "attrs": {"value": 1e999}}]}})",
+       "malformed JSON: number overflow", ""},
+      {R"({"graph": {"nodes": [{"name": "x", "op": "Placeholder", "colour": "red"}]}})",
+       "graph.nodes[0].colour: unknown field", "x"},
+  };
+  for (const Case& c : cases) {
+    HttpResponse r = Do("POST", "/v1/sessions", c.body);
+    EXPECT_EQ(r.status, 400) << c.body << " -> " << r.body;
+    Status s = ErrorOf(r);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << r.body;
+    EXPECT_EQ(s.message().rfind(c.message_start, 0), 0u) << c.body << " -> " << s.message();
+    if (*c.node) {
+      EXPECT_EQ(s.node(), c.node) << r.body;
+    }
+  }
+  // A graph the codec reads but Graph::Create refuses: dangling input.
+  HttpResponse r = Do("POST", "/v1/sessions", R"({"graph": {"nodes": [
+      {"name": "y", "op": "Identity", "inputs": ["nowhere"]}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(ErrorOf(r).node(), "y") << r.body;
+  EXPECT_EQ(service_->num_sessions(), 0);  // nothing was created
+}
+
+TEST_F(HttpRoutesTest, SessionQuotaIs429) {
+  for (int i = 0; i < 4; ++i) CreateSession();
+  HttpResponse r = Do("POST", "/v1/sessions", kGraph);
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(ErrorOf(r).code(), Code::kResourceExhausted);
+  EXPECT_EQ(service_->num_sessions(), 4);
+}
+
+TEST_F(HttpRoutesTest, BadRunsAndUnknownSessions) {
+  std::string id = CreateSession();
+  const std::string run = "/v1/sessions/" + id + "/run";
+  struct Case {
+    std::string body;
+    int status;
+    const char* message_start;
+  } cases[] = {
+      {"{", 400, "malformed JSON"},
+      {R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "fetch": []})", 400, "fetch: unknown field"},
+      {R"({"feeds": {"x": "abc"}, "fetches": ["y"]})", 400, "feeds.x"},
+      {R"({"feeds": {"x": [1.0]}, "fetches": "y"})", 400, "fetches: "},
+      {R"({"feeds": {"x": [1.0]}, "fetches": [3]})", 400, "fetches[0]: "},
+      {R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "encoding": "hex"})", 400, "encoding: "},
+      {R"({"feeds": {"x": [1, 2]}, "fetches": ["y"]})", 400, ""},  // int32 for a float32 placeholder
+      {R"({"fetches": ["y"]})", 400, ""},                            // x not fed
+      {R"({"feeds": {"x": [1.0]}, "fetches": ["nope"]})", 404, ""},
+  };
+  for (const Case& c : cases) {
+    HttpResponse r = Do("POST", run, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    EXPECT_EQ(ErrorOf(r).message().rfind(c.message_start, 0), 0u) << c.body << " -> " << r.body;
+  }
+  // Over max_tensor_bytes (1024): 300 floats.
+  std::string big = R"({"feeds": {"x": {"dtype": "float32", "shape": [300], "data": [)";
+  for (int i = 0; i < 300; ++i) big += (i ? ",1" : "1");
+  big += R"(]}}, "fetches": ["y"]})";
+  HttpResponse r = Do("POST", run, big);
+  EXPECT_EQ(r.status, 413) << r.body;
+  EXPECT_EQ(ErrorOf(r).code(), Code::kResourceExhausted);
+  // The same through a tensor attr of extend.
+  std::string big_const = R"({"graph": {"nodes": [{"name": "c", "op": "Const", "attrs": {"dtype": "float32", "value": [)";
+  for (int i = 0; i < 300; ++i) big_const += (i ? ",1.0" : "1.0");
+  big_const += "]}}]}}";
+  EXPECT_EQ(Do("POST", "/v1/sessions/" + id + "/extend", big_const).status, 413);
+
+  for (const auto& [method, target] : std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/v1/sessions/sess-0-nope/run"},
+           {"POST", "/v1/sessions/sess-0-nope/extend"},
+           {"DELETE", "/v1/sessions/sess-0-nope"}}) {
+    std::string body = target.ends_with("run") ? kRun : target.ends_with("extend") ? kGraph : "";
+    HttpResponse nf = Do(method, target, body);
+    EXPECT_EQ(nf.status, 404) << method << " " << target << " -> " << nf.body;
+    EXPECT_EQ(ErrorOf(nf).code(), Code::kNotFound);
+  }
+}
+
+TEST_F(HttpRoutesTest, RejectedExtendLeavesTheGraphAsItWas) {
+  std::string id = CreateSession();
+  const std::string extend = "/v1/sessions/" + id + "/extend";
+  // A good node followed by a bad one (dangling input): neither is added.
+  HttpResponse r = Do("POST", extend, R"({"graph": {"nodes": [
+      {"name": "good", "op": "Identity", "inputs": ["y"]},
+      {"name": "bad", "op": "Identity", "inputs": ["nowhere"]}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(ErrorOf(r).node(), "bad");
+  // A node that clashes with an existing name.
+  r = Do("POST", extend, R"({"graph": {"nodes": [{"name": "y", "op": "Identity", "inputs": ["x"]}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  // A codec error after a good node.
+  r = Do("POST", extend, R"({"graph": {"nodes": [
+      {"name": "good", "op": "Identity", "inputs": ["y"]}, {"name": "b2", "op": 7}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(ErrorOf(r).message().rfind("graph.nodes[1].op", 0), 0u) << r.body;
+
+  r = Do("POST", "/v1/sessions/" + id + "/run", kRun);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["outputs"]["y"]["data"], Json::parse("[2.0, 4.0, 6.0]"));
+  r = Do("POST", "/v1/sessions/" + id + "/run", R"({"feeds": {"x": [1.0]}, "fetches": ["good"]})");
+  EXPECT_EQ(r.status, 404) << r.body;  // "good" was never added
+  ASSERT_EQ(service_->num_sessions(), 1);
+}
+
+// --- Routing.
+
+TEST_F(HttpRoutesTest, WrongMethodIs405WithAllow) {
+  struct Case {
+    const char* method;
+    const char* target;
+    const char* allow;
+  } cases[] = {
+      {"POST", "/healthz", "GET"},
+      {"DELETE", "/metrics", "GET"},
+      {"POST", "/v1/ops", "GET"},
+      {"PUT", "/v1/devices", "GET"},
+      {"GET", "/v1/sessions", "POST"},
+      {"GET", "/v1/sessions/s1", "DELETE"},
+      {"GET", "/v1/sessions/s1/run", "POST"},
+      {"PUT", "/v1/sessions/s1/extend", "POST"},
+      {"DELETE", "/v1/jobs", "GET, POST"},
+      {"DELETE", "/v1/jobs/job-1", "GET"},
+      {"POST", "/v1/jobs/job-1/events", "GET"},
+      {"GET", "/v1/jobs/job-1/cancel", "POST"},
+      {"GET", "/v1/jobs/job-1/pause", "POST"},
+      {"GET", "/v1/jobs/job-1/resume", "POST"},
+      {"GET", "/v1/jobs/job-1/predict", "POST"},
+      {"DELETE", "/v1/jobs/job-1/checkpoints", "GET, POST"},
+  };
+  for (const Case& c : cases) {
+    HttpResponse r = Do(c.method, c.target);
+    EXPECT_EQ(r.status, 405) << c.method << " " << c.target;
+    EXPECT_EQ(Header(r, "Allow"), c.allow) << c.method << " " << c.target;
+    EXPECT_FALSE(ErrorOf(r).ok());
+  }
+}
+
+TEST_F(HttpRoutesTest, UnknownRoutesAre404) {
+  for (const char* target : {"/", "/v1", "/v2/jobs", "/v1/job", "/v1/jobs/job-1/steps",
+                             "/v1/sessions/s/run/again", "/healthz/x"}) {
+    HttpResponse r = Do("GET", target);
+    EXPECT_EQ(r.status, 404) << target;
+    EXPECT_EQ(ErrorOf(r).code(), Code::kNotFound) << target;
+  }
+  // Queries and one trailing slash are ignored.
+  EXPECT_EQ(Do("GET", "/healthz?verbose=1").status, 200);
+  EXPECT_EQ(Do("GET", "/v1/jobs/").status, 200);
+}
+
+TEST_F(HttpRoutesTest, CheckpointsAre501ForNow) {
+  for (const char* method : {"GET", "POST"}) {
+    HttpResponse r = Do(method, "/v1/jobs/job-1/checkpoints");
+    EXPECT_EQ(r.status, 501);
+    EXPECT_EQ(ErrorOf(r).code(), Code::kUnimplemented);
+  }
+}
+
+// --- Jobs.
+
+TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
+  HttpResponse r = Do("POST", "/v1/jobs", JobJson(2));
+  ASSERT_EQ(r.status, 201) << r.body;
+  Json job = Json::parse(r.body);
+  EXPECT_EQ(Keys(job), (std::vector<std::string>{"job_id", "name", "state", "epoch", "epochs", "step",
+                                                 "total_steps", "loss", "examples_per_sec", "metrics",
+                                                 "error", "created", "started", "finished"}));
+  EXPECT_EQ(job["job_id"], "job-1");
+  EXPECT_EQ(job["name"], "line");
+  EXPECT_EQ(job["state"], "QUEUED");
+  EXPECT_EQ(job["epochs"], 2);
+  EXPECT_EQ(job["step"], 0);
+  EXPECT_TRUE(job["metrics"].is_object());
+  EXPECT_EQ(job["error"], "");
+  EXPECT_TRUE(job["finished"].is_null());
+  // RFC 3339 UTC with milliseconds: 2026-12-02T17:03:11.204Z
+  std::string created = job["created"];
+  ASSERT_EQ(created.size(), 24u) << created;
+  EXPECT_EQ(created[10], 'T');
+  EXPECT_EQ(created[19], '.');
+  EXPECT_EQ(created.back(), 'Z');
+  EXPECT_EQ(Header(r, "Location"), "/v1/jobs/job-1");
+
+  JobInfo done = WaitFor("job-1", JobState::kSucceeded);
+  EXPECT_EQ(done.step, 8);
+  EXPECT_EQ(done.total_steps, 8);
+  EXPECT_EQ(done.epoch, 1);
+  EXPECT_GT(done.finished, 0);
+  EXPECT_GE(done.finished, done.started);
+
+  r = Do("GET", "/v1/jobs");
+  ASSERT_EQ(r.status, 200);
+  StatusOr<std::vector<JobInfo>> list = JobInfoListFromJson(r.body);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].id, "job-1");
+  EXPECT_EQ(Keys(Json::parse(r.body)), std::vector<std::string>{"jobs"});
+
+  // Predictions with the trained variables.
+  r = Do("POST", "/v1/jobs/job-1/predict",
+         R"({"inputs": {"x": {"dtype": "float32", "shape": [2, 2], "data": [1, 0, 0, 1]}},
+             "fetches": ["pred"], "encoding": "data"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json pred = Json::parse(r.body);
+  ASSERT_EQ(Keys(pred), std::vector<std::string>{"outputs"});
+  EXPECT_EQ(pred["outputs"]["pred"]["shape"], Json::parse("[2]"));
+  r = Do("POST", "/v1/jobs/job-1/predict",
+         R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred"], "encoding": "nested"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(Json::parse(r.body)["outputs"]["pred"].is_array());
+
+  // A finished job can be neither cancelled, paused nor resumed.
+  for (const char* action : {"cancel", "pause", "resume"}) {
+    r = Do("POST", std::string("/v1/jobs/job-1/") + action);
+    EXPECT_EQ(r.status, 400) << action;
+    EXPECT_EQ(ErrorOf(r).code(), Code::kFailedPrecondition) << action;
+  }
+}
+
+TEST_F(HttpRoutesTest, PauseResumeCancel) {
+  HttpResponse r = Do("POST", "/v1/jobs", JobJson(100000, "long"));
+  ASSERT_EQ(r.status, 201) << r.body;
+  std::string id = Json::parse(r.body)["job_id"];
+  r = Do("POST", "/v1/jobs/" + id + "/pause");
+  ASSERT_EQ(r.status, 200) << r.body;
+  StatusOr<JobInfo> after = JobInfoFromJson(r.body);  // the job after the call
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->id, id);
+  WaitFor(id, JobState::kPaused);
+  r = Do("POST", "/v1/jobs/" + id + "/pause");
+  EXPECT_EQ(r.status, 400) << r.body;  // already paused
+  r = Do("POST", "/v1/jobs/" + id + "/resume");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(JobInfoFromJson(r.body)->state, JobState::kPaused);
+  r = Do("POST", "/v1/jobs/" + id + "/resume");
+  EXPECT_EQ(r.status, 400) << r.body;  // not paused
+  r = Do("POST", "/v1/jobs/" + id + "/cancel");
+  ASSERT_EQ(r.status, 200) << r.body;
+  WaitFor(id, JobState::kCancelled);
+}
+
+TEST_F(HttpRoutesTest, RejectedJobSubmissionCreatesNothing) {
+  struct Case {
+    std::string body;
+    int status;
+    const char* message_start;
+  } cases[] = {
+      {"{", 400, ""},
+      {"[]", 400, ""},
+      {R"({"name": "x"})", 400, ""},  // no graph, loss, input
+      {JobJson(1).replace(1, 0, R"("colour": "red",)"), 400, "colour"},
+      {R"({"name": 3})", 400, "name"},
+      {JobJson(1).replace(JobJson(1).find("\"sgd\""), 5, "\"sdg\""), 400, "optimizer.type"},
+      // Outside the data root: refused (403) before anything is read.
+      {JobJson(1).replace(JobJson(1).find("points.csv"), 10, "../../etc/passwd"), 403, ""},
+  };
+  for (const Case& c : cases) {
+    HttpResponse r = Do("POST", "/v1/jobs", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    Status s = ErrorOf(r);
+    EXPECT_FALSE(s.ok()) << r.body;
+    EXPECT_EQ(s.message().rfind(c.message_start, 0), 0u) << s.message();
+  }
+  EXPECT_EQ(Do("GET", "/v1/jobs").body, R"({"jobs":[]})");
+  EXPECT_TRUE(service_->jobs().List().empty());
+}
+
+TEST_F(HttpRoutesTest, UnknownJobsAre404) {
+  for (const auto& [method, suffix] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", ""}, {"GET", "/events"}, {"POST", "/cancel"}, {"POST", "/pause"},
+           {"POST", "/resume"}, {"POST", "/predict"}}) {
+    std::string body = suffix == "/predict" ? R"({"fetches": ["pred"]})" : "";
+    HttpResponse r = Do(method, "/v1/jobs/job-77" + suffix, body);
+    EXPECT_EQ(r.status, 404) << suffix << " -> " << r.body;
+    EXPECT_EQ(ErrorOf(r).code(), Code::kNotFound);
+    EXPECT_EQ(r.stream, nullptr);
+  }
+}
+
+TEST_F(HttpRoutesTest, BadPredictBodies) {
+  ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(1)).status, 201);
+  WaitFor("job-1", JobState::kSucceeded);
+  const std::string predict = "/v1/jobs/job-1/predict";
+  struct Case {
+    std::string body;
+    int status;
+    const char* message_start;
+  } cases[] = {
+      {"", 400, "the request has no body"},
+      {"{", 400, "malformed JSON"},
+      {R"({"inputs": {"x": [[1.0, 0.0]]}})", 400, "fetches: missing"},
+      {R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred"], "outputs": 1})", 400, "outputs: unknown field"},
+      {R"({"inputs": [1], "fetches": ["pred"]})", 400, "inputs: expected an object"},
+      {R"({"inputs": {"x": [[1.0], [2.0, 3.0]]}, "fetches": ["pred"]})", 400, "inputs.x"},
+      {R"({"inputs": {"x:0": "abc", "^y": 1}, "fetches": ["pred"]})", 400, "inputs[\"x:0\"]"},
+      {R"({"inputs": {"^y": 1}, "fetches": ["pred"]})", 400, "inputs[\"^y\"]: bad name"},
+      {R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": "pred"})", 400, "fetches: expected a list"},
+      {R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred", 2]})", 400, "fetches[1]: expected a string"},
+      {R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred"], "encoding": 1})", 400, "encoding: "},
+      {R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred"], "encoding": "hex"})", 400, "encoding: unknown"},
+      {R"({"inputs": {"x": [[1.0, 1e999]]}, "fetches": ["pred"]})", 400, "malformed JSON: number overflow"},
+  };
+  for (const Case& c : cases) {
+    HttpResponse r = Do("POST", predict, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    EXPECT_EQ(ErrorOf(r).message().rfind(c.message_start, 0), 0u) << c.body << " -> " << r.body;
+  }
+  std::string big = R"({"inputs": {"x": {"dtype": "float32", "shape": [150, 2], "b64": ")" +
+                    std::string(1600, 'A') + R"("}}, "fetches": ["pred"]})";
+  HttpResponse r = Do("POST", predict, big);
+  EXPECT_EQ(r.status, 413) << r.body;
+  EXPECT_EQ(ErrorOf(r).code(), Code::kResourceExhausted);
+}
+
+TEST_F(HttpRoutesTest, EventsStreamStateAndStepsUntilTerminal) {
+  ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(3)).status, 201);
+  ASSERT_EQ(Do("POST", "/v1/jobs/job-1/pause").status, 200);
+  WaitFor("job-1", JobState::kPaused);
+  HttpResponse r = Do("GET", "/v1/jobs/job-1/events");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "text/event-stream");
+  EXPECT_EQ(Header(r, "Cache-Control"), "no-cache");
+  ASSERT_NE(r.stream, nullptr);
+  ASSERT_EQ(Do("POST", "/v1/jobs/job-1/resume").status, 200);
+
+  std::vector<std::pair<std::string, JobInfo>> events;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string chunk;
+  EventSource::Pull pull;
+  while ((pull = r.stream->Next(std::chrono::milliseconds(100), &chunk)) != EventSource::Pull::kEnd) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    if (pull != EventSource::Pull::kData) continue;
+    // "event: KIND\ndata: {job}\n\n"
+    ASSERT_EQ(chunk.rfind("event: ", 0), 0u) << chunk;
+    ASSERT_TRUE(chunk.ends_with("\n\n")) << chunk;
+    size_t nl = chunk.find('\n');
+    std::string kind = chunk.substr(7, nl - 7);
+    ASSERT_EQ(chunk.compare(nl + 1, 6, "data: "), 0) << chunk;
+    std::string data = chunk.substr(nl + 7, chunk.size() - nl - 9);
+    ASSERT_EQ(data.find('\n'), std::string::npos);
+    StatusOr<JobInfo> info = JobInfoFromJson(data);
+    ASSERT_TRUE(info.ok()) << info.status().ToString() << ": " << data;
+    events.emplace_back(kind, *info);
+  }
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().first, "state");  // the job as it is
+  EXPECT_EQ(events.front().second.state, JobState::kPaused);
+  int steps = 0;
+  for (const auto& [kind, info] : events) steps += kind == "step";
+  EXPECT_GE(steps, 3);  // at least every epoch end
+  EXPECT_EQ(events.back().first, "state");
+  EXPECT_EQ(events.back().second.state, JobState::kSucceeded);
+  EXPECT_EQ(events.back().second.step, 12);
+  EXPECT_EQ(r.stream->Next(std::chrono::milliseconds(0), &chunk), EventSource::Pull::kEnd);
+
+  // Watching a finished job: one state event, then the end.
+  r = Do("GET", "/v1/jobs/job-1/events");
+  ASSERT_NE(r.stream, nullptr);
+  ASSERT_EQ(r.stream->Next(std::chrono::milliseconds(100), &chunk), EventSource::Pull::kData);
+  EXPECT_EQ(chunk.rfind("event: state\ndata: {\"job_id\":\"job-1\"", 0), 0u) << chunk;
+  EXPECT_EQ(r.stream->Next(std::chrono::milliseconds(100), &chunk), EventSource::Pull::kEnd);
+}
+
+TEST_F(HttpRoutesTest, EventsSendKeepAlivesAndEndOnClose) {
+  ctx_.options.keep_alive_interval = std::chrono::milliseconds(50);
+  ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(100000)).status, 201);
+  ASSERT_EQ(Do("POST", "/v1/jobs/job-1/pause").status, 200);
+  WaitFor("job-1", JobState::kPaused);
+  HttpResponse r = Do("GET", "/v1/jobs/job-1/events");
+  ASSERT_NE(r.stream, nullptr);
+  std::string chunk;
+  ASSERT_EQ(r.stream->Next(std::chrono::milliseconds(100), &chunk), EventSource::Pull::kData);
+  EXPECT_EQ(chunk.rfind("event: state\n", 0), 0u);
+  EXPECT_EQ(r.stream->Next(std::chrono::milliseconds(0), &chunk), EventSource::Pull::kIdle);
+  auto t0 = std::chrono::steady_clock::now();
+  EventSource::Pull p;
+  while ((p = r.stream->Next(std::chrono::milliseconds(20), &chunk)) == EventSource::Pull::kIdle) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+  ASSERT_EQ(p, EventSource::Pull::kData);
+  EXPECT_EQ(chunk, ": keep-alive\n\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));
+  r.stream->Close();
+  EXPECT_EQ(r.stream->Next(std::chrono::milliseconds(1000), &chunk), EventSource::Pull::kEnd);
+  ASSERT_EQ(Do("POST", "/v1/jobs/job-1/cancel").status, 200);
+}
+
+// --- Authentication.
+
+TEST_F(HttpRoutesTest, BearerTokensGuardEveryV1Route) {
+  std::string id = CreateSession();
+  ctx_.options.tokens = {"s3cret", "other-token"};
+  const std::vector<std::pair<std::string, std::string>> routes = {
+      {"GET", "/v1/ops"},
+      {"GET", "/v1/devices"},
+      {"POST", "/v1/sessions"},
+      {"POST", "/v1/sessions/" + id + "/extend"},
+      {"POST", "/v1/sessions/" + id + "/run"},
+      {"DELETE", "/v1/sessions/" + id},
+      {"POST", "/v1/jobs"},
+      {"GET", "/v1/jobs"},
+      {"GET", "/v1/jobs/job-1"},
+      {"GET", "/v1/jobs/job-1/events"},
+      {"POST", "/v1/jobs/job-1/cancel"},
+      {"POST", "/v1/jobs/job-1/pause"},
+      {"POST", "/v1/jobs/job-1/resume"},
+      {"POST", "/v1/jobs/job-1/predict"},
+      {"GET", "/v1/jobs/job-1/checkpoints"},
+      {"POST", "/v1/jobs/job-1/checkpoints"},
+      {"GET", "/v1/no-such-route"},
+  };
+  for (const auto& [method, target] : routes) {
+    for (const char* auth : {"", "Bearer wrong", "Bearer s3cre", "Basic czNjcmV0", "Bearer "}) {
+      HttpResponse r = Do(method, target, "", auth);
+      EXPECT_EQ(r.status, 401) << method << " " << target << " [" << auth << "]";
+      EXPECT_EQ(ErrorOf(r).code(), Code::kUnauthenticated);
+      EXPECT_EQ(Header(r, "WWW-Authenticate").rfind("Bearer", 0), 0u);
+      EXPECT_EQ(r.stream, nullptr);
+    }
+  }
+  EXPECT_EQ(Header(Do("GET", "/v1/ops", "", "Bearer wrong"), "WWW-Authenticate"),
+            R"(Bearer realm="flowstate", error="invalid_token")");
+  // Nothing happened while unauthenticated.
+  EXPECT_EQ(service_->num_sessions(), 1);
+  EXPECT_TRUE(service_->jobs().List().empty());
+
+  // With a token every route does its work (the statuses are the routes' own).
+  EXPECT_EQ(Do("GET", "/v1/ops", "", "Bearer s3cret").status, 200);
+  EXPECT_EQ(Do("GET", "/v1/devices", "", "bearer other-token").status, 200);
+  EXPECT_EQ(Do("POST", "/v1/sessions/" + id + "/run", kRun, "Bearer s3cret").status, 200);
+  EXPECT_EQ(Do("POST", "/v1/sessions/" + id + "/extend",
+               R"({"graph": {"nodes": [{"name": "z", "op": "Identity", "inputs": ["y"]}]}})",
+               "Bearer s3cret").status, 200);
+  EXPECT_EQ(Do("DELETE", "/v1/sessions/" + id, "", "Bearer s3cret").status, 200);
+  EXPECT_EQ(Do("POST", "/v1/jobs", JobJson(1), "Bearer s3cret").status, 201);
+  EXPECT_EQ(Do("GET", "/v1/jobs", "", "Bearer s3cret").status, 200);
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-1", "", "Bearer s3cret").status, 200);
+  HttpResponse events = Do("GET", "/v1/jobs/job-1/events", "", "Bearer s3cret");
+  EXPECT_EQ(events.status, 200);
+  EXPECT_NE(events.stream, nullptr);
+  EXPECT_NE(Do("POST", "/v1/jobs/job-1/pause", "", "Bearer s3cret").status, 401);
+  EXPECT_NE(Do("POST", "/v1/jobs/job-1/resume", "", "Bearer s3cret").status, 401);
+  EXPECT_NE(Do("POST", "/v1/jobs/job-1/cancel", "", "Bearer s3cret").status, 401);
+  EXPECT_NE(Do("POST", "/v1/jobs/job-1/predict", R"({"fetches": ["pred"]})", "Bearer s3cret").status, 401);
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-1/checkpoints", "", "Bearer s3cret").status, 501);
+  EXPECT_EQ(Do("GET", "/v1/no-such-route", "", "Bearer s3cret").status, 404);
+
+  // The open routes need no token.
+  EXPECT_EQ(Do("GET", "/healthz").status, 200);
+  EXPECT_EQ(Do("GET", "/readyz").status, 200);
+  HttpResponse metrics = Do("GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("code=\"401\""), std::string::npos);
+  // ...unless the configuration closes them; templates may open routes too.
+  ctx_.options.open_routes = {"/healthz", "/v1/jobs/{id}"};
+  EXPECT_EQ(Do("GET", "/metrics").status, 401);
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-1").status, 200);
+  EXPECT_EQ(Do("GET", "/v1/jobs").status, 401);
+}
+
+TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
+  JobInfo j;
+  j.id = "job-3";
+  j.name = "fashion-mlp";
+  j.state = JobState::kRunning;
+  j.epoch = 1;
+  j.epochs = 3;
+  j.step = 612;
+  j.total_steps = 1407;
+  j.loss = 0.3712;
+  j.examples_per_sec = 15234.5;
+  j.metrics = {{"accuracy", 0.871}, {"loss", 0.362}};
+  ASSERT_TRUE(ParseRfc3339("2026-12-02T17:03:11.204Z").ok());
+  j.created = *ParseRfc3339("2026-12-02T17:03:11.204Z");
+  j.started = *ParseRfc3339("2026-12-02T17:03:11.420Z");
+  EXPECT_EQ(JobInfoToJson(j),
+            R"({"job_id":"job-3","name":"fashion-mlp","state":"RUNNING","epoch":1,"epochs":3,)"
+            R"("step":612,"total_steps":1407,"loss":0.3712,"examples_per_sec":15234.5,)"
+            R"("metrics":{"accuracy":0.871,"loss":0.362},"error":"",)"
+            R"("created":"2026-12-02T17:03:11.204Z","started":"2026-12-02T17:03:11.420Z",)"
+            R"("finished":null})");
+  StatusOr<JobInfo> back = JobInfoFromJson(JobInfoToJson(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->id, j.id);
+  EXPECT_EQ(back->state, j.state);
+  EXPECT_EQ(back->step, j.step);
+  EXPECT_EQ(back->loss, j.loss);
+  EXPECT_EQ(back->metrics, j.metrics);
+  EXPECT_NEAR(back->created, j.created, 1e-3);
+  EXPECT_EQ(back->finished, 0);
+
+  j.loss = std::numeric_limits<double>::quiet_NaN();
+  j.metrics = {{"loss", std::numeric_limits<double>::infinity()}};
+  std::string text = JobInfoToJson(j);
+  EXPECT_NE(text.find(R"("loss":"NaN")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("metrics":{"loss":"Infinity"})"), std::string::npos) << text;
+  back = JobInfoFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(std::isnan(back->loss));
+
+  EXPECT_EQ(JobInfoFromJson(R"({"step": "x"})").status().message(), "step: expected an integer, got a string");
+  EXPECT_EQ(JobInfoFromJson(R"({"state": "SLEEPING"})").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(JobInfoFromJson(R"({"created": "yesterday"})").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(JobInfoListFromJson(R"({"jobs": [{"step": 1}, {"step": true}]})").status().message(),
+            "jobs[1].step: expected an integer, got a bool");
+  EXPECT_TRUE(JobInfoFromJson(R"({"job_id": "job-1", "future_field": [1]})").ok());
+  EXPECT_EQ(FormatRfc3339(0.0005), "1970-01-01T00:00:00.001Z");
+  EXPECT_EQ(FormatRfc3339(86400.9996), "1970-01-02T00:00:01.000Z");
+}
+
+}  // namespace
+}  // namespace flowstate

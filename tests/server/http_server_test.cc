@@ -1,0 +1,525 @@
+// The REST frontend's sockets (server/http_server.h), spoken to over raw TCP
+// by a minimal HTTP/1.1 client: keep-alive, pipelining, the body limit,
+// timeouts, server-sent events of a training job, and Stop().
+#include "server/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "api/json_codec.h"
+#include "server/json_views.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+DevicePool* Pool() {
+  static DevicePool* p = [] {
+    DevicePoolOptions o;
+    o.intra_op_threads = 1;
+    return DevicePool::Create(o).value().release();
+  }();
+  return p;
+}
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names lower-case
+  std::string body;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+// A blocking HTTP/1.1 client over one TCP connection; every read has a
+// deadline, so a server that never answers fails the test instead of
+// hanging it.
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~RawClient() { ::close(fd_); }
+  bool connected() const { return connected_; }
+
+  bool Send(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += size_t(n);
+    }
+    return true;
+  }
+
+  // Reads until `pred(buffer_)` or the deadline; false on timeout or close.
+  template <typename Pred>
+  bool ReadUntil(Pred pred, milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    while (!pred()) {
+      int left = int(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, left) <= 0) continue;
+      char buf[65536];
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        closed_ = true;
+        return pred();
+      }
+      buffer_.append(buf, size_t(n));
+    }
+    return true;
+  }
+
+  // The status line and headers of the next response.
+  std::optional<Response> ReadHead(milliseconds timeout = milliseconds(10000)) {
+    if (!ReadUntil([&] { return buffer_.find("\r\n\r\n") != std::string::npos; }, timeout)) {
+      return std::nullopt;
+    }
+    size_t end = buffer_.find("\r\n\r\n");
+    std::string head = buffer_.substr(0, end);
+    buffer_.erase(0, end + 4);
+    Response r;
+    size_t line_end = head.find("\r\n");
+    std::string status_line = head.substr(0, line_end);
+    if (status_line.size() < 12) return std::nullopt;
+    r.status = std::stoi(status_line.substr(9, 3));
+    size_t pos = line_end == std::string::npos ? head.size() : line_end + 2;
+    while (pos < head.size()) {
+      size_t e = head.find("\r\n", pos);
+      if (e == std::string::npos) e = head.size();
+      std::string line = head.substr(pos, e - pos);
+      size_t colon = line.find(':');
+      std::string name = line.substr(0, colon);
+      for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+      std::string value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+      r.headers[name] = value;
+      pos = e + 2;
+    }
+    return r;
+  }
+
+  // One chunk of a chunked body ("" for the last one); nullopt on timeout.
+  std::optional<std::string> ReadChunk(milliseconds timeout = milliseconds(10000)) {
+    if (!ReadUntil([&] { return buffer_.find("\r\n") != std::string::npos; }, timeout)) {
+      return std::nullopt;
+    }
+    size_t e = buffer_.find("\r\n");
+    size_t size = std::stoul(buffer_.substr(0, e), nullptr, 16);
+    if (!ReadUntil([&] { return buffer_.size() >= e + 2 + size + 2; }, timeout)) return std::nullopt;
+    std::string data = buffer_.substr(e + 2, size);
+    buffer_.erase(0, e + 2 + size + 2);
+    return data;
+  }
+
+  // A whole response (Content-Length or chunked body).
+  std::optional<Response> Read(milliseconds timeout = milliseconds(10000)) {
+    std::optional<Response> r = ReadHead(timeout);
+    if (!r) return std::nullopt;
+    if (r->header("transfer-encoding") == "chunked") {
+      for (;;) {
+        std::optional<std::string> c = ReadChunk(timeout);
+        if (!c) return std::nullopt;
+        if (c->empty()) break;
+        r->body += *c;
+      }
+      return r;
+    }
+    size_t len = r->headers.count("content-length") ? std::stoul(r->header("content-length")) : 0;
+    if (!ReadUntil([&] { return buffer_.size() >= len; }, timeout)) return std::nullopt;
+    r->body = buffer_.substr(0, len);
+    buffer_.erase(0, len);
+    return r;
+  }
+
+  // True when the server closes the connection within `timeout`.
+  bool WaitClosed(milliseconds timeout) {
+    ReadUntil([&] { return closed_; }, timeout);
+    return closed_;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_ = false;
+  std::string buffer_;
+};
+
+std::string Request(const std::string& method, const std::string& target, const std::string& body = "",
+                    const std::string& extra_headers = "") {
+  std::string r = method + " " + target + " HTTP/1.1\r\nHost: test\r\n" + extra_headers;
+  if (!body.empty() || method == "POST") r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  return r + "\r\n" + body;
+}
+
+std::string JobJson(int epochs) {
+  return R"({"name": "sse",
+    "graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
+      {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
+      {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+      {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
+      {"name": "sq", "op": "Square", "inputs": ["pred"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}]},
+    "loss": "loss",
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"x": "points.csv"},
+              "columns": {"x": ["a", "b"]}, "batch_size": 16,
+              "epochs": )" + std::to_string(epochs) + "}}";
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("flowstate_http_server_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    std::ofstream f(dir_ / "points.csv");
+    f << "a,b,target\n";
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int i = 0; i < 64; ++i) {
+      double a = u(rng), b = u(rng);
+      f << a << "," << b << "," << (a - b) << "\n";
+    }
+    f.close();
+    ServiceOptions so;
+    so.devices = Pool();
+    so.data_root = dir_.string();
+    so.jobs.max_step_events_per_second = 1000;
+    service_ = std::make_unique<Service>(so);
+    options_.address = "127.0.0.1:0";
+    options_.threads = 2;
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    server_.reset();
+    service_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartServer() {
+    StatusOr<std::unique_ptr<HttpServer>> s = HttpServer::Start(service_.get(), &metrics_, options_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    ASSERT_GT(server_->port(), 0);
+  }
+
+  std::filesystem::path dir_;
+  Metrics metrics_;
+  std::unique_ptr<Service> service_;
+  HttpServerOptions options_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, KeepAliveServesTwoRequestsOnOneConnection) {
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(Request("GET", "/healthz")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->header("content-type"), "application/json");
+  EXPECT_EQ(r->body, R"({"status":"ok"})");
+  ASSERT_TRUE(c.Send(Request("GET", "/v1/devices")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(DeviceInfoListFromJson(r->body).ok()) << r->body;
+  // Errors keep the connection too.
+  ASSERT_TRUE(c.Send(Request("DELETE", "/v1/jobs")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->header("allow"), "GET, POST");
+  EXPECT_EQ(api::StatusFromJson(r->body).code(), Code::kUnimplemented);
+  ASSERT_TRUE(c.Send(Request("GET", "/metrics")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("content-type"), "text/plain; version=0.0.4");
+  EXPECT_NE(r->body.find("route=\"/healthz\""), std::string::npos);
+  EXPECT_FALSE(c.WaitClosed(milliseconds(100)));
+}
+
+TEST_F(HttpServerTest, ConnectionCloseAndHttp10CloseAfterTheResponse) {
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("GET", "/healthz", "", "Connection: close\r\n")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(c.WaitClosed(milliseconds(3000)));
+  RawClient c10(server_->port());
+  ASSERT_TRUE(c10.Send("GET /readyz HTTP/1.0\r\n\r\n"));
+  r = c10.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, R"({"status":"ready"})");
+  EXPECT_TRUE(c10.WaitClosed(milliseconds(3000)));
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  options_.max_pipelined_requests = 2;  // fewer than we send: reading pauses, nothing is lost
+  StartServer();
+  RawClient c(server_->port());
+  const char* kGraph = R"({"graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32"}},
+      {"name": "y", "op": "Identity", "inputs": ["x"]}]}})";
+  std::string all = Request("GET", "/healthz") + Request("POST", "/v1/sessions", kGraph) +
+                    Request("GET", "/readyz") + Request("GET", "/v1/nothing") +
+                    Request("POST", "/v1/sessions", "{") + Request("GET", "/v1/jobs");
+  ASSERT_TRUE(c.Send(all));
+  std::vector<int> statuses;
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 6; ++i) {
+    std::optional<Response> r = c.Read();
+    ASSERT_TRUE(r) << "response " << i;
+    statuses.push_back(r->status);
+    bodies.push_back(r->body);
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{200, 201, 200, 404, 400, 200}));
+  EXPECT_EQ(bodies[0], R"({"status":"ok"})");
+  EXPECT_EQ(bodies[1].rfind(R"({"session_id":"sess-)", 0), 0u) << bodies[1];
+  EXPECT_EQ(bodies[2], R"({"status":"ready"})");
+  EXPECT_EQ(bodies[5], R"({"jobs":[]})");
+}
+
+TEST_F(HttpServerTest, OversizedBodyIs413ThenClose) {
+  options_.body_limit_bytes = 1024;
+  StartServer();
+  RawClient c(server_->port());
+  std::string body = R"({"graph": {"nodes": []}, "pad": ")" + std::string(4096, 'x') + "\"}";
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/sessions", body)));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(r->header("connection"), "close");
+  Status s = api::StatusFromJson(r->body);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << r->body;
+  EXPECT_NE(s.message().find("1024"), std::string::npos);
+  EXPECT_TRUE(c.WaitClosed(milliseconds(5000)));
+  EXPECT_EQ(service_->num_sessions(), 0);
+
+  // A body just under the limit is read (and judged by the route).
+  RawClient ok(server_->port());
+  ASSERT_TRUE(ok.Send(Request("POST", "/v1/sessions", R"({"graph": {"nodes": []}})")));
+  r = ok.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201) << r->body;
+}
+
+TEST_F(HttpServerTest, ExpectContinueIsHonoured) {
+  StartServer();
+  RawClient c(server_->port());
+  std::string body = R"({"graph": {"nodes": []}})";
+  ASSERT_TRUE(c.Send("POST /v1/sessions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n"));
+  std::optional<Response> cont = c.ReadHead(milliseconds(3000));
+  ASSERT_TRUE(cont);
+  EXPECT_EQ(cont->status, 100);
+  ASSERT_TRUE(c.Send(body));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201) << r->body;
+}
+
+TEST_F(HttpServerTest, ReadTimeoutClosesASilentConnection) {
+  options_.read_timeout_seconds = 0.3;
+  StartServer();
+  auto t0 = Clock::now();
+  RawClient silent(server_->port());
+  ASSERT_TRUE(silent.connected());
+  EXPECT_TRUE(silent.WaitClosed(milliseconds(5000)));
+  EXPECT_GE(Clock::now() - t0, milliseconds(250));
+  // Half a request, then silence: closed too.
+  RawClient half(server_->port());
+  ASSERT_TRUE(half.Send("GET /healthz HTTP/1.1\r\nHost: t\r\n"));
+  EXPECT_TRUE(half.WaitClosed(milliseconds(5000)));
+  // The server still serves.
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("GET", "/healthz")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(HttpServerTest, IdleTimeoutClosesAKeptAliveConnection) {
+  options_.idle_timeout_seconds = 0.3;
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("GET", "/healthz")));
+  ASSERT_TRUE(c.Read());
+  auto t0 = Clock::now();
+  EXPECT_TRUE(c.WaitClosed(milliseconds(5000)));
+  EXPECT_GE(Clock::now() - t0, milliseconds(250));
+}
+
+TEST_F(HttpServerTest, AuthIsEnforcedOverTheWire) {
+  options_.tokens = {"tok"};
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("GET", "/v1/jobs")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->header("www-authenticate"), R"(Bearer realm="flowstate")");
+  ASSERT_TRUE(c.Send(Request("GET", "/v1/jobs", "", "Authorization: Bearer tok\r\n")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  ASSERT_TRUE(c.Send(Request("GET", "/healthz")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// Reads "event: KIND\ndata: JSON\n\n" pieces (and ": keep-alive" comments)
+// from the chunks of an event stream until its last chunk.
+struct Event {
+  std::string kind;
+  JobInfo job;
+};
+
+bool ReadEvents(RawClient& c, std::vector<Event>* events) {
+  std::string text;
+  for (;;) {
+    std::optional<std::string> chunk = c.ReadChunk(milliseconds(30000));
+    if (!chunk) return false;
+    if (chunk->empty()) break;
+    text += *chunk;
+    size_t end;
+    while ((end = text.find("\n\n")) != std::string::npos) {
+      std::string ev = text.substr(0, end);
+      text.erase(0, end + 2);
+      if (ev[0] == ':') continue;
+      size_t nl = ev.find('\n');
+      EXPECT_EQ(ev.rfind("event: ", 0), 0u) << ev;
+      EXPECT_EQ(ev.compare(nl + 1, 6, "data: "), 0) << ev;
+      StatusOr<JobInfo> info = JobInfoFromJson(ev.substr(nl + 7));
+      EXPECT_TRUE(info.ok()) << ev;
+      if (info.ok()) events->push_back({ev.substr(7, nl - 7), *info});
+    }
+  }
+  EXPECT_TRUE(text.empty()) << text;
+  return true;
+}
+
+TEST_F(HttpServerTest, EventsStreamATrainingJobUntilItSucceeds) {
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs", JobJson(20))));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  std::string id = JobInfoFromJson(r->body)->id;
+  // Paused while we subscribe, so that the stream sees its steps.
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs/" + id + "/pause")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_TRUE(c.Send(Request("GET", "/v1/jobs/" + id + "/events")));
+  r = c.ReadHead();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->header("content-type"), "text/event-stream");
+  EXPECT_EQ(r->header("transfer-encoding"), "chunked");
+  EXPECT_EQ(r->header("cache-control"), "no-cache");
+  RawClient other(server_->port());  // the stream blocks nobody else
+  ASSERT_TRUE(other.Send(Request("POST", "/v1/jobs/" + id + "/resume")));
+  std::optional<Response> resumed = other.Read();
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(resumed->status, 200) << resumed->body;
+
+  std::vector<Event> events;
+  ASSERT_TRUE(ReadEvents(c, &events));
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().kind, "state");
+  int steps = 0;
+  for (const Event& e : events) steps += e.kind == "step";
+  EXPECT_GE(steps, 10);  // epoch ends at least (a few may pass before the pause)
+  EXPECT_EQ(events.back().kind, "state");
+  EXPECT_EQ(events.back().job.state, JobState::kSucceeded);
+  EXPECT_EQ(events.back().job.step, 80);
+  // The stream ended; the connection goes on.
+  ASSERT_TRUE(c.Send(Request("GET", "/v1/jobs/" + id)));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(JobInfoFromJson(r->body)->state, JobState::kSucceeded);
+}
+
+TEST_F(HttpServerTest, StopEndsOpenEventStreamsPromptly) {
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs", JobJson(100000))));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201);
+  std::string id = JobInfoFromJson(r->body)->id;
+  std::vector<std::unique_ptr<RawClient>> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(std::make_unique<RawClient>(server_->port()));
+    ASSERT_TRUE(streams.back()->Send(Request("GET", "/v1/jobs/" + id + "/events")));
+    r = streams.back()->ReadHead();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    ASSERT_TRUE(streams.back()->ReadChunk());  // the first state event
+  }
+  RawClient idle(server_->port());  // and a connection between requests
+  auto t0 = Clock::now();
+  server_->Stop();
+  EXPECT_LT(Clock::now() - t0, milliseconds(2500));
+  for (auto& s : streams) EXPECT_TRUE(s->WaitClosed(milliseconds(2000)));
+  EXPECT_TRUE(idle.WaitClosed(milliseconds(2000)));
+  server_->Stop();  // idempotent
+  RawClient late(server_->port());
+  EXPECT_FALSE(late.connected());
+  service_->jobs().Cancel(id).CheckOk();
+}
+
+TEST_F(HttpServerTest, BindFailureIsUnavailableNamingTheAddress) {
+  StartServer();
+  HttpServerOptions o = options_;
+  o.address = "127.0.0.1:" + std::to_string(server_->port());
+  // SO_REUSEADDR does not let two sockets listen on one port.
+  StatusOr<std::unique_ptr<HttpServer>> second = HttpServer::Start(service_.get(), &metrics_, o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kUnavailable);
+  EXPECT_NE(second.status().message().find(o.address), std::string::npos);
+  o.address = "no-port";
+  EXPECT_EQ(HttpServer::Start(service_.get(), &metrics_, o).status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace flowstate
