@@ -76,6 +76,18 @@ OpKernel::OpKernel(OpKernelConstruction* c)
       input_types_(c->input_types()),
       output_types_(c->output_types()) {}
 
+Status OpKernel::SaveState(std::string* state) const {
+  state->clear();
+  return Status();
+}
+
+Status OpKernel::RestoreState(const std::string& state) {
+  if (state.empty()) return Status();
+  return InvalidArgument("kernel " + op_ + " of node '" + name_ +
+                             "' keeps no state but a saved state was given for it",
+                         name_);
+}
+
 void AsyncOpKernel::Compute(OpKernelContext* ctx) {
   std::mutex mu;
   std::condition_variable cv;

@@ -130,6 +130,18 @@ class OpKernel {
   // that made them ready; expensive ones may be handed to another thread.
   virtual bool IsExpensive() const { return true; }
 
+  // State a kernel keeps across steps besides the ResourceMgr's (the Philox
+  // key and block counter of the random kernels), so that a checkpoint can
+  // resume the same random streams. SaveState sets *state to opaque bytes
+  // that RestoreState of a kernel of the same node accepts; kernels without
+  // such state (the default) report HasState() false, save "" and accept
+  // only "". RestoreState returns INVALID_ARGUMENT naming the node for bytes
+  // it does not understand, changing nothing. Call both between steps: they
+  // are not ordered against a concurrent Compute of the same kernel.
+  virtual bool HasState() const { return false; }
+  virtual Status SaveState(std::string* state) const;
+  virtual Status RestoreState(const std::string& state);
+
   const std::string& name() const { return name_; }
   const std::string& type_string() const { return op_; }
   int num_inputs() const { return int(input_types_.size()); }

@@ -18,6 +18,10 @@ StatusOr<std::shared_ptr<OpKernel>> KernelCache::GetOrCreate(
   StatusOr<std::unique_ptr<OpKernel>> k = make();
   if (!k.ok()) return k.status();
   std::shared_ptr<OpKernel> shared(std::move(k).value());
+  if (auto p = pending_states_.find(node); p != pending_states_.end()) {
+    FS_RETURN_IF_ERROR(shared->RestoreState(p->second));
+    pending_states_.erase(p);
+  }
   kernels_.emplace(key, shared);
   return shared;
 }
@@ -25,6 +29,33 @@ StatusOr<std::shared_ptr<OpKernel>> KernelCache::GetOrCreate(
 void KernelCache::Clear() {
   std::lock_guard<std::mutex> l(mu_);
   kernels_.clear();
+  pending_states_.clear();
+}
+
+StatusOr<std::map<std::string, std::string>> KernelCache::SaveStates() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, std::string> out = pending_states_;
+  for (const auto& [key, kernel] : kernels_) {
+    if (!kernel->HasState()) continue;
+    std::string state;
+    FS_RETURN_IF_ERROR(kernel->SaveState(&state));
+    out[key.second] = std::move(state);
+  }
+  return out;
+}
+
+Status KernelCache::RestoreStates(const std::map<std::string, std::string>& states) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [node, state] : states) {
+    bool cached = false;
+    for (auto& [key, kernel] : kernels_) {
+      if (key.second != node) continue;
+      cached = true;
+      FS_RETURN_IF_ERROR(kernel->RestoreState(state));
+    }
+    if (!cached) pending_states_[node] = state;
+  }
+  return Status();
 }
 
 Executor::Executor(Graph graph, const Options& options)

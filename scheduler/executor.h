@@ -42,9 +42,20 @@ class KernelCache {
       const std::function<StatusOr<std::unique_ptr<OpKernel>>()>& make);
   void Clear();
 
+  // The states of the cached kernels that keep one (OpKernel::HasState), by
+  // node name, plus states restored for kernels not built yet.
+  StatusOr<std::map<std::string, std::string>> SaveStates();
+  // Restores states by node name: kernels already cached restore now, the
+  // others when GetOrCreate builds them (a state they refuse then fails the
+  // build). All or nothing for the cached ones: the first refusal is
+  // returned after the earlier ones were applied — callers restore into a
+  // fresh session or fail it.
+  Status RestoreStates(const std::map<std::string, std::string>& states);
+
  private:
   std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<OpKernel>> kernels_;
+  std::map<std::string, std::string> pending_states_;  // GUARDED_BY(mu_): by node name
 };
 
 class Executor {

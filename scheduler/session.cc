@@ -228,6 +228,26 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   return Status();
 }
 
+StatusOr<std::map<std::string, std::string>> Session::ExportKernelStates() const {
+  return kernel_cache_->SaveStates();
+}
+
+Status Session::ImportKernelStates(const std::map<std::string, std::string>& states) {
+  std::shared_ptr<const Graph> g = graph();
+  for (const auto& [node, state] : states) {
+    const Node* n = g->FindNode(node);
+    if (n == nullptr) {
+      return InvalidArgument("kernel state for node '" + node + "', which is not in the graph", node);
+    }
+    if (!n->is_stateful()) {
+      return InvalidArgument("kernel state for node '" + node + "', a " + n->op() +
+                                 ", which keeps no state",
+                             node);
+    }
+  }
+  return kernel_cache_->RestoreStates(states);
+}
+
 Status Session::Close() {
   std::unique_lock<std::mutex> l(run_mu_);
   closed_ = true;

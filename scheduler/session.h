@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -87,6 +88,18 @@ class Session {
   const std::shared_ptr<ResourceMgr>& shared_resources() const { return resources_; }
   // Executables cached so far.
   int num_cached_executables() const;
+
+  // The states stateful kernels keep outside the ResourceMgr (the random
+  // streams of RandomUniform, Dropout, ...; OpKernel::SaveState), by node
+  // name — with the variables, what a checkpoint needs to resume the same
+  // run. Only kernels built so far (or imported) have a state. Call between
+  // steps.
+  StatusOr<std::map<std::string, std::string>> ExportKernelStates() const;
+  // Restores them, into kernels built now or later. INVALID_ARGUMENT naming
+  // the node when it is not a stateful node of the graph or its kernel
+  // refuses the state. Call before steps run (a fresh session) or between
+  // steps.
+  Status ImportKernelStates(const std::map<std::string, std::string>& states);
 
  private:
   struct Executable;

@@ -16,6 +16,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 namespace flowstate::internal {
 
@@ -92,6 +94,33 @@ static_assert(Philox4x32::Generate({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x037
               Philox4x32::Block{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
 static_assert(Philox4x32::Generate({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}) ==
               Philox4x32::Block{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+
+// The saved state of a kernel that draws from one Philox stream (its key,
+// the stream word, and the next unused block): what OpKernel::SaveState of
+// the random kernels writes, as text "philox4x32 <key0> <key1> <stream>
+// <next_block>". Decode returns false for anything else.
+struct PhiloxStreamState {
+  Philox4x32::Key key = {0, 0};
+  uint64_t stream = 0;
+  uint64_t next_block = 0;
+
+  std::string Encode() const {
+    return "philox4x32 " + std::to_string(key[0]) + " " + std::to_string(key[1]) + " " +
+           std::to_string(stream) + " " + std::to_string(next_block);
+  }
+  static bool Decode(const std::string& text, PhiloxStreamState* out) {
+    unsigned long long k0 = 0, k1 = 0, st = 0, nb = 0;
+    int used = 0;
+    if (std::sscanf(text.c_str(), "philox4x32 %llu %llu %llu %llu%n", &k0, &k1, &st, &nb, &used) != 4 ||
+        size_t(used) != text.size() || k0 > 0xffffffffull || k1 > 0xffffffffull) {
+      return false;
+    }
+    out->key = {uint32_t(k0), uint32_t(k1)};
+    out->stream = st;
+    out->next_block = nb;
+    return true;
+  }
+};
 
 }  // namespace flowstate::internal
 

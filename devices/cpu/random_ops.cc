@@ -186,6 +186,31 @@ class RandomOp final : public OpKernel {
   Philox4x32::Key key_ = {0, 0};
   uint64_t stream_ = 0;
   T a_ = T(0), b_ = T(1);  // minval/maxval or mean/stddev
+
+ public:
+  bool HasState() const override { return true; }
+  Status SaveState(std::string* state) const override {
+    internal::PhiloxStreamState st;
+    st.key = key_;
+    st.stream = stream_;
+    st.next_block = next_block_.load(std::memory_order_relaxed);
+    *state = st.Encode();
+    return Status();
+  }
+  Status RestoreState(const std::string& state) override {
+    internal::PhiloxStreamState st;
+    if (!internal::PhiloxStreamState::Decode(state, &st)) {
+      return InvalidArgument(type_string() + " node '" + name() +
+                                 "': the saved random state is not a Philox stream state",
+                             name());
+    }
+    key_ = st.key;
+    stream_ = st.stream;
+    next_block_.store(st.next_block, std::memory_order_relaxed);
+    return Status();
+  }
+
+ private:
   std::atomic<uint64_t> next_block_{0};
 };
 
