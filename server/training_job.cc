@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "api/base64.h"
 #include "graph/gradients.h"
 #include "graph/graph.h"
 #include "graph/initializers.h"
@@ -12,6 +15,7 @@
 #include "state/csv_reader.h"
 #include "state/data_path.h"
 #include "state/idx_reader.h"
+#include "state/variable.h"
 
 namespace flowstate {
 namespace {
@@ -154,6 +158,7 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
   tg.optimizer_init = train.init;
   tg.global_step = train.global_step;
   tg.variables = init.initialized;
+  tg.model_variables = init.initialized;
   tg.variables.insert(tg.variables.end(), train.slot_variables.begin(), train.slot_variables.end());
   tg.variables.push_back(train.global_step);
   tg.graph = root.graph_def();
@@ -263,9 +268,160 @@ Status TrainingJob::Start() {
   StatusOr<std::unique_ptr<InputPipeline>> p = InputPipeline::Create(train_data_, po);
   if (!p.ok()) return p.status().WithPrefix("input");
   pipeline_ = std::move(p).value();
+  pipeline_options_ = po;
   std::vector<Tensor> out;
   FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
+  if (!initial_values_.empty()) {
+    FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
+    std::map<std::string, const Tensor*> by_name;
+    for (const auto& [name, t] : initial_values_) by_name[name] = &t;
+    for (const std::string& v : graph_.model_variables) {
+      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+      FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
+    }
+    initial_values_.clear();
+  }
   started_ = true;
+  return Status();
+}
+
+StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariable(const std::string& name) const {
+  std::shared_ptr<const Graph> g = train_session_->graph();
+  const Node* n = g->FindNode(name);
+  if (n == nullptr || n->op() != "Variable") return NotFound("no variable '" + name + "'", name);
+  std::string container, shared_name;
+  if (auto it = n->attrs().find("container"); it != n->attrs().end()) container = it->second.s();
+  if (auto it = n->attrs().find("shared_name"); it != n->attrs().end()) shared_name = it->second.s();
+  return train_session_->resource_manager()->Lookup<Variable>(container,
+                                                               shared_name.empty() ? name : shared_name);
+}
+
+StatusOr<JobSnapshot> TrainingJob::Snapshot() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  JobSnapshot s;
+  s.step = step_;
+  s.position = pipeline_->position();
+  s.seed = spec_.seed;
+  s.variables.reserve(graph_.variables.size());
+  for (const std::string& v : graph_.variables) {
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+    // Shares the buffer; the variable copies it before its next write.
+    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
+    s.variables.emplace_back(v, std::move(t));
+  }
+  FS_ASSIGN_OR_RETURN(s.kernel_states, train_session_->ExportKernelStates());
+  return s;
+}
+
+Status TrainingJob::Restore(const JobSnapshot& snapshot) {
+  if (!started_) return FailedPrecondition("the job has not started");
+  if (snapshot.seed != spec_.seed) {
+    return FailedPrecondition("the checkpoint was taken with seed " + std::to_string(snapshot.seed) +
+                              " but the job has seed " + std::to_string(spec_.seed));
+  }
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : snapshot.variables) by_name[name] = &t;
+  std::vector<std::pair<std::shared_ptr<Variable>, const Tensor*>> assign;
+  for (const std::string& v : graph_.variables) {
+    auto it = by_name.find(v);
+    if (it == by_name.end()) {
+      return InvalidArgument("the checkpoint has no value for variable '" + v + "'", v);
+    }
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+    const Tensor& t = *it->second;
+    if (t.dtype() != var->dtype() || !var->declared_shape().IsCompatibleWith(t.shape())) {
+      return InvalidArgument("variable '" + v + "' is " + std::string(DataTypeName(var->dtype())) +
+                                 var->declared_shape().ToString() + " but the checkpoint holds " +
+                                 std::string(DataTypeName(t.dtype())) + t.shape().ToString(),
+                             v);
+    }
+    assign.emplace_back(std::move(var), &t);
+  }
+  StatusOr<std::unique_ptr<InputPipeline>> p =
+      InputPipeline::Create(train_data_, pipeline_options_, snapshot.position);
+  if (!p.ok()) return p.status().WithPrefix("checkpoint: input position");
+  for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
+  FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
+  pipeline_->Cancel();
+  pipeline_ = std::move(p).value();
+  step_ = snapshot.step;
+  done_ = step_ >= total_steps();
+  return Status();
+}
+
+Status CheckInitialValues(const TrainingGraph& graph,
+                          const std::vector<std::pair<std::string, Tensor>>& values,
+                          const std::string& what) {
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph.graph));
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : values) by_name[name] = &t;
+  for (const std::string& v : graph.model_variables) {
+    const Node* n = g.FindNode(v);
+    if (n == nullptr) continue;
+    auto it = by_name.find(v);
+    if (it == by_name.end()) {
+      return InvalidArgument(what + ": the checkpoint has no variable '" + v + "'", v);
+    }
+    const Tensor& t = *it->second;
+    DataType want = n->output_type(0);
+    const PartialShape& shape = n->output_shape(0);
+    if (t.dtype() != want || !shape.IsCompatibleWith(t.shape())) {
+      return InvalidArgument(what + ": variable '" + v + "' is " + std::string(DataTypeName(want)) +
+                                 shape.ToString() + " in this graph but " +
+                                 std::string(DataTypeName(t.dtype())) + t.shape().ToString() +
+                                 " in the checkpoint",
+                             v);
+    }
+  }
+  return Status();
+}
+
+std::string EncodeSnapshotMetadata(const JobSnapshot& s) {
+  nlohmann::json j;
+  j["format"] = "flowstate.job_snapshot.v1";
+  j["step"] = s.step;
+  j["epoch"] = s.position.epoch;
+  j["offset"] = s.position.offset;
+  j["seed"] = std::to_string(s.seed);  // uint64: as a string, JSON numbers lose bits
+  nlohmann::json k = nlohmann::json::object();
+  for (const auto& [node, state] : s.kernel_states) k[node] = api::Base64Encode(state);
+  j["kernel_states"] = std::move(k);
+  return j.dump();
+}
+
+Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [](const std::string& why) {
+    return InvalidArgument("checkpoint metadata: " + why);
+  };
+  if (!j.is_object() || j.value("format", "") != "flowstate.job_snapshot.v1") {
+    return bad("not a flowstate job snapshot (format flowstate.job_snapshot.v1)");
+  }
+  for (const char* f : {"step", "epoch", "offset"}) {
+    if (!j.contains(f) || !j[f].is_number_integer()) return bad(std::string(f) + " must be an integer");
+  }
+  if (!j.contains("seed") || !j["seed"].is_string()) return bad("seed must be a string");
+  s->step = j["step"].get<int64_t>();
+  s->position.epoch = j["epoch"].get<int64_t>();
+  s->position.offset = j["offset"].get<int64_t>();
+  try {
+    s->seed = std::stoull(j["seed"].get<std::string>());
+  } catch (...) {
+    return bad("seed is not a number");
+  }
+  s->kernel_states.clear();
+  if (j.contains("kernel_states")) {
+    if (!j["kernel_states"].is_object()) return bad("kernel_states must be an object");
+    for (const auto& [node, v] : j["kernel_states"].items()) {
+      if (!v.is_string()) return bad("kernel_states." + node + " must be a string");
+      std::string b64 = v.get<std::string>();
+      StatusOr<size_t> n = api::Base64DecodedSize(b64);
+      if (!n.ok()) return bad("kernel_states." + node + ": " + n.status().message());
+      std::string bytes(*n, '\0');
+      FS_RETURN_IF_ERROR(api::Base64Decode(b64, bytes.data(), bytes.size()));
+      s->kernel_states[node] = std::move(bytes);
+    }
+  }
   return Status();
 }
 

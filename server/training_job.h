@@ -20,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "devices/device_pool.h"
@@ -33,6 +35,7 @@
 namespace flowstate {
 
 class ThreadPool;
+class Variable;
 
 struct TrainingGraph {
   GraphDef graph;       // forward + gradients + optimizer + initializers
@@ -44,6 +47,7 @@ struct TrainingGraph {
   std::string global_step;
   std::vector<std::string> variables;  // every Variable (model, slots, step)
   std::vector<std::string> trainable;  // model variables that get gradients
+  std::vector<std::string> model_variables;  // the client's variables (no slots, no step)
 };
 
 // Builds the training graph of a parsed job. Errors name the JSON path or
@@ -66,6 +70,36 @@ struct StepResult {
   bool done = false;       // no more steps: the last epoch (or max_steps) is done
 };
 
+// A consistent snapshot of a job, taken between steps: everything a fresh
+// TrainingJob of the same spec needs to continue the same run (same data
+// order, same random streams, bit for bit on one thread). Tensors share the
+// variables' buffers; variables copy on write, so a later step never
+// changes a snapshot. Value type.
+struct JobSnapshot {
+  int64_t step = 0;  // steps done when it was taken
+  // Every variable of TrainingGraph::variables (model, slots, global step),
+  // by node name, in that order.
+  std::vector<std::pair<std::string, Tensor>> variables;
+  PipelinePosition position;  // of the batch the next step trains on
+  uint64_t seed = 0;          // the job's seed (the position is only valid with it)
+  // Kernels' states outside the variables (random streams), by node name:
+  // Session::ExportKernelStates of the training session.
+  std::map<std::string, std::string> kernel_states;
+};
+
+// The non-tensor part of a snapshot (step, position, seed, kernel states) as
+// the opaque metadata bytes of a checkpoint (JSON text, kernel states in
+// base64), and back. Decode: INVALID_ARGUMENT when the text is not one.
+std::string EncodeSnapshotMetadata(const JobSnapshot& s);
+Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s);
+
+// Checks that `values` hold every model variable of `graph` with its dtype
+// and a shape it allows (extra tensors are ignored): what `init_from` needs.
+// INVALID_ARGUMENT naming the variable otherwise; `what` prefixes messages.
+Status CheckInitialValues(const TrainingGraph& graph,
+                          const std::vector<std::pair<std::string, Tensor>>& values,
+                          const std::string& what);
+
 class TrainingJob {
  public:
   static StatusOr<std::unique_ptr<TrainingJob>> Create(const JobSpec& spec,
@@ -83,6 +117,22 @@ class TrainingJob {
   Status Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
                  const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
 
+  // The job's state between steps. FAILED_PRECONDITION before Start();
+  // must not run concurrently with Step().
+  StatusOr<JobSnapshot> Snapshot();
+  // Continues from `snapshot` (a snapshot of a job of the same spec):
+  // replaces every variable, the step count, the input position and the
+  // kernels' random states. REQUIRES: Start() done, no Step() running.
+  // INVALID_ARGUMENT naming the variable for a missing one or a dtype or
+  // shape that does not fit; FAILED_PRECONDITION for another seed. On error
+  // the job must not be stepped further (variables may be half restored).
+  Status Restore(const JobSnapshot& snapshot);
+  // Model variables Start() assigns after the initializers (fine-tuning
+  // from another job's checkpoint); checked with CheckInitialValues there.
+  void SetInitialValues(std::vector<std::pair<std::string, Tensor>> values) {
+    initial_values_ = std::move(values);
+  }
+
   const JobSpec& spec() const { return spec_; }
   const TrainingGraph& graph() const { return graph_; }
   int64_t steps_per_epoch() const;
@@ -96,6 +146,7 @@ class TrainingJob {
  private:
   TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph);
   StatusOr<Dataset> Load(const DataSpec& data, const std::string& path) const;
+  StatusOr<std::shared_ptr<Variable>> FindVariable(const std::string& name) const;
 
   JobSpec spec_;
   TrainingJobOptions options_;
@@ -105,6 +156,8 @@ class TrainingJob {
   std::unique_ptr<Session> train_session_;
   std::unique_ptr<Session> eval_session_;
   std::unique_ptr<InputPipeline> pipeline_;
+  InputPipelineOptions pipeline_options_;
+  std::vector<std::pair<std::string, Tensor>> initial_values_;
   int64_t step_ = 0;
   bool started_ = false;
   bool done_ = false;
