@@ -28,7 +28,7 @@ test: build
 
 bench:
 	@scripts/install-deps --bench
-	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DFLOWSTATE_BUILD_BENCH=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target bench
 
 tsan: deps

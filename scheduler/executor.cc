@@ -4,6 +4,7 @@
 #include <condition_variable>
 
 #include "devices/kernel_registry.h"
+#include "scheduler/rendezvous.h"
 #include "scheduler/thread_pool.h"
 
 namespace flowstate {
@@ -335,7 +336,12 @@ class ExecutorState {
       }
     }
     aborted_.store(true, std::memory_order_relaxed);
-    if (first && args_.on_error) args_.on_error(named);
+    if (!first) return;
+    // Wake what waits inside this step (async kernels, Recvs). The caller
+    // still holds an outstanding unit, so the step cannot finish under us.
+    if (args_.rendezvous != nullptr) args_.rendezvous->StartAbort(named);
+    if (args_.cancellation != nullptr) args_.cancellation->StartCancel();
+    if (args_.on_error) args_.on_error(named);
   }
 
   void NodesDone(int n) {
