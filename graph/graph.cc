@@ -1,5 +1,6 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <cctype>
 #include <deque>
 
@@ -160,12 +161,23 @@ Status Graph::Resolve(Node* node) {
   const int num_given = node->num_inputs();
   int fixed_after = 0;  // inputs of non-list args, to size a list arg
   for (const ArgDef& a : op.inputs) {
-    if (a.number_attr.empty()) ++fixed_after;
+    if (a.number_attr.empty() && a.type_list_attr.empty()) ++fixed_after;
   }
   int pos = 0;
   for (const ArgDef& a : op.inputs) {
     int count = 1;
-    if (!a.number_attr.empty()) {
+    // A list(type) arg: its types come from the attr, or from the inputs.
+    const std::vector<DataType>* listed = nullptr;
+    std::vector<DataType> inferred;
+    if (!a.type_list_attr.empty()) {
+      auto it = def.attrs.find(a.type_list_attr);
+      if (it != def.attrs.end()) {
+        listed = &it->second.types();
+        count = int(listed->size());
+      } else {
+        count = std::max(0, num_given - pos - fixed_after);
+      }
+    } else if (!a.number_attr.empty()) {
       auto it = def.attrs.find(a.number_attr);
       if (it != def.attrs.end()) {
         count = int(it->second.i());
@@ -189,7 +201,10 @@ Status Graph::Resolve(Node* node) {
       }
       DataType have = src.output_types_[e.output];
       DataType want = a.type;
-      if (!a.type_attr.empty()) {
+      if (!a.type_list_attr.empty()) {
+        want = listed != nullptr ? (*listed)[k] : have;
+        if (listed == nullptr) inferred.push_back(have);
+      } else if (!a.type_attr.empty()) {
         auto it = def.attrs.find(a.type_attr);
         if (it == def.attrs.end()) {
           def.attrs[a.type_attr] = AttrValue(have);
@@ -213,6 +228,9 @@ Status Graph::Resolve(Node* node) {
       }
       node->input_types_.push_back(have);
       node->input_is_ref_.push_back(a.is_ref);
+    }
+    if (!a.type_list_attr.empty() && listed == nullptr) {
+      def.attrs[a.type_list_attr] = AttrValue(std::move(inferred));
     }
   }
   if (pos != num_given) {
@@ -253,6 +271,13 @@ Status Graph::Resolve(Node* node) {
 
   // Output dtypes.
   for (const ArgDef& a : op.outputs) {
+    if (!a.type_list_attr.empty()) {
+      for (DataType t : def.attrs.at(a.type_list_attr).types()) {
+        node->output_types_.push_back(t);
+        node->output_is_ref_.push_back(false);
+      }
+      continue;
+    }
     int count = a.number_attr.empty() ? 1 : int(def.attrs.at(a.number_attr).i());
     DataType t = a.type_attr.empty() ? a.type : def.attrs.at(a.type_attr).type();
     for (int k = 0; k < count; ++k) {

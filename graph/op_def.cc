@@ -278,6 +278,9 @@ StatusOr<OpDef> OpDefBuilder::Build() const {
   auto check_arg = [&](const ArgDef& a) -> Status {
     if (!a.type_attr.empty()) {
       const AttrDef* t = def_.FindAttr(a.type_attr);
+      if (t != nullptr && t->kind == AttrKind::kTypeList && a.number_attr.empty() && !a.is_ref) {
+        return Status();  // a list of tensors of the listed types
+      }
       if (t == nullptr || t->kind != AttrKind::kType) {
         return InvalidArgument("op " + def_.name + ": arg '" + a.name +
                                "' names undeclared type attr '" + a.type_attr + "'");
@@ -295,6 +298,12 @@ StatusOr<OpDef> OpDefBuilder::Build() const {
   for (const auto& a : def_.inputs) FS_RETURN_IF_ERROR(check_arg(a));
   for (const auto& a : def_.outputs) FS_RETURN_IF_ERROR(check_arg(a));
   OpDef def = def_;
+  for (auto* args : {&def.inputs, &def.outputs}) {
+    for (ArgDef& a : *args) {
+      const AttrDef* t = a.type_attr.empty() ? nullptr : def.FindAttr(a.type_attr);
+      if (t != nullptr && t->kind == AttrKind::kTypeList) a.type_list_attr = a.type_attr;
+    }
+  }
   if (!def.shape_fn) def.shape_fn = shape_fns::Unknown;
   return def;
 }

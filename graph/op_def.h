@@ -13,7 +13,8 @@
 //       .Doc("Matrix product of a and b.")
 //
 // Input/output specs: "name: float32" (fixed type), "name: T" (type attr),
-// "name: N * T" (N tensors of type T), "name: Ref(T)" (must be a variable;
+// "name: N * T" (N tensors of type T), "name: T" with T a list(type) attr
+// (one tensor per listed type, which may differ), "name: Ref(T)" (must be a variable;
 // the kernel may mutate it). Attr specs: "name: kind [= default]" where kind
 // is int, float, bool, string, type, shape, tensor, list(int), list(float),
 // list(string), list(type), list(shape); a type attr may list its allowed
@@ -44,6 +45,9 @@ struct ArgDef {
   DataType type = DataType::kInvalid;  // a fixed type, or
   std::string type_attr;               // the name of a `type` attr
   std::string number_attr;             // for "N * T": the `int` attr N
+  // "name: T" where T is a list(type) attr: one tensor per listed type (then
+  // type_attr names T too). Filled in by OpDefBuilder::Build().
+  std::string type_list_attr;
   bool is_ref = false;                 // Ref(T)
 };
 

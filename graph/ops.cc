@@ -235,6 +235,15 @@ Output Variable(const Scope& s, const PartialShape& shape, DataType dtype,
              {"container", AttrValue(container)},
              {"shared_name", AttrValue(shared_name)}});
 }
+std::string Save(const Scope& s, const std::string& prefix, const std::vector<std::string>& names,
+                 const std::vector<Output>& data) {
+  return s.AddNode("Save", "Save", Names(data),
+                   {{"prefix", AttrValue(prefix)}, {"tensor_names", AttrValue(names)}});
+}
+Output Restore(const Scope& s, const std::string& prefix, const std::string& name, DataType dt) {
+  return Op(s, "Restore", {},
+            {{"prefix", AttrValue(prefix)}, {"tensor_name", AttrValue(name)}, {"dt", AttrValue(dt)}});
+}
 Output Assign(const Scope& s, const Output& ref, const Output& value, bool validate_shape) {
   return Op(s, "Assign", {ref, value}, {{"validate_shape", AttrValue(validate_shape)}});
 }

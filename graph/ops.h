@@ -149,6 +149,13 @@ Output ScatterAdd(const Scope& s, const Output& ref, const Output& indices, cons
 Output ScatterSub(const Scope& s, const Output& ref, const Output& indices, const Output& updates);
 Output IsVariableInitialized(const Scope& s, const Output& ref);
 
+// The paper's user-level checkpointing (state/tensor_store.h): Save writes
+// `data` named by `names` under `prefix` and returns the node's name (run it
+// as a target); Restore reads one tensor back.
+std::string Save(const Scope& s, const std::string& prefix, const std::vector<std::string>& names,
+                 const std::vector<Output>& data);
+Output Restore(const Scope& s, const std::string& prefix, const std::string& name, DataType dt);
+
 // Any op by name, for ops without a function here.
 std::vector<Output> Generic(const Scope& s, const std::string& op, const std::vector<Output>& inputs,
                             AttrMap attrs = {}, int num_outputs = 1);

@@ -183,6 +183,8 @@ void RegisterNumeric() {
 
 namespace state {
 
+void RegisterSaveRestoreKernels();  // save_restore_ops.cc
+
 void RegisterKernels() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -197,6 +199,7 @@ void RegisterKernels() {
     RegisterNumeric<int32_t>();
     RegisterNumeric<int64_t>();
     RegisterNumeric<uint8_t>();
+    RegisterSaveRestoreKernels();
   });
 }
 

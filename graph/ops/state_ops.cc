@@ -54,9 +54,60 @@ void Scatter(OpRegistry* r, const char* name, const char* doc) {
                       .Doc(doc));
 }
 
+// One non-empty, distinct name per saved tensor.
+Status SaveShape(InferenceContext* c) {
+  const std::vector<std::string>& names = c->GetAttr("tensor_names").strings();
+  if (int(names.size()) != c->num_inputs()) {
+    return c->Error("tensor_names has " + std::to_string(names.size()) + " name(s) for " +
+                    std::to_string(c->num_inputs()) + " data input(s)");
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) return c->Error("tensor_names[" + std::to_string(i) + "] is empty");
+    for (size_t j = 0; j < i; ++j) {
+      if (names[j] == names[i]) return c->Error("tensor name '" + names[i] + "' appears twice");
+    }
+  }
+  if (c->GetAttr("prefix").s().empty()) return c->Error("attr 'prefix' must not be empty");
+  return Status();
+}
+
+Status RestoreShape(InferenceContext* c) {
+  if (c->GetAttr("prefix").s().empty()) return c->Error("attr 'prefix' must not be empty");
+  if (c->GetAttr("tensor_name").s().empty()) return c->Error("attr 'tensor_name' must not be empty");
+  c->set_output(0, PartialShape::Unknown());
+  return Status();
+}
+
 }  // namespace
 
 void RegisterStateOps(OpRegistry* r) {
+  // The paper's user-level checkpointing. Flowstate has no string tensors, so
+  // the file prefix and the names (inputs in TensorFlow) are attrs here.
+  MustRegister(
+      r, OpDefBuilder("Save")
+             .Input("data: T")
+             .Attr("T: list(type)")
+             .Attr("prefix: string")
+             .Attr("tensor_names: list(string)")
+             .SetIsStateful()
+             .SetShapeFn(SaveShape)
+             .Doc("Writes the data inputs, named by tensor_names (one per input, in order), "
+                  "under `prefix` in the session's tensor store (the server's RocksDB store), "
+                  "atomically and durably; it replaces whatever was saved under that prefix. "
+                  "Run it as a target. FAILED_PRECONDITION when the session has no tensor "
+                  "store."));
+  MustRegister(
+      r, OpDefBuilder("Restore")
+             .Output("tensor: dt")
+             .Attr("dt: type")
+             .Attr("prefix: string")
+             .Attr("tensor_name: string")
+             .SetIsStateful()
+             .SetShapeFn(RestoreShape)
+             .Doc("Reads the tensor saved by a Save op as `tensor_name` under `prefix`. "
+                  "NOT_FOUND when it was never saved, INVALID_ARGUMENT when it was saved "
+                  "with another dtype than dt, DATA_LOSS when its record fails its "
+                  "checksum. Feed it to an Assign to restore a variable."));
   MustRegister(
       r, OpDefBuilder("Variable")
              .Output("ref: Ref(dtype)")

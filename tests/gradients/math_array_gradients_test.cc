@@ -201,5 +201,55 @@ TEST(GradientCheck, GatherIsSparseAndRepeatedIndicesAdd) {
   EXPECT_TRUE(CheckGradient(c));
 }
 
+
+// Regression: the gradient of a broadcasting binary op whose input shapes are
+// known only at run time, where nothing is broadcast, sums over an empty
+// axis list computed by BroadcastGradientArgs; Sum reads an empty list as
+// "every axis", which gave a scalar (SumToShape in grad_util.cc now keeps
+// the list non-empty). Placeholders of shape [-1] (and [-1, -1]) force that
+// path.
+TEST(GradientCheck, UnknownShapesWithNothingBroadcast) {
+  const std::vector<std::vector<int64_t>> shapes = {{5}, {2, 3}, {1}, {3, 1}};
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "SquaredDifference",
+                         "Pow"}) {
+    int seed = 0;
+    for (const auto& shape : shapes) {
+      GradCheck c;
+      c.op = op;
+      c.shapes = FeedShapes::kUnknownDims;
+      bool positive = std::string(op) == "Div" || std::string(op) == "Pow";
+      c.inputs = {RandomF64(TensorShape(shape), ++seed, positive ? 0.5 : -1, 2),
+                  RandomF64(TensorShape(shape), 50 + seed, positive ? 0.5 : -1, 2)};
+      EXPECT_TRUE(CheckGradient(c)) << op << " " << TensorShape(shape).ToString();
+    }
+  }
+}
+
+// Broadcasting decided at run time: [-1, -1] against [-1] and [-1, 1].
+TEST(GradientCheck, UnknownShapesWithBroadcasting) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {{4, 3}, {3}}, {{4, 3}, {4, 1}}, {{1, 3}, {2, 1}}, {{2, 1, 3}, {1}}};
+  for (const char* op : {"Add", "Sub", "Mul", "SquaredDifference"}) {
+    int seed = 0;
+    for (const auto& [sa, sb] : shapes) {
+      GradCheck c;
+      c.op = op;
+      c.shapes = FeedShapes::kUnknownDims;
+      c.inputs = {RandomF64(TensorShape(sa), ++seed), RandomF64(TensorShape(sb), 70 + seed)};
+      EXPECT_TRUE(CheckGradient(c)) << op << " " << TensorShape(sa).ToString() << " "
+                                    << TensorShape(sb).ToString();
+    }
+  }
+}
+
+TEST(GradientCheck, Cast) {
+  GradCheck c;  // float64 to float64 (the loss must stay float64 to be checked here)
+  c.op = "Cast";
+  c.inputs = {R({2, 3}, 11)};
+  c.attrs = {{"DstT", AttrValue(DataType::kFloat64)}};
+  EXPECT_TRUE(CheckGradient(c));
+}
+
+
 }  // namespace
 }  // namespace flowstate::test
