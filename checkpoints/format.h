@@ -1,0 +1,70 @@
+// Internal to checkpoints/: the byte layouts of FORMAT.md — CRC32C, fixed
+// little-endian integers, tensor records (header + data), index records and
+// the keys of the checkpoints and variables column families. Pure functions
+// over bytes; thread-safe.
+#ifndef FLOWSTATE_CHECKPOINTS_FORMAT_H_
+#define FLOWSTATE_CHECKPOINTS_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "graph/status.h"
+#include "graph/tensor.h"
+
+namespace flowstate::checkpoints::internal {
+
+// CRC-32C (Castagnoli), as in iSCSI/ext4/RocksDB; SSE4.2 when compiled for
+// it. Extend(Extend(0, a), b) == Value(a + b).
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
+inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
+
+void PutFixed32(std::string* out, uint32_t v);
+void PutFixed64(std::string* out, uint64_t v);
+uint32_t DecodeFixed32(const char* p);
+uint64_t DecodeFixed64(const char* p);
+void PutBigEndian64(std::string* out, uint64_t v);
+uint64_t DecodeBigEndian64(const char* p);
+
+// Tensor record = header + data, header:
+//   fixed32 crc32c of everything after it (rest of header, then data)
+//   u8 record version (1), u8 dtype, u16 zero, u32 rank, rank x fixed64 dim,
+//   fixed64 data bytes
+inline constexpr uint8_t kTensorRecordVersion = 1;
+// The header of `t` with its CRC already computed over header and data.
+std::string EncodeTensorHeader(const Tensor& t);
+// Parses and checks a whole record. `what` names it in errors ("job j step 3
+// variable w"): DATA_LOSS on a bad checksum, a malformed header or a size
+// mismatch. The tensor gets its own (aligned) buffer.
+StatusOr<Tensor> DecodeTensorRecord(std::string_view record, const std::string& what);
+
+// Index record of a checkpoint.
+struct IndexRecord {
+  int64_t step = 0;
+  int64_t unix_micros = 0;
+  int64_t bytes = 0;
+  int64_t num_tensors = 0;
+  uint32_t metadata_crc = 0;
+  int64_t metadata_bytes = 0;
+};
+std::string EncodeIndex(const IndexRecord& r);
+StatusOr<IndexRecord> DecodeIndex(std::string_view v, const std::string& what);
+
+// Keys of the checkpoints column family: a tag byte, the job id, '\0', the
+// step as big-endian fixed64 (so keys sort by step), then for 'T' the name.
+inline constexpr char kIndexTag = 'I';
+inline constexpr char kMetadataTag = 'M';
+inline constexpr char kTensorTag = 'T';
+std::string CheckpointKey(char tag, std::string_view job, int64_t step);
+// The prefix every key of a job with `tag` starts with.
+std::string JobPrefix(char tag, std::string_view job);
+// Variables column family: scope, '\0', name.
+std::string VariableKey(std::string_view scope, std::string_view name);
+
+// INVALID_ARGUMENT unless `id` is non-empty and has no '\0'.
+Status CheckId(std::string_view id, std::string_view what);
+
+}  // namespace flowstate::checkpoints::internal
+
+#endif  // FLOWSTATE_CHECKPOINTS_FORMAT_H_
