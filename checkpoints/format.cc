@@ -1,5 +1,6 @@
 #include "checkpoints/format.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -104,15 +105,24 @@ std::string EncodeTensorHeader(const Tensor& t) {
 }
 
 StatusOr<Tensor> DecodeTensorRecord(std::string_view rec, const std::string& what) {
-  auto bad = [&](const std::string& why) {
-    return DataLoss("corrupt tensor record for " + what + ": " + why);
-  };
-  if (rec.size() < 4 + 8 + 8) return bad("record of " + std::to_string(rec.size()) + " bytes is too short");
+  if (rec.size() < 4 + 8 + 8) {
+    return DataLoss("corrupt tensor record for " + what + ": record of " +
+                    std::to_string(rec.size()) + " bytes is too short");
+  }
   const char* p = rec.data();
   const uint32_t want = DecodeFixed32(p);
-  const uint32_t have = Crc32c(p + 4, rec.size() - 4);
-  if (want != have) return bad("checksum mismatch (stored " + std::to_string(want) + ", computed " +
-                               std::to_string(have) + ")");
+  // The header is parsed before the checksum is checked (so that the check
+  // can run fused with the copy below); every field is bounds-checked, and a
+  // header that does not parse is reported as a checksum mismatch when it
+  // is one.
+  auto bad = [&](const std::string& why) {
+    const uint32_t have = Crc32c(p + 4, rec.size() - 4);
+    if (have != want) {
+      return DataLoss("corrupt tensor record for " + what + ": checksum mismatch (stored " +
+                      std::to_string(want) + ", computed " + std::to_string(have) + ")");
+    }
+    return DataLoss("corrupt tensor record for " + what + ": " + why);
+  };
   if (uint8_t(p[4]) != kTensorRecordVersion) {
     return bad("unknown record version " + std::to_string(uint8_t(p[4])));
   }
@@ -136,7 +146,20 @@ StatusOr<Tensor> DecodeTensorRecord(std::string_view rec, const std::string& wha
     return bad("shape " + shape->ToString() + " does not match " + std::to_string(bytes) + " bytes");
   }
   FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(HostAllocator(), dtype, *shape));
-  t.CopyFromBytes(p + header, bytes);
+  // Copy and checksum in cache-sized pieces: the CRC reads what the copy
+  // just wrote, from cache, so the bytes cross memory once.
+  uint32_t crc = Crc32c(p + 4, header - 4);
+  char* dst = static_cast<char*>(t.raw_data());
+  constexpr size_t kPiece = 256 << 10;
+  for (size_t off = 0; off < bytes; off += kPiece) {
+    const size_t n = std::min(kPiece, size_t(bytes) - off);
+    std::memcpy(dst + off, p + header + off, n);
+    crc = Crc32cExtend(crc, dst + off, n);
+  }
+  if (crc != want) {
+    return DataLoss("corrupt tensor record for " + what + ": checksum mismatch (stored " +
+                    std::to_string(want) + ", computed " + std::to_string(crc) + ")");
+  }
   return t;
 }
 

@@ -357,6 +357,10 @@ Status Store::Impl::OpenDb(bool exists) {
   dbo.max_background_jobs = 2;
   dbo.keep_log_file_num = 4;
   dbo.max_manifest_file_size = 64 << 20;
+  // Table files are mapped: a restore copies each tensor once, from the
+  // page cache into the tensor, instead of pread()ing it into a block buffer
+  // first.
+  dbo.allow_mmap_reads = true;
   if (env) dbo.env = env.get();
 
   std::vector<std::string> names = {rocksdb::kDefaultColumnFamilyName};
@@ -508,7 +512,6 @@ StatusOr<Snapshot> Store::ReadCheckpoint(const std::string& job_id, int64_t step
   // Every value carries its own CRC32C, checked below; RocksDB's block
   // checksum would be a second pass over the same bytes.
   ro.verify_checksums = false;
-  ro.readahead_size = 4 << 20;
   int64_t bytes = 0;
   snap.tensors.reserve(size_t(idx.num_tensors));
   FS_RETURN_IF_ERROR(m.Scan(h, begin, end, ro, [&](const rocksdb::Slice& k, const rocksdb::Slice& val) -> Status {

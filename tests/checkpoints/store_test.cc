@@ -193,6 +193,7 @@ TEST(Store, ChecksumMismatchIsDataLossNamingJobStepAndVariable) {
   auto var = store->GetVariable("job-7", "dense/kernel");
   EXPECT_EQ(var.status().code(), Code::kDataLoss);
   EXPECT_NE(var.status().message().find("dense/kernel"), std::string::npos);
+  EXPECT_NE(var.status().message().find("checksum"), std::string::npos) << var.status().ToString();
   EXPECT_TRUE(store->GetVariable("job-7", "dense/bias").ok());
 }
 
