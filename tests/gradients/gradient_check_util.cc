@@ -14,10 +14,12 @@
 namespace flowstate::test {
 namespace {
 
+int intra_op_threads = 1;
+
 DevicePool* Pool() {
   static DevicePool* p = [] {
     DevicePoolOptions o;
-    o.intra_op_threads = 1;
+    o.intra_op_threads = intra_op_threads;
     return DevicePool::Create(o).value().release();
   }();
   return p;
@@ -231,6 +233,7 @@ Tensor RandomF64(const TensorShape& shape, uint64_t seed, double lo, double hi) 
 }
 
 const std::set<std::string>& CheckedOps() { return Checked(); }
+void SetIntraOpThreads(int n) { intra_op_threads = n; }
 
 ::testing::AssertionResult CheckGradient(const GradCheck& c) {
   Checked().insert(c.op);

@@ -96,6 +96,10 @@ class OpUnderTest {
 // The ops CheckGradient has been called with in this process.
 const std::set<std::string>& CheckedOps();
 
+// The intra-op thread count of the device pool the checks run on (default
+// 1). REQUIRES: called before the first check.
+void SetIntraOpThreads(int n);
+
 // float64 tensors with uniform values in [lo, hi).
 Tensor RandomF64(const TensorShape& shape, uint64_t seed, double lo = -1, double hi = 1);
 
