@@ -116,7 +116,7 @@ class JobEventSource final : public EventSource {
       *chunk = "event: ";
       *chunk += JobEventKindName(e->kind);
       *chunk += "\ndata: ";
-      *chunk += JobInfoToJson(e->info);
+      *chunk += JobEventDataToJson(*e);
       *chunk += "\n\n";
       last_ = now;
       return Pull::kData;

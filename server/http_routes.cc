@@ -1,8 +1,14 @@
 #include "server/http_routes.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "api/json_codec.h"
@@ -53,6 +59,40 @@ HttpResponse JobResponse(const StatusOr<JobInfo>& job, int status = 200) {
   if (!job.ok()) return ErrorResponse(job.status());
   return JsonResponse(status, JobInfoToJson(*job));
 }
+
+// The value of `key` in the target's query ("?step=5&x=1"), if present.
+std::optional<std::string> QueryParam(std::string_view target, std::string_view key) {
+  size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = target.substr(q + 1);
+  query = query.substr(0, query.find('#'));
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == key) {
+      return std::string(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    }
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return std::nullopt;
+}
+
+// A scratch file for export/import bodies, removed when it goes out of scope.
+struct ScratchFile {
+  std::string path;
+  ScratchFile() {
+    static std::atomic<uint64_t> n{0};
+    path = (std::filesystem::temp_directory_path() /
+            ("flowstate-http-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".fsck"))
+               .string();
+  }
+  ~ScratchFile() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
 
 // --- The handlers.
 
@@ -137,7 +177,9 @@ HttpResponse JobAction(const Call& c) {
 }
 
 HttpResponse JobEvents(const Call& c) {
-  StatusOr<std::unique_ptr<JobEventStream>> stream = c.service().jobs().Watch(c.id);
+  std::optional<std::string> history = QueryParam(c.req.target, "history");
+  bool replay = history && (*history == "1" || *history == "true");
+  StatusOr<std::unique_ptr<JobEventStream>> stream = c.service().jobs().Watch(c.id, replay);
   if (!stream.ok()) return ErrorResponse(stream.status());
   HttpResponse r;
   r.content_type = "text/event-stream";
@@ -161,8 +203,61 @@ HttpResponse Predict(const Call& c) {
   return JsonResponse(200, api::RunOutputsToJson(named, req->encoding));
 }
 
-HttpResponse Checkpoints(const Call&) {
-  return ErrorResponse(Unimplemented("checkpoints are not available on this server yet"));
+HttpResponse ListCheckpoints(const Call& c) {
+  StatusOr<std::vector<JobCheckpointInfo>> list = c.service().jobs().ListCheckpoints(c.id);
+  if (!list.ok()) return ErrorResponse(list.status());
+  return JsonResponse(200, CheckpointListToJson(c.id, *list));
+}
+
+HttpResponse TakeCheckpoint(const Call& c) {
+  StatusOr<CheckpointRequestResult> r = c.service().jobs().Checkpoint(c.id);
+  if (!r.ok()) return ErrorResponse(r.status());
+  // 201: written; 202: snapshotted, being written in the background.
+  return JsonResponse(r->written ? 201 : 202,
+                      CheckpointRequestToJson(c.id, r->step, r->written));
+}
+
+HttpResponse ExportCheckpoint(const Call& c) {
+  std::optional<std::string> step_text = QueryParam(c.req.target, "step");
+  int64_t step = -1;
+  if (step_text) {
+    char* end = nullptr;
+    step = std::strtoll(step_text->c_str(), &end, 10);
+    if (step_text->empty() || *end != '\0' || step < 0) {
+      return ErrorResponse(InvalidArgument("step: expected a checkpoint step (an integer >= 0), got '" +
+                                           *step_text + "'"));
+    }
+  } else {
+    StatusOr<std::vector<JobCheckpointInfo>> list = c.service().jobs().ListCheckpoints(c.id);
+    if (!list.ok()) return ErrorResponse(list.status());
+    if (list->empty()) return ErrorResponse(NotFound("job '" + c.id + "' has no checkpoint"));
+    step = list->back().step;
+  }
+  ScratchFile file;
+  Status s = c.service().jobs().ExportCheckpoint(c.id, step, file.path);
+  if (!s.ok()) return ErrorResponse(s);
+  std::ifstream in(file.path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return ErrorResponse(Internal("reading the exported checkpoint failed"));
+  HttpResponse r;
+  r.content_type = "application/octet-stream";
+  r.body = std::move(bytes);
+  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + c.id + "-" +
+                                                    std::to_string(step) + ".fsck\"");
+  r.headers.emplace_back("X-Flowstate-Step", std::to_string(step));
+  return r;
+}
+
+HttpResponse ImportCheckpoint(const Call& c) {
+  ScratchFile file;
+  {
+    std::ofstream out(file.path, std::ios::binary);
+    out.write(c.req.body.data(), std::streamsize(c.req.body.size()));
+    if (!out.good()) return ErrorResponse(Internal("storing the uploaded checkpoint failed"));
+  }
+  StatusOr<std::pair<std::string, int64_t>> r = c.service().jobs().ImportCheckpoint(file.path);
+  if (!r.ok()) return ErrorResponse(r.status());
+  return JsonResponse(201, CheckpointRequestToJson(r->first, r->second, true));
 }
 
 const std::vector<Route>& Routes() {
@@ -183,7 +278,11 @@ const std::vector<Route>& Routes() {
       {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&JobManager::Cancel>, false}}},
       {"/v1/jobs/{id}/pause", {{"POST", JobAction<&JobManager::Pause>, false}}},
       {"/v1/jobs/{id}/resume", {{"POST", JobAction<&JobManager::Resume>, false}}},
-      {"/v1/jobs/{id}/checkpoints", {{"GET", Checkpoints, false}, {"POST", Checkpoints, false}}},
+      // Taking one waits for the end of the running step (and writes it
+      // when the job is idle); export and import move whole checkpoints.
+      {"/v1/jobs/{id}/checkpoints", {{"GET", ListCheckpoints, false}, {"POST", TakeCheckpoint, true}}},
+      {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, true}}},
+      {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, true}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, true}}},
   };
   return routes;

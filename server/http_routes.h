@@ -10,7 +10,8 @@
 //   GET    /v1/jobs   POST /v1/jobs     GET    /v1/jobs/{id}
 //   GET    /v1/jobs/{id}/events (server-sent events)
 //   POST   /v1/jobs/{id}/cancel | pause | resume | predict
-//   GET    POST /v1/jobs/{id}/checkpoints (501 until checkpoints exist)
+//   GET    POST /v1/jobs/{id}/checkpoints (501 on a server without a store)
+//   GET    /v1/jobs/{id}/checkpoints/export[?step=N]   POST /v1/checkpoints/import
 //
 // Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
 // an unknown path is 404, a known path with another method 405 with an

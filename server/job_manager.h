@@ -14,6 +14,26 @@
 // `max_step_events_per_second` per job, delivered to subscribers (SSE, gRPC
 // Watch). A subscriber first receives the job's current state.
 //
+// Durability (with a Store, JobManagerOptions::store): every job's
+// submitted document (kGraphs) and its record — state, progress, metrics,
+// error, times, checkpoint summary, notable events — (kJobs) are kept in the
+// store, keyed by job id. Recover() reloads them when the server starts:
+// jobs that were RUNNING queue first and resume from their latest
+// checkpoint (a "resume" event names the step), QUEUED ones queue again,
+// PAUSED ones stay paused (and resume from their checkpoint), finished ones
+// stay readable and predict with the variables of their final checkpoint.
+//
+// Checkpoints: by the job's policy (checkpoint.every_steps / every_seconds),
+// on demand (Checkpoint()), when a job is paused or cancelled, when it
+// finishes, and at Shutdown(). A worker takes the snapshot between two
+// steps (TrainingJob::Snapshot copies no tensor data); one background
+// writer thread writes it (Store::WriteCheckpoint, one synced batch) while
+// training goes on, then keeps the `keep` newest. A policy checkpoint that
+// falls due while the job's previous one is still being written waits for
+// the next step boundary after it. A failed write is a "checkpoint" event
+// with the error, counts in JobInfo::checkpoint_failures and the observer's
+// OnCheckpoint; the previous checkpoint stays the job's latest.
+//
 // Thread safety: every public method is thread-safe. Destruction stops the
 // workers after their current step.
 #ifndef FLOWSTATE_SERVER_JOB_MANAGER_H_
@@ -40,6 +60,10 @@ namespace flowstate {
 
 class TrainingJob;
 class ThreadPool;
+struct JobSnapshot;
+namespace checkpoints {
+class Store;
+}
 
 enum class JobState { kQueued, kRunning, kPaused, kSucceeded, kFailed, kCancelled };
 std::string_view JobStateName(JobState s);  // "QUEUED", ...
@@ -60,15 +84,27 @@ struct JobInfo {
   std::string error;         // FAILED: why
   // Seconds since the epoch; 0 when not yet.
   double created = 0, started = 0, finished = 0;
+  // The latest checkpoint written (step -1: none yet), failed writes.
+  int64_t checkpoint_step = -1;
+  double checkpoint_time = 0;
+  int64_t checkpoint_bytes = 0;
+  int64_t checkpoint_failures = 0;
+  std::string checkpoint_error;  // of the last failed write, "" after a success
+  // The step this process resumed the job from after a restart; -1: it did not.
+  int64_t resumed_from_step = -1;
 };
 
 struct JobEvent {
-  enum class Kind { kState, kStep, kEval };
+  enum class Kind { kState, kStep, kEval, kCheckpoint, kResume };
   Kind kind = Kind::kState;
   JobInfo info;  // the job right after the event
   double time = 0;
+  // kCheckpoint, kResume (and some kState): what happened, for people
+  // ("checkpoint at step 120 written: 1.2 MB in 35 ms").
+  std::string message;
 };
-std::string_view JobEventKindName(JobEvent::Kind k);  // "state", "step", "eval"
+// "state", "step", "eval", "checkpoint", "resume"
+std::string_view JobEventKindName(JobEvent::Kind k);
 
 // What the metrics layer learns from the manager. All calls come from the
 // manager's threads; implementations must be thread-safe.
@@ -77,6 +113,23 @@ class JobObserver {
   virtual ~JobObserver() = default;
   virtual void OnStep(const JobInfo& job, double step_seconds, int64_t examples) {}
   virtual void OnStateChange(const JobInfo& job, JobState from) {}
+  // A checkpoint write finished: `ok` false when it failed.
+  virtual void OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) {}
+};
+
+// One checkpoint of a job, as GET /v1/jobs/{id}/checkpoints lists it.
+struct JobCheckpointInfo {
+  int64_t step = 0;
+  double time = 0;  // seconds since the epoch
+  int64_t bytes = 0;
+  int64_t num_tensors = 0;
+};
+
+// What Checkpoint() did: written now (the job was idle) or snapshotted at a
+// step boundary and handed to the writer (the job is running).
+struct CheckpointRequestResult {
+  int64_t step = 0;
+  bool written = false;
 };
 
 struct JobManagerOptions {
@@ -87,6 +140,13 @@ struct JobManagerOptions {
   int inter_op_threads = 1;        // per job session
   double max_step_events_per_second = 10;
   JobObserver* observer = nullptr;  // optional, not owned
+  // Where jobs and checkpoints live; null: in memory only (nothing survives
+  // the process, checkpoints are refused). Not owned; must outlive the
+  // manager.
+  checkpoints::Store* store = nullptr;
+  // Notable events (not step summaries) kept per job and replayed to
+  // Watch(id, true).
+  int max_history_events = 64;
 };
 
 // A subscription to one job's events. Next() blocks until an event arrives,
@@ -122,21 +182,59 @@ class JobManager {
   // before starting).
   Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
                  const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
-  StatusOr<std::unique_ptr<JobEventStream>> Watch(const std::string& id);
+  // With `history`, the job's notable past events (state changes,
+  // evaluations, checkpoints, resumes; oldest first, at most
+  // max_history_events, kept across restarts) come before its current state.
+  StatusOr<std::unique_ptr<JobEventStream>> Watch(const std::string& id, bool history = false);
+
+  // --- Durability (FAILED_PRECONDITION without a store).
+  // Reloads every job of the store (call once, before Submit). Jobs whose
+  // record cannot be used are FAILED with the reason; the error returned is
+  // only the store's own (it could not be read).
+  Status Recover();
+  // Takes a checkpoint now: of an idle job with variables, written before
+  // returning; of a running job, snapshotted after its current step (waits
+  // for that) and written in the background. FAILED_PRECONDITION for a job
+  // without variables yet.
+  StatusOr<CheckpointRequestResult> Checkpoint(const std::string& id);
+  // The job's checkpoints by step (also for ids of imported checkpoints).
+  StatusOr<std::vector<JobCheckpointInfo>> ListCheckpoints(const std::string& id);
+  // Writes checkpoint `step` of job `id` to `path` in the portable format
+  // (checkpoints/FORMAT.md). NOT_FOUND for an unknown job or step.
+  Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path);
+  // Stores the snapshot of a portable file under a new id ("import-N"),
+  // usable as init_from {"job": id, "step": step}. Returns {id, step}.
+  StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
 
   // Jobs waiting for a running slot.
   int queue_depth() const;
   std::map<JobState, int> CountByState() const;
-  // Stops the workers after their current step; cancels nothing.
+  // Stops the workers after their current step; cancels nothing. With a
+  // store, checkpoints every started, unfinished job and waits for the
+  // writes, so a restart resumes them where they stopped.
   void Shutdown();
 
  private:
   struct Job;
   class Stream;
+  struct WriteRequest;
   void WorkerLoop();
+  void WriterLoop();
+  // Takes a snapshot of `job` (REQUIRES: nobody steps it) and queues its
+  // write; returns the write's sequence number, 0 when no snapshot could be
+  // taken (the failure is recorded as a checkpoint event).
+  uint64_t SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, const std::string& reason);
+  // Waits until write `seq` of `job` has finished (ok or not).
+  void WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq);
+  void PersistLocked(Job& job, bool sync);
+  void RememberLocked(Job* job, const JobEvent& e);
+  bool CheckpointDueLocked(const Job& job) const;
+  // Starts a job whose runner has not started: restores the latest
+  // checkpoint when it has one (or init_from values). Without the lock.
+  Status StartRunner(Job* job, bool load_data, int64_t* restored_step);
   void AdmitLocked();
   void SetStateLocked(Job* job, JobState s, const std::string& error = "");
-  void PublishLocked(Job* job, JobEvent::Kind kind);
+  void PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message = "");
   JobInfo InfoLocked(const Job& job) const;
   // Runs one unit of work (start, a step, an evaluation) of `job`, without
   // the lock; returns false when the job left the running set.
@@ -145,6 +243,13 @@ class JobManager {
   JobManagerOptions options_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
+  std::condition_variable checkpoint_cv_;  // a snapshot was taken or a write finished
+  std::condition_variable writer_cv_;      // writes_ got an item, or the writer must stop
+  std::deque<WriteRequest> writes_;        // GUARDED_BY(mu_)
+  bool writer_stopping_ = false;           // GUARDED_BY(mu_)
+  uint64_t next_write_ = 1;                // GUARDED_BY(mu_)
+  int64_t next_import_ = 1;                // GUARDED_BY(mu_)
+  std::thread writer_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
   std::vector<std::string> order_;                    // GUARDED_BY(mu_)
   std::deque<std::string> queued_;                    // GUARDED_BY(mu_): waiting for a slot

@@ -207,7 +207,8 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   if (j.is_discarded()) return InvalidArgument("the job is not valid JSON");
   JobSpec job;
   FS_RETURN_IF_ERROR(CheckFields(j, "", {"name", "graph", "loss", "optimizer", "input", "eval",
-                                         "checkpoint", "devices", "replicas", "seed", "max_steps"}));
+                                         "checkpoint", "devices", "replicas", "seed", "max_steps",
+                                         "init_from"}));
   FS_RETURN_IF_ERROR(GetString(j, "", "name", &job.name));
   auto g = j.find("graph");
   if (g == j.end() || g->is_null()) return Bad("graph", "is required");
@@ -250,6 +251,15 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
     int64_t keep = job.checkpoint.keep;
     FS_RETURN_IF_ERROR(GetInt(*c, "checkpoint", "keep", &keep, 1));
     job.checkpoint.keep = int(std::min<int64_t>(keep, 1000000));
+  }
+  if (auto f = j.find("init_from"); f != j.end() && !f->is_null()) {
+    FS_RETURN_IF_ERROR(CheckFields(*f, "init_from", {"job", "step"}));
+    InitFromSpec from;
+    FS_RETURN_IF_ERROR(GetString(*f, "init_from", "job", &from.job, true));
+    if (from.job.empty()) return Bad("init_from.job", "must name a job");
+    if (f->find("step") == f->end() || (*f)["step"].is_null()) return Bad("init_from.step", "is required");
+    FS_RETURN_IF_ERROR(GetInt(*f, "init_from", "step", &from.step, 0));
+    job.init_from = from;
   }
   if (auto d = j.find("devices"); d != j.end() && !d->is_null()) {
     if (!d->is_array()) return Bad("devices", "expected a list of device names");

@@ -55,6 +55,13 @@ struct CheckpointSpec {
   int keep = 3;
 };
 
+// Start the model's variables from another job's checkpoint (fine-tuning);
+// variables are matched by name.
+struct InitFromSpec {
+  std::string job;   // a job id (or an imported checkpoint's id)
+  int64_t step = 0;  // the checkpoint's step
+};
+
 struct JobSpec {
   std::string name;
   GraphDef graph;
@@ -68,6 +75,7 @@ struct JobSpec {
   int replicas = 1;
   uint64_t seed = 0;  // initializers, shuffling and dropout derive from it
   std::optional<int64_t> max_steps;  // stop early after this many steps
+  std::optional<InitFromSpec> init_from;
 };
 
 // INVALID_ARGUMENT with the JSON path of the first bad field; unknown fields

@@ -44,6 +44,16 @@ Json JobJson(const JobInfo& j) {
   o["created"] = Time(j.created);
   o["started"] = Time(j.started);
   o["finished"] = Time(j.finished);
+  if (j.checkpoint_step >= 0) {
+    o["checkpoint"] = Json{{"step", j.checkpoint_step},
+                           {"time", Time(j.checkpoint_time)},
+                           {"bytes", j.checkpoint_bytes}};
+  } else {
+    o["checkpoint"] = nullptr;
+  }
+  o["checkpoint_failures"] = j.checkpoint_failures;
+  o["checkpoint_error"] = j.checkpoint_error;
+  o["resumed_from_step"] = j.resumed_from_step >= 0 ? Json(j.resumed_from_step) : Json(nullptr);
   return o;
 }
 
@@ -241,6 +251,16 @@ StatusOr<JobInfo> JobFrom(const Json& v, const std::string& path) {
   FS_RETURN_IF_ERROR(ReadTime(v, path, "created", &j.created));
   FS_RETURN_IF_ERROR(ReadTime(v, path, "started", &j.started));
   FS_RETURN_IF_ERROR(ReadTime(v, path, "finished", &j.finished));
+  if (const Json* c = Field(v, "checkpoint")) {
+    const std::string cpath = Key(path, "checkpoint");
+    FS_RETURN_IF_ERROR(CheckObject(*c, cpath, "an object"));
+    FS_RETURN_IF_ERROR(ReadInt(*c, cpath, "step", &j.checkpoint_step));
+    FS_RETURN_IF_ERROR(ReadTime(*c, cpath, "time", &j.checkpoint_time));
+    FS_RETURN_IF_ERROR(ReadInt(*c, cpath, "bytes", &j.checkpoint_bytes));
+  }
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "checkpoint_failures", &j.checkpoint_failures));
+  FS_RETURN_IF_ERROR(ReadString(v, path, "checkpoint_error", &j.checkpoint_error));
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "resumed_from_step", &j.resumed_from_step));
   return j;
 }
 
@@ -326,6 +346,26 @@ StatusOr<DeviceInfo> DeviceFrom(const Json& v, const std::string& path) {
 }  // namespace
 
 std::string JobInfoToJson(const JobInfo& job) { return Dump(JobJson(job)); }
+
+std::string CheckpointListToJson(const std::string& job_id,
+                                 const std::vector<JobCheckpointInfo>& checkpoints) {
+  Json list = Json::array();
+  for (const JobCheckpointInfo& c : checkpoints) {
+    list.push_back(Json{{"step", c.step}, {"time", Time(c.time)}, {"bytes", c.bytes},
+                        {"tensors", c.num_tensors}});
+  }
+  return Dump(Json{{"job_id", job_id}, {"checkpoints", std::move(list)}});
+}
+
+std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, bool written) {
+  return Dump(Json{{"job_id", job_id}, {"step", step}, {"written", written}});
+}
+
+std::string JobEventDataToJson(const JobEvent& event) {
+  Json o = JobJson(event.info);
+  if (!event.message.empty()) o["message"] = event.message;
+  return Dump(o);
+}
 
 StatusOr<JobInfo> JobInfoFromJson(std::string_view json) {
   Json v;

@@ -8,7 +8,9 @@
 //    "epoch": 1, "epochs": 3, "step": 612, "total_steps": 1407,
 //    "loss": 0.3712, "examples_per_sec": 15234.5,
 //    "metrics": {"accuracy": 0.871}, "error": "",
-//    "created": "2026-12-02T17:03:11.204Z", "started": "...", "finished": null}
+//    "created": "2026-12-02T17:03:11.204Z", "started": "...", "finished": null,
+//    "checkpoint": {"step": 600, "time": "...", "bytes": 1620000} or null,
+//    "checkpoint_failures": 0, "checkpoint_error": "", "resumed_from_step": null}
 //
 // Times are RFC 3339 UTC with milliseconds, null when not yet (0 in
 // JobInfo). Non-finite numbers (a diverged loss) are the strings "NaN",
@@ -36,6 +38,18 @@ namespace flowstate {
 // One job.
 std::string JobInfoToJson(const JobInfo& job);
 StatusOr<JobInfo> JobInfoFromJson(std::string_view json);
+
+// The data line of one event of /v1/jobs/{id}/events: the job, plus
+// "message" for events that carry one (checkpoint, resume).
+std::string JobEventDataToJson(const JobEvent& event);
+
+// GET /v1/jobs/{id}/checkpoints: {"job_id": id, "checkpoints": [{"step",
+// "time" (RFC 3339), "bytes", "tensors"}, ...]} by step.
+std::string CheckpointListToJson(const std::string& job_id,
+                                 const std::vector<JobCheckpointInfo>& checkpoints);
+// POST /v1/jobs/{id}/checkpoints and POST /v1/checkpoints/import:
+// {"job_id": id, "step": N, "written": true|false}.
+std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, bool written);
 
 // {"jobs": [job, ...]}
 std::string JobInfoListToJson(const std::vector<JobInfo>& jobs);

@@ -89,6 +89,8 @@ struct Metrics::Impl : public JobObserver {
 
   void OnStep(const JobInfo& job, double step_seconds, int64_t examples) override;
   void OnStateChange(const JobInfo& job, JobState from) override;
+  void OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) override;
+  void Checkpoint(const std::string& job, double seconds, int64_t bytes, bool ok);
 
   // The series of one job. Gauges and histograms are created on first use;
   // a null pointer means "not exported (now)".
@@ -358,27 +360,35 @@ void Metrics::ObserveGrpcRequest(const std::string& method, const std::string& c
   if (seconds >= 0) histogram->Observe(seconds);
 }
 
-void Metrics::ObserveCheckpoint(const std::string& job, double seconds, int64_t bytes, bool ok) {
-  std::lock_guard<std::mutex> l(impl_->jobs_mu);
-  auto [it, inserted] = impl_->job_series.try_emplace(job);
-  Impl::JobSeries& s = it->second;
+void Metrics::Impl::Checkpoint(const std::string& job, double seconds, int64_t bytes, bool ok) {
+  std::lock_guard<std::mutex> l(jobs_mu);
+  auto [it, inserted] = job_series.try_emplace(job);
+  JobSeries& s = it->second;
   if (inserted) {
     // A job this observer never saw run (a checkpoint of a finished or
     // restored job): subject to the same retention as finished jobs.
     s.finished = true;
-    impl_->finished.push_back(job);
+    finished.push_back(job);
   }
   prometheus::Labels labels{{"job_id", job}};
-  if (!s.checkpoint_failures) s.checkpoint_failures = &impl_->checkpoint_failures.Add(labels);
-  if (!s.checkpoint_seconds) s.checkpoint_seconds = &impl_->checkpoint_seconds.Add(labels, CheckpointBuckets());
+  if (!s.checkpoint_failures) s.checkpoint_failures = &checkpoint_failures.Add(labels);
+  if (!s.checkpoint_seconds) s.checkpoint_seconds = &checkpoint_seconds.Add(labels, CheckpointBuckets());
   if (ok) {
-    if (!s.checkpoint_bytes) s.checkpoint_bytes = &impl_->checkpoint_bytes.Add(labels);
+    if (!s.checkpoint_bytes) s.checkpoint_bytes = &checkpoint_bytes.Add(labels);
     if (seconds >= 0) s.checkpoint_seconds->Observe(seconds);
     s.checkpoint_bytes->Set(double(bytes));
   } else {
     s.checkpoint_failures->Increment();
   }
-  if (inserted) impl_->EvictLocked();
+  if (inserted) EvictLocked();
+}
+
+void Metrics::Impl::OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) {
+  Checkpoint(job.id, seconds, bytes, ok);
+}
+
+void Metrics::ObserveCheckpoint(const std::string& job, double seconds, int64_t bytes, bool ok) {
+  impl_->Checkpoint(job, seconds, bytes, ok);
 }
 
 JobObserver* Metrics::job_observer() { return impl_.get(); }

@@ -1,5 +1,6 @@
 // `flowstate serve`: the long-running training service.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoints/store.h"
 #include "config/config.h"
 #include "devices/device_pool.h"
 #include "server/commands.h"
@@ -73,6 +75,20 @@ int ServeCommand(int argc, char** argv) {
     std::fprintf(stderr, "flowstate serve: %s\n", devices.status().ToString().c_str());
     return 1;
   }
+  // The durable store: one per data directory; a second server on the same
+  // directory is refused here (RocksDB's lock), before anything is served.
+  checkpoints::StoreOptions sto;
+  if (const char* f = std::getenv("FLOWSTATE_TEST_FAIL_WRITES_FILE"); f != nullptr && *f != '\0') {
+    // Test hook (disk errors): while this file exists, every write of the
+    // store fails with an I/O error.
+    std::string path = f;
+    sto.fail_writes = [path] { return ::access(path.c_str(), F_OK) == 0; };
+  }
+  StatusOr<std::unique_ptr<checkpoints::Store>> store = checkpoints::Store::Open(cfg.data_dir, sto);
+  if (!store.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n", store.status().message().c_str());
+    return 1;
+  }
   Metrics metrics;
   ServiceOptions so;
   so.devices = devices->get();
@@ -85,7 +101,16 @@ int ServeCommand(int argc, char** argv) {
   so.jobs.inter_op_threads = cfg.jobs.inter_op_threads;
   so.jobs.max_step_events_per_second = cfg.jobs.max_step_events_per_second;
   so.jobs.observer = metrics.job_observer();
+  so.jobs.store = store->get();
   Service service(so);
+  if (Status rs = service.jobs().Recover(); !rs.ok()) {
+    std::fprintf(stderr, "flowstate serve: reloading the jobs of %s: %s\n", cfg.data_dir.c_str(),
+                 rs.ToString().c_str());
+    return 1;
+  }
+  if (size_t n = service.jobs().List().size(); n > 0) {
+    std::fprintf(stderr, "flowstate serve: reloaded %zu job(s) from %s\n", n, cfg.data_dir.c_str());
+  }
   metrics.SetScrapeHook([&service](Metrics* m) {
     for (const auto& [state, n] : service.jobs().CountByState()) {
       m->SetJobsByState(std::string(JobStateName(state)), n);
@@ -157,7 +182,7 @@ int ServeCommand(int argc, char** argv) {
     reaper_cv.notify_all();
   }
   reaper.join();
-  service.Shutdown();  // running steps finish; jobs stop between steps
+  service.Shutdown();  // running steps finish; jobs stop between steps and are checkpointed
   std::fprintf(stderr, "flowstate serve: stopped\n");
   return 0;
 }

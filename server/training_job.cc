@@ -244,10 +244,12 @@ StatusOr<Dataset> TrainingJob::Load(const DataSpec& data, const std::string& pat
   return d;
 }
 
-Status TrainingJob::Start() {
+Status TrainingJob::Start(bool load_data) {
   if (started_) return FailedPrecondition("the job has already started");
-  FS_ASSIGN_OR_RETURN(train_data_, Load(spec_.input, "input"));
-  if (spec_.eval) {
+  if (load_data) {
+    FS_ASSIGN_OR_RETURN(train_data_, Load(spec_.input, "input"));
+  }
+  if (spec_.eval && load_data) {
     FS_ASSIGN_OR_RETURN(eval_data_, Load(*spec_.eval, "eval"));
   }
   SessionOptions so;
@@ -265,10 +267,12 @@ Status TrainingJob::Start() {
   po.epochs = spec_.input.epochs;
   po.drop_remainder = spec_.input.drop_remainder;
   po.prefetch = spec_.input.prefetch;
-  StatusOr<std::unique_ptr<InputPipeline>> p = InputPipeline::Create(train_data_, po);
-  if (!p.ok()) return p.status().WithPrefix("input");
-  pipeline_ = std::move(p).value();
   pipeline_options_ = po;
+  if (load_data) {
+    StatusOr<std::unique_ptr<InputPipeline>> p = InputPipeline::Create(train_data_, po);
+    if (!p.ok()) return p.status().WithPrefix("input");
+    pipeline_ = std::move(p).value();
+  }
   std::vector<Tensor> out;
   FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
   if (!initial_values_.empty()) {
@@ -300,7 +304,7 @@ StatusOr<JobSnapshot> TrainingJob::Snapshot() {
   if (!started_) return FailedPrecondition("the job has not started");
   JobSnapshot s;
   s.step = step_;
-  s.position = pipeline_->position();
+  if (pipeline_) s.position = pipeline_->position();
   s.seed = spec_.seed;
   s.variables.reserve(graph_.variables.size());
   for (const std::string& v : graph_.variables) {
@@ -337,13 +341,19 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
     }
     assign.emplace_back(std::move(var), &t);
   }
-  StatusOr<std::unique_ptr<InputPipeline>> p =
-      InputPipeline::Create(train_data_, pipeline_options_, snapshot.position);
-  if (!p.ok()) return p.status().WithPrefix("checkpoint: input position");
+  std::unique_ptr<InputPipeline> pipeline;
+  if (pipeline_) {
+    StatusOr<std::unique_ptr<InputPipeline>> p =
+        InputPipeline::Create(train_data_, pipeline_options_, snapshot.position);
+    if (!p.ok()) return p.status().WithPrefix("checkpoint: input position");
+    pipeline = std::move(p).value();
+  }
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
   FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
-  pipeline_->Cancel();
-  pipeline_ = std::move(p).value();
+  if (pipeline) {
+    pipeline_->Cancel();
+    pipeline_ = std::move(pipeline);
+  }
   step_ = snapshot.step;
   done_ = step_ >= total_steps();
   return Status();
@@ -440,6 +450,7 @@ int64_t TrainingJob::total_steps() const {
 StatusOr<StepResult> TrainingJob::Step() {
   if (!started_) return FailedPrecondition("the job has not started");
   if (done_) return FailedPrecondition("the job has finished");
+  if (!pipeline_) return FailedPrecondition("the job was started without its data");
   StatusOr<Batch> b = pipeline_->Next();
   if (!b.ok()) return b.status();
   std::vector<std::pair<std::string, Tensor>> feeds;

@@ -107,7 +107,9 @@ class TrainingJob {
   ~TrainingJob();
 
   // Loads the datasets, creates the sessions, initializes the variables.
-  Status Start();
+  // Without `load_data` (serving predictions of a finished job) no data is
+  // read: Step() and Evaluate() then fail, Predict() and Restore() work.
+  Status Start(bool load_data = true);
   // One training step. FAILED_PRECONDITION before Start() or after done.
   StatusOr<StepResult> Step();
   // Each eval metric's mean over the eval set (weighted by batch size).

@@ -461,10 +461,10 @@ TEST_F(HttpRoutesTest, UnknownRoutesAre404) {
   EXPECT_EQ(Do("GET", "/v1/jobs/").status, 200);
 }
 
-TEST_F(HttpRoutesTest, CheckpointsAre501ForNow) {
+TEST_F(HttpRoutesTest, CheckpointsAre501WithoutAStore) {
   for (const char* method : {"GET", "POST"}) {
     HttpResponse r = Do(method, "/v1/jobs/job-1/checkpoints");
-    EXPECT_EQ(r.status, 501);
+    EXPECT_EQ(r.status, 501) << r.body;
     EXPECT_EQ(ErrorOf(r).code(), Code::kUnimplemented);
   }
 }
@@ -477,7 +477,9 @@ TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
   Json job = Json::parse(r.body);
   EXPECT_EQ(Keys(job), (std::vector<std::string>{"job_id", "name", "state", "epoch", "epochs", "step",
                                                  "total_steps", "loss", "examples_per_sec", "metrics",
-                                                 "error", "created", "started", "finished"}));
+                                                 "error", "created", "started", "finished",
+                                                 "checkpoint", "checkpoint_failures",
+                                                 "checkpoint_error", "resumed_from_step"}));
   EXPECT_EQ(job["job_id"], "job-1");
   EXPECT_EQ(job["name"], "line");
   EXPECT_EQ(job["state"], "QUEUED");
@@ -791,7 +793,8 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
             R"("step":612,"total_steps":1407,"loss":0.3712,"examples_per_sec":15234.5,)"
             R"("metrics":{"accuracy":0.871,"loss":0.362},"error":"",)"
             R"("created":"2026-12-02T17:03:11.204Z","started":"2026-12-02T17:03:11.420Z",)"
-            R"("finished":null})");
+            R"("finished":null,"checkpoint":null,"checkpoint_failures":0,"checkpoint_error":"",)"
+            R"("resumed_from_step":null})");
   StatusOr<JobInfo> back = JobInfoFromJson(JobInfoToJson(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->id, j.id);

@@ -84,6 +84,40 @@ TEST(JobSpec, ErrorsNameTheJsonPath) {
   ExpectPathError("{not json", "not valid JSON");
 }
 
+TEST(JobSpec, CheckpointPolicyAndInitFrom) {
+  const std::string input_end = "\"batch_size\": 4}";
+  StatusOr<JobSpec> j = ParseJobSpec(
+      Job(input_end, input_end + R"(, "checkpoint": {"every_steps": 50, "every_seconds": 2.5, "keep": 2},
+                         "init_from": {"job": "job-3", "step": 400})"));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->checkpoint.every_steps, 50);
+  EXPECT_EQ(j->checkpoint.every_seconds, 2.5);
+  EXPECT_EQ(j->checkpoint.keep, 2);
+  ASSERT_TRUE(j->init_from.has_value());
+  EXPECT_EQ(j->init_from->job, "job-3");
+  EXPECT_EQ(j->init_from->step, 400);
+  // Defaults: no policy (on demand, pause, cancel, shutdown only), keep 3.
+  j = ParseJobSpec(Job());
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->checkpoint.every_steps, 0);
+  EXPECT_EQ(j->checkpoint.keep, 3);
+  EXPECT_FALSE(j->init_from.has_value());
+
+  auto with = [&](const std::string& extra) { return Job(input_end, input_end + ", " + extra); };
+  ExpectPathError(with(R"("checkpoint": {"every_steps": -1})"), "checkpoint.every_steps: must be >= 0");
+  ExpectPathError(with(R"("checkpoint": {"every_seconds": "often"})"),
+                  "checkpoint.every_seconds: expected a number");
+  ExpectPathError(with(R"("checkpoint": {"every_seconds": -2})"), "checkpoint.every_seconds: must be >= 0");
+  ExpectPathError(with(R"("checkpoint": {"keep": 0})"), "checkpoint.keep: must be >= 1");
+  ExpectPathError(with(R"("checkpoint": {"evry_steps": 5})"), "checkpoint.evry_steps: unknown field");
+  ExpectPathError(with(R"("checkpoint": 5)"), "checkpoint: expected an object");
+  ExpectPathError(with(R"("init_from": {"step": 3})"), "init_from.job: is required");
+  ExpectPathError(with(R"("init_from": {"job": "job-1"})"), "init_from.step: is required");
+  ExpectPathError(with(R"("init_from": {"job": "job-1", "step": -3})"), "init_from.step: must be >= 0");
+  ExpectPathError(with(R"("init_from": {"job": 7, "step": 3})"), "init_from.job: expected a string");
+  ExpectPathError(with(R"("init_from": {"job": "job-1", "step": 3, "x": 1})"), "init_from.x: unknown field");
+}
+
 TEST(JobSpec, TrainingGraphErrors) {
   auto build = [](const std::string& json) {
     StatusOr<JobSpec> j = ParseJobSpec(json);
