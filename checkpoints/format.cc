@@ -104,23 +104,25 @@ std::string EncodeTensorHeader(const Tensor& t) {
   return h;
 }
 
-StatusOr<Tensor> DecodeTensorRecord(std::string_view rec, const std::string& what) {
+Status ChecksumMismatch(const std::string& what, uint32_t want, uint32_t have) {
+  return DataLoss("corrupt tensor record for " + what + ": checksum mismatch (stored " +
+                  std::to_string(want) + ", computed " + std::to_string(have) + ")");
+}
+
+StatusOr<TensorRecordHeader> ParseTensorHeader(std::string_view rec, const std::string& what) {
   if (rec.size() < 4 + 8 + 8) {
     return DataLoss("corrupt tensor record for " + what + ": record of " +
                     std::to_string(rec.size()) + " bytes is too short");
   }
   const char* p = rec.data();
-  const uint32_t want = DecodeFixed32(p);
-  // The header is parsed before the checksum is checked (so that the check
-  // can run fused with the copy below); every field is bounds-checked, and a
-  // header that does not parse is reported as a checksum mismatch when it
-  // is one.
+  TensorRecordHeader h;
+  h.crc = DecodeFixed32(p);
+  // Parsed before the checksum is checked (so that the check can run fused
+  // with the copy, or beside it); a header that does not parse is reported
+  // as a checksum mismatch when it is one.
   auto bad = [&](const std::string& why) {
-    const uint32_t have = Crc32c(p + 4, rec.size() - 4);
-    if (have != want) {
-      return DataLoss("corrupt tensor record for " + what + ": checksum mismatch (stored " +
-                      std::to_string(want) + ", computed " + std::to_string(have) + ")");
-    }
+    const uint32_t have = TensorRecordCrc(rec);
+    if (have != h.crc) return ChecksumMismatch(what, h.crc, have);
     return DataLoss("corrupt tensor record for " + what + ": " + why);
   };
   if (uint8_t(p[4]) != kTensorRecordVersion) {
@@ -128,7 +130,7 @@ StatusOr<Tensor> DecodeTensorRecord(std::string_view rec, const std::string& wha
   }
   const uint8_t dt = uint8_t(p[5]);
   if (dt == 0 || dt >= kNumDataTypes) return bad("unknown dtype " + std::to_string(dt));
-  const DataType dtype = DataType(dt);
+  h.dtype = DataType(dt);
   const uint32_t rank = DecodeFixed32(p + 8);
   if (rank > 64 || rec.size() < 12 + 8 * size_t(rank) + 8) return bad("bad rank " + std::to_string(rank));
   std::vector<int64_t> dims(rank);
@@ -137,29 +139,34 @@ StatusOr<Tensor> DecodeTensorRecord(std::string_view rec, const std::string& wha
     if (d > uint64_t(INT64_MAX)) return bad("negative dimension");
     dims[i] = int64_t(d);
   }
-  const size_t header = 12 + 8 * size_t(rank) + 8;
+  h.header_bytes = 12 + 8 * size_t(rank) + 8;
   const uint64_t bytes = DecodeFixed64(p + 12 + 8 * rank);
-  if (bytes != rec.size() - header) return bad("data size mismatch");
+  if (bytes != rec.size() - h.header_bytes) return bad("data size mismatch");
   StatusOr<TensorShape> shape = TensorShape::Make(dims);
   if (!shape.ok()) return bad(shape.status().message());
-  if (uint64_t(shape->num_elements()) * DataTypeSize(dtype) != bytes) {
+  if (uint64_t(shape->num_elements()) * DataTypeSize(h.dtype) != bytes) {
     return bad("shape " + shape->ToString() + " does not match " + std::to_string(bytes) + " bytes");
   }
-  FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(HostAllocator(), dtype, *shape));
+  h.shape = *shape;
+  return h;
+}
+
+StatusOr<Tensor> DecodeTensorRecord(std::string_view rec, const std::string& what) {
+  FS_ASSIGN_OR_RETURN(TensorRecordHeader h, ParseTensorHeader(rec, what));
+  FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(HostAllocator(), h.dtype, h.shape));
   // Copy and checksum in cache-sized pieces: the CRC reads what the copy
   // just wrote, from cache, so the bytes cross memory once.
-  uint32_t crc = Crc32c(p + 4, header - 4);
+  const char* src = rec.data() + h.header_bytes;
+  const size_t bytes = rec.size() - h.header_bytes;
+  uint32_t crc = Crc32c(rec.data() + 4, h.header_bytes - 4);
   char* dst = static_cast<char*>(t.raw_data());
   constexpr size_t kPiece = 256 << 10;
   for (size_t off = 0; off < bytes; off += kPiece) {
-    const size_t n = std::min(kPiece, size_t(bytes) - off);
-    std::memcpy(dst + off, p + header + off, n);
+    const size_t n = std::min(kPiece, bytes - off);
+    std::memcpy(dst + off, src + off, n);
     crc = Crc32cExtend(crc, dst + off, n);
   }
-  if (crc != want) {
-    return DataLoss("corrupt tensor record for " + what + ": checksum mismatch (stored " +
-                    std::to_string(want) + ", computed " + std::to_string(crc) + ")");
-  }
+  if (crc != h.crc) return ChecksumMismatch(what, h.crc, crc);
   return t;
 }
 

@@ -39,6 +39,21 @@ std::string EncodeTensorHeader(const Tensor& t);
 // mismatch. The tensor gets its own (aligned) buffer.
 StatusOr<Tensor> DecodeTensorRecord(std::string_view record, const std::string& what);
 
+// The parsed header of a tensor record, before its checksum is verified
+// (every field bounds-checked against the record; DATA_LOSS otherwise).
+struct TensorRecordHeader {
+  DataType dtype = DataType::kInvalid;
+  TensorShape shape;
+  size_t header_bytes = 0;  // data starts here
+  uint32_t crc = 0;         // the stored checksum
+};
+StatusOr<TensorRecordHeader> ParseTensorHeader(std::string_view record, const std::string& what);
+// The checksum a tensor record should have (of everything after the field).
+inline uint32_t TensorRecordCrc(std::string_view record) {
+  return Crc32c(record.data() + 4, record.size() - 4);
+}
+Status ChecksumMismatch(const std::string& what, uint32_t want, uint32_t have);
+
 // Index record of a checkpoint.
 struct IndexRecord {
   int64_t step = 0;

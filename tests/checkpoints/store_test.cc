@@ -197,6 +197,41 @@ TEST(Store, ChecksumMismatchIsDataLossNamingJobStepAndVariable) {
   EXPECT_TRUE(store->GetVariable("job-7", "dense/bias").ok());
 }
 
+// Checkpoints over 32 MiB are checksummed on a second thread while they are
+// copied: the same guarantees.
+TEST(Store, BigCheckpointRoundTripAndCorruption) {
+  TempDir dir;
+  Snapshot big = MakeSnapshot(5, 11);
+  big.tensors.push_back({"embedding", RandomTensor(DataType::kFloat32, TensorShape({9000, 1000}), 12)});
+  big.tensors.push_back({"z/slot", RandomTensor(DataType::kFloat32, TensorShape({1000, 1000}), 13)});
+  {
+    auto store = MustOpen(dir.path());
+    ASSERT_TRUE(store->WriteCheckpoint("big", big).ok());
+    ExpectSameSnapshot(big, *store->ReadCheckpoint("big", 5));  // from the memtable
+    ASSERT_TRUE(store->Flush().ok());
+    auto got = store->ReadCheckpoint("big", 5);  // from table files
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectSameSnapshot(big, *got);
+    for (size_t i = 1; i < got->tensors.size(); ++i) {
+      EXPECT_LT(got->tensors[i - 1].name, got->tensors[i].name);
+    }
+  }
+  {
+    RawDb raw(dir.path());
+    std::string key = internal::CheckpointKey(internal::kTensorTag, "big", 5) + "embedding";
+    std::string v;
+    ASSERT_TRUE(raw.db->Get(rocksdb::ReadOptions(), raw.cf["checkpoints"], key, &v).ok());
+    v[v.size() / 2] ^= 0x01;
+    ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), raw.cf["checkpoints"], key, v).ok());
+    ASSERT_TRUE(raw.db->Flush(rocksdb::FlushOptions(), raw.cf["checkpoints"]).ok());
+  }
+  auto store = MustOpen(dir.path());
+  auto got = store->ReadCheckpoint("big", 5);
+  ASSERT_EQ(got.status().code(), Code::kDataLoss) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("job 'big' step 5 variable 'embedding'"), std::string::npos)
+      << got.status().message();
+}
+
 TEST(Store, MissingTensorRecordIsDataLoss) {
   TempDir dir;
   {
