@@ -119,6 +119,13 @@ int main(int argc, char** argv) {
     std::string tmpl = "/tmp/flowstate_checkpoint_bench_XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) return 2;
     dir = tmpl;
+    // Also on the std::exit() of a failed check: never leave GBs behind.
+    static std::string cleanup;
+    cleanup = dir;
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(cleanup, ec);
+    });
   }
   {
     auto store_or = Store::Open(dir + "/data");
@@ -149,8 +156,8 @@ int main(int argc, char** argv) {
         sr = std::min(sr, Seconds(t0));
         Check(snap.status(), "read");
         if (snap->tensors.size() != model.tensors.size()) return 3;
-        std::fprintf(stderr, "%lldM round %d: file write %.3fs store write %.3fs file read %.3fs "
-                     "store read %.3fs\n", (long long)m, r, Seconds(t0) * 0 + fw, sw, fr, sr);
+        std::fprintf(stderr, "%lldM after round %d, best: file write %.3fs store write %.3fs "
+                     "file read %.3fs store read %.3fs\n", (long long)m, r, fw, sw, fr, sr);
       }
       const std::string base = "checkpoint/" + std::to_string(m) + "M_f32";
       PrintFigure(base + "/file_write_fsync", gb / fw, "GB/s");
