@@ -11,6 +11,9 @@ int TrainCommand(int argc, char** argv);
 // flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR] ...
 int ServeCommand(int argc, char** argv);
 
+// flowstate checkpoints list JOB | export JOB STEP FILE | import FILE [--data-dir DIR]
+int CheckpointsCommand(int argc, char** argv);
+
 }  // namespace flowstate
 
 #endif  // FLOWSTATE_SERVER_COMMANDS_H_

@@ -12,7 +12,8 @@ constexpr const char* kUsage =
     "usage: flowstate <command> [args]\n"
     "commands:\n"
     "  serve            run the training service (flowstate serve --help)\n"
-    "  train JOB.json   run a training job in-process (flowstate train --help)\n";
+    "  train JOB.json   run a training job in-process (flowstate train --help)\n"
+    "  checkpoints      list, export, import checkpoints of a data directory\n";
 
 }  // namespace
 
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "train") return flowstate::TrainCommand(argc - 2, argv + 2);
   if (cmd == "serve") return flowstate::ServeCommand(argc - 2, argv + 2);
+  if (cmd == "checkpoints") return flowstate::CheckpointsCommand(argc - 2, argv + 2);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;

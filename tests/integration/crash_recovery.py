@@ -378,7 +378,36 @@ def scenario_two(args, tmp, data_root):
         fail("the second server's message does not say the directory is in use: %r" % err)
     j = first.wait(j["job_id"], lambda j: j["state"] == "SUCCEEDED", "the first server's job")
     steps = check_checkpoints_whole(first, j["job_id"])
+    # The CLI reads the data directory itself: refused while the server holds it.
+    cli = [args.flowstate, "checkpoints"]
+    busy = subprocess.run(cli + ["list", j["job_id"], "--data-dir", data_dir], capture_output=True, timeout=30)
+    if busy.returncode == 0 or b"in use" not in busy.stderr:
+        fail("flowstate checkpoints on a served data directory: %d %r" % (busy.returncode, busy.stderr))
     first.stop()
+    # Without a server: list, export the final checkpoint, import it elsewhere.
+    listed = subprocess.run(cli + ["list", j["job_id"], "--data-dir", data_dir], capture_output=True, timeout=30)
+    if listed.returncode != 0 or str(j["step"]).encode() not in listed.stdout:
+        fail("flowstate checkpoints list: %d %r %r" % (listed.returncode, listed.stdout, listed.stderr))
+    exported = os.path.join(tmp, "final.fsck")
+    subprocess.run(cli + ["export", j["job_id"], str(j["step"]), exported, "--data-dir", data_dir],
+                   check=True, capture_output=True, timeout=30)
+    other = os.path.join(tmp, "other-data")
+    imported = subprocess.run(cli + ["import", exported, "--data-dir", other], capture_output=True, timeout=30)
+    if imported.returncode != 0 or imported.stdout.split() != [b"import-1", str(j["step"]).encode()]:
+        fail("flowstate checkpoints import: %d %r %r" % (imported.returncode, imported.stdout, imported.stderr))
+    # A server on the other directory fine-tunes from the import.
+    s = Server(args.flowstate, tmp, other, data_root, name="other")
+    tuned = job(epochs=1, checkpoint={}, hidden=16)
+    tuned["init_from"] = {"job": "import-1", "step": j["step"]}
+    code, t = s.request("POST", "/v1/jobs", tuned)
+    if code != 201:
+        fail("init_from an imported checkpoint: %d %s" % (code, t))
+    tuned["init_from"] = {"job": "import-1", "step": j["step"] + 1}
+    code, bad = s.request("POST", "/v1/jobs", tuned)
+    if code != 400 or "init_from" not in bad["error"]["message"]:
+        fail("init_from a missing step: %d %s" % (code, bad))
+    s.wait(t["job_id"], lambda x: x["state"] == "SUCCEEDED", "the fine-tuning job")
+    s.stop()
     print("crash_recovery: second server refused (exit %d: %s); the first finished its job, checkpoints %s"
           % (second.returncode, err.strip().splitlines()[-1][:120], steps))
 
