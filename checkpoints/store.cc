@@ -605,9 +605,14 @@ StatusOr<std::vector<CheckpointInfo>> Store::ListCheckpoints(const std::string& 
 }
 
 StatusOr<Snapshot> Store::ReadLatestCheckpoint(const std::string& job_id) {
-  FS_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> list, ListCheckpoints(job_id));
-  if (list.empty()) return NotFound("job '" + job_id + "' has no checkpoint");
-  return ReadCheckpoint(job_id, list.back().step);
+  // A concurrent RetainLatest may delete the listed one before it is read:
+  // list again then.
+  for (int attempt = 0;; ++attempt) {
+    FS_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> list, ListCheckpoints(job_id));
+    if (list.empty()) return NotFound("job '" + job_id + "' has no checkpoint");
+    StatusOr<Snapshot> s = ReadCheckpoint(job_id, list.back().step);
+    if (s.ok() || s.status().code() != Code::kNotFound || attempt == 2) return s;
+  }
 }
 
 Status Store::DeleteCheckpoint(const std::string& job_id, int64_t step) {
