@@ -523,12 +523,29 @@ void JobToProto(const JobInfo& job, pb::Job* proto) {
   if (job.created > 0) SecondsToTimestamp(job.created, proto->mutable_created());
   if (job.started > 0) SecondsToTimestamp(job.started, proto->mutable_started());
   if (job.finished > 0) SecondsToTimestamp(job.finished, proto->mutable_finished());
+  if (job.checkpoint_step >= 0) {
+    pb::JobCheckpoint* c = proto->mutable_checkpoint();
+    c->set_step(job.checkpoint_step);
+    if (job.checkpoint_time > 0) SecondsToTimestamp(job.checkpoint_time, c->mutable_time());
+    c->set_bytes(job.checkpoint_bytes);
+  }
+  proto->set_checkpoint_failures(job.checkpoint_failures);
+  proto->set_checkpoint_error(job.checkpoint_error);
+  if (job.resumed_from_step >= 0) proto->set_resumed_from_step(job.resumed_from_step);
 }
 
 void JobEventToProto(const JobEvent& event, pb::JobEvent* proto) {
   proto->set_kind(std::string(JobEventKindName(event.kind)));
   JobToProto(event.info, proto->mutable_job());
   if (event.time > 0) SecondsToTimestamp(event.time, proto->mutable_time());
+  proto->set_message(event.message);
+}
+
+void CheckpointToProto(const JobCheckpointInfo& c, pb::JobCheckpoint* proto) {
+  proto->set_step(c.step);
+  if (c.time > 0) SecondsToTimestamp(c.time, proto->mutable_time());
+  proto->set_bytes(c.bytes);
+  proto->set_tensors(c.num_tensors);
 }
 
 void OpToProto(const OpInfo& op, pb::Op* proto) {

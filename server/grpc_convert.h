@@ -96,6 +96,7 @@ StatusOr<GraphDef> GraphFromRequest(const pb::ExtendSessionRequest& request,
 
 void JobToProto(const JobInfo& job, pb::Job* proto);
 void JobEventToProto(const JobEvent& event, pb::JobEvent* proto);
+void CheckpointToProto(const JobCheckpointInfo& c, pb::JobCheckpoint* proto);
 void OpToProto(const OpInfo& op, pb::Op* proto);
 void DeviceToProto(const DeviceInfo& device, pb::Device* proto);
 // Seconds since the epoch, rounded to milliseconds as REST prints them.

@@ -7,10 +7,14 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -253,7 +257,8 @@ class JobsService final : public pb::Jobs::Service {
   ::grpc::Status Watch(ServerContext* ctx, const pb::WatchJobRequest* req,
                        ::grpc::ServerWriter<pb::JobEvent>* writer) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Watch", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(std::unique_ptr<JobEventStream> stream, jobs().Watch(req->job_id()));
+      FS_ASSIGN_OR_RETURN(std::unique_ptr<JobEventStream> stream,
+                          jobs().Watch(req->job_id(), req->history()));
       if (!f_->AddStream(stream.get())) return Unavailable("the server is shutting down");
       Status s = Pump(ctx, stream.get(), writer);
       f_->RemoveStream(stream.get());
@@ -262,7 +267,79 @@ class JobsService final : public pb::Jobs::Service {
     });
   }
 
+  ::grpc::Status ListCheckpoints(ServerContext* ctx, const pb::ListCheckpointsRequest* req,
+                                 pb::ListCheckpointsResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/ListCheckpoints", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(std::vector<JobCheckpointInfo> list, jobs().ListCheckpoints(req->job_id()));
+      resp->set_job_id(req->job_id());
+      for (const JobCheckpointInfo& c : list) grpc_convert::CheckpointToProto(c, resp->add_checkpoints());
+      return Status();
+    });
+  }
+
+  ::grpc::Status Checkpoint(ServerContext* ctx, const pb::CheckpointJobRequest* req,
+                            pb::CheckpointJobResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Checkpoint", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(CheckpointRequestResult r, jobs().Checkpoint(req->job_id()));
+      resp->set_job_id(req->job_id());
+      resp->set_step(r.step);
+      resp->set_written(r.written);
+      return Status();
+    });
+  }
+
+  ::grpc::Status ExportCheckpoint(ServerContext* ctx, const pb::ExportCheckpointRequest* req,
+                                  pb::ExportCheckpointResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/ExportCheckpoint", [&]() -> Status {
+      int64_t step = req->has_step() ? req->step() : -1;
+      if (step < 0) {
+        if (req->has_step()) return InvalidArgument("step: must be >= 0");
+        FS_ASSIGN_OR_RETURN(std::vector<JobCheckpointInfo> list, jobs().ListCheckpoints(req->job_id()));
+        if (list.empty()) return NotFound("job '" + req->job_id() + "' has no checkpoint");
+        step = list.back().step;
+      }
+      ScratchFile file;
+      FS_RETURN_IF_ERROR(jobs().ExportCheckpoint(req->job_id(), step, file.path));
+      std::ifstream in(file.path, std::ios::binary);
+      resp->mutable_data()->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      resp->set_step(step);
+      return Status();
+    });
+  }
+
+  ::grpc::Status ImportCheckpoint(ServerContext* ctx, const pb::ImportCheckpointRequest* req,
+                                  pb::CheckpointJobResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/ImportCheckpoint", [&]() -> Status {
+      ScratchFile file;
+      {
+        std::ofstream out(file.path, std::ios::binary);
+        out.write(req->data().data(), std::streamsize(req->data().size()));
+        if (!out.good()) return Internal("storing the uploaded checkpoint failed");
+      }
+      FS_ASSIGN_OR_RETURN(auto imported, jobs().ImportCheckpoint(file.path));
+      resp->set_job_id(imported.first);
+      resp->set_step(imported.second);
+      resp->set_written(true);
+      return Status();
+    });
+  }
+
  private:
+  // A scratch file for export/import, removed when it goes out of scope.
+  struct ScratchFile {
+    std::string path;
+    ScratchFile() {
+      static std::atomic<uint64_t> n{0};
+      path = (std::filesystem::temp_directory_path() /
+              ("flowstate-grpc-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".fsck"))
+                 .string();
+    }
+    ~ScratchFile() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  };
+
   JobManager& jobs() { return f_->service().jobs(); }
 
   // The job after `done` (the result of a lifecycle call) succeeded.

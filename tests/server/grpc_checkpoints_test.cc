@@ -1,0 +1,236 @@
+// The checkpoint calls of the gRPC frontend against a service with a store,
+// and their parity with the REST routes (same steps, same bytes).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "api/flowstate.grpc.pb.h"
+#include "checkpoints/store.h"
+#include "server/grpc_server.h"
+#include "server/http_routes.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+namespace {
+
+namespace pb = ::flowstate::v1;
+
+DevicePool* Pool() {
+  static DevicePool* p = [] {
+    DevicePoolOptions o;
+    o.intra_op_threads = 1;
+    return DevicePool::Create(o).value().release();
+  }();
+  return p;
+}
+
+class GrpcCheckpointsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("flowstate_grpc_ckpt_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ / "data");
+    std::ofstream f(dir_ / "data" / "points.csv");
+    f << "a,b,target\n";
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int i = 0; i < 64; ++i) {
+      double a = u(rng), b = u(rng);
+      f << a << "," << b << "," << (2 * a - 3 * b) << "\n";
+    }
+    f.close();
+    store_ = checkpoints::Store::Open((dir_ / "db").string()).value();
+    ServiceOptions so;
+    so.devices = Pool();
+    so.data_root = (dir_ / "data").string();
+    so.jobs.store = store_.get();
+    service_ = std::make_unique<Service>(so);
+    GrpcServerOptions go;
+    go.address = "127.0.0.1:0";
+    server_ = GrpcServer::Start(service_.get(), &metrics_, go).value();
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    jobs_ = pb::Jobs::NewStub(channel_);
+    ctx_.service = service_.get();
+  }
+  void TearDown() override {
+    server_->Stop();
+    server_.reset();
+    service_->Shutdown();
+    service_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  static void Deadline(grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
+
+  HttpResponse Rest(const std::string& method, const std::string& target, const std::string& body = "") {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.body = body;
+    return HandleRequest(r, ctx_);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<checkpoints::Store> store_;
+  std::unique_ptr<Service> service_;
+  Metrics metrics_;
+  std::unique_ptr<GrpcServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::Jobs::Stub> jobs_;
+  RouteContext ctx_;
+};
+
+const char* kJob = R"({
+  "graph": {"nodes": [
+    {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+    {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+    {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "zeros"}},
+    {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
+    {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+    {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
+    {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
+    {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+    {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+  ]},
+  "loss": "loss",
+  "optimizer": {"type": "sgd", "learning_rate": 0.1},
+  "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
+            "columns": {"x": ["a", "b"], "y": ["target"]}, "batch_size": 16, "epochs": 2},
+  "checkpoint": {"every_steps": 3, "keep": 2}
+})";
+
+TEST_F(GrpcCheckpointsTest, ListTakeExportImportAndWatchHistory) {
+  pb::Job job;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::SubmitJobRequest req;
+    req.set_job_json(kJob);
+    ASSERT_TRUE(jobs_->Submit(&ctx, req, &job).ok());
+  }
+  const std::string id = job.job_id();
+  for (int i = 0; i < 3000 && job.state() != "SUCCEEDED"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::GetJobRequest req;
+    req.set_job_id(id);
+    ASSERT_TRUE(jobs_->Get(&ctx, req, &job).ok());
+  }
+  ASSERT_EQ(job.state(), "SUCCEEDED") << job.error();
+  ASSERT_TRUE(job.has_checkpoint());
+  EXPECT_EQ(job.checkpoint().step(), 8);
+  EXPECT_GT(job.checkpoint().bytes(), 0);
+  EXPECT_FALSE(job.has_resumed_from_step());
+
+  pb::ListCheckpointsResponse list;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::ListCheckpointsRequest req;
+    req.set_job_id(id);
+    ASSERT_TRUE(jobs_->ListCheckpoints(&ctx, req, &list).ok());
+  }
+  ASSERT_EQ(list.checkpoints_size(), 2);
+  EXPECT_EQ(list.checkpoints(1).step(), 8);
+  // Parity: REST lists the same steps and sizes.
+  HttpResponse rest = Rest("GET", "/v1/jobs/" + id + "/checkpoints");
+  ASSERT_EQ(rest.status, 200) << rest.body;
+  nlohmann::json rl = nlohmann::json::parse(rest.body);
+  ASSERT_EQ(rl["checkpoints"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(rl["checkpoints"][i]["step"].get<int64_t>(), list.checkpoints(i).step());
+    EXPECT_EQ(rl["checkpoints"][i]["bytes"].get<int64_t>(), list.checkpoints(i).bytes());
+    EXPECT_EQ(rl["checkpoints"][i]["tensors"].get<int64_t>(), list.checkpoints(i).tensors());
+  }
+
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::CheckpointJobRequest req;
+    req.set_job_id(id);
+    pb::CheckpointJobResponse resp;
+    ASSERT_TRUE(jobs_->Checkpoint(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.step(), 8);
+    EXPECT_TRUE(resp.written()) << "an idle job's checkpoint is written before the reply";
+  }
+  HttpResponse taken = Rest("POST", "/v1/jobs/" + id + "/checkpoints");
+  EXPECT_EQ(taken.status, 201) << taken.body;
+  EXPECT_EQ(nlohmann::json::parse(taken.body)["step"].get<int64_t>(), 8);
+
+  pb::ExportCheckpointResponse exported;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::ExportCheckpointRequest req;
+    req.set_job_id(id);
+    ASSERT_TRUE(jobs_->ExportCheckpoint(&ctx, req, &exported).ok());
+  }
+  EXPECT_EQ(exported.step(), 8);
+  EXPECT_EQ(exported.data().rfind("FSCK", 0), 0u);
+  HttpResponse rest_export = Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?step=8");
+  ASSERT_EQ(rest_export.status, 200);
+  EXPECT_EQ(rest_export.content_type, "application/octet-stream");
+  EXPECT_EQ(rest_export.body, exported.data()) << "the same portable bytes over both frontends";
+  EXPECT_EQ(Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?step=x").status, 400);
+  EXPECT_EQ(Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?step=5").status, 404);
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::ExportCheckpointRequest req;
+    req.set_job_id(id);
+    req.set_step(5);
+    pb::ExportCheckpointResponse resp;
+    EXPECT_EQ(jobs_->ExportCheckpoint(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::ImportCheckpointRequest req;
+    req.set_data(exported.data());
+    pb::CheckpointJobResponse resp;
+    ASSERT_TRUE(jobs_->ImportCheckpoint(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.job_id(), "import-1");
+    EXPECT_EQ(resp.step(), 8);
+  }
+  HttpResponse imported = Rest("POST", "/v1/checkpoints/import", rest_export.body);
+  ASSERT_EQ(imported.status, 201) << imported.body;
+  EXPECT_EQ(nlohmann::json::parse(imported.body)["job_id"], "import-2");
+  EXPECT_EQ(Rest("POST", "/v1/checkpoints/import", "garbage").status, 400);
+
+  // Watch with history: the checkpoint events (with messages), then the end.
+  grpc::ClientContext wctx;
+  Deadline(&wctx);
+  pb::WatchJobRequest wreq;
+  wreq.set_job_id(id);
+  wreq.set_history(true);
+  auto reader = jobs_->Watch(&wctx, wreq);
+  pb::JobEvent e;
+  int checkpoints = 0;
+  while (reader->Read(&e)) {
+    if (e.kind() == "checkpoint") {
+      ++checkpoints;
+      EXPECT_NE(e.message().find("written"), std::string::npos) << e.message();
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_GE(checkpoints, 3);  // policy ones, the final one, the two on demand
+}
+
+}  // namespace
+}  // namespace flowstate
