@@ -280,6 +280,30 @@ TEST_F(JobPersistenceTest, OnDemandInitFromExportAndImport) {
   EXPECT_EQ(m->ImportCheckpoint((dir_ / "junk.fsck").string()).status().code(), Code::kInvalidArgument);
 }
 
+TEST_F(JobPersistenceTest, EverySecondsAndOnDemandWhileRunning) {
+  OpenStore();
+  JobManager* m = NewManager();
+  JobInfo j = m->Submit(JobJson(20000, R"({"every_seconds": 0.05})")).value();
+  auto t0 = std::chrono::steady_clock::now();
+  JobInfo first = WaitFor(m, j.id, [](const JobInfo& j) { return j.checkpoint_step >= 0; });
+  ASSERT_GE(first.checkpoint_step, 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 40ms) << "not before every_seconds";
+  JobInfo later = WaitFor(m, j.id, [&](const JobInfo& j) { return j.checkpoint_step > first.checkpoint_step; });
+  EXPECT_GT(later.checkpoint_step, first.checkpoint_step) << "and again after it";
+  // On demand while it runs: snapshotted at a step boundary, written behind.
+  StatusOr<CheckpointRequestResult> c = m->Checkpoint(j.id);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->written);
+  JobInfo written = WaitFor(m, j.id, [&](const JobInfo& i) { return i.checkpoint_step >= c->step; });
+  EXPECT_GE(written.checkpoint_step, c->step);
+  EXPECT_TRUE(store_->ReadCheckpoint(j.id, c->step).ok());
+  ASSERT_TRUE(m->Cancel(j.id).ok());
+  JobInfo cancelled = WaitFinished(m, j.id);
+  EXPECT_EQ(cancelled.state, JobState::kCancelled);
+  WaitFor(m, j.id, [&](const JobInfo& i) { return i.checkpoint_step == cancelled.step; });
+  EXPECT_EQ(m->Get(j.id)->checkpoint_step, cancelled.step) << "cancelling writes a checkpoint";
+}
+
 TEST_F(JobPersistenceTest, ASecondStoreOnTheSameDirectoryIsRefused) {
   OpenStore();
   StatusOr<std::unique_ptr<checkpoints::Store>> second = checkpoints::Store::Open((dir_ / "db").string());
