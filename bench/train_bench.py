@@ -65,8 +65,11 @@ def main():
                 json.dump(job, f)
             torch = {}
             for t in threads:
+                sched = job["optimizer"].get("schedule", {})
+                decay = sched.get("decay_steps", 0) if sched.get("type") == "cosine_decay" else 0
                 out, rss = run(["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"),
-                                "--model", model, "--threads", str(t), "--steps", str(a.steps)])
+                                "--model", model, "--threads", str(t), "--steps", str(a.steps),
+                                "--cosine-decay-steps", str(decay)])
                 r = json.loads(out.strip().splitlines()[-1])
                 torch[t] = (r["examples_per_sec"], rss)
                 figure("train/%s/torch/t%d" % (model, t), r["examples_per_sec"], "examples/s")
