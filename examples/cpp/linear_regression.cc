@@ -2,6 +2,9 @@
 // linear model with hand-written gradient updates (y = 3x + 2).
 //
 //   build/examples/cpp/linear_regression
+//
+// Exits 1 unless it converged (the ctest example_linear_regression).
+#include <cmath>
 #include <cstdio>
 
 #include "devices/device_pool.h"
@@ -26,7 +29,8 @@ int main() {
   Output err = ops::Sub(root.WithOpName("err"), pred, y);
   Output loss = ops::Mean(root.WithOpName("loss"), ops::Square(root, err), std::vector<int32_t>{});
   // d loss/dw = mean(2 err x), d loss/db = mean(2 err); one SGD step.
-  Output lr = ops::Const(root, 0.1f);
+  // (0.1 diverges: the curvature of the loss along w is 2 * mean(x^2) = 35.)
+  Output lr = ops::Const(root, 0.04f);
   Output gw = ops::Mean(root, ops::Mul(root, ops::Mul(root, err, x), ops::Const(root, 2.0f)),
                         std::vector<int32_t>{});
   Output gb = ops::Mean(root, ops::Mul(root, err, ops::Const(root, 2.0f)), std::vector<int32_t>{});
@@ -54,7 +58,13 @@ int main() {
     s.Run({{"x", xs}, {"y", ys}}, {}, {"train"}, &out).CheckOk();
   }
   s.Run({{"x", xs}, {"y", ys}}, {"w", "b", "loss"}, {}, &out).CheckOk();
-  std::printf("w = %.3f, b = %.3f, loss = %.6f\n", out[0].scalar<float>(), out[1].scalar<float>(),
-              out[2].scalar<float>());
+  const float fw = out[0].scalar<float>(), fb = out[1].scalar<float>();
+  const float fl = out[2].scalar<float>();
+  std::printf("w = %.3f, b = %.3f, loss = %.6f\n", fw, fb, fl);
+  // The ctest example_linear_regression runs this: it must have converged.
+  if (std::fabs(fw - 3) > 1e-2 || std::fabs(fb - 2) > 1e-2 || !(fl < 1e-4)) {
+    std::fprintf(stderr, "did not converge to w = 3, b = 2\n");
+    return 1;
+  }
   return 0;
 }
