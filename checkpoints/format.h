@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "graph/status.h"
 #include "graph/tensor.h"
@@ -54,6 +55,32 @@ inline uint32_t TensorRecordCrc(std::string_view record) {
 }
 Status ChecksumMismatch(const std::string& what, uint32_t want, uint32_t have);
 
+// Chunked tensor record (record version 2, checkpoints only): the header
+// above (version 2) followed by fixed32 ordinal (the tensor's position in
+// the checkpoint's name order), fixed32 chunk_bytes and one fixed32 crc32c
+// per chunk; the crc covers all of it. The data lives in chunk records
+// (ChunkKey), chunk i holding bytes [i*chunk_bytes, min((i+1)*chunk_bytes,
+// bytes)) raw.
+inline constexpr uint8_t kChunkedTensorRecordVersion = 2;
+inline constexpr uint32_t kChunkBytes = 1u << 20;
+struct ChunkedTensorHeader {
+  DataType dtype = DataType::kInvalid;
+  TensorShape shape;
+  uint64_t bytes = 0;
+  uint32_t ordinal = 0;
+  uint32_t chunk_bytes = 0;
+  std::vector<uint32_t> chunk_crcs;  // ceil(bytes / chunk_bytes) of them
+};
+// The version byte of a tensor record (0 when too short to have one).
+inline uint8_t TensorRecordVersion(std::string_view rec) {
+  return rec.size() > 4 ? uint8_t(rec[4]) : 0;
+}
+std::string EncodeChunkedTensorHeader(const Tensor& t, uint32_t ordinal, uint32_t chunk_bytes,
+                                      const std::vector<uint32_t>& chunk_crcs);
+// DATA_LOSS naming `what` on a bad checksum or a malformed record.
+StatusOr<ChunkedTensorHeader> DecodeChunkedTensorHeader(std::string_view rec,
+                                                        const std::string& what);
+
 // Index record of a checkpoint.
 struct IndexRecord {
   int64_t step = 0;
@@ -71,7 +98,10 @@ StatusOr<IndexRecord> DecodeIndex(std::string_view v, const std::string& what);
 inline constexpr char kIndexTag = 'I';
 inline constexpr char kMetadataTag = 'M';
 inline constexpr char kTensorTag = 'T';
+inline constexpr char kChunkTag = 'D';  // sorts before the others (ingested files)
 std::string CheckpointKey(char tag, std::string_view job, int64_t step);
+// 'D' job '\0' step, then big-endian fixed32 ordinal and fixed32 chunk index.
+std::string ChunkKey(std::string_view job, int64_t step, uint32_t ordinal, uint32_t index);
 // The prefix every key of a job with `tag` starts with.
 std::string JobPrefix(char tag, std::string_view job);
 // Variables column family: scope, '\0', name.

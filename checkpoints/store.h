@@ -5,9 +5,10 @@
 //
 // A checkpoint is a Snapshot of one job (every variable, including optimizer
 // slots and the global step, plus opaque caller metadata such as the input
-// pipeline position and kernel RNG states) written as one RocksDB WriteBatch
-// with sync=true, together with its index record: after a crash it is there
-// whole or not at all. Every tensor record carries dtype, shape and a CRC32C
+// pipeline position and kernel RNG states) written in one atomic, synced
+// RocksDB update together with its index record — a WriteBatch with
+// sync=true, or for big checkpoints one ingested table file: after a crash it
+// is there whole or not at all. Every tensor record carries dtype, shape and a CRC32C
 // checksum; a record that fails it is DATA_LOSS naming job, step and
 // variable and is never returned as numbers.
 //
@@ -34,7 +35,7 @@ namespace flowstate::checkpoints {
 
 // The on-disk format this binary writes (meta key "flowstate.format_version").
 // Opening a store with a newer version is FAILED_PRECONDITION.
-inline constexpr int64_t kFormatVersion = 1;
+inline constexpr int64_t kFormatVersion = 2;
 
 struct NamedTensor {
   std::string name;  // variable name; any bytes but must be non-empty
@@ -64,6 +65,11 @@ struct StoreOptions {
   // a RocksDB FileSystem wrapper. Writes fail cleanly; once it returns false
   // again the store recovers by itself on the next write.
   std::function<bool()> fail_writes;
+  // Checkpoints with at least this many tensor bytes are written as one
+  // table file ingested atomically (no WAL, memtable and flush copies);
+  // smaller ones as one synced WriteBatch. Both are whole or absent after a
+  // crash (checkpoints/FORMAT.md). Tests set 0 to exercise ingestion.
+  int64_t ingest_min_bytes = 4 << 20;
 };
 
 class Store {
@@ -86,9 +92,11 @@ class Store {
   const std::string& dir() const;
 
   // --- checkpoints column family ---------------------------------------
-  // Writes the snapshot and its index record as one WriteBatch, sync=true;
-  // replaces an existing checkpoint of the same step. Tensor bytes are handed
-  // to RocksDB without intermediate copies. INVALID_ARGUMENT for an empty or
+  // Writes the snapshot and its index record in one atomic update that is
+  // durable when this returns (a synced WriteBatch, or an ingested table file
+  // at or above StoreOptions::ingest_min_bytes); replaces an existing
+  // checkpoint of the same step. Tensors are stored in 1 MiB chunks with a
+  // CRC32C each. INVALID_ARGUMENT for an empty or
   // malformed job id (no '\0'), negative step, empty or duplicate tensor
   // name, uninitialized tensor; the I/O error (UNAVAILABLE/INTERNAL) when the
   // write fails, in which case nothing of it is visible.

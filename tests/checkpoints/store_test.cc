@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -105,6 +106,32 @@ struct RawDb {
   std::map<std::string, rocksdb::ColumnFamilyHandle*> cf;
 };
 
+// The CRC-32C of FORMAT.md, against a bitwise reference: lengths around the
+// 3 x 8 KiB blocks of the interleaved fast path, and Extend over splits.
+TEST(Crc32c, MatchesTheBitwiseDefinition) {
+  auto reference = [](const uint8_t* p, size_t n) {
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+  };
+  EXPECT_EQ(internal::Crc32c("123456789", 9), 0xE3069283u);
+  std::vector<uint8_t> data(3 * 8192 * 3 + 101);
+  std::mt19937 rng(3);
+  for (auto& b : data) b = uint8_t(rng());
+  for (size_t n : {size_t(0), size_t(7), size_t(3 * 8192 - 1), size_t(3 * 8192), size_t(3 * 8192 + 9),
+                   size_t(6 * 8192 + 5), data.size()}) {
+    EXPECT_EQ(internal::Crc32c(data.data(), n), reference(data.data(), n)) << n;
+  }
+  for (size_t split : {size_t(1), size_t(8191), size_t(30000)}) {
+    uint32_t c = internal::Crc32c(data.data(), split);
+    c = internal::Crc32cExtend(c, data.data() + split, data.size() - split);
+    EXPECT_EQ(c, reference(data.data(), data.size())) << split;
+  }
+}
+
 TEST(Store, RoundTripsEveryDtypeAndShapeAcrossReopen) {
   TempDir dir;
   Snapshot snap;
@@ -197,8 +224,8 @@ TEST(Store, ChecksumMismatchIsDataLossNamingJobStepAndVariable) {
   EXPECT_TRUE(store->GetVariable("job-7", "dense/bias").ok());
 }
 
-// Checkpoints over 32 MiB are checksummed on a second thread while they are
-// copied: the same guarantees.
+// Checkpoints of 4 MiB and more are ingested as a table file, and restores
+// over 32 MiB split the chunks with a second thread: the same guarantees.
 TEST(Store, BigCheckpointRoundTripAndCorruption) {
   TempDir dir;
   Snapshot big = MakeSnapshot(5, 11);
@@ -207,9 +234,10 @@ TEST(Store, BigCheckpointRoundTripAndCorruption) {
   {
     auto store = MustOpen(dir.path());
     ASSERT_TRUE(store->WriteCheckpoint("big", big).ok());
-    ExpectSameSnapshot(big, *store->ReadCheckpoint("big", 5));  // from the memtable
+    ExpectSameSnapshot(big, *store->ReadCheckpoint("big", 5));
+    EXPECT_TRUE(fs::is_empty(dir.path() + "/ingest"));  // the table file was moved in
     ASSERT_TRUE(store->Flush().ok());
-    auto got = store->ReadCheckpoint("big", 5);  // from table files
+    auto got = store->ReadCheckpoint("big", 5);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ExpectSameSnapshot(big, *got);
     for (size_t i = 1; i < got->tensors.size(); ++i) {
@@ -218,9 +246,11 @@ TEST(Store, BigCheckpointRoundTripAndCorruption) {
   }
   {
     RawDb raw(dir.path());
-    std::string key = internal::CheckpointKey(internal::kTensorTag, "big", 5) + "embedding";
+    // Chunk 20 of "embedding" (ordinal 2 in name order).
+    std::string key = internal::ChunkKey("big", 5, 2, 20);
     std::string v;
     ASSERT_TRUE(raw.db->Get(rocksdb::ReadOptions(), raw.cf["checkpoints"], key, &v).ok());
+    ASSERT_EQ(v.size(), internal::kChunkBytes);
     v[v.size() / 2] ^= 0x01;
     ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), raw.cf["checkpoints"], key, v).ok());
     ASSERT_TRUE(raw.db->Flush(rocksdb::FlushOptions(), raw.cf["checkpoints"]).ok());
@@ -228,8 +258,100 @@ TEST(Store, BigCheckpointRoundTripAndCorruption) {
   auto store = MustOpen(dir.path());
   auto got = store->ReadCheckpoint("big", 5);
   ASSERT_EQ(got.status().code(), Code::kDataLoss) << got.status().ToString();
-  EXPECT_NE(got.status().message().find("job 'big' step 5 variable 'embedding'"), std::string::npos)
+  EXPECT_NE(got.status().message().find("job 'big' step 5 variable 'embedding' chunk 20"), std::string::npos)
       << got.status().message();
+  EXPECT_NE(got.status().message().find("checksum"), std::string::npos) << got.status().message();
+}
+
+// Both write paths (a synced WriteBatch below StoreOptions::ingest_min_bytes,
+// an ingested table file at or above it) store the same chunked records.
+const int64_t kBothPaths[] = {int64_t(4) << 20, 0};
+
+TEST(Store, CorruptAndMissingChunksAreDataLossNamingTheVariable) {
+  for (int64_t ingest : kBothPaths) {
+    SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
+    TempDir dir;
+    StoreOptions o;
+    o.ingest_min_bytes = ingest;
+    Snapshot s = MakeSnapshot(4, 3);
+    // 2.4 MB: three chunks, the last one short.
+    s.tensors.push_back({"embedding", RandomTensor(DataType::kFloat32, TensorShape({600000}), 4)});
+    {
+      auto store = MustOpen(dir.path(), o);
+      ASSERT_TRUE(store->WriteCheckpoint("j", s).ok());
+      ExpectSameSnapshot(s, *store->ReadCheckpoint("j", 4));
+    }
+    const std::string last = internal::ChunkKey("j", 4, 2, 2);  // "embedding" is ordinal 2
+    {
+      RawDb raw(dir.path());
+      std::string v;
+      ASSERT_TRUE(raw.db->Get(rocksdb::ReadOptions(), raw.cf["checkpoints"], last, &v).ok());
+      EXPECT_EQ(v.size(), 2400000 - 2 * internal::kChunkBytes);
+      v[7] ^= 0x40;
+      ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), raw.cf["checkpoints"], last, v).ok());
+    }
+    {
+      auto store = MustOpen(dir.path(), o);
+      auto got = store->ReadCheckpoint("j", 4);
+      ASSERT_EQ(got.status().code(), Code::kDataLoss) << got.status().ToString();
+      EXPECT_NE(got.status().message().find("job 'j' step 4 variable 'embedding' chunk 2"), std::string::npos)
+          << got.status().message();
+      EXPECT_NE(got.status().message().find("checksum"), std::string::npos) << got.status().message();
+    }
+    {
+      RawDb raw(dir.path());
+      ASSERT_TRUE(raw.db->Delete(rocksdb::WriteOptions(), raw.cf["checkpoints"], last).ok());
+    }
+    auto store = MustOpen(dir.path(), o);
+    auto got = store->ReadCheckpoint("j", 4);
+    ASSERT_EQ(got.status().code(), Code::kDataLoss) << got.status().ToString();
+    EXPECT_NE(got.status().message().find("incomplete"), std::string::npos) << got.status().message();
+    EXPECT_NE(got.status().message().find("'embedding' has 2 of its 3 chunks"), std::string::npos)
+        << got.status().message();
+  }
+}
+
+// A store of format version 1 (tensor data inline in the tensor record) is
+// read, and upgraded to the current version on open.
+TEST(Store, FormatVersion1CheckpointsAreReadAndTheStoreUpgraded) {
+  TempDir dir;
+  Snapshot s = MakeSnapshot(8, 21);
+  {
+    auto store = MustOpen(dir.path());
+  }
+  {
+    RawDb raw(dir.path());
+    auto* h = raw.cf["checkpoints"];
+    int64_t bytes = 0;
+    for (const NamedTensor& t : s.tensors) {
+      std::string rec = internal::EncodeTensorHeader(t.value);
+      rec.append(static_cast<const char*>(t.value.raw_data()), t.value.TotalBytes());
+      bytes += int64_t(t.value.TotalBytes());
+      ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), h,
+                              internal::CheckpointKey(internal::kTensorTag, "old", 8) + t.name, rec).ok());
+    }
+    internal::IndexRecord idx;
+    idx.step = 8;
+    idx.bytes = bytes;
+    idx.num_tensors = int64_t(s.tensors.size());
+    idx.metadata_crc = internal::Crc32c(s.metadata.data(), s.metadata.size());
+    idx.metadata_bytes = int64_t(s.metadata.size());
+    ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), h, internal::CheckpointKey(internal::kMetadataTag, "old", 8),
+                            s.metadata).ok());
+    ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), h, internal::CheckpointKey(internal::kIndexTag, "old", 8),
+                            internal::EncodeIndex(idx)).ok());
+    ASSERT_TRUE(raw.db->Put(rocksdb::WriteOptions(), raw.cf["meta"], "flowstate.format_version", "1").ok());
+  }
+  {
+    auto store = MustOpen(dir.path());
+    auto got = store->ReadCheckpoint("old", 8);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectSameSnapshot(s, *got);
+  }
+  RawDb raw(dir.path());
+  std::string v;
+  ASSERT_TRUE(raw.db->Get(rocksdb::ReadOptions(), raw.cf["meta"], "flowstate.format_version", &v).ok());
+  EXPECT_EQ(v, std::to_string(kFormatVersion));
 }
 
 TEST(Store, MissingTensorRecordIsDataLoss) {
@@ -310,10 +432,77 @@ TEST(Store, SecondProcessIsRefusedWithAClearMessage) {
   EXPECT_EQ(again.status().code(), Code::kFailedPrecondition);
 }
 
+Snapshot IngestedSnapshot(int64_t step) {
+  Snapshot s = MakeSnapshot(step, uint32_t(step));
+  s.tensors.push_back({"embedding", RandomTensor(DataType::kFloat32, TensorShape({600000}), uint32_t(step))});
+  return s;
+}
+
+// Run by KilledWhileWritingIngestedCheckpointsLeavesOnlyWholeOnes in a child
+// process: writes ingested checkpoints (with retention) until killed.
+TEST(Store, ChildWritesCheckpointsUntilKilled) {
+  const char* dir = std::getenv("FLOWSTATE_STORE_TEST_WRITER_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "only run as the child of KilledWhileWritingIngested...";
+  StoreOptions o;
+  o.ingest_min_bytes = 0;
+  auto store = MustOpen(dir, o);
+  ASSERT_TRUE(store);
+  auto list = store->ListCheckpoints("j");
+  ASSERT_TRUE(list.ok());
+  int64_t step = list->empty() ? 1 : list->back().step + 1;
+  for (bool first = true;; ++step, first = false) {
+    ASSERT_TRUE(store->WriteCheckpoint("j", IngestedSnapshot(step)).ok());
+    ASSERT_TRUE(store->RetainLatest("j", 3).ok());
+    if (first) std::ofstream(std::string(dir) + "/writing") << step;
+  }
+}
+
+// kill -9 while checkpoints are being written as ingested table files: after
+// a restart every listed checkpoint reads back whole, and writing goes on.
+TEST(Store, KilledWhileWritingIngestedCheckpointsLeavesOnlyWholeOnes) {
+  TempDir dir;
+  std::mt19937 rng(5);
+  int64_t last = 0;
+  for (int round = 0; round < 3; ++round) {
+    fs::remove(dir.path() + "/writing");
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::setenv("FLOWSTATE_STORE_TEST_WRITER_DIR", dir.path().c_str(), 1);
+      const char* argv[] = {"checkpoints_test", "--gtest_filter=Store.ChildWritesCheckpointsUntilKilled", nullptr};
+      ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 2000 && !fs::exists(dir.path() + "/writing"); ++i) ::usleep(10000);
+    ASSERT_TRUE(fs::exists(dir.path() + "/writing")) << "the writer did not start";
+    ::usleep(useconds_t(rng() % 200000));  // somewhere in a later write
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited by itself: " << status;
+    auto store = MustOpen(dir.path());
+    ASSERT_TRUE(store);
+    auto list = store->ListCheckpoints("j");
+    ASSERT_TRUE(list.ok());
+    ASSERT_FALSE(list->empty());
+    EXPECT_LE(list->size(), 4u);  // 3 kept, plus one whose retention the kill caught
+    EXPECT_GT(list->back().step, last);
+    last = list->back().step;
+    for (const CheckpointInfo& c : *list) {
+      auto got = store->ReadCheckpoint("j", c.step);
+      ASSERT_TRUE(got.ok()) << "step " << c.step << ": " << got.status().ToString();
+      ExpectSameSnapshot(IngestedSnapshot(c.step), *got);
+    }
+  }
+}
+
 TEST(Store, FailedWritesLeaveThePreviousCheckpointAndRecover) {
+ for (int64_t ingest : kBothPaths) {
+  SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
   TempDir dir;
   std::atomic<bool> fail{false};
   StoreOptions o;
+  o.ingest_min_bytes = ingest;
   o.fail_writes = [&] { return fail.load(); };
   Snapshot one = MakeSnapshot(1, 1), two = MakeSnapshot(2, 2), three = MakeSnapshot(3, 3);
   {
@@ -347,11 +536,16 @@ TEST(Store, FailedWritesLeaveThePreviousCheckpointAndRecover) {
   ExpectSameSnapshot(one, *store->ReadCheckpoint("j", 1));
   ExpectSameSnapshot(three, *store->ReadCheckpoint("j", 3));
   EXPECT_EQ(store->ReadCheckpoint("j", 2).status().code(), Code::kNotFound);
+ }
 }
 
 TEST(Store, RetainLatestDeleteAndJobData) {
+ for (int64_t ingest : kBothPaths) {
+  SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
   TempDir dir;
-  auto store = MustOpen(dir.path());
+  StoreOptions o;
+  o.ingest_min_bytes = ingest;
+  auto store = MustOpen(dir.path(), o);
   for (int64_t step : {10, 2, 30, 4, 50}) ASSERT_TRUE(store->WriteCheckpoint("a", MakeSnapshot(step, uint32_t(step))).ok());
   ASSERT_TRUE(store->WriteCheckpoint("b", MakeSnapshot(1, 1)).ok());
   // Steps sort numerically (big-endian keys), not as text.
@@ -380,6 +574,14 @@ TEST(Store, RetainLatestDeleteAndJobData) {
   EXPECT_EQ(store->GetVariables("a").status().code(), Code::kNotFound);
   // Other jobs are untouched (and "a" is not a prefix match for "ab").
   EXPECT_TRUE(store->ReadCheckpoint("b", 1).ok());
+  // Replacing with other names: none of the old tensors or chunks survive.
+  Snapshot renamed = MakeSnapshot(1, 3);
+  renamed.tensors[0].name = "renamed/kernel";
+  ASSERT_TRUE(store->WriteCheckpoint("b", renamed).ok());
+  ExpectSameSnapshot(renamed, *store->ReadCheckpoint("b", 1));
+  ASSERT_TRUE(store->Flush().ok());
+  ExpectSameSnapshot(renamed, *store->ReadCheckpoint("b", 1));
+ }
 }
 
 TEST(Store, RecordsAndVariables) {
