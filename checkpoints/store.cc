@@ -2,6 +2,7 @@
 #include "checkpoints/store.h"
 
 #include <rocksdb/db.h>
+#include <sys/mman.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
@@ -146,6 +147,36 @@ rocksdb::ColumnFamilyOptions TensorCfOptions() {
 rocksdb::ColumnFamilyOptions CfOptions(const std::string& name) {
   if (name == "checkpoints" || name == "variables") return TensorCfOptions();
   return rocksdb::ColumnFamilyOptions();
+}
+
+// Restored tensors of 1 MiB and more get their pages from one
+// mmap(MAP_POPULATE): the kernel allocates and zeroes them in one call
+// instead of taking a page fault per 4 KiB page during the copy (the
+// faults cost more than the copy itself). Smaller ones, and every
+// Deallocate of them, go to the host allocator. Never destroyed.
+class PopulatedAllocator final : public Allocator {
+ public:
+  static constexpr size_t kMinBytes = 1 << 20;
+  std::string_view Name() const override { return "checkpoint-restore"; }
+  void* Allocate(size_t bytes, size_t alignment) override {
+    if (bytes < kMinBytes) return HostAllocator()->Allocate(bytes, alignment);
+    if (alignment > 4096) return nullptr;  // mappings are page-aligned
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  void Deallocate(void* ptr, size_t bytes) override {
+    if (bytes < kMinBytes) {
+      HostAllocator()->Deallocate(ptr, bytes);
+      return;
+    }
+    ::munmap(ptr, bytes);
+  }
+};
+
+Allocator* RestoreAllocator() {
+  static Allocator* a = new PopulatedAllocator();
+  return a;
 }
 
 int64_t NowMicros() {
@@ -643,7 +674,7 @@ StatusOr<Snapshot> Store::ReadCheckpoint(const std::string& job_id, int64_t step
       if (by_ordinal[hd.ordinal] >= 0) {
         return DataLoss("corrupt tensor record for " + label(name) + ": ordinal " + std::to_string(hd.ordinal) + " used twice");
       }
-      FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(HostAllocator(), hd.dtype, hd.shape));
+      FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(RestoreAllocator(), hd.dtype, hd.shape));
       by_ordinal[hd.ordinal] = int64_t(chunked.size());
       chunked.push_back({snap.tensors.size(), std::move(hd), 0});
       snap.tensors.push_back({std::move(name), std::move(t)});
