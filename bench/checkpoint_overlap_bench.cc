@@ -4,13 +4,16 @@
 //
 // It does what the job manager does: the training thread takes a snapshot
 // between two steps (TrainingJob::Snapshot: no tensor data is copied) and a
-// writer thread writes it (Store::WriteCheckpoint: one synced WriteBatch)
+// writer thread writes it (Store::WriteCheckpoint: at 8 MB an ingested table file)
 // while training goes on. Rounds alternate a baseline block of steps and a
 // block that starts a write and steps until it has finished, so machine
 // noise hits both sides alike; figures are medians over all rounds. The
 // snapshot's cost is counted in the first step of each write block.
 //
-//   checkpoint_overlap_bench [--rounds=N] [--data-root=DIR]
+//   checkpoint_overlap_bench [--rounds=N] [--data-root=DIR] [--writer-normal-priority]
+//                            [--ingest-min-bytes=N]  (StoreOptions; default the store's)
+// The writer thread runs at the lowered priority the job manager gives its
+// writer (LowerThisThreadsPriority) unless --writer-normal-priority.
 // Skips (exit 0, a note on stderr) when the dataset is not installed.
 #include <algorithm>
 #include <atomic>
@@ -26,6 +29,7 @@
 #include "bench/bench_util.h"
 #include "checkpoints/store.h"
 #include "server/job_spec.h"
+#include "server/job_manager.h"
 #include "server/training_job.h"
 
 namespace flowstate {
@@ -45,10 +49,14 @@ double Median(std::vector<double> v) {
 
 int Main(int argc, char** argv) {
   int rounds = 12;
+  bool lower_priority = true;  // as the job manager's writer thread
+  checkpoints::StoreOptions store_options;
   std::string data_root = "/usr/share/datasets";
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::max(1, std::atoi(argv[i] + 9));
     if (std::strncmp(argv[i], "--data-root=", 12) == 0) data_root = argv[i] + 12;
+    if (std::strcmp(argv[i], "--writer-normal-priority") == 0) lower_priority = false;
+    if (std::strncmp(argv[i], "--ingest-min-bytes=", 19) == 0) store_options.ingest_min_bytes = std::atoll(argv[i] + 19);
   }
   if (!std::filesystem::exists(data_root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
     std::fprintf(stderr, "checkpoint_overlap_bench: no Fashion-MNIST under %s; skipped\n", data_root.c_str());
@@ -79,7 +87,7 @@ int Main(int argc, char** argv) {
                      ("flowstate_overlap_bench_" + std::to_string(::getpid())))
                         .string();
   std::filesystem::remove_all(dir);
-  auto store = checkpoints::Store::Open(dir).value();
+  auto store = checkpoints::Store::Open(dir, store_options).value();
 
   auto step = [&] {
     StatusOr<StepResult> r = job->Step();
@@ -114,6 +122,7 @@ int Main(int argc, char** argv) {
     }
     std::atomic<bool> written{false};
     std::thread writer([&] {
+      if (lower_priority) LowerThisThreadsPriority();
       auto w0 = Clock::now();
       Status ws = store->WriteCheckpoint("bench", cs);
       if (!ws.ok()) std::fprintf(stderr, "write: %s\n", ws.ToString().c_str());

@@ -68,8 +68,12 @@ struct StoreOptions {
   // Checkpoints with at least this many tensor bytes are written as one
   // table file ingested atomically (no WAL, memtable and flush copies);
   // smaller ones as one synced WriteBatch. Both are whole or absent after a
-  // crash (checkpoints/FORMAT.md). Tests set 0 to exercise ingestion.
-  int64_t ingest_min_bytes = 4 << 20;
+  // crash (checkpoints/FORMAT.md). Below 32 MiB the batch is the better
+  // neighbour to training: each ingested file is compacted in the
+  // background soon, while batches of small checkpoints reach a flush only
+  // every 256 MiB (BENCHMARKS.md, issue 5). Tests set 0 to exercise
+  // ingestion.
+  int64_t ingest_min_bytes = int64_t(32) << 20;
 };
 
 class Store {

@@ -224,7 +224,7 @@ TEST(Store, ChecksumMismatchIsDataLossNamingJobStepAndVariable) {
   EXPECT_TRUE(store->GetVariable("job-7", "dense/bias").ok());
 }
 
-// Checkpoints of 4 MiB and more are ingested as a table file, and restores
+// Checkpoints of 32 MiB and more are ingested as a table file, and restores
 // over 32 MiB split the chunks with a second thread: the same guarantees.
 TEST(Store, BigCheckpointRoundTripAndCorruption) {
   TempDir dir;
@@ -265,7 +265,7 @@ TEST(Store, BigCheckpointRoundTripAndCorruption) {
 
 // Both write paths (a synced WriteBatch below StoreOptions::ingest_min_bytes,
 // an ingested table file at or above it) store the same chunked records.
-const int64_t kBothPaths[] = {int64_t(4) << 20, 0};
+const int64_t kBothPaths[] = {int64_t(32) << 20, 0};
 
 TEST(Store, CorruptAndMissingChunksAreDataLossNamingTheVariable) {
   for (int64_t ingest : kBothPaths) {
