@@ -1,5 +1,9 @@
 #include "server/job_manager.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -695,7 +699,15 @@ void JobManager::WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, u
   checkpoint_cv_.wait(l, [&] { return job->last_write_done >= seq; });
 }
 
+void LowerThisThreadsPriority() {
+#ifdef __linux__
+  // On Linux nice values are per thread (the tid names the thread).
+  (void)setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);
+#endif
+}
+
 void JobManager::WriterLoop() {
+  LowerThisThreadsPriority();  // training steps come first
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
     writer_cv_.wait(l, [&] { return writer_stopping_ || !writes_.empty(); });

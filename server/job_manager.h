@@ -160,6 +160,11 @@ class JobEventStream {
   virtual void Close() = 0;
 };
 
+// Lowers the calling thread's scheduling priority (nice +10 on Linux), so
+// that background checkpoint writes yield the CPU to training steps. Best
+// effort: does nothing where it is not supported.
+void LowerThisThreadsPriority();
+
 class JobManager {
  public:
   explicit JobManager(const JobManagerOptions& options);
