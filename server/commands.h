@@ -14,6 +14,12 @@ int ServeCommand(int argc, char** argv);
 // flowstate checkpoints list JOB | export JOB STEP FILE | import FILE [--data-dir DIR]
 int CheckpointsCommand(int argc, char** argv);
 
+// flowstate jobs submit FILE | list | get ID | watch ID | cancel ID [--server URL] [--token T]
+int JobsCommand(int argc, char** argv);
+
+// flowstate run GRAPH.json --feed NAME=JSON --fetch NAME ... [--server URL] [--token T]
+int RunCommand(int argc, char** argv);
+
 }  // namespace flowstate
 
 #endif  // FLOWSTATE_SERVER_COMMANDS_H_

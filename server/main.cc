@@ -1,5 +1,5 @@
-// The `flowstate` binary: subcommands train (and, later, serve, jobs, run,
-// checkpoints).
+// The `flowstate` binary: subcommands train, serve, checkpoints, and the
+// client commands jobs and run.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -13,7 +13,9 @@ constexpr const char* kUsage =
     "commands:\n"
     "  serve            run the training service (flowstate serve --help)\n"
     "  train JOB.json   run a training job in-process (flowstate train --help)\n"
-    "  checkpoints      list, export, import checkpoints of a data directory\n";
+    "  checkpoints      list, export, import checkpoints of a data directory\n"
+    "  jobs             submit, list, get, watch, cancel jobs of a server (flowstate jobs --help)\n"
+    "  run GRAPH.json   run a graph once on a server (flowstate run --help)\n";
 
 }  // namespace
 
@@ -26,6 +28,8 @@ int main(int argc, char** argv) {
   if (cmd == "train") return flowstate::TrainCommand(argc - 2, argv + 2);
   if (cmd == "serve") return flowstate::ServeCommand(argc - 2, argv + 2);
   if (cmd == "checkpoints") return flowstate::CheckpointsCommand(argc - 2, argv + 2);
+  if (cmd == "jobs") return flowstate::JobsCommand(argc - 2, argv + 2);
+  if (cmd == "run") return flowstate::RunCommand(argc - 2, argv + 2);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;
