@@ -1,6 +1,7 @@
 # Flowstate's entry points. Everything installs what it needs first.
 #   make test    install deps, configure, build, run every test (CI runs this)
 #   make bench   also install the reference libraries, build, run bench/
+#   make serve   install deps, build, run `flowstate serve` in the foreground (embedded defaults)
 #   make tsan    the engine's tests under ThreadSanitizer (build-tsan/)
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -10,7 +11,7 @@ CMAKE_FLAGS ?=
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps configure build test bench tsan clean
+.PHONY: all deps configure build test bench serve tsan clean
 
 all: build
 
@@ -30,6 +31,12 @@ bench:
 	@scripts/install-deps --bench
 	@cmake -S . -B $(BUILD) -G Ninja -DFLOWSTATE_BUILD_BENCH=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target bench
+
+# The server with the embedded config/flowstate.json: REST on 127.0.0.1:8080,
+# gRPC on 127.0.0.1:50051, data under ./var/flowstate. Ctrl-C stops it.
+serve: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target flowstate
+	@exec $(BUILD)/flowstate serve
 
 tsan: deps
 	@cmake --preset tsan >/dev/null
