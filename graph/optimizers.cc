@@ -179,21 +179,14 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
         break;
       }
       case K::kAdam: {
-        // PyTorch's formulation: var -= lr * m̂ / (sqrt(v̂) + eps).
+        // PyTorch's formulation: var -= lr * m̂ / (sqrt(v̂) + eps), fused into
+        // one ApplyAdam (one pass over var and its slots, no temporaries).
         Output m = slot("adam_m", 0);
         Output vv = slot("adam_v", 0);
-        Output b1 = scalar(o.beta1), b2 = scalar(o.beta2);
         Output t = ops::Add(vs, ops::Cast(vs, step, v.dtype), scalar(1));
-        Output new_m = ops::Assign(vs.WithOpName("m"), m,
-                                   ops::Add(vs, ops::Mul(vs, m, b1), ops::Mul(vs, dense, scalar(1 - o.beta1))));
-        Output new_v = ops::Assign(vs.WithOpName("v"), vv,
-                                   ops::Add(vs, ops::Mul(vs, vv, b2),
-                                            ops::Mul(vs, ops::Square(vs, dense), scalar(1 - o.beta2))));
-        Output c1 = ops::Sub(vs, scalar(1), ops::Pow(vs, b1, t));
-        Output c2 = ops::Sub(vs, scalar(1), ops::Pow(vs, b2, t));
-        Output denom = ops::Add(vs, ops::Sqrt(vs, ops::Div(vs, new_v, c2)), scalar(o.epsilon));
-        Output delta = ops::Div(vs, ops::Mul(vs, new_m, ops::Div(vs, vlr, c1)), denom);
-        updates.push_back(ops::AssignSub(vs.WithOpName("update"), v.variable, delta).node);
+        updates.push_back(ops::Generic(vs.WithOpName("update"), "ApplyAdam",
+                                       {v.variable, m, vv, vlr, scalar(o.beta1), scalar(o.beta2),
+                                        scalar(o.epsilon), t, dense})[0].node);
         break;
       }
       case K::kAdaGrad: {

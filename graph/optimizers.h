@@ -1,7 +1,8 @@
 // Optimizers as graph builders: given variables and their gradients, they
 // emit ordinary ops — the slot variables they need (momentum accumulators,
 // Adam's moments), a global step, the learning-rate schedule computed from
-// it, optional clipping by global norm, and Assign*/Scatter* updates — and
+// it, optional clipping by global norm, and Assign*/Scatter* updates (Adam's
+// as one fused ApplyAdam per variable, a plain op with a CPU kernel) — and
 // return the name of one op that applies a whole step. No optimizer needs
 // runtime support, so a user can write a new one the same way.
 //

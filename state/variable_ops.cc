@@ -2,6 +2,7 @@
 // it is built: the Variable kernel creates or finds the resource in the
 // session's ResourceMgr and hands it to consumers by reference; the mutating
 // kernels receive it through their Ref(T) input.
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -144,6 +145,62 @@ class ScatterOp final : public OpKernel {
   }
 };
 
+// ApplyAdam: the Adam update of var and its two slots in one pass, under
+// the three variables' locks (taken in input order; nothing else takes more
+// than one). Element-wise and sequential, so bit for bit the same on any
+// thread count.
+template <typename T>
+class ApplyAdamOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    Variable* var = AsVariable(ctx, 0);
+    Variable* m = AsVariable(ctx, 1);
+    Variable* v = AsVariable(ctx, 2);
+    T s[5];
+    for (int i = 0; i < 5; ++i) {
+      const Tensor& x = ctx->input(3 + i);
+      if (x.num_elements() != 1) {
+        ctx->SetStatus(InvalidArgument("lr, beta1, beta2, epsilon and t must be scalars", name()));
+        return;
+      }
+      s[i] = x.data<T>()[0];
+    }
+    const T lr = s[0], b1 = s[1], b2 = s[2], eps = s[3], t = s[4];
+    const T step = lr / (T(1) - std::pow(b1, t));
+    const T inv_c2 = T(1) / (T(1) - std::pow(b2, t));
+    const Tensor& grad = ctx->input(8);
+    FS_OP_REQUIRES_OK(ctx, var->Mutate([&](Tensor* w) -> Status {
+      return m->Mutate([&](Tensor* mt) -> Status {
+        return v->Mutate([&](Tensor* vt) -> Status {
+          if (w->shape() != grad.shape() || mt->shape() != grad.shape() ||
+              vt->shape() != grad.shape()) {
+            return InvalidArgument("var " + w->shape().ToString() + ", m " +
+                                   mt->shape().ToString() + ", v " + vt->shape().ToString() +
+                                   " and grad " + grad.shape().ToString() +
+                                   " must have the same shape");
+          }
+          T* pw = w->data<T>();
+          T* pm = mt->data<T>();
+          T* pv = vt->data<T>();
+          const T* g = grad.data<T>();
+          const int64_t n = grad.num_elements();
+          for (int64_t i = 0; i < n; ++i) {
+            const T gi = g[i];
+            const T mi = pm[i] * b1 + gi * (T(1) - b1);
+            const T vi = pv[i] * b2 + gi * gi * (T(1) - b2);
+            pm[i] = mi;
+            pv[i] = vi;
+            pw[i] -= mi * step / (std::sqrt(vi * inv_c2) + eps);
+          }
+          return Status();
+        });
+      });
+    }));
+    ctx->set_output_ref(0, var);
+  }
+};
+
 class IsInitializedOp final : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -196,6 +253,10 @@ void RegisterKernels() {
     }
     RegisterNumeric<float>();
     RegisterNumeric<double>();
+    Must(KernelDef("ApplyAdam").TypeConstraint("T", DataType::kFloat32),
+         MakeKernel<ApplyAdamOp<float>>);
+    Must(KernelDef("ApplyAdam").TypeConstraint("T", DataType::kFloat64),
+         MakeKernel<ApplyAdamOp<double>>);
     RegisterNumeric<int32_t>();
     RegisterNumeric<int64_t>();
     RegisterNumeric<uint8_t>();

@@ -156,6 +156,27 @@ void RegisterStateOps(OpRegistry* r) {
                       .Attr("use_locking: bool = true")
                       .SetShapeFn(AssignShape)
                       .Doc("ref -= value."));
+  MustRegister(r, OpDefBuilder("ApplyAdam")
+                      .Input("var: Ref(T)").Input("m: Ref(T)").Input("v: Ref(T)")
+                      .Input("lr: T").Input("beta1: T").Input("beta2: T").Input("epsilon: T")
+                      .Input("t: T").Input("grad: T")
+                      .Output("output_ref: Ref(T)")
+                      .Attr("T: {float32, float64}")
+                      .SetShapeFn([](InferenceContext* c) {
+                        for (int i : {1, 2, 8}) {
+                          if (!c->input(0).IsCompatibleWith(c->input(i))) {
+                            return c->Error("var, m, v and grad must have the same shape, got " +
+                                            c->input(0).ToString() + " and " +
+                                            c->input(i).ToString());
+                          }
+                        }
+                        c->set_output(0, c->input(0));
+                        return Status();
+                      })
+                      .Doc("One Adam step in place, in one pass (PyTorch's formulation): "
+                           "m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad²; "
+                           "var -= lr / (1 - beta1^t) · m / (sqrt(v / (1 - beta2^t)) + epsilon), "
+                           "t counting steps from 1. The scalars are inputs."));
   Scatter(r, "ScatterUpdate", "ref[indices[i], ...] = updates[i, ...] (rows of ref).");
   Scatter(r, "ScatterAdd", "ref[indices[i], ...] += updates[i, ...]; repeated indices add up.");
   Scatter(r, "ScatterSub", "ref[indices[i], ...] -= updates[i, ...]; repeated indices add up.");
