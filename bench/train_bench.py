@@ -6,7 +6,8 @@ For each model (examples/jobs/fashion_mlp.json, fashion_cnn.json) it runs
 `flowstate train` for --steps (--cnn-steps) steps (eval off) and
 bench/torch_reference.py with the same model, preprocessing, batch size,
 optimizer and learning-rate schedule, at 1 and 2 threads (PyTorch also with
-OpenBLAS on one thread, and the CNN in channels-last format), each in its own
+OpenBLAS on one thread, and the CNN in channels-last format; OpenBLAS with
+its SkylakeX kernels on AVX-512 machines, see openblas_env), each in its own
 process (so peak RSS is that process's own), --repeat rounds alternating
 between the two, keeping each setting's best round, and prints JSON lines:
 
@@ -46,6 +47,21 @@ def figure(name, value, unit, ratio_to=None, ratio=None):
     print(json.dumps({"name": name, "value": round(value, 4), "unit": unit,
                       "ratio_to": ratio_to, "ratio": None if ratio is None else round(ratio, 3)}))
     sys.stdout.flush()
+
+
+def openblas_env():
+    """Debian's OpenBLAS 0.3.21 (behind PyTorch's CPU matmuls: its BLAS is
+    "generic", i.e. libblas.so.3) misdetects AVX-512 CPUs newer than it
+    (Sapphire Rapids) and runs slow kernels, a third of the speed of its
+    SkylakeX kernels here; PyTorch gets those, as matmul_bench's OpenBLAS
+    does. An explicit OPENBLAS_CORETYPE is left alone."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return {}
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return {}
+    return {"OPENBLAS_CORETYPE": "SkylakeX"} if " avx512f " in flags else {}
 
 
 def torch_settings(model, threads):
@@ -98,7 +114,7 @@ def main():
                     out, rss = run(["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"),
                                     "--model", model, "--steps", str(steps),
                                     "--cosine-decay-steps", str(decay)] + args,
-                                   env=dict(os.environ, **env))
+                                   env=dict(os.environ, **openblas_env(), **env))
                     eps = json.loads(out.strip().splitlines()[-1])["examples_per_sec"]
                     if label not in torch or eps > torch[label][0]:
                         torch[label] = (eps, rss)
