@@ -1,0 +1,341 @@
+// The service's overhead (issue 4): round-trip latency of a tiny session Run
+// (Add of two fed float32 scalars) over REST (one keep-alive connection,
+// Boost.Beast client) and over gRPC (a sync stub), next to the same Run
+// in-process (Service::RunSession); requests/s with wrk at 1, 16 and 64
+// connections against the Run route; the server's own share of a batch-1
+// Fashion-MNIST MLP predict request (client round trip vs the in-process
+// JobManager::Predict). The servers are the real HttpServer and GrpcServer
+// over one Service, in this process, on loopback ephemeral ports, with the
+// embedded defaults (2 HTTP threads). Rounds alternate the three paths; each
+// figure is the best round's p50 (p99 of that round), since other work on
+// the machine only adds time.
+//
+//   service_bench [--rounds 5] [--requests 2000] [--wrk-seconds 3] [--no-wrk] [--no-predict]
+#include <netinet/tcp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/flowstate.grpc.pb.h"
+#include "api/json_codec.h"
+#include "bench/bench_util.h"
+#include "devices/device_pool.h"
+#include "server/grpc_convert.h"
+#include "server/http_bodies.h"
+#include "server/grpc_server.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+namespace pb = ::flowstate::v1;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "service_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// One keep-alive HTTP/1.1 connection.
+class RestClient {
+ public:
+  explicit RestClient(int port) : stream_(ioc_) {
+    tcp::resolver r(ioc_);
+    stream_.connect(r.resolve("127.0.0.1", std::to_string(port)));
+    stream_.socket().set_option(tcp::no_delay(true));
+  }
+  std::string Post(const std::string& target, const std::string& body, int* status) {
+    http::request<http::string_body> req{http::verb::post, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::content_type, "application/json");
+    req.keep_alive(true);
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream_, req);
+    http::response<http::string_body> res;
+    http::read(stream_, buf_, res);
+    *status = res.result_int();
+    return std::move(res.body());
+  }
+
+ private:
+  boost::asio::io_context ioc_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buf_;
+};
+
+struct Percentiles {
+  double p50 = 0, p99 = 0;
+};
+Percentiles Measure(int n, const std::function<void()>& fn) {
+  for (int i = 0; i < std::min(n / 10, 200); ++i) fn();  // warm-up
+  std::vector<double> us(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    us[size_t(i)] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  std::sort(us.begin(), us.end());
+  return {us[size_t(n / 2)], us[std::min(size_t(n) - 1, size_t(n * 0.99))]};
+}
+
+// Runs wrk; returns requests/s and sets the error count (non-2xx + socket errors).
+double RunWrk(int port, int connections, int seconds, const std::string& lua, int64_t* errors) {
+  int threads = std::min(connections, 2);
+  std::string cmd = "wrk -t" + std::to_string(threads) + " -c" + std::to_string(connections) +
+                    " -d" + std::to_string(seconds) + "s -s " + lua + " http://127.0.0.1:" +
+                    std::to_string(port) + "/ 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) Die("cannot run wrk");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  if (rc != 0) Die("wrk failed: " + out);
+  double rps = 0;
+  *errors = 0;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Requests/sec:", 0) == 0) rps = std::atof(line.c_str() + 13);
+    if (line.find("Non-2xx or 3xx responses:") != std::string::npos) {
+      *errors += std::atoll(line.substr(line.find(':') + 1).c_str());
+    }
+    if (line.find("Socket errors:") != std::string::npos) {
+      // "Socket errors: connect 0, read 0, write 0, timeout 0"
+      for (const char* k : {"connect ", "read ", "write ", "timeout "}) {
+        size_t at = line.find(k);
+        if (at != std::string::npos) *errors += std::atoll(line.c_str() + at + std::strlen(k));
+      }
+    }
+  }
+  if (rps == 0) Die("no Requests/sec in wrk's output: " + out);
+  return rps;
+}
+
+int Main(int argc, char** argv) {
+  int rounds = 5, requests = 2000, wrk_seconds = 3;
+  bool wrk = true, predict = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (a == "--requests" && i + 1 < argc) requests = std::atoi(argv[++i]);
+    else if (a == "--wrk-seconds" && i + 1 < argc) wrk_seconds = std::atoi(argv[++i]);
+    else if (a == "--no-wrk") wrk = false;
+    else if (a == "--no-predict") predict = false;
+    else Die("unknown argument '" + a + "'");
+  }
+
+  DevicePoolOptions dpo;
+  dpo.intra_op_threads = 1;
+  std::unique_ptr<DevicePool> pool = DevicePool::Create(dpo).value();
+  ServiceOptions so;
+  so.devices = pool.get();
+  Service service(so);
+  Metrics metrics;
+  HttpServerOptions ho;
+  ho.address = "127.0.0.1:0";
+  ho.threads = 2;
+  auto http_server = HttpServer::Start(&service, &metrics, ho);
+  if (!http_server.ok()) Die(http_server.status().ToString());
+  GrpcServerOptions go;
+  go.address = "127.0.0.1:0";
+  auto grpc_server = GrpcServer::Start(&service, &metrics, go);
+  if (!grpc_server.ok()) Die(grpc_server.status().ToString());
+  int http_port = (*http_server)->port(), grpc_port = (*grpc_server)->port();
+
+  const char* kGraph = R"({"nodes": [
+      {"name": "a", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": []}},
+      {"name": "b", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": []}},
+      {"name": "sum", "op": "Add", "inputs": ["a", "b"]}]})";
+  StatusOr<GraphDef> graph = api::ParseGraphJson(kGraph);
+  if (!graph.ok()) Die(graph.status().ToString());
+  StatusOr<std::string> sid = service.CreateSession(*graph);
+  if (!sid.ok()) Die(sid.status().ToString());
+  const std::string id = *sid;
+  const std::string run_target = "/v1/sessions/" + id + "/run";
+  const std::string run_body = R"({"feeds": {"a": 1.5, "b": 2.25}, "fetches": ["sum"]})";
+
+  SessionRunRequest inproc_req;
+  inproc_req.feeds = {{"a", Tensor::FromVector<float>({1.5f}, TensorShape({}))},
+                      {"b", Tensor::FromVector<float>({2.25f}, TensorShape({}))}};
+  inproc_req.fetches = {"sum"};
+  auto inproc = [&] {
+    auto out = service.RunSession(id, inproc_req);
+    if (!out.ok() || (*out)[0].second.data<float>()[0] != 3.75f) Die("in-process Run failed");
+  };
+
+  RestClient rest(http_port);
+  auto rest_run = [&] {
+    int status = 0;
+    std::string body = rest.Post(run_target, run_body, &status);
+    if (status != 200) Die("REST Run: " + std::to_string(status) + " " + body);
+  };
+
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = pb::Sessions::NewStub(channel);
+  pb::RunSessionRequest grpc_req;
+  grpc_req.set_session_id(id);
+  grpc_convert::TensorToProto(inproc_req.feeds[0].second, &(*grpc_req.mutable_feeds())["a"]);
+  grpc_convert::TensorToProto(inproc_req.feeds[1].second, &(*grpc_req.mutable_feeds())["b"]);
+  grpc_req.add_fetches("sum");
+  auto grpc_run = [&] {
+    grpc::ClientContext ctx;
+    pb::RunSessionResponse resp;
+    grpc::Status s = stub->Run(&ctx, grpc_req, &resp);
+    if (!s.ok()) Die("gRPC Run: " + s.error_message());
+  };
+
+  Percentiles best_in{1e30, 0}, best_rest{1e30, 0}, best_grpc{1e30, 0};
+  for (int r = 0; r < rounds; ++r) {
+    Percentiles a = Measure(requests, inproc);
+    Percentiles b = Measure(requests, rest_run);
+    Percentiles c = Measure(requests, grpc_run);
+    if (a.p50 < best_in.p50) best_in = a;
+    if (b.p50 < best_rest.p50) best_rest = b;
+    if (c.p50 < best_grpc.p50) best_grpc = c;
+  }
+  bench::PrintFigure("service_run_inprocess_p50", best_in.p50, "us");
+  bench::PrintFigure("service_run_inprocess_p99", best_in.p99, "us");
+  bench::PrintFigure("service_run_rest_p50", best_rest.p50, "us", "service_run_inprocess_p50",
+                     best_rest.p50 / best_in.p50);
+  bench::PrintFigure("service_run_rest_p99", best_rest.p99, "us");
+  bench::PrintFigure("service_run_rest_overhead_p50", best_rest.p50 - best_in.p50, "us",
+                     "target_100us", (best_rest.p50 - best_in.p50) / 100.0);
+  bench::PrintFigure("service_run_grpc_p50", best_grpc.p50, "us", "service_run_inprocess_p50",
+                     best_grpc.p50 / best_in.p50);
+  bench::PrintFigure("service_run_grpc_p99", best_grpc.p99, "us");
+  bench::PrintFigure("service_run_grpc_overhead_p50", best_grpc.p50 - best_in.p50, "us",
+                     "target_100us", (best_grpc.p50 - best_in.p50) / 100.0);
+
+  if (wrk) {
+    if (std::system("command -v wrk >/dev/null 2>&1") != 0) {
+      std::fprintf(stderr, "service_bench: no wrk (scripts/install-deps --bench): skipping requests/s\n");
+    } else {
+      std::string lua = "/tmp/flowstate_service_bench_" + std::to_string(::getpid()) + ".lua";
+      {
+        std::ofstream f(lua);
+        f << "wrk.method = \"POST\"\n"
+          << "wrk.path = \"" << run_target << "\"\n"
+          << "wrk.body = '" << run_body << "'\n"
+          << "wrk.headers[\"Content-Type\"] = \"application/json\"\n";
+      }
+      for (int c : {1, 16, 64}) {
+        int64_t errors = 0;
+        double rps = RunWrk(http_port, c, wrk_seconds, lua, &errors);
+        bench::PrintFigure("service_rest_run_rps_c" + std::to_string(c), rps, "req/s");
+        bench::PrintFigure("service_rest_run_errors_c" + std::to_string(c), double(errors), "count");
+      }
+      std::remove(lua.c_str());
+    }
+  }
+
+  if (predict) {
+    std::string path = std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/fashion_mlp.json";
+    std::ifstream f(path);
+    nlohmann::json job = nlohmann::json::parse(f, nullptr, false);
+    if (job.is_discarded()) Die("cannot read " + path);
+    if (!std::ifstream(so.data_root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
+      std::fprintf(stderr, "service_bench: no Fashion-MNIST under %s: skipping predict\n",
+                   so.data_root.c_str());
+    } else {
+      job["max_steps"] = 2;
+      job.erase("eval");
+      job.erase("checkpoint");
+      StatusOr<JobInfo> info = service.jobs().Submit(job.dump());
+      if (!info.ok()) Die("submit: " + info.status().ToString());
+      for (int i = 0; i < 1200; ++i) {
+        StatusOr<JobInfo> j = service.jobs().Get(info->id);
+        if (j.ok() && JobStateName(j->state) == "SUCCEEDED") break;
+        if (j.ok() && (JobStateName(j->state) == "FAILED" || JobStateName(j->state) == "CANCELLED")) {
+          Die("the MLP job ended " + std::string(JobStateName(j->state)));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      std::vector<uint8_t> pixels(784);
+      for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 7 % 256);
+      std::vector<std::pair<std::string, Tensor>> inputs = {
+          {"x", Tensor::FromVector<uint8_t>(pixels, TensorShape({1, 28, 28}))}};
+      std::vector<std::string> fetches = {"logits"};
+      auto inproc_predict = [&] {
+        std::vector<Tensor> out;
+        Status s = service.jobs().Predict(info->id, inputs, fetches, &out);
+        if (!s.ok()) Die("predict: " + s.ToString());
+      };
+      std::string body = R"({"inputs": {"x": )" + api::TensorToJson(inputs[0].second) +
+                         R"(}, "fetches": ["logits"]})";
+      std::string target = "/v1/jobs/" + info->id + "/predict";
+      auto rest_predict = [&] {
+        int status = 0;
+        std::string out = rest.Post(target, body, &status);
+        if (status != 200) Die("REST predict: " + std::to_string(status) + " " + out);
+      };
+      // The same input as {dtype, shape, b64} (what a client that cares uses).
+      std::string body_b64 = R"({"inputs": {"x": )" +
+                             api::TensorToJson(inputs[0].second, api::Encoding::kB64) +
+                             R"(}, "fetches": ["logits"]})";
+      auto rest_predict_b64 = [&] {
+        int status = 0;
+        std::string out = rest.Post(target, body_b64, &status);
+        if (status != 200) Die("REST predict (b64): " + std::to_string(status) + " " + out);
+      };
+      Percentiles pin{1e30, 0}, prest{1e30, 0}, pb64{1e30, 0};
+      for (int r = 0; r < rounds; ++r) {
+        Percentiles a = Measure(requests / 4, inproc_predict);
+        Percentiles b = Measure(requests / 4, rest_predict);
+        Percentiles c = Measure(requests / 4, rest_predict_b64);
+        if (a.p50 < pin.p50) pin = a;
+        if (b.p50 < prest.p50) prest = b;
+        if (c.p50 < pb64.p50) pb64 = c;
+      }
+      bench::PrintFigure("service_predict_mlp_b1_rest_b64_p50", pb64.p50, "us",
+                         "service_predict_mlp_b1_inprocess_p50", pb64.p50 / pin.p50);
+      double share_b64 = (pb64.p50 - pin.p50) / pb64.p50;
+      bench::PrintFigure("service_predict_mlp_b1_b64_server_share", share_b64, "fraction",
+                         "target_0.25", share_b64 / 0.25);
+      // Where the rest of the request goes: parsing its JSON body (784 numbers).
+      Percentiles parse = Measure(requests / 4, [&] {
+        if (!http_internal::ParsePredictBody(body, int64_t{64} << 20).ok()) Die("parse");
+      });
+      bench::PrintFigure("service_predict_mlp_b1_parse_body_p50", parse.p50, "us");
+      bench::PrintFigure("service_predict_mlp_b1_inprocess_p50", pin.p50, "us");
+      bench::PrintFigure("service_predict_mlp_b1_rest_p50", prest.p50, "us",
+                         "service_predict_mlp_b1_inprocess_p50", prest.p50 / pin.p50);
+      double share = (prest.p50 - pin.p50) / prest.p50;
+      bench::PrintFigure("service_predict_mlp_b1_server_share", share, "fraction", "target_0.25",
+                         share / 0.25);
+    }
+  }
+
+  (*http_server)->Stop();
+  (*grpc_server)->Stop();
+  service.Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace flowstate
+
+int main(int argc, char** argv) { return flowstate::Main(argc, argv); }
