@@ -22,6 +22,7 @@
 
 #include "devices/cpu/nn_grad_support_common.h"
 #include "devices/cpu/philox.h"
+#include "devices/cpu/philox_kernel.h"
 
 namespace flowstate::internal {
 namespace {
@@ -34,11 +35,11 @@ inline double Uniform01(uint32_t hi, uint32_t lo) {
 }
 
 template <typename T>
-class DropoutOp final : public OpKernel {
+class DropoutOp final : public PhiloxKernel {
  public:
   static constexpr int64_t kPerBlock = sizeof(T) == 4 ? 4 : 2;
 
-  explicit DropoutOp(OpKernelConstruction* c) : OpKernel(c) {
+  explicit DropoutOp(OpKernelConstruction* c) : PhiloxKernel(c) {
     double rate = 0;
     int64_t seed = 0, seed2 = 0;
     if (!c->GetAttr("rate", &rate).ok() || !c->GetAttr("seed", &seed).ok() ||
@@ -54,8 +55,7 @@ class DropoutOp final : public OpKernel {
       seed = int64_t((uint64_t(rd()) << 32) | rd());
       seed2 = int64_t((uint64_t(rd()) << 32) | rd());
     }
-    key_ = {uint32_t(uint64_t(seed)), uint32_t(uint64_t(seed) >> 32)};
-    stream_ = uint64_t(seed2);
+    SetSeeds(seed, seed2);
     rate_ = T(rate);
     scale_ = T(1.0 / (1.0 - rate));
   }
@@ -65,7 +65,7 @@ class DropoutOp final : public OpKernel {
     const TensorShape shape = in.shape();
     const int64_t n = shape.num_elements();
     const int64_t groups = (n + kPerBlock - 1) / kPerBlock;
-    const uint64_t base = next_block_.fetch_add(uint64_t(groups), std::memory_order_relaxed);
+    const uint64_t base = ClaimBlocks(uint64_t(groups));
     Tensor* mask = nullptr;
     if (rate_ == T(0)) {
       FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(1, shape, &mask));
@@ -110,36 +110,8 @@ class DropoutOp final : public OpKernel {
   }
 
  private:
-  Philox4x32::Key key_ = {0, 0};
-  uint64_t stream_ = 0;
   T rate_ = T(0);
   T scale_ = T(1);
-
- public:
-  bool HasState() const override { return true; }
-  Status SaveState(std::string* state) const override {
-    internal::PhiloxStreamState st;
-    st.key = key_;
-    st.stream = stream_;
-    st.next_block = next_block_.load(std::memory_order_relaxed);
-    *state = st.Encode();
-    return Status();
-  }
-  Status RestoreState(const std::string& state) override {
-    internal::PhiloxStreamState st;
-    if (!internal::PhiloxStreamState::Decode(state, &st)) {
-      return InvalidArgument(type_string() + " node '" + name() +
-                                 "': the saved random state is not a Philox stream state",
-                             name());
-    }
-    key_ = st.key;
-    stream_ = st.stream;
-    next_block_.store(st.next_block, std::memory_order_relaxed);
-    return Status();
-  }
-
- private:
-  std::atomic<uint64_t> next_block_{0};
 };
 
 }  // namespace

@@ -32,6 +32,7 @@
 
 #include "devices/cpu/array_kernels.h"
 #include "devices/cpu/philox.h"
+#include "devices/cpu/philox_kernel.h"
 
 namespace flowstate::internal {
 namespace {
@@ -81,12 +82,12 @@ inline void Uniforms(const Philox4x32::Block& b, double* u) {
 }
 
 template <typename T, Dist D>
-class RandomOp final : public OpKernel {
+class RandomOp final : public PhiloxKernel {
  public:
   static constexpr int64_t kPerBlock = sizeof(T) == 4 ? 4 : 2;
   static constexpr uint64_t kBlocksPerGroup = D == Dist::kTruncatedNormal ? kTruncatedBlocks : 1;
 
-  explicit RandomOp(OpKernelConstruction* c) : OpKernel(c) {
+  explicit RandomOp(OpKernelConstruction* c) : PhiloxKernel(c) {
     int64_t seed = 0, seed2 = 0;
     double a = 0, b = 1;
     if (!c->GetAttr("seed", &seed).ok() || !c->GetAttr("seed2", &seed2).ok()) return;
@@ -100,8 +101,7 @@ class RandomOp final : public OpKernel {
       seed = int64_t(Join(rd(), rd()));
       seed2 = int64_t(Join(rd(), rd()));
     }
-    key_ = {uint32_t(uint64_t(seed)), uint32_t(uint64_t(seed) >> 32)};
-    stream_ = uint64_t(seed2);
+    SetSeeds(seed, seed2);
     a_ = T(a);
     b_ = T(b);
   }
@@ -116,7 +116,7 @@ class RandomOp final : public OpKernel {
     const int64_t n = out->num_elements();
     const int64_t groups = (n + kPerBlock - 1) / kPerBlock;
     const uint64_t base =
-        next_block_.fetch_add(uint64_t(groups) * kBlocksPerGroup, std::memory_order_relaxed);
+        ClaimBlocks(uint64_t(groups) * kBlocksPerGroup);
     T* o = out->data<T>();
     const int64_t cost = D == Dist::kUniform ? 60 : 200;
     ctx->device()->ParallelFor(groups, cost, [&](int64_t begin, int64_t end) {
@@ -183,35 +183,7 @@ class RandomOp final : public OpKernel {
     for (; filled < count; ++filled) out[filled] = a_;  // never in practice
   }
 
-  Philox4x32::Key key_ = {0, 0};
-  uint64_t stream_ = 0;
   T a_ = T(0), b_ = T(1);  // minval/maxval or mean/stddev
-
- public:
-  bool HasState() const override { return true; }
-  Status SaveState(std::string* state) const override {
-    internal::PhiloxStreamState st;
-    st.key = key_;
-    st.stream = stream_;
-    st.next_block = next_block_.load(std::memory_order_relaxed);
-    *state = st.Encode();
-    return Status();
-  }
-  Status RestoreState(const std::string& state) override {
-    internal::PhiloxStreamState st;
-    if (!internal::PhiloxStreamState::Decode(state, &st)) {
-      return InvalidArgument(type_string() + " node '" + name() +
-                                 "': the saved random state is not a Philox stream state",
-                             name());
-    }
-    key_ = st.key;
-    stream_ = st.stream;
-    next_block_.store(st.next_block, std::memory_order_relaxed);
-    return Status();
-  }
-
- private:
-  std::atomic<uint64_t> next_block_{0};
 };
 
 template <Dist D>
