@@ -34,6 +34,7 @@ AllocatorStats TrackingAllocator::Stats() const {
   s.peak_bytes_in_use = peak_.load(std::memory_order_relaxed);
   s.num_allocs = count_.load(std::memory_order_relaxed);
   s.bytes_limit = limit_;
+  s.bytes_cached = base_->Stats().bytes_cached;
   return s;
 }
 

@@ -1,6 +1,7 @@
 // Device: one place kernels run — a logical CPU device with its own
 // intra-op thread pool, or (when built with CUDA) a GPU. A Device owns its
-// allocator, which tracks the bytes in use and their peak.
+// allocator, which tracks the bytes in use and their peak (a CPU device's
+// also caches freed blocks for reuse: devices/caching_allocator.h).
 //
 // Devices are created by a DevicePool and live as long as it. All methods
 // are thread-safe: kernels of concurrent steps share a device.
@@ -19,7 +20,9 @@
 namespace flowstate {
 
 // Wraps an allocator to count bytes in use, the peak and allocations, and to
-// refuse allocations past an optional limit. Thread-safe.
+// refuse allocations past an optional limit. bytes_in_use is what tensors
+// hold (the bytes asked for); Stats() passes on the base's bytes_cached.
+// Thread-safe.
 class TrackingAllocator final : public Allocator {
  public:
   // `base` must outlive this. bytes_limit 0: no limit.

@@ -21,7 +21,8 @@ StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolOptions
     n.task = o.task;
     n.type = "CPU";
     n.id = i;
-    pool->owned_.push_back(std::make_unique<CpuDevice>(n, threads, o.cpu_memory_limit_bytes));
+    pool->owned_.push_back(std::make_unique<CpuDevice>(n, threads, o.cpu_memory_limit_bytes,
+                                                         o.cpu_cache_bytes));
     pool->devices_.push_back(pool->owned_.back().get());
   }
   return pool;

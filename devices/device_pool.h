@@ -21,6 +21,10 @@ struct DevicePoolOptions {
   int intra_op_threads = 0;
   // Per CPU device; 0: no limit.
   int64_t cpu_memory_limit_bytes = 0;
+  // Per CPU device: the most bytes of freed blocks kept for reuse
+  // (devices/caching_allocator.h); 0: none; < 0: 256 MiB, or a quarter of
+  // cpu_memory_limit_bytes when that is smaller.
+  int64_t cpu_cache_bytes = -1;
   std::string job = "localhost";
   int task = 0;
 };

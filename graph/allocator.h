@@ -22,6 +22,9 @@ struct AllocatorStats {
   int64_t peak_bytes_in_use = 0;
   int64_t num_allocs = 0;
   int64_t bytes_limit = 0;  // 0: no limit
+  // Freed blocks an allocator keeps for reuse (not in use by any tensor, not
+  // counted in bytes_in_use); see devices/caching_allocator.h.
+  int64_t bytes_cached = 0;
 };
 
 class Allocator {

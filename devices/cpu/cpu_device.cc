@@ -12,10 +12,23 @@ struct CpuDevice::Pool {
   Eigen::ThreadPool pool;
 };
 
-CpuDevice::CpuDevice(DeviceName name, int num_threads, int64_t memory_limit)
+namespace {
+
+int64_t CacheBound(int64_t memory_limit, int64_t cache_bytes) {
+  if (cache_bytes >= 0) return cache_bytes;
+  int64_t bound = CachingAllocator::kDefaultMaxCachedBytes;
+  if (memory_limit > 0) bound = std::min(bound, memory_limit / 4);
+  return bound;
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(DeviceName name, int num_threads, int64_t memory_limit,
+                     int64_t cache_bytes)
     : Device(name.ToString(), name),
       num_threads_(std::max(1, num_threads)),
-      allocator_(name.ToString(), HostAllocator(), memory_limit) {
+      cache_(name.ToString() + "/cache", HostAllocator(), CacheBound(memory_limit, cache_bytes)),
+      allocator_(name.ToString(), &cache_, memory_limit) {
   // The calling thread runs one shard itself, so the pool needs n - 1.
   if (num_threads_ > 1) pool_ = std::make_unique<Pool>(num_threads_ - 1);
 }
