@@ -145,6 +145,28 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
 std::string RunRequestToJson(const RunRequest& request,
                              Encoding feed_encoding = Encoding::kData);
 
+// Job predictions (POST /v1/jobs/{id}/predict):
+//   {"inputs": {name: tensor}, "fetches": [...], "encoding": ...}
+// "fetches" is required (at least the field; [] is allowed), "inputs" and
+// "encoding" optional; names are checked as for a run request. `what` names
+// the body in messages ("a predict request"). Each input is limited to
+// `max_tensor_bytes`.
+struct PredictRequest {
+  NamedTensors inputs;               // in the order of the body
+  std::vector<std::string> fetches;  // "x" or "x:1"
+  Encoding encoding = Encoding::kData;  // of the outputs
+};
+StatusOr<PredictRequest> ParsePredictRequestJson(
+    std::string_view json, std::string_view path = "",
+    size_t max_tensor_bytes = kDefaultMaxTensorBytes);
+
+// A body holding one graph, {"graph": {"nodes": [...]}} (POST /v1/sessions
+// and /extend): the document is parsed once (the graph is not re-printed).
+// `what` names the body in messages ("a session"); errors inside the graph
+// read "graph.nodes[2]...".
+StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view what,
+                                         const GraphJsonOptions& options = {});
+
 // {"outputs": {name: tensor, ...}} in the order given.
 std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding);
 // The inverse, for clients and tests ({"outputs": ...}, nothing else).

@@ -58,8 +58,15 @@ Status PathError(const std::string& path, std::string_view message, std::string_
 std::string DescribeValue(const Json& v);
 
 // Parses `text` into *out; INVALID_ARGUMENT naming `path` and the parser's
-// position on malformed text.
+// position on malformed text. Tries FastParseJson first.
 Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out);
+
+// The fast reader for plain documents (json_fast_parse.cc): true with *out
+// exactly what nlohmann's parser would make of `text`, or false -- *out
+// untouched -- for anything it leaves to nlohmann (escapes, non-ASCII
+// strings, huge integers, out-of-range numbers, deep nesting, and every
+// malformed text).
+bool FastParseJson(std::string_view text, Json* out);
 
 // The member `key` of an object, or nullptr when absent or null (optional
 // fields treat null as absent).

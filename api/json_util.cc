@@ -145,6 +145,7 @@ std::string DescribeValue(const Json& v) {
 }
 
 Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out) {
+  if (FastParseJson(text, out)) return Status();
   try {
     *out = Json::parse(text.begin(), text.end());
     return Status();

@@ -1,4 +1,5 @@
-// Session-run bodies, named tensor maps and error bodies (json_codec.h).
+// Session-run, predict and graph request bodies, named tensor maps and
+// error bodies (json_codec.h).
 #include <vector>
 
 #include "api/json_internal.h"
@@ -31,6 +32,13 @@ std::string CheckTensorName(const std::string& name) {
     return "'" + name + "' is a control input, not a tensor (list the node in \"targets\")";
   }
   return "";
+}
+
+StatusOr<Encoding> ReadEncoding(const Json& v, const JsonPath& path) {
+  FS_ASSIGN_OR_RETURN(std::string name, ReadString(v, path));
+  StatusOr<Encoding> e = EncodingFromString(name);
+  if (!e.ok()) return PathError(path, e.status().message());
+  return *e;
 }
 
 StatusOr<Code> CodeFromName(std::string_view name) {
@@ -100,13 +108,47 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
                         internal::ReadNames(*targets, root.Key("targets"), check_node_name));
   }
   if (const Json* encoding = internal::FindField(v, "encoding")) {
-    const JsonPath encoding_path = root.Key("encoding");
-    FS_ASSIGN_OR_RETURN(std::string name, internal::ReadString(*encoding, encoding_path));
-    StatusOr<Encoding> e = EncodingFromString(name);
-    if (!e.ok()) return internal::PathError(encoding_path, e.status().message());
-    r.encoding = *e;
+    FS_ASSIGN_OR_RETURN(r.encoding, internal::ReadEncoding(*encoding, root.Key("encoding")));
   }
   return r;
+}
+
+StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::string_view path,
+                                                 size_t max_tensor_bytes) {
+  JsonPath root(path);
+  Json v;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a predict request",
+                                           {"inputs", "fetches", "encoding"}));
+  PredictRequest r;
+  if (const Json* inputs = internal::FindField(v, "inputs")) {
+    FS_ASSIGN_OR_RETURN(r.inputs, internal::NamedTensorsFromJson(*inputs, root.Key("inputs"),
+                                                                  max_tensor_bytes));
+  }
+  const Json* fetches = internal::FindField(v, "fetches");
+  if (fetches == nullptr) {
+    return internal::PathError(root.Key("fetches"), "missing (the tensors to compute)");
+  }
+  FS_ASSIGN_OR_RETURN(r.fetches, internal::ReadNames(*fetches, root.Key("fetches"),
+                                                     internal::CheckTensorName));
+  if (const Json* encoding = internal::FindField(v, "encoding")) {
+    FS_ASSIGN_OR_RETURN(r.encoding, internal::ReadEncoding(*encoding, root.Key("encoding")));
+  }
+  return r;
+}
+
+StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view what,
+                                         const GraphJsonOptions& options) {
+  JsonPath root("");
+  Json v;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, what, {"graph"}));
+  const Json* graph = internal::FindField(v, "graph");
+  if (graph == nullptr) {
+    return internal::PathError(root.Key("graph"),
+                               "missing (the body is {\"graph\": {\"nodes\": [...]}})");
+  }
+  return internal::GraphFromJson(*graph, root.Key("graph"), options);
 }
 
 std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) {

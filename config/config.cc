@@ -138,7 +138,10 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->http.idle_timeout_seconds = h["idle_timeout_seconds"];
   c->http.max_pipelined_requests = h["max_pipelined_requests"];
   c->grpc.address = j["grpc"]["address"];
+  c->http.inline_below_us = h["inline_below_us"];
   c->grpc.max_message_bytes = j["grpc"]["max_message_bytes"];
+  c->grpc.handler_threads = j["grpc"]["handler_threads"];
+  c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
   c->data_dir = j["data_dir"];
   c->data_root = j["data_root"];
   c->devices.cpu_devices = j["devices"]["cpu_devices"];
@@ -160,7 +163,10 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->http.read_timeout_seconds > 0, "http.read_timeout_seconds: must be > 0"),
         Check(c->http.idle_timeout_seconds > 0, "http.idle_timeout_seconds: must be > 0"),
         Check(c->http.max_pipelined_requests >= 1, "http.max_pipelined_requests: must be >= 1"),
+        Check(c->http.inline_below_us >= 0, "http.inline_below_us: must be >= 0"),
         Check(c->grpc.max_message_bytes >= 1024, "grpc.max_message_bytes: must be >= 1024"),
+        Check(c->grpc.handler_threads >= 1, "grpc.handler_threads: must be >= 1"),
+        Check(c->grpc.inline_below_us >= 0, "grpc.inline_below_us: must be >= 0"),
         Check(!c->data_dir.empty(), "data_dir: must not be empty"),
         Check(!c->data_root.empty(), "data_root: must not be empty"),
         Check(c->devices.cpu_devices >= 1, "devices.cpu_devices: must be >= 1"),

@@ -34,10 +34,13 @@ struct ServerConfig {
     double read_timeout_seconds = 30;
     double idle_timeout_seconds = 60;
     int max_pipelined_requests = 16;
+    int64_t inline_below_us = 500;
   } http;
   struct Grpc {
     std::string address;
     int64_t max_message_bytes = 0;
+    int handler_threads = 2;
+    int64_t inline_below_us = 500;
   } grpc;
   std::string data_dir;
   std::string data_root;

@@ -1,6 +1,13 @@
 // The gRPC frontend: api/flowstate.proto's services as thin adapters over
 // Service (the same calls, checks and messages as the REST frontend), plus
 // the standard health service and server reflection.
+//
+// Threads. Most methods are synchronous (gRPC's own thread pool). The two
+// that run steps, Sessions/Run and Jobs/Predict, are callback methods: a
+// call whose previous call for the same session or job was cheap runs on
+// the gRPC thread that received it (no hand-off, which on an idle machine
+// wakes a core each way), others on a handler pool, so that a long step
+// holds no gRPC thread (Frontend::Dispatch, InlinePolicy).
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -20,7 +27,9 @@
 #include <string_view>
 
 #include "api/flowstate.grpc.pb.h"
+#include "scheduler/thread_pool.h"
 #include "server/grpc_convert.h"
+#include "server/inline_policy.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
@@ -29,7 +38,10 @@ namespace {
 
 namespace pb = ::flowstate::v1;
 using grpc_convert::GraphOptions;
+using ::grpc::CallbackServerContext;
 using ::grpc::ServerContext;
+using ::grpc::ServerContextBase;
+using ::grpc::ServerUnaryReactor;
 
 // How often a Watch wakes up without events to notice a cancelled call or a
 // stopping server.
@@ -59,12 +71,17 @@ bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
          });
 }
 
-// What every service shares: the Service, the options, and the open Watch
-// streams (closed by Stop()).
+// What every service shares: the Service, the options, the open Watch
+// streams (closed by Stop()), and where steps run (Dispatch).
 class Frontend {
  public:
   Frontend(Service* service, Metrics* metrics, const GrpcServerOptions& options)
-      : service_(service), metrics_(metrics), options_(options) {
+      : service_(service),
+        metrics_(metrics),
+        options_(options),
+        inline_policy_(InlinePolicy::Options{std::chrono::microseconds(options.inline_below_us),
+                                             /*max_inline=*/1}),
+        pool_(std::make_unique<ThreadPool>(std::max(1, options.handler_threads))) {
     graph_options_.max_tensor_bytes = size_t(std::max<int64_t>(0, options.max_tensor_bytes));
   }
 
@@ -75,7 +92,7 @@ class Frontend {
   // Runs `fn` (returning a Status) as the body of `method`: authenticates,
   // maps the status onto gRPC's, records the call.
   template <typename Fn>
-  ::grpc::Status Handle(ServerContext* ctx, const char* method, Fn&& fn) {
+  ::grpc::Status Handle(ServerContextBase* ctx, const char* method, Fn&& fn) {
     auto start = std::chrono::steady_clock::now();
     Status s = Authenticate(*ctx);
     if (s.ok()) s = fn();
@@ -86,6 +103,46 @@ class Frontend {
       metrics_->ObserveGrpcRequest(method, std::string(CodeName(s.code())), seconds);
     }
     return grpc_convert::ToGrpcStatus(s);
+  }
+
+  // The body of a callback method: Handle(...) then Finish on `reactor`.
+  // It runs on the calling gRPC thread when the last call of `key` was
+  // cheap (InlinePolicy), else on the handler pool. The call's context and
+  // messages must not be touched after Finish, and are not.
+  template <typename Fn>
+  ServerUnaryReactor* Dispatch(CallbackServerContext* ctx, const char* method, std::string key,
+                               Fn fn) {
+    ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    auto body = [this, ctx, method, reactor, fn = std::move(fn)]() {
+      reactor->Finish(Handle(ctx, method, fn));
+    };
+    if (inline_policy_.BeginInline(key)) {
+      auto start = std::chrono::steady_clock::now();
+      body();
+      inline_policy_.Finish(key, std::chrono::steady_clock::now() - start, /*inlined=*/true);
+      return reactor;
+    }
+    std::lock_guard<std::mutex> l(pool_mu_);
+    if (pool_ == nullptr) {  // stopping
+      reactor->Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is stopping"));
+      return reactor;
+    }
+    pool_->Schedule([this, key = std::move(key), body = std::move(body)]() {
+      auto start = std::chrono::steady_clock::now();
+      body();
+      inline_policy_.Finish(key, std::chrono::steady_clock::now() - start, /*inlined=*/false);
+    });
+    return reactor;
+  }
+
+  // Runs what the handler pool still holds and ends it (after Shutdown).
+  void StopPool() {
+    std::unique_ptr<ThreadPool> pool;
+    {
+      std::lock_guard<std::mutex> l(pool_mu_);
+      pool = std::move(pool_);
+    }
+    pool.reset();  // waits for queued calls
   }
 
   // Watch streams: registered while open so that Stop() can end them.
@@ -110,7 +167,7 @@ class Frontend {
   }
 
  private:
-  Status Authenticate(const ServerContext& ctx) const {
+  Status Authenticate(const ServerContextBase& ctx) const {
     if (options_.tokens.empty()) return Status();
     const auto& metadata = ctx.client_metadata();
     auto [begin, end] = metadata.equal_range("authorization");
@@ -133,6 +190,9 @@ class Frontend {
   Metrics* metrics_;
   GrpcServerOptions options_;
   GraphOptions graph_options_;
+  InlinePolicy inline_policy_;
+  std::mutex pool_mu_;
+  std::unique_ptr<ThreadPool> pool_;  // GUARDED_BY(pool_mu_); null once stopped
   mutable std::mutex mu_;
   bool stopping_ = false;                // GUARDED_BY(mu_)
   std::set<JobEventStream*> streams_;    // GUARDED_BY(mu_)
@@ -140,7 +200,7 @@ class Frontend {
 
 // --- Sessions.
 
-class SessionsService final : public pb::Sessions::Service {
+class SessionsService final : public pb::Sessions::WithCallbackMethod_Run<pb::Sessions::Service> {
  public:
   explicit SessionsService(Frontend* f) : f_(f) {}
 
@@ -162,9 +222,10 @@ class SessionsService final : public pb::Sessions::Service {
     });
   }
 
-  ::grpc::Status Run(ServerContext* ctx, const pb::RunSessionRequest* req,
-                     pb::RunSessionResponse* resp) override {
-    return f_->Handle(ctx, "flowstate.v1.Sessions/Run", [&]() -> Status {
+  ServerUnaryReactor* Run(CallbackServerContext* ctx, const pb::RunSessionRequest* req,
+                          pb::RunSessionResponse* resp) override {
+    return f_->Dispatch(ctx, "flowstate.v1.Sessions/Run", "run " + req->session_id(),
+                        [this, req, resp]() -> Status {
       SessionRunRequest run;
       FS_ASSIGN_OR_RETURN(run.feeds, grpc_convert::NamedTensorsFromProto(req->feeds(), "feeds",
                                                                          f_->max_tensor_bytes()));
@@ -189,7 +250,7 @@ class SessionsService final : public pb::Sessions::Service {
 
 // --- Jobs.
 
-class JobsService final : public pb::Jobs::Service {
+class JobsService final : public pb::Jobs::WithCallbackMethod_Predict<pb::Jobs::Service> {
  public:
   explicit JobsService(Frontend* f) : f_(f) {}
 
@@ -236,9 +297,10 @@ class JobsService final : public pb::Jobs::Service {
     });
   }
 
-  ::grpc::Status Predict(ServerContext* ctx, const pb::PredictRequest* req,
-                         pb::PredictResponse* resp) override {
-    return f_->Handle(ctx, "flowstate.v1.Jobs/Predict", [&]() -> Status {
+  ServerUnaryReactor* Predict(CallbackServerContext* ctx, const pb::PredictRequest* req,
+                              pb::PredictResponse* resp) override {
+    return f_->Dispatch(ctx, "flowstate.v1.Jobs/Predict", "predict " + req->job_id(),
+                        [this, req, resp]() -> Status {
       FS_ASSIGN_OR_RETURN(auto inputs, grpc_convert::NamedTensorsFromProto(
                                            req->inputs(), "inputs", f_->max_tensor_bytes()));
       FS_ASSIGN_OR_RETURN(auto fetches,
@@ -452,6 +514,7 @@ class GrpcServerImpl final : public GrpcServer {
       health->SetServingStatus(false);
     }
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    frontend_.StopPool();
     server_->Wait();
     server_.reset();
   }

@@ -1,9 +1,8 @@
-// PRIVATE to the REST frontend (http_routes.cc): the small request bodies
-// that are not the codec's own documents, parsed with every error naming
-// the JSON path of the bad value, and the job event stream as server-sent
-// events. Graphs and tensors inside the bodies go through the JSON codec
-// (api/json_codec.h), so their errors read "graph.nodes[2].attrs.dtype: ..."
-// and "inputs.x[1]: ...".
+// PRIVATE to the REST frontend (http_routes.cc): request bodies that hold a
+// graph or a predict request, parsed once by the JSON codec (api/json_codec.h)
+// after an empty body is refused with its own message, so errors name the
+// JSON path ("graph.nodes[2].attrs.dtype: ...", "inputs.x[1]: ..."); and the
+// job event stream as server-sent events.
 #ifndef FLOWSTATE_SERVER_HTTP_BODIES_H_
 #define FLOWSTATE_SERVER_HTTP_BODIES_H_
 
@@ -31,12 +30,7 @@ StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
 
 // {"inputs": {name: tensor}, "fetches": [...], "encoding": "data"}
 // (POST /v1/jobs/{id}/predict). "fetches" is required.
-struct PredictRequest {
-  std::vector<std::pair<std::string, Tensor>> inputs;
-  std::vector<std::string> fetches;
-  api::Encoding encoding = api::Encoding::kData;
-};
-StatusOr<PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes);
+StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes);
 
 // The events of one job as text/event-stream ("event: step\ndata: {job}\n\n"),
 // with ": keep-alive" comments after `keep_alive` of silence; ends after the

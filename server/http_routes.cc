@@ -22,7 +22,6 @@ namespace {
 
 using http_internal::ParseGraphBody;
 using http_internal::ParsePredictBody;
-using http_internal::PredictRequest;
 
 constexpr const char* kUnmatched = "unmatched";
 
@@ -41,6 +40,9 @@ struct MethodEntry {
   const char* method;
   Handler handler;
   bool expensive;  // run off the socket layer's I/O threads
+  // A step (session run, predict): expensive, but may run on the I/O thread
+  // when its last run was quick (IsStepRequest).
+  bool step = false;
 };
 
 struct Route {
@@ -191,7 +193,7 @@ HttpResponse JobEvents(const Call& c) {
 }
 
 HttpResponse Predict(const Call& c) {
-  StatusOr<PredictRequest> req = ParsePredictBody(c.req.body, c.max_tensor_bytes());
+  StatusOr<api::PredictRequest> req = ParsePredictBody(c.req.body, c.max_tensor_bytes());
   if (!req.ok()) return ErrorResponse(req.status());
   std::vector<Tensor> outputs;
   Status s = c.service().jobs().Predict(c.id, req->inputs, req->fetches, &outputs);
@@ -271,7 +273,7 @@ const std::vector<Route>& Routes() {
       // Closing waits for the session's running steps.
       {"/v1/sessions/{id}", {{"DELETE", CloseSession, true}}},
       {"/v1/sessions/{id}/extend", {{"POST", ExtendSession, true}}},
-      {"/v1/sessions/{id}/run", {{"POST", RunSession, true}}},
+      {"/v1/sessions/{id}/run", {{"POST", RunSession, true, true}}},
       {"/v1/jobs", {{"GET", ListJobs, false}, {"POST", SubmitJob, true}}},
       {"/v1/jobs/{id}", {{"GET", GetJob, false}}},
       {"/v1/jobs/{id}/events", {{"GET", JobEvents, false}}},
@@ -283,7 +285,7 @@ const std::vector<Route>& Routes() {
       {"/v1/jobs/{id}/checkpoints", {{"GET", ListCheckpoints, false}, {"POST", TakeCheckpoint, true}}},
       {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, true}}},
       {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, true}}},
-      {"/v1/jobs/{id}/predict", {{"POST", Predict, true}}},
+      {"/v1/jobs/{id}/predict", {{"POST", Predict, true, true}}},
   };
   return routes;
 }
@@ -495,6 +497,14 @@ bool IsExpensiveRequest(const HttpRequest& req) {
   if (route == nullptr) return false;
   const MethodEntry* m = FindMethod(*route, req.method);
   return m != nullptr && m->expensive;
+}
+
+bool IsStepRequest(const HttpRequest& req) {
+  std::string id;
+  const Route* route = Match(req.target, &id);
+  if (route == nullptr) return false;
+  const MethodEntry* m = FindMethod(*route, req.method);
+  return m != nullptr && m->step;
 }
 
 std::string RouteTemplateFor(std::string_view target) {

@@ -5,7 +5,11 @@
 // owns a strand, so its handlers never run concurrently. Cheap requests are
 // handled on the I/O thread; expensive ones (IsExpensiveRequest: graph
 // parsing, steps) on a small handler pool, whose result is posted back to the
-// connection's strand, so a long step stalls no other connection.
+// connection's strand, so a long step stalls no other connection -- except
+// that a step (IsStepRequest: session run, predict) whose previous run
+// (same method and path) took less than options.inline_below_us runs on the
+// I/O thread too, at most threads - 1 at once (InlinePolicy): a tiny step
+// then costs no hand-off to the pool and back.
 //
 // A connection handles one request at a time, in order: read it, handle it,
 // queue its response, read the next. Responses are written in order while
@@ -45,6 +49,7 @@
 #include <thread>
 
 #include "server/http_routes.h"
+#include "server/inline_policy.h"
 #include "server/metrics.h"
 
 namespace flowstate {
@@ -140,7 +145,11 @@ class HttpServerImpl final : public HttpServer {
         work_(net::make_work_guard(ioc_)),
         acceptor_(net::make_strand(ioc_)),
         retry_timer_(acceptor_.get_executor()),
-        pool_(size_t(std::max(2, options.threads))) {
+        pool_(size_t(std::max(2, options.threads))),
+        inline_policy_(InlinePolicy::Options{
+            std::chrono::microseconds(options.inline_below_us),
+            // One I/O thread always stays free of steps.
+            std::max(0, options.threads - 1)}) {
     ctx_.service = service;
     ctx_.metrics = metrics;
     ctx_.options.tokens = options.tokens;
@@ -160,6 +169,7 @@ class HttpServerImpl final : public HttpServer {
   // For connections.
   RouteContext& ctx() { return ctx_; }
   net::thread_pool& pool() { return pool_; }
+  InlinePolicy& inline_policy() { return inline_policy_; }
   const HttpServerOptions& options() const { return options_; }
   Clock::duration read_timeout() const { return read_timeout_; }
   Clock::duration idle_timeout() const { return idle_timeout_; }
@@ -184,6 +194,7 @@ class HttpServerImpl final : public HttpServer {
   tcp::acceptor acceptor_;
   net::steady_timer retry_timer_;
   net::thread_pool pool_;
+  InlinePolicy inline_policy_;
   std::vector<std::thread> threads_;
   int port_ = 0;
 };
@@ -332,9 +343,19 @@ void Connection::Handle(http::request<http::string_body> req) {
   handling_ = true;
   Clock::time_point t0 = Clock::now();
   if (IsExpensiveRequest(r)) {
+    std::string key = r.method + " " + r.target.substr(0, r.target.find('?'));
+    InlinePolicy& policy = server_->inline_policy();
+    if (IsStepRequest(r) && policy.BeginInline(key)) {
+      HttpResponse resp = HandleRequest(r, server_->ctx());
+      policy.Finish(key, Clock::now() - t0, /*inlined=*/true);
+      OnHandled(std::move(resp), keep_alive, version, std::move(r.method), std::move(r.target), t0);
+      return;
+    }
     net::post(server_->pool(), [self = shared_from_this(), r = std::move(r), keep_alive, version,
-                                t0]() mutable {
+                                t0, key = std::move(key)]() mutable {
+      Clock::time_point start = Clock::now();
       HttpResponse resp = HandleRequest(r, self->server_->ctx());
+      self->server_->inline_policy().Finish(key, Clock::now() - start, /*inlined=*/false);
       net::post(self->stream_.get_executor(),
                 [self, resp = std::move(resp), keep_alive, version, method = std::move(r.method),
                  target = std::move(r.target), t0]() mutable {

@@ -30,6 +30,10 @@ struct HttpServerOptions {
   std::vector<std::string> tokens;  // empty: no authentication
   std::vector<std::string> open_routes = {"/healthz", "/readyz", "/metrics"};
   int64_t max_tensor_bytes = int64_t{64} << 20;
+  // A step (session run, predict) whose last run of the same route and id
+  // took less than this runs on the I/O thread instead of the handler pool,
+  // at most threads - 1 at once. 0: always the pool.
+  int64_t inline_below_us = 500;
   bool log_requests = false;
 };
 

@@ -130,6 +130,7 @@ int ServeCommand(int argc, char** argv) {
   ho.open_routes = cfg.auth.open_routes;
   ho.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   ho.log_requests = cfg.log.requests;
+  ho.inline_below_us = cfg.http.inline_below_us;
   StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(&service, &metrics, ho);
   if (!http.ok()) {
     std::fprintf(stderr, "flowstate serve: http: %s\n", http.status().message().c_str());
@@ -140,6 +141,8 @@ int ServeCommand(int argc, char** argv) {
   go.max_message_bytes = cfg.grpc.max_message_bytes;
   go.tokens = cfg.auth.tokens;
   go.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  go.handler_threads = cfg.grpc.handler_threads;
+  go.inline_below_us = cfg.grpc.inline_below_us;
   StatusOr<std::unique_ptr<GrpcServer>> grpc = GrpcServer::Start(&service, &metrics, go);
   if (!grpc.ok()) {
     std::fprintf(stderr, "flowstate serve: grpc: %s\n", grpc.status().message().c_str());

@@ -304,7 +304,7 @@ TEST_F(HttpRoutesTest, BadSessionBodiesAre400NamingTheField) {
   } cases[] = {
       {"", "the request has no body", ""},
       {"{", "malformed JSON", ""},
-      {"[1]", "expected a session (a JSON object), got an array", ""},
+      {"[1]", "expected a session (an object), got an array", ""},
       {"{}", "graph: missing", ""},
       {R"({"graph": {"nodes": []}, "grpah": 1})", "grpah: unknown field", ""},
       {R"({"graph": [1]})", "graph: ", ""},

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -313,6 +314,58 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(bodies[1].rfind(R"({"session_id":"sess-)", 0), 0u) << bodies[1];
   EXPECT_EQ(bodies[2], R"({"status":"ready"})");
   EXPECT_EQ(bodies[5], R"({"jobs":[]})");
+}
+
+// Steps (session runs) may run on the I/O thread once the session's last
+// run was quick (InlinePolicy): pipelined and concurrent runs still get
+// their own answers, in order.
+TEST_F(HttpServerTest, PipelinedAndConcurrentRunsGetTheirOwnAnswersInOrder) {
+  StartServer();
+  std::string id;
+  {
+    RawClient c(server_->port());
+    ASSERT_TRUE(c.Send(Request("POST", "/v1/sessions", R"({"graph": {"nodes": [
+        {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32"}},
+        {"name": "two", "op": "Const", "attrs": {"dtype": "float32", "value": 2.0}},
+        {"name": "y", "op": "Mul", "inputs": ["x", "two"]}]}})")));
+    std::optional<Response> r = c.Read();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 201) << r->body;
+    id = r->body.substr(r->body.find("sess-"));
+    id = id.substr(0, id.find('"'));
+  }
+  constexpr int kRuns = 40;
+  std::vector<std::thread> clients;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 3; ++t) {
+    clients.emplace_back([&, t] {
+      RawClient c(server_->port());
+      std::string all;
+      for (int i = 0; i < kRuns; ++i) {
+        all += Request("POST", "/v1/sessions/" + id + "/run",
+                       R"({"feeds": {"x": [)" + std::to_string(t * 100 + i) +
+                           R"(.5]}, "fetches": ["y"]})");
+      }
+      if (!c.Send(all)) {
+        wrong += kRuns;
+        return;
+      }
+      for (int i = 0; i < kRuns; ++i) {
+        std::optional<Response> r = c.Read();
+        if (!r || r->status != 200) {
+          ++wrong;
+          continue;
+        }
+        StatusOr<api::NamedTensors> out = api::ParseRunOutputsJson(r->body);
+        if (!out.ok() || out->size() != 1 ||
+            (*out)[0].second.data<float>()[0] != 2 * (float(t * 100 + i) + 0.5f)) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : clients) th.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST_F(HttpServerTest, OversizedBodyIs413ThenClose) {

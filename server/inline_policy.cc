@@ -1,0 +1,32 @@
+#include "server/inline_policy.h"
+
+namespace flowstate {
+
+bool InlinePolicy::BeginInline(const std::string& key) {
+  if (options_.threshold.count() <= 0 || options_.max_inline <= 0) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  if (inline_now_ >= options_.max_inline) return false;
+  auto it = last_.find(key);
+  if (it == last_.end() || it->second >= options_.threshold) return false;
+  ++inline_now_;
+  return true;
+}
+
+void InlinePolicy::Finish(const std::string& key, std::chrono::nanoseconds took, bool inlined) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (inlined) --inline_now_;
+  auto it = last_.find(key);
+  if (it != last_.end()) {
+    it->second = took;
+    return;
+  }
+  if (last_.size() >= options_.max_keys) last_.clear();
+  last_.emplace(key, took);
+}
+
+int InlinePolicy::inline_now() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return inline_now_;
+}
+
+}  // namespace flowstate

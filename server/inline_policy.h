@@ -1,0 +1,59 @@
+// InlinePolicy: whether a request that may be expensive (a session step, a
+// predict) runs on the transport thread that read it, or is handed to a
+// worker pool. Running inline saves a hand-off each way -- on an idle
+// machine each one wakes a sleeping core, tens of microseconds -- while the
+// pool keeps a long step from holding a transport thread that other
+// connections need.
+//
+// A request runs inline when the last request with the same key (the route
+// and its session or job id) took less than `threshold`, and fewer than
+// `max_inline` requests run inline at that moment, so that transport threads
+// stay free for other connections. A key not seen yet is handed off (its
+// first run measures it). The table of keys is bounded (cleared when full).
+// A long step can still run inline once after cheap ones; it then holds one
+// transport thread for its length and its key goes back to the pool.
+//
+// Thread-safe; shared by the transport threads of one frontend.
+#ifndef FLOWSTATE_SERVER_INLINE_POLICY_H_
+#define FLOWSTATE_SERVER_INLINE_POLICY_H_
+
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace flowstate {
+
+class InlinePolicy {
+ public:
+  struct Options {
+    // 0: never inline.
+    std::chrono::microseconds threshold{500};
+    // Requests that may run inline at once; 0: never inline.
+    int max_inline = 1;
+    size_t max_keys = 4096;
+  };
+
+  explicit InlinePolicy(const Options& options) : options_(options) {}
+
+  // True when the request of `key` should run now on the caller's thread;
+  // the caller then owns an inline slot and must call Finish(key, took,
+  // true) after it.
+  bool BeginInline(const std::string& key);
+  // Records how long the request of `key` took; `inlined` gives the slot of
+  // BeginInline back.
+  void Finish(const std::string& key, std::chrono::nanoseconds took, bool inlined);
+
+  int inline_now() const;
+
+ private:
+  const Options options_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::chrono::nanoseconds> last_;  // GUARDED_BY(mu_)
+  int inline_now_ = 0;                                              // GUARDED_BY(mu_)
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SERVER_INLINE_POLICY_H_
