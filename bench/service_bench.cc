@@ -11,7 +11,10 @@
 // the machine only adds time.
 //
 //   service_bench [--rounds 5] [--requests 2000] [--wrk-seconds 3] [--no-wrk] [--no-predict]
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +91,79 @@ class RestClient {
 struct Percentiles {
   double p50 = 0, p99 = 0;
 };
+// The floor under any request over loopback TCP: a blocking client writes
+// `request_bytes` and reads `response_bytes` back from a thread that does
+// nothing else (no HTTP, no handler), both ends TCP_NODELAY. What the client,
+// the kernel and one wake-up on each side cost; not the server's own.
+class TcpEcho {
+ public:
+  TcpEcho(size_t request_bytes, size_t response_bytes)
+      : request_(request_bytes, 'q'), response_(response_bytes, 'r') {
+    int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listener, 1) != 0 ||
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      Die("echo: cannot listen");
+    }
+    server_ = std::thread([this, listener] {
+      int c = ::accept(listener, nullptr, nullptr);
+      ::close(listener);
+      NoDelay(c);
+      std::string buf(request_.size(), 0);
+      while (ReadAll(c, buf.data(), buf.size()) && WriteAll(c, response_.data(), response_.size())) {
+      }
+      ::close(c);
+    });
+    client_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) Die("echo: cannot connect");
+    NoDelay(client_);
+    reply_.resize(response_.size());
+  }
+  ~TcpEcho() {
+    ::shutdown(client_, SHUT_RDWR);
+    ::close(client_);
+    server_.join();
+  }
+  void RoundTrip() {
+    if (!WriteAll(client_, request_.data(), request_.size()) ||
+        !ReadAll(client_, reply_.data(), reply_.size())) {
+      Die("echo: round trip failed");
+    }
+  }
+
+ private:
+  static void NoDelay(int fd) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  static bool ReadAll(int fd, char* p, size_t n) {
+    while (n > 0) {
+      ssize_t got = ::read(fd, p, n);
+      if (got <= 0) return false;
+      p += got;
+      n -= size_t(got);
+    }
+    return true;
+  }
+  static bool WriteAll(int fd, const char* p, size_t n) {
+    while (n > 0) {
+      ssize_t put = ::write(fd, p, n);
+      if (put <= 0) return false;
+      p += put;
+      n -= size_t(put);
+    }
+    return true;
+  }
+
+  std::string request_, response_, reply_;
+  std::thread server_;
+  int client_ = -1;
+};
+
 // The percentiles of n calls of fn after a warm-up; fn returning a duration
 // reports the part it timed itself.
 template <typename Fn>
@@ -218,8 +294,13 @@ int Main(int argc, char** argv) {
     if (!s.ok()) Die("gRPC Run: " + s.error_message());
   };
 
-  Percentiles best_in{1e30, 0}, best_rest{1e30, 0}, best_grpc{1e30, 0};
+  // The loopback floor at the size of a Run's request and response, measured
+  // in the same rounds.
+  TcpEcho run_echo(run_body.size() + 120, 160);
+  Percentiles best_in{1e30, 0}, best_rest{1e30, 0}, best_grpc{1e30, 0}, loop{1e30, 0};
   for (int r = 0; r < rounds; ++r) {
+    Percentiles e = Measure(requests, [&] { run_echo.RoundTrip(); });
+    if (e.p50 < loop.p50) loop = e;
     Percentiles a = Measure(requests, inproc);
     Percentiles b = Measure(requests, rest_run);
     Percentiles c = Measure(requests, grpc_run);
@@ -227,6 +308,7 @@ int Main(int argc, char** argv) {
     if (b.p50 < best_rest.p50) best_rest = b;
     if (c.p50 < best_grpc.p50) best_grpc = c;
   }
+  bench::PrintFigure("service_loopback_tcp_p50", loop.p50, "us");
   bench::PrintFigure("service_run_inprocess_p50", best_in.p50, "us");
   bench::PrintFigure("service_run_inprocess_p99", best_in.p99, "us");
   bench::PrintFigure("service_run_rest_p50", best_rest.p50, "us", "service_run_inprocess_p50",
@@ -311,8 +393,11 @@ int Main(int argc, char** argv) {
         std::string out = rest.Post(target, body_b64, &status);
         if (status != 200) Die("REST predict (b64): " + std::to_string(status) + " " + out);
       };
-      Percentiles pin{1e30, 0}, prest{1e30, 0}, pb64{1e30, 0};
+      TcpEcho predict_echo(body_b64.size() + 120, 300);
+      Percentiles pin{1e30, 0}, prest{1e30, 0}, pb64{1e30, 0}, ploop{1e30, 0};
       for (int r = 0; r < rounds; ++r) {
+        Percentiles e = Measure(requests / 4, [&] { predict_echo.RoundTrip(); });
+        if (e.p50 < ploop.p50) ploop = e;
         Percentiles a = Measure(requests / 4, inproc_predict);
         Percentiles b = Measure(requests / 4, rest_predict);
         Percentiles c = Measure(requests / 4, rest_predict_b64);
@@ -325,6 +410,12 @@ int Main(int argc, char** argv) {
       double share_b64 = (pb64.p50 - pin.p50) / pb64.p50;
       bench::PrintFigure("service_predict_mlp_b1_b64_server_share", share_b64, "fraction",
                          "target_0.25", share_b64 / 0.25);
+      // Less the loopback floor at this request's size: what the server
+      // itself adds (HTTP, routing, parsing, hand-offs) over the model.
+      bench::PrintFigure("service_predict_loopback_tcp_p50", ploop.p50, "us");
+      double own_b64 = (pb64.p50 - pin.p50 - ploop.p50) / pb64.p50;
+      bench::PrintFigure("service_predict_mlp_b1_b64_server_own_share", own_b64, "fraction",
+                         "target_0.25", own_b64 / 0.25);
       // Where the rest of the request goes: parsing its JSON body (784 numbers).
       Percentiles parse = Measure(requests / 4, [&] {
         if (!http_internal::ParsePredictBody(body, int64_t{64} << 20).ok()) Die("parse");
@@ -345,6 +436,9 @@ int Main(int argc, char** argv) {
       double share = (prest.p50 - pin.p50) / prest.p50;
       bench::PrintFigure("service_predict_mlp_b1_server_share", share, "fraction", "target_0.25",
                          share / 0.25);
+      double own = (prest.p50 - pin.p50 - ploop.p50) / prest.p50;
+      bench::PrintFigure("service_predict_mlp_b1_server_own_share", own, "fraction",
+                         "target_0.25", own / 0.25);
     }
   }
 
