@@ -111,15 +111,16 @@ class Frontend {
   // messages must not be touched after Finish, and are not.
   template <typename Fn>
   ServerUnaryReactor* Dispatch(CallbackServerContext* ctx, const char* method, std::string key,
-                               Fn fn) {
+                               size_t request_bytes, Fn fn) {
     ServerUnaryReactor* reactor = ctx->DefaultReactor();
     auto body = [this, ctx, method, reactor, fn = std::move(fn)]() {
       reactor->Finish(Handle(ctx, method, fn));
     };
-    if (inline_policy_.BeginInline(key)) {
+    if (inline_policy_.BeginInline(key, request_bytes)) {
       auto start = std::chrono::steady_clock::now();
       body();
-      inline_policy_.Finish(key, std::chrono::steady_clock::now() - start, /*inlined=*/true);
+      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
+                            /*inlined=*/true);
       return reactor;
     }
     std::lock_guard<std::mutex> l(pool_mu_);
@@ -127,10 +128,11 @@ class Frontend {
       reactor->Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is stopping"));
       return reactor;
     }
-    pool_->Schedule([this, key = std::move(key), body = std::move(body)]() {
+    pool_->Schedule([this, key = std::move(key), request_bytes, body = std::move(body)]() {
       auto start = std::chrono::steady_clock::now();
       body();
-      inline_policy_.Finish(key, std::chrono::steady_clock::now() - start, /*inlined=*/false);
+      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
+                            /*inlined=*/false);
     });
     return reactor;
   }
@@ -225,7 +227,7 @@ class SessionsService final : public pb::Sessions::WithCallbackMethod_Run<pb::Se
   ServerUnaryReactor* Run(CallbackServerContext* ctx, const pb::RunSessionRequest* req,
                           pb::RunSessionResponse* resp) override {
     return f_->Dispatch(ctx, "flowstate.v1.Sessions/Run", "run " + req->session_id(),
-                        [this, req, resp]() -> Status {
+                        req->ByteSizeLong(), [this, req, resp]() -> Status {
       SessionRunRequest run;
       FS_ASSIGN_OR_RETURN(run.feeds, grpc_convert::NamedTensorsFromProto(req->feeds(), "feeds",
                                                                          f_->max_tensor_bytes()));
@@ -300,7 +302,7 @@ class JobsService final : public pb::Jobs::WithCallbackMethod_Predict<pb::Jobs::
   ServerUnaryReactor* Predict(CallbackServerContext* ctx, const pb::PredictRequest* req,
                               pb::PredictResponse* resp) override {
     return f_->Dispatch(ctx, "flowstate.v1.Jobs/Predict", "predict " + req->job_id(),
-                        [this, req, resp]() -> Status {
+                        req->ByteSizeLong(), [this, req, resp]() -> Status {
       FS_ASSIGN_OR_RETURN(auto inputs, grpc_convert::NamedTensorsFromProto(
                                            req->inputs(), "inputs", f_->max_tensor_bytes()));
       FS_ASSIGN_OR_RETURN(auto fetches,

@@ -1,8 +1,11 @@
 // The REST frontend's sockets: Boost.Beast's asynchronous HTTP/1.1 server
 // (after example/advanced/server), the only translation unit that sees Boost.
 //
-// Threads. `options.threads` I/O threads run one io_context. Each connection
-// owns a strand, so its handlers never run concurrently. Cheap requests are
+// Threads. Each of the `options.threads` I/O threads runs its own
+// io_context, and a new connection goes to the next one in turn: the thread
+// that epoll wakes for a socket runs its handlers (a shared io_context would
+// hand each handler to another sleeping thread, a wake-up per request).
+// Each connection owns a strand, so its handlers never run concurrently. Cheap requests are
 // handled on the I/O thread; expensive ones (IsExpensiveRequest: graph
 // parsing, steps) on a small handler pool, whose result is posted back to the
 // connection's strand, so a long step stalls no other connection -- except
@@ -142,8 +145,8 @@ class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(Service* service, Metrics* metrics, const HttpServerOptions& options)
       : options_(options),
-        work_(net::make_work_guard(ioc_)),
-        acceptor_(net::make_strand(ioc_)),
+        iocs_(MakeContexts(std::max(1, options.threads))),
+        acceptor_(net::make_strand(*iocs_[0])),
         retry_timer_(acceptor_.get_executor()),
         pool_(size_t(std::max(2, options.threads))),
         inline_policy_(InlinePolicy::Options{
@@ -179,6 +182,11 @@ class HttpServerImpl final : public HttpServer {
   void Unregister(Connection* c);
 
  private:
+  static std::vector<std::unique_ptr<net::io_context>> MakeContexts(int n) {
+    std::vector<std::unique_ptr<net::io_context>> v;
+    for (int i = 0; i < n; ++i) v.push_back(std::make_unique<net::io_context>(1));
+    return v;
+  }
   void Accept();
 
   const HttpServerOptions options_;
@@ -189,8 +197,11 @@ class HttpServerImpl final : public HttpServer {
   std::mutex mu_;
   std::map<Connection*, std::weak_ptr<Connection>> connections_;  // GUARDED_BY(mu_)
   bool stopped_ = false;                                           // GUARDED_BY(mu_)
-  net::io_context ioc_;
-  net::executor_work_guard<net::io_context::executor_type> work_;
+  // One io_context per I/O thread (concurrency hint 1): the thread that
+  // epoll reports a socket to runs its handlers itself.
+  std::vector<std::unique_ptr<net::io_context>> iocs_;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> works_;
+  size_t next_context_ = 0;  // round robin of new connections; on iocs_[0]
   tcp::acceptor acceptor_;
   net::steady_timer retry_timer_;
   net::thread_pool pool_;
@@ -345,17 +356,18 @@ void Connection::Handle(http::request<http::string_body> req) {
   if (IsExpensiveRequest(r)) {
     std::string key = r.method + " " + r.target.substr(0, r.target.find('?'));
     InlinePolicy& policy = server_->inline_policy();
-    if (IsStepRequest(r) && policy.BeginInline(key)) {
+    const size_t bytes = r.body.size();
+    if (IsStepRequest(r) && policy.BeginInline(key, bytes)) {
       HttpResponse resp = HandleRequest(r, server_->ctx());
-      policy.Finish(key, Clock::now() - t0, /*inlined=*/true);
+      policy.Finish(key, bytes, Clock::now() - t0, /*inlined=*/true);
       OnHandled(std::move(resp), keep_alive, version, std::move(r.method), std::move(r.target), t0);
       return;
     }
     net::post(server_->pool(), [self = shared_from_this(), r = std::move(r), keep_alive, version,
-                                t0, key = std::move(key)]() mutable {
+                                t0, key = std::move(key), bytes]() mutable {
       Clock::time_point start = Clock::now();
       HttpResponse resp = HandleRequest(r, self->server_->ctx());
-      self->server_->inline_policy().Finish(key, Clock::now() - start, /*inlined=*/false);
+      self->server_->inline_policy().Finish(key, bytes, Clock::now() - start, /*inlined=*/false);
       net::post(self->stream_.get_executor(),
                 [self, resp = std::move(resp), keep_alive, version, method = std::move(r.method),
                  target = std::move(r.target), t0]() mutable {
@@ -564,7 +576,7 @@ StatusOr<tcp::endpoint> ResolveAddress(const std::string& address, net::io_conte
 }
 
 Status HttpServerImpl::Listen() {
-  FS_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ResolveAddress(options_.address, ioc_));
+  FS_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ResolveAddress(options_.address, *iocs_[0]));
   beast::error_code ec;
   auto fail = [&](const char* what) {
     return Unavailable("cannot listen on " + options_.address + ": " + what + ": " + ec.message());
@@ -583,12 +595,12 @@ Status HttpServerImpl::Listen() {
 
 void HttpServerImpl::Run() {
   net::dispatch(acceptor_.get_executor(), [this] { Accept(); });
-  int n = std::max(1, options_.threads);
-  for (int i = 0; i < n; ++i) {
-    threads_.emplace_back([this] {
+  for (auto& ioc : iocs_) works_.push_back(net::make_work_guard(*ioc));
+  for (auto& ioc : iocs_) {
+    threads_.emplace_back([ioc = ioc.get()] {
       for (;;) {
         try {
-          ioc_.run();
+          ioc->run();
           return;
         } catch (const std::exception& e) {
           std::fprintf(stderr, "http: unexpected exception in an I/O thread: %s\n", e.what());
@@ -599,7 +611,8 @@ void HttpServerImpl::Run() {
 }
 
 void HttpServerImpl::Accept() {
-  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+  net::io_context& ioc = *iocs_[next_context_++ % iocs_.size()];
+  acceptor_.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!acceptor_.is_open()) return;
     if (ec) {
       // Out of file descriptors and the like: breathe, then go on.
@@ -647,14 +660,17 @@ void HttpServerImpl::Stop() {
   });
   for (auto& c : open) c->Close();
   open.clear();
-  work_.reset();
+  for (auto& w : works_) w.reset();
   // Closed sockets complete their operations at once; give the threads a
   // moment to run out of work, then stop whatever is left.
   auto deadline = Clock::now() + std::chrono::seconds(2);
-  while (!ioc_.stopped() && Clock::now() < deadline && !threads_.empty()) {
+  auto all_stopped = [&] {
+    return std::all_of(iocs_.begin(), iocs_.end(), [](const auto& c) { return c->stopped(); });
+  };
+  while (!all_stopped() && Clock::now() < deadline && !threads_.empty()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  ioc_.stop();
+  for (auto& ioc : iocs_) ioc->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
   pool_.join();  // handlers under way finish; their answers go nowhere

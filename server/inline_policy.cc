@@ -2,26 +2,28 @@
 
 namespace flowstate {
 
-bool InlinePolicy::BeginInline(const std::string& key) {
+bool InlinePolicy::BeginInline(const std::string& key, size_t body_bytes) {
   if (options_.threshold.count() <= 0 || options_.max_inline <= 0) return false;
   std::lock_guard<std::mutex> l(mu_);
   if (inline_now_ >= options_.max_inline) return false;
   auto it = last_.find(key);
-  if (it == last_.end() || it->second >= options_.threshold) return false;
+  if (it == last_.end() || it->second.took >= options_.threshold) return false;
+  if (body_bytes > 2 * it->second.body_bytes + 4096) return false;
   ++inline_now_;
   return true;
 }
 
-void InlinePolicy::Finish(const std::string& key, std::chrono::nanoseconds took, bool inlined) {
+void InlinePolicy::Finish(const std::string& key, size_t body_bytes,
+                          std::chrono::nanoseconds took, bool inlined) {
   std::lock_guard<std::mutex> l(mu_);
   if (inlined) --inline_now_;
   auto it = last_.find(key);
   if (it != last_.end()) {
-    it->second = took;
+    it->second = {took, body_bytes};
     return;
   }
   if (last_.size() >= options_.max_keys) last_.clear();
-  last_.emplace(key, took);
+  last_.emplace(key, Last{took, body_bytes});
 }
 
 int InlinePolicy::inline_now() const {

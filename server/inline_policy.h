@@ -6,12 +6,15 @@
 // connections need.
 //
 // A request runs inline when the last request with the same key (the route
-// and its session or job id) took less than `threshold`, and fewer than
-// `max_inline` requests run inline at that moment, so that transport threads
-// stay free for other connections. A key not seen yet is handed off (its
-// first run measures it). The table of keys is bounded (cleared when full).
-// A long step can still run inline once after cheap ones; it then holds one
-// transport thread for its length and its key goes back to the pool.
+// and its session or job id) took less than `threshold`, its body is at most
+// twice as big as that one's (plus 4 KiB: a step's cost follows its
+// inputs), and fewer than `max_inline` requests run inline at that moment,
+// so that transport threads stay free for other connections. A key not seen
+// yet is handed off (its first run measures it). The table of keys is
+// bounded (cleared when full). A step that turns slow with inputs of the
+// same size can still run inline once; it then holds its transport thread
+// (and the connections on it) for its length, and its key goes back to the
+// pool.
 //
 // Thread-safe; shared by the transport threads of one frontend.
 #ifndef FLOWSTATE_SERVER_INLINE_POLICY_H_
@@ -40,17 +43,22 @@ class InlinePolicy {
   // True when the request of `key` should run now on the caller's thread;
   // the caller then owns an inline slot and must call Finish(key, took,
   // true) after it.
-  bool BeginInline(const std::string& key);
-  // Records how long the request of `key` took; `inlined` gives the slot of
-  // BeginInline back.
-  void Finish(const std::string& key, std::chrono::nanoseconds took, bool inlined);
+  bool BeginInline(const std::string& key, size_t body_bytes);
+  // Records how long the request of `key` (of `body_bytes`) took; `inlined`
+  // gives the slot of BeginInline back.
+  void Finish(const std::string& key, size_t body_bytes, std::chrono::nanoseconds took,
+              bool inlined);
 
   int inline_now() const;
 
  private:
   const Options options_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::chrono::nanoseconds> last_;  // GUARDED_BY(mu_)
+  struct Last {
+    std::chrono::nanoseconds took;
+    size_t body_bytes;
+  };
+  std::unordered_map<std::string, Last> last_;  // GUARDED_BY(mu_)
   int inline_now_ = 0;                                              // GUARDED_BY(mu_)
 };
 

@@ -36,8 +36,15 @@ import urllib.error
 import urllib.request
 
 
+# Every server started, so that a failing scenario leaves none running.
+SERVERS = []
+
+
 def fail(msg):
     print("crash_recovery: FAIL: " + msg, file=sys.stderr)
+    for s in SERVERS:
+        if s.proc.poll() is None:
+            print("--- %s log, last lines:\n%s" % (s.log_path, s.tail()), file=sys.stderr)
     sys.exit(1)
 
 
@@ -54,6 +61,7 @@ class Server:
             [binary, "serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
              "--port-file", self.port_file, "--data-dir", data_dir, "--data-root", data_root],
             stdout=self.log, stderr=self.log, env=full_env)
+        SERVERS.append(self)
         deadline = time.time() + 30
         while not os.path.exists(self.port_file):
             if self.proc.poll() is not None:
@@ -425,6 +433,10 @@ def main():
     try:
         {"crash": scenario_crash, "disk": scenario_disk, "two": scenario_two}[args.scenario](args, tmp, data_root)
     finally:
+        for s in SERVERS:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
         if os.environ.get("FLOWSTATE_KEEP_TMP"):
             print("crash_recovery: kept " + tmp)
         else:
