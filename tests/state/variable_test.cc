@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
+
 #include "graph/ops.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
@@ -199,6 +203,102 @@ TEST_F(VariableOps, SameVariableNameWithAnotherDtypeIsRejected) {
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_EQ(s.node(), "v2");
 }
+
+// ---- ApplyAdam over a large float32 variable ------------------------------
+
+struct AdamState {
+  std::vector<float> w, m, v;
+};
+
+// Runs ApplyAdam `steps` times (t = 1, 2, ...) with gradient g on a device
+// with `threads` intra-op threads.
+AdamState RunApplyAdam(int threads, const AdamState& start, const std::vector<float>& g,
+                       int steps) {
+  const int64_t n = int64_t(g.size());
+  Scope root;
+  auto var = [&](const char* name, const std::vector<float>& init) {
+    Output x = ops::Variable(root.WithOpName(name), TensorShape({n}), DataType::kFloat32);
+    ops::Assign(root.WithOpName(std::string(name) + "/init"), x,
+                ops::Const(root, Tensor::FromVector<float>(init)));
+    return x;
+  };
+  Output w = var("w", start.w), m = var("m", start.m), v = var("v", start.v);
+  Output t = ops::Placeholder(root.WithOpName("t"), DataType::kFloat32);
+  ops::Generic(root.WithOpName("adam"), "ApplyAdam",
+               {w, m, v, ops::Const(root, 0.01f), ops::Const(root, 0.9f), ops::Const(root, 0.999f),
+                ops::Const(root, 1e-7f), t, ops::Const(root, Tensor::FromVector<float>(g))});
+  DevicePoolOptions po;
+  po.intra_op_threads = threads;
+  auto pool = DevicePool::Create(po).value();
+  SessionOptions o;
+  o.devices = pool.get();
+  auto s = Session::Create(root.graph_def(), o).value();
+  std::vector<Tensor> out;
+  EXPECT_TRUE(s->Run({}, {}, {"w/init", "m/init", "v/init"}, &out).ok());
+  for (int step = 1; step <= steps; ++step) {
+    Status st = s->Run({{"t", Tensor::Scalar<float>(float(step))}}, {}, {"adam"}, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_TRUE(s->Run({}, {"w", "m", "v"}, {}, &out).ok());
+  AdamState r;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float>& dst = i == 0 ? r.w : i == 1 ? r.m : r.v;
+    dst.assign(out[size_t(i)].data<float>(), out[size_t(i)].data<float>() + n);
+  }
+  return r;
+}
+
+TEST(ApplyAdam, LargeFloat32VariableMatchesTheRuleOnAnyThreadCount) {
+  const int64_t n = 100003;  // several shards and a ragged end
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  AdamState start;
+  std::vector<float> g(static_cast<size_t>(n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    start.w.push_back(normal(rng));
+    start.m.push_back(0.1f * normal(rng));
+    start.v.push_back(0.01f * std::abs(normal(rng)));
+    g[size_t(i)] = normal(rng);
+  }
+  AdamState one = RunApplyAdam(1, start, g, 3);
+  AdamState two = RunApplyAdam(2, start, g, 3);
+  // Element-wise: bit for bit the same however the range is split.
+  EXPECT_EQ(std::memcmp(one.w.data(), two.w.data(), size_t(n) * 4), 0);
+  EXPECT_EQ(std::memcmp(one.m.data(), two.m.data(), size_t(n) * 4), 0);
+  EXPECT_EQ(std::memcmp(one.v.data(), two.v.data(), size_t(n) * 4), 0);
+  // Against the rule in double (with the float32 hyperparameters).
+  const double lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-7f;
+  for (int64_t i = 0; i < n; ++i) {
+    double w = start.w[size_t(i)], m = start.m[size_t(i)], v = start.v[size_t(i)];
+    const double gi = g[size_t(i)];
+    for (int t = 1; t <= 3; ++t) {
+      m = b1 * m + (1 - b1) * gi;
+      v = b2 * v + (1 - b2) * gi * gi;
+      w -= lr / (1 - std::pow(b1, t)) * m / (std::sqrt(v / (1 - std::pow(b2, t))) + eps);
+    }
+    ASSERT_NEAR(two.w[size_t(i)], w, 1e-5 * std::max(1.0, std::abs(w))) << i;
+    // m can be a difference of near-equal terms: its error is relative to them.
+    const double m_scale = std::abs(start.m[size_t(i)]) + std::abs(gi);
+    ASSERT_NEAR(two.m[size_t(i)], m, 1e-6 * std::max(1e-3, m_scale)) << i;
+    ASSERT_NEAR(two.v[size_t(i)], v, 1e-5 * std::max(1e-3, std::abs(v))) << i;
+  }
+}
+
+#if defined(__SSE2__)
+TEST(ApplyAdam, FlushesSubnormalSlotsToZero) {
+  // A unit whose gradient is 0: m decays into the subnormal range, where
+  // the kernel flushes it (see ScopedFlushSubnormals in variable_ops.cc).
+  const float tiny = 1e-39f;  // subnormal
+  ASSERT_LT(tiny, 1.1754944e-38f);
+  AdamState start{{1.5f, 2.5f}, {tiny, 0.5f}, {tiny, 0.25f}};
+  AdamState r = RunApplyAdam(2, start, {0.0f, 0.0f}, 1);
+  EXPECT_EQ(r.m[0], 0.0f);
+  EXPECT_EQ(r.v[0], 0.0f);
+  EXPECT_EQ(r.w[0], 1.5f);
+  EXPECT_FLOAT_EQ(r.m[1], 0.45f);  // normal values are updated as usual
+  EXPECT_LT(r.w[1], 2.5f);
+}
+#endif
 
 }  // namespace
 }  // namespace flowstate
