@@ -335,7 +335,10 @@ def scenario_disk(args, tmp, data_root):
     flag = os.path.join(tmp, "disk-full")
     s = Server(args.flowstate, tmp, os.path.join(tmp, "data"), data_root,
                env={"FLOWSTATE_TEST_FAIL_WRITES_FILE": flag})
-    code, j = s.request("POST", "/v1/jobs", job(epochs=200, checkpoint={"every_steps": 5, "keep": 2}, hidden=32))
+    # Far more epochs than the test needs (it cancels the job at the end): the
+    # job must still be running when the "disk" comes back, however slow the
+    # machine is; at 200 epochs (1.6 s) it sometimes finished first.
+    code, j = s.request("POST", "/v1/jobs", job(epochs=100000, checkpoint={"every_steps": 5, "keep": 2}, hidden=32))
     if code != 201:
         fail("submit: %d %s" % (code, j))
     job_id = j["job_id"]
