@@ -42,6 +42,7 @@
 #include "server/grpc_convert.h"
 #include "server/http_bodies.h"
 #include "server/grpc_server.h"
+#include "server/http_routes.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -421,6 +422,23 @@ int Main(int argc, char** argv) {
         if (!http_internal::ParsePredictBody(body, int64_t{64} << 20).ok()) Die("parse");
       });
       bench::PrintFigure("service_predict_mlp_b1_parse_body_p50", parse.p50, "us");
+      // The route handler alone on this thread (parse, predict, serialize;
+      // no sockets): what is left of a REST predict is HTTP and transport.
+      RouteContext route_ctx;
+      route_ctx.service = &service;
+      HttpRequest hreq;
+      hreq.method = "POST";
+      hreq.target = target;
+      hreq.headers.emplace("content-type", "application/json");
+      Percentiles handle_b64{1e30, 0};
+      hreq.body = body_b64;
+      for (int r = 0; r < rounds; ++r) {
+        Percentiles h = Measure(requests / 4, [&] {
+          if (HandleRequest(hreq, route_ctx).status != 200) Die("HandleRequest predict");
+        });
+        if (h.p50 < handle_b64.p50) handle_b64 = h;
+      }
+      bench::PrintFigure("service_predict_mlp_b1_handle_b64_p50", handle_b64.p50, "us");
       bench::PrintFigure("service_predict_mlp_b1_inprocess_p50", pin.p50, "us");
       // The same in-process call 1 ms after the previous one, as a request
       // arrives to an idle server: what waking the step's threads costs.
