@@ -107,6 +107,7 @@ Status ParseData(const json& o, const std::string& path, DataSpec* d, std::set<s
   if (auto c = o.find("columns"); c != o.end() && !c->is_null()) {
     if (d->format != "csv") return Bad(Join(path, "columns"), "only applies to format \"csv\"");
     if (!c->is_object()) return Bad(Join(path, "columns"), "expected an object");
+    d->columns.clear();  // given here: replaces what eval inherited from input
     for (auto it = c->begin(); it != c->end(); ++it) {
       std::string cp = Join(path, "columns." + it.key());
       CsvColumns cols;
@@ -228,10 +229,20 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   FS_RETURN_IF_ERROR(GetInt(*in, "input", "prefetch", &prefetch, 0));
   job.input.prefetch = int(std::min<int64_t>(prefetch, 1024));
   if (auto e = j.find("eval"); e != j.end() && !e->is_null()) {
+    // What eval does not say comes from input: the format, the batch size
+    // and, for CSV, the columns, header and delimiter.
     EvalSpec ev;
     ev.format = job.input.format;
     ev.batch_size = job.input.batch_size;
+    ev.columns = job.input.columns;
+    ev.header = job.input.header;
+    ev.delimiter = job.input.delimiter;
     FS_RETURN_IF_ERROR(ParseData(*e, "eval", &ev, {"metrics", "every_epochs"}));
+    if (ev.format != "csv") {
+      ev.columns.clear();
+      ev.header.reset();
+      ev.delimiter = ',';
+    }
     auto m = e->find("metrics");
     if (m == e->end() || !m->is_array() || m->empty()) {
       return Bad("eval.metrics", "expected a non-empty list of node names");

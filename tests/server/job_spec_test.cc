@@ -138,5 +138,31 @@ TEST(JobSpec, TrainingGraphErrors) {
   EXPECT_NE(s.message().find("unknown initializer"), std::string::npos) << s.ToString();
 }
 
+// An eval set in the same CSV layout as the input need not repeat its
+// columns, header and delimiter; one that gives its own columns replaces them.
+TEST(JobSpec, EvalInheritsTheInputsCsvLayout) {
+  const std::string with_delim = Job(R"("batch_size": 4})",
+                                     R"("batch_size": 4, "header": false, "delimiter": ";"},
+      "eval": {"files": {"x": "e.csv", "y": "e.csv"}, "metrics": ["loss"]})");
+  StatusOr<JobSpec> j = ParseJobSpec(with_delim);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_TRUE(j->eval.has_value());
+  EXPECT_EQ(j->eval->format, "csv");
+  EXPECT_EQ(j->eval->batch_size, 4);
+  ASSERT_EQ(j->eval->columns.size(), 2u);
+  EXPECT_EQ(j->eval->columns.at("x").indices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(j->eval->columns.at("y").indices, (std::vector<int>{2}));
+  EXPECT_EQ(j->eval->header, std::optional<bool>(false));
+  EXPECT_EQ(j->eval->delimiter, ';');
+
+  StatusOr<JobSpec> own = ParseJobSpec(Job(R"("batch_size": 4})", R"("batch_size": 4},
+      "eval": {"files": {"x": "e.csv", "y": "e.csv"}, "columns": {"x": [1, 2], "y": [0]},
+               "metrics": ["loss"]})"));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ASSERT_EQ(own->eval->columns.size(), 2u);
+  EXPECT_EQ(own->eval->columns.at("x").indices, (std::vector<int>{1, 2}));
+  EXPECT_EQ(own->eval->columns.at("y").indices, (std::vector<int>{0}));
+}
+
 }  // namespace
 }  // namespace flowstate
