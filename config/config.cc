@@ -139,6 +139,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->http.max_pipelined_requests = h["max_pipelined_requests"];
   c->grpc.address = j["grpc"]["address"];
   c->http.inline_below_us = h["inline_below_us"];
+  c->http.spin_us = h["spin_us"];
   c->grpc.max_message_bytes = j["grpc"]["max_message_bytes"];
   c->grpc.handler_threads = j["grpc"]["handler_threads"];
   c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
@@ -164,6 +165,8 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->http.idle_timeout_seconds > 0, "http.idle_timeout_seconds: must be > 0"),
         Check(c->http.max_pipelined_requests >= 1, "http.max_pipelined_requests: must be >= 1"),
         Check(c->http.inline_below_us >= 0, "http.inline_below_us: must be >= 0"),
+        Check(c->http.spin_us >= 0 && c->http.spin_us <= 100000,
+              "http.spin_us: must be in [0, 100000]"),
         Check(c->grpc.max_message_bytes >= 1024, "grpc.max_message_bytes: must be >= 1024"),
         Check(c->grpc.handler_threads >= 1, "grpc.handler_threads: must be >= 1"),
         Check(c->grpc.inline_below_us >= 0, "grpc.inline_below_us: must be >= 0"),

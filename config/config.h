@@ -35,6 +35,7 @@ struct ServerConfig {
     double idle_timeout_seconds = 60;
     int max_pipelined_requests = 16;
     int64_t inline_below_us = 500;
+    int64_t spin_us = 100;
   } http;
   struct Grpc {
     std::string address;

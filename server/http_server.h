@@ -34,6 +34,9 @@ struct HttpServerOptions {
   // took less than this runs on the I/O thread instead of the handler pool,
   // at most threads - 1 at once. 0: always the pool.
   int64_t inline_below_us = 500;
+  // After its last handler, an I/O thread polls this long before it sleeps,
+  // so that a client's next request finds it awake. 0: never spin.
+  int64_t spin_us = 100;
   bool log_requests = false;
 };
 

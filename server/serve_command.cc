@@ -131,6 +131,7 @@ int ServeCommand(int argc, char** argv) {
   ho.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   ho.log_requests = cfg.log.requests;
   ho.inline_below_us = cfg.http.inline_below_us;
+  ho.spin_us = cfg.http.spin_us;
   StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(&service, &metrics, ho);
   if (!http.ok()) {
     std::fprintf(stderr, "flowstate serve: http: %s\n", http.status().message().c_str());
