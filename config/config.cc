@@ -143,6 +143,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->grpc.max_message_bytes = j["grpc"]["max_message_bytes"];
   c->grpc.handler_threads = j["grpc"]["handler_threads"];
   c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
+  c->grpc.spin_us = j["grpc"]["spin_us"];
   c->data_dir = j["data_dir"];
   c->data_root = j["data_root"];
   c->devices.cpu_devices = j["devices"]["cpu_devices"];
@@ -170,6 +171,8 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->grpc.max_message_bytes >= 1024, "grpc.max_message_bytes: must be >= 1024"),
         Check(c->grpc.handler_threads >= 1, "grpc.handler_threads: must be >= 1"),
         Check(c->grpc.inline_below_us >= 0, "grpc.inline_below_us: must be >= 0"),
+        Check(c->grpc.spin_us >= 0 && c->grpc.spin_us <= 100000,
+              "grpc.spin_us: must be in [0, 100000]"),
         Check(!c->data_dir.empty(), "data_dir: must not be empty"),
         Check(!c->data_root.empty(), "data_root: must not be empty"),
         Check(c->devices.cpu_devices >= 1, "devices.cpu_devices: must be >= 1"),

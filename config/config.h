@@ -42,6 +42,7 @@ struct ServerConfig {
     int64_t max_message_bytes = 0;
     int handler_threads = 2;
     int64_t inline_below_us = 500;
+    int64_t spin_us = 100;
   } grpc;
   std::string data_dir;
   std::string data_root;

@@ -3,11 +3,13 @@
 // the standard health service and server reflection.
 //
 // Threads. Most methods are synchronous (gRPC's own thread pool). The two
-// that run steps, Sessions/Run and Jobs/Predict, are callback methods: a
+// that run steps, Sessions/Run and Jobs/Predict, are async methods served
+// from one completion queue by one thread (AsyncUnaryCall, DrainQueue),
+// which polls the queue for spin_us after each call before it sleeps: a
 // call whose previous call for the same session or job was cheap runs on
-// the gRPC thread that received it (no hand-off, which on an idle machine
-// wakes a core each way), others on a handler pool, so that a long step
-// holds no gRPC thread (Frontend::Dispatch, InlinePolicy).
+// that thread (no hand-off, which on an idle machine wakes a core each
+// way), others on a handler pool, so that a long step holds up no other
+// call (Frontend::Dispatch, InlinePolicy).
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -25,6 +27,7 @@
 #include <mutex>
 #include <set>
 #include <string_view>
+#include <thread>
 
 #include "api/flowstate.grpc.pb.h"
 #include "scheduler/thread_pool.h"
@@ -38,10 +41,8 @@ namespace {
 
 namespace pb = ::flowstate::v1;
 using grpc_convert::GraphOptions;
-using ::grpc::CallbackServerContext;
 using ::grpc::ServerContext;
 using ::grpc::ServerContextBase;
-using ::grpc::ServerUnaryReactor;
 
 // How often a Watch wakes up without events to notice a cancelled call or a
 // stopping server.
@@ -105,36 +106,29 @@ class Frontend {
     return grpc_convert::ToGrpcStatus(s);
   }
 
-  // The body of a callback method: Handle(...) then Finish on `reactor`.
-  // It runs on the calling gRPC thread when the last call of `key` was
-  // cheap (InlinePolicy), else on the handler pool. The call's context and
-  // messages must not be touched after Finish, and are not.
-  template <typename Fn>
-  ServerUnaryReactor* Dispatch(CallbackServerContext* ctx, const char* method, std::string key,
-                               size_t request_bytes, Fn fn) {
-    ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    auto body = [this, ctx, method, reactor, fn = std::move(fn)]() {
-      reactor->Finish(Handle(ctx, method, fn));
-    };
+  // Runs `body` (which answers the call) now on the calling thread when the
+  // last call of `key` was cheap (InlinePolicy), else on the handler pool;
+  // when the pool is gone (stopping), runs `refuse` instead.
+  template <typename Body, typename Refuse>
+  void Dispatch(std::string key, size_t request_bytes, Body body, Refuse refuse) {
     if (inline_policy_.BeginInline(key, request_bytes)) {
       auto start = std::chrono::steady_clock::now();
       body();
       inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
                             /*inlined=*/true);
-      return reactor;
+      return;
     }
     std::lock_guard<std::mutex> l(pool_mu_);
-    if (pool_ == nullptr) {  // stopping
-      reactor->Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is stopping"));
-      return reactor;
+    if (pool_ == nullptr) {
+      refuse();
+      return;
     }
-    pool_->Schedule([this, key = std::move(key), request_bytes, body = std::move(body)]() {
+    pool_->Schedule([this, key = std::move(key), request_bytes, body = std::move(body)]() mutable {
       auto start = std::chrono::steady_clock::now();
       body();
       inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
                             /*inlined=*/false);
     });
-    return reactor;
   }
 
   // Runs what the handler pool still holds and ends it (after Shutdown).
@@ -202,7 +196,7 @@ class Frontend {
 
 // --- Sessions.
 
-class SessionsService final : public pb::Sessions::WithCallbackMethod_Run<pb::Sessions::Service> {
+class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessions::Service> {
  public:
   explicit SessionsService(Frontend* f) : f_(f) {}
 
@@ -224,20 +218,16 @@ class SessionsService final : public pb::Sessions::WithCallbackMethod_Run<pb::Se
     });
   }
 
-  ServerUnaryReactor* Run(CallbackServerContext* ctx, const pb::RunSessionRequest* req,
-                          pb::RunSessionResponse* resp) override {
-    return f_->Dispatch(ctx, "flowstate.v1.Sessions/Run", "run " + req->session_id(),
-                        req->ByteSizeLong(), [this, req, resp]() -> Status {
-      SessionRunRequest run;
-      FS_ASSIGN_OR_RETURN(run.feeds, grpc_convert::NamedTensorsFromProto(req->feeds(), "feeds",
-                                                                         f_->max_tensor_bytes()));
-      FS_ASSIGN_OR_RETURN(run.fetches,
-                          grpc_convert::TensorNamesFromProto(req->fetches(), "fetches"));
-      FS_ASSIGN_OR_RETURN(run.targets, grpc_convert::NodeNamesFromProto(req->targets(), "targets"));
-      FS_ASSIGN_OR_RETURN(auto outputs, f_->service().RunSession(req->session_id(), run));
-      grpc_convert::NamedTensorsToProto(outputs, resp->mutable_outputs());
-      return Status();
-    });
+  // The body of Run, served from the completion queue (AsyncUnaryCall).
+  Status RunBody(const pb::RunSessionRequest& req, pb::RunSessionResponse* resp) {
+    SessionRunRequest run;
+    FS_ASSIGN_OR_RETURN(run.feeds, grpc_convert::NamedTensorsFromProto(req.feeds(), "feeds",
+                                                                       f_->max_tensor_bytes()));
+    FS_ASSIGN_OR_RETURN(run.fetches, grpc_convert::TensorNamesFromProto(req.fetches(), "fetches"));
+    FS_ASSIGN_OR_RETURN(run.targets, grpc_convert::NodeNamesFromProto(req.targets(), "targets"));
+    FS_ASSIGN_OR_RETURN(auto outputs, f_->service().RunSession(req.session_id(), run));
+    grpc_convert::NamedTensorsToProto(outputs, resp->mutable_outputs());
+    return Status();
   }
 
   ::grpc::Status Close(ServerContext* ctx, const pb::CloseSessionRequest* req,
@@ -252,7 +242,7 @@ class SessionsService final : public pb::Sessions::WithCallbackMethod_Run<pb::Se
 
 // --- Jobs.
 
-class JobsService final : public pb::Jobs::WithCallbackMethod_Predict<pb::Jobs::Service> {
+class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Service> {
  public:
   explicit JobsService(Frontend* f) : f_(f) {}
 
@@ -299,23 +289,19 @@ class JobsService final : public pb::Jobs::WithCallbackMethod_Predict<pb::Jobs::
     });
   }
 
-  ServerUnaryReactor* Predict(CallbackServerContext* ctx, const pb::PredictRequest* req,
-                              pb::PredictResponse* resp) override {
-    return f_->Dispatch(ctx, "flowstate.v1.Jobs/Predict", "predict " + req->job_id(),
-                        req->ByteSizeLong(), [this, req, resp]() -> Status {
-      FS_ASSIGN_OR_RETURN(auto inputs, grpc_convert::NamedTensorsFromProto(
-                                           req->inputs(), "inputs", f_->max_tensor_bytes()));
-      FS_ASSIGN_OR_RETURN(auto fetches,
-                          grpc_convert::TensorNamesFromProto(req->fetches(), "fetches"));
-      std::vector<Tensor> outputs;
-      FS_RETURN_IF_ERROR(jobs().Predict(req->job_id(), inputs, fetches, &outputs));
-      grpc_convert::NamedTensors named;
-      for (size_t i = 0; i < outputs.size() && i < fetches.size(); ++i) {
-        named.emplace_back(fetches[i], std::move(outputs[i]));
-      }
-      grpc_convert::NamedTensorsToProto(named, resp->mutable_outputs());
-      return Status();
-    });
+  // The body of Predict, served from the completion queue (AsyncUnaryCall).
+  Status PredictBody(const pb::PredictRequest& req, pb::PredictResponse* resp) {
+    FS_ASSIGN_OR_RETURN(auto inputs, grpc_convert::NamedTensorsFromProto(
+                                         req.inputs(), "inputs", f_->max_tensor_bytes()));
+    FS_ASSIGN_OR_RETURN(auto fetches, grpc_convert::TensorNamesFromProto(req.fetches(), "fetches"));
+    std::vector<Tensor> outputs;
+    FS_RETURN_IF_ERROR(jobs().Predict(req.job_id(), inputs, fetches, &outputs));
+    grpc_convert::NamedTensors named;
+    for (size_t i = 0; i < outputs.size() && i < fetches.size(); ++i) {
+      named.emplace_back(fetches[i], std::move(outputs[i]));
+    }
+    grpc_convert::NamedTensorsToProto(named, resp->mutable_outputs());
+    return Status();
   }
 
   ::grpc::Status Watch(ServerContext* ctx, const pb::WatchJobRequest* req,
@@ -469,6 +455,67 @@ class OpsService final : public pb::Ops::Service {
   Frontend* f_;
 };
 
+// --- Steps served from a completion queue.
+
+// A call's tag on the completion queue.
+class AsyncTag {
+ public:
+  virtual ~AsyncTag() = default;
+  virtual void Proceed(bool ok) = 0;
+};
+
+// One unary step call (Run, Predict): asked for with `request` (the
+// service's RequestX), answered by `body` inline or on the pool
+// (Frontend::Dispatch), then deleted when its Finish comes back. Each call,
+// when it arrives, asks for the next one.
+template <typename Req, typename Resp>
+class AsyncUnaryCall final : public AsyncTag {
+ public:
+  using Request = std::function<void(ServerContext*, Req*, ::grpc::ServerAsyncResponseWriter<Resp>*,
+                                     ::grpc::ServerCompletionQueue*, void*)>;
+  using Body = std::function<Status(const Req&, Resp*)>;
+  using Key = std::function<std::string(const Req&)>;
+
+  AsyncUnaryCall(Frontend* f, ::grpc::ServerCompletionQueue* cq, const char* method,
+                 Request request, Body body, Key key)
+      : f_(f), cq_(cq), method_(method), request_(std::move(request)), body_(std::move(body)),
+        key_(std::move(key)), responder_(&ctx_) {
+    request_(&ctx_, &req_, &responder_, cq_, this);
+  }
+
+  void Proceed(bool ok) override {
+    if (answered_ || !ok) {  // Finish done, or the server is shutting down
+      delete this;
+      return;
+    }
+    new AsyncUnaryCall(f_, cq_, method_, request_, body_, key_);
+    answered_ = true;
+    f_->Dispatch(
+        key_(req_), req_.ByteSizeLong(),
+        [this] {
+          ::grpc::Status s = f_->Handle(&ctx_, method_, [this] { return body_(req_, &resp_); });
+          responder_.Finish(resp_, s, this);
+        },
+        [this] {
+          responder_.FinishWithError(
+              ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is stopping"), this);
+        });
+  }
+
+ private:
+  Frontend* f_;
+  ::grpc::ServerCompletionQueue* cq_;
+  const char* method_;
+  Request request_;
+  Body body_;
+  Key key_;
+  ServerContext ctx_;
+  Req req_;
+  Resp resp_;
+  ::grpc::ServerAsyncResponseWriter<Resp> responder_;
+  bool answered_ = false;
+};
+
 class GrpcServerImpl final : public GrpcServer {
  public:
   GrpcServerImpl(Service* service, Metrics* metrics, const GrpcServerOptions& options)
@@ -495,11 +542,35 @@ class GrpcServerImpl final : public GrpcServer {
     builder.RegisterService(&jobs_);
     builder.RegisterService(&devices_);
     builder.RegisterService(&ops_);
+    cq_ = builder.AddCompletionQueue();
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       server_.reset();
+      cq_->Shutdown();
+      DrainQueue();
       return Unavailable("cannot listen on '" + options.address + "'");
     }
+    // The first call of each step method; each asks for the next.
+    new AsyncUnaryCall<pb::RunSessionRequest, pb::RunSessionResponse>(
+        &frontend_, cq_.get(), "flowstate.v1.Sessions/Run",
+        [this](ServerContext* c, pb::RunSessionRequest* r,
+               ::grpc::ServerAsyncResponseWriter<pb::RunSessionResponse>* w,
+               ::grpc::ServerCompletionQueue* q, void* tag) { sessions_.RequestRun(c, r, w, q, q, tag); },
+        [this](const pb::RunSessionRequest& r, pb::RunSessionResponse* out) {
+          return sessions_.RunBody(r, out);
+        },
+        [](const pb::RunSessionRequest& r) { return "run " + r.session_id(); });
+    new AsyncUnaryCall<pb::PredictRequest, pb::PredictResponse>(
+        &frontend_, cq_.get(), "flowstate.v1.Jobs/Predict",
+        [this](ServerContext* c, pb::PredictRequest* r,
+               ::grpc::ServerAsyncResponseWriter<pb::PredictResponse>* w,
+               ::grpc::ServerCompletionQueue* q, void* tag) { jobs_.RequestPredict(c, r, w, q, q, tag); },
+        [this](const pb::PredictRequest& r, pb::PredictResponse* out) {
+          return jobs_.PredictBody(r, out);
+        },
+        [](const pb::PredictRequest& r) { return "predict " + r.job_id(); });
+    spin_ = std::chrono::microseconds(std::max<int64_t>(0, options.spin_us));
+    cq_thread_ = std::thread([this] { DrainQueue(); });
     if (::grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
       health->SetServingStatus(true);
     }
@@ -516,12 +587,36 @@ class GrpcServerImpl final : public GrpcServer {
       health->SetServingStatus(false);
     }
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-    frontend_.StopPool();
+    frontend_.StopPool();  // calls on the pool finish (and queue their tags)
     server_->Wait();
+    cq_->Shutdown();
+    if (cq_thread_.joinable()) cq_thread_.join();
     server_.reset();
   }
 
  private:
+  // Serves the step calls' tags until the queue is shut down and empty.
+  // After each tag it polls for spin_ before it blocks, so that a client's
+  // next call finds the thread awake (as the REST I/O threads do).
+  void DrainQueue() {
+    void* tag = nullptr;
+    bool ok = false;
+    for (;;) {
+      auto until = std::chrono::steady_clock::now() + spin_;
+      ::grpc::CompletionQueue::NextStatus st = ::grpc::CompletionQueue::TIMEOUT;
+      while (spin_.count() > 0 && std::chrono::steady_clock::now() < until) {
+        st = cq_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        if (st != ::grpc::CompletionQueue::TIMEOUT) break;
+      }
+      if (st == ::grpc::CompletionQueue::TIMEOUT) {
+        st = cq_->Next(&tag, &ok) ? ::grpc::CompletionQueue::GOT_EVENT
+                                  : ::grpc::CompletionQueue::SHUTDOWN;
+      }
+      if (st == ::grpc::CompletionQueue::SHUTDOWN) return;
+      static_cast<AsyncTag*>(tag)->Proceed(ok);
+    }
+  }
+
   Frontend frontend_;
   SessionsService sessions_;
   JobsService jobs_;
@@ -529,6 +624,9 @@ class GrpcServerImpl final : public GrpcServer {
   OpsService ops_;
   std::mutex stop_mu_;
   std::unique_ptr<::grpc::Server> server_;
+  std::unique_ptr<::grpc::ServerCompletionQueue> cq_;  // Run and Predict
+  std::thread cq_thread_;
+  std::chrono::microseconds spin_{0};
   int port_ = 0;
 };
 

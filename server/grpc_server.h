@@ -24,12 +24,15 @@ struct GrpcServerOptions {
   int64_t max_message_bytes = int64_t{64} << 20;
   std::vector<std::string> tokens;  // empty: no authentication
   int64_t max_tensor_bytes = int64_t{64} << 20;
-  // Session runs and predicts are callback methods: one runs on gRPC's own
-  // thread when the last call for the same session or job took less than
-  // inline_below_us (at most one at once; 0: never), else on a pool of
-  // handler_threads threads, so that a long step holds no gRPC thread.
+  // Session runs and predicts are served from a completion queue by one
+  // thread: a call runs on it when the last call for the same session or
+  // job took less than inline_below_us (0: never), else on a pool of
+  // handler_threads threads, so that a long step holds up no other call.
   int handler_threads = 2;
   int64_t inline_below_us = 500;
+  // The thread serving Run and Predict polls this long after each call
+  // before it sleeps. 0: never spin.
+  int64_t spin_us = 100;
 };
 
 class GrpcServer {
