@@ -580,6 +580,7 @@ void DeviceToProto(const DeviceInfo& device, pb::Device* proto) {
   m->set_bytes_in_use(device.bytes_in_use);
   m->set_peak_bytes_in_use(device.peak_bytes_in_use);
   m->set_bytes_limit(device.bytes_limit);
+  m->set_bytes_cached(device.bytes_cached);
 }
 
 // ---------------------------------------------------------------------------

@@ -96,7 +96,8 @@ Json DeviceJson(const DeviceInfo& d) {
   o["description"] = d.description;
   o["memory"] = Json{{"bytes_in_use", d.bytes_in_use},
                      {"peak_bytes_in_use", d.peak_bytes_in_use},
-                     {"bytes_limit", d.bytes_limit}};
+                     {"bytes_limit", d.bytes_limit},
+                     {"bytes_cached", d.bytes_cached}};
   return o;
 }
 
@@ -339,6 +340,7 @@ StatusOr<DeviceInfo> DeviceFrom(const Json& v, const std::string& path) {
     FS_RETURN_IF_ERROR(ReadInt(*m, mpath, "bytes_in_use", &d.bytes_in_use));
     FS_RETURN_IF_ERROR(ReadInt(*m, mpath, "peak_bytes_in_use", &d.peak_bytes_in_use));
     FS_RETURN_IF_ERROR(ReadInt(*m, mpath, "bytes_limit", &d.bytes_limit));
+    FS_RETURN_IF_ERROR(ReadInt(*m, mpath, "bytes_cached", &d.bytes_cached));
   }
   return d;
 }

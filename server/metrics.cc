@@ -123,6 +123,7 @@ struct Metrics::Impl : public JobObserver {
   Family<Gauge>& jobs;
   Family<Gauge>& queue_depth;
   Family<Gauge>& device_memory;
+  Family<Gauge>& device_cached;
   Family<Counter>& http_requests;
   Family<Histogram>& http_seconds;
   Family<Counter>& grpc_requests;
@@ -145,6 +146,7 @@ struct Metrics::Impl : public JobObserver {
   std::set<std::string> states, devices;               // GUARDED_BY(gauges_mu)
   std::map<std::string, Gauge*> state_gauges;          // GUARDED_BY(gauges_mu)
   std::map<std::string, Gauge*> device_gauges;         // GUARDED_BY(gauges_mu)
+  std::map<std::string, Gauge*> device_cached_gauges;  // GUARDED_BY(gauges_mu)
 
   // Job series. Observer calls arrive with the job manager's lock held, so
   // nothing under jobs_mu may call back into the manager.
@@ -190,6 +192,10 @@ Metrics::Impl::Impl()
       device_memory(prometheus::BuildGauge()
                         .Name("flowstate_device_memory_bytes")
                         .Help("Device memory in use, per device.")
+                        .Register(*registry)),
+      device_cached(prometheus::BuildGauge()
+                        .Name("flowstate_device_cached_bytes")
+                        .Help("Freed device buffers the pool keeps for reuse, per device.")
                         .Register(*registry)),
       http_requests(prometheus::BuildCounter()
                         .Name("flowstate_http_requests_total")
@@ -408,12 +414,15 @@ void Metrics::SetJobsByState(const std::string& state, double n) {
 
 void Metrics::SetQueueDepth(double n) { impl_->queue_depth_gauge.Set(n); }
 
-void Metrics::SetDeviceMemory(const std::string& device, double bytes) {
+void Metrics::SetDeviceMemory(const std::string& device, double bytes, double cached_bytes) {
   std::lock_guard<std::mutex> l(impl_->gauges_mu);
   const std::string d = Impl::Bounded(&impl_->devices, device);
   Gauge*& g = impl_->device_gauges[d];
   if (!g) g = &impl_->device_memory.Add({{"device", d}});
   g->Set(bytes);
+  Gauge*& c = impl_->device_cached_gauges[d];
+  if (!c) c = &impl_->device_cached.Add({{"device", d}});
+  c->Set(cached_bytes);
 }
 
 void Metrics::SetFinishedJobRetention(size_t jobs) {

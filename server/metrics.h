@@ -10,6 +10,7 @@
 //   flowstate_jobs{state}                                gauge (jobs by state)
 //   flowstate_scheduler_queue_depth                      gauge (jobs waiting for a slot)
 //   flowstate_device_memory_bytes{device}                gauge (bytes in use)
+//   flowstate_device_cached_bytes{device}                gauge (freed buffers kept for reuse)
 //   flowstate_http_requests_total{route,code}            counter
 //   flowstate_http_request_duration_seconds{route}       histogram, 100 us ... 10 s
 //   flowstate_grpc_requests_total{method,code}           counter
@@ -58,7 +59,7 @@ class Metrics {
   void SetScrapeHook(std::function<void(Metrics*)> hook);
   void SetJobsByState(const std::string& state, double n);
   void SetQueueDepth(double n);
-  void SetDeviceMemory(const std::string& device, double bytes);
+  void SetDeviceMemory(const std::string& device, double bytes, double cached_bytes = 0);
 
   // How many finished jobs keep their series (the oldest are removed first).
   void SetFinishedJobRetention(size_t jobs);

@@ -116,7 +116,7 @@ int ServeCommand(int argc, char** argv) {
       m->SetJobsByState(std::string(JobStateName(state)), n);
     }
     m->SetQueueDepth(service.jobs().queue_depth());
-    for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use));
+    for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use), double(d.bytes_cached));
   });
 
   HttpServerOptions ho;

@@ -186,6 +186,7 @@ std::vector<DeviceInfo> Service::ListDevices() const {
     i.bytes_in_use = s.bytes_in_use;
     i.peak_bytes_in_use = s.peak_bytes_in_use;
     i.bytes_limit = s.bytes_limit;
+    i.bytes_cached = s.bytes_cached;
     out.push_back(i);
   }
   return out;

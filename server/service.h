@@ -58,6 +58,7 @@ struct OpInfo {
 struct DeviceInfo {
   std::string name, type, description;
   int64_t bytes_in_use = 0, peak_bytes_in_use = 0, bytes_limit = 0;
+  int64_t bytes_cached = 0;  // freed buffers kept for reuse by the device pool
   int running_jobs = 0;
 };
 

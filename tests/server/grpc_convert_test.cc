@@ -438,11 +438,13 @@ TEST(GrpcConvertJob, OpsAndDevices) {
   d.type = "CPU";
   d.bytes_in_use = 10;
   d.bytes_limit = 100;
+  d.bytes_cached = 7;
   pb::Device pd;
   DeviceToProto(d, &pd);
   EXPECT_EQ(pd.type(), "CPU");
   EXPECT_EQ(pd.memory().bytes_in_use(), 10);
   EXPECT_EQ(pd.memory().bytes_limit(), 100);
+  EXPECT_EQ(pd.memory().bytes_cached(), 7);
 }
 
 }  // namespace

@@ -101,7 +101,9 @@ TEST_F(HttpRoutesTest, DevicesListThePool) {
   const Json& d = body["devices"][0];
   EXPECT_EQ(Keys(d), (std::vector<std::string>{"name", "type", "description", "memory"}));
   EXPECT_EQ(Keys(d["memory"]),
-            (std::vector<std::string>{"bytes_in_use", "peak_bytes_in_use", "bytes_limit"}));
+            (std::vector<std::string>{"bytes_in_use", "peak_bytes_in_use", "bytes_limit",
+                                      "bytes_cached"}));
+  EXPECT_GE(d["memory"]["bytes_cached"].get<int64_t>(), 0);
   EXPECT_EQ(d["type"], "CPU");
   EXPECT_EQ(d["name"], Pool()->devices()[0]->name());
   StatusOr<std::vector<DeviceInfo>> devices = DeviceInfoListFromJson(r.body);

@@ -186,7 +186,7 @@ std::string RecordEverything(Metrics* m) {
     mm->SetJobsByState("RUNNING", 2);
     mm->SetJobsByState("QUEUED", 1);
     mm->SetQueueDepth(1);
-    mm->SetDeviceMemory("/job:localhost/replica:0/task:0/device:CPU:0", 4096);
+    mm->SetDeviceMemory("/job:localhost/replica:0/task:0/device:CPU:0", 4096, 8192);
   });
   return m->Render();
 }
@@ -251,6 +251,9 @@ TEST(Metrics, RendersEverySeriesWithItsValue) {
   EXPECT_EQ(Value(text, "flowstate_device_memory_bytes",
                   {{"device", "/job:localhost/replica:0/task:0/device:CPU:0"}}),
             4096);
+  EXPECT_EQ(Value(text, "flowstate_device_cached_bytes",
+                  {{"device", "/job:localhost/replica:0/task:0/device:CPU:0"}}),
+            8192);
 }
 
 TEST(Metrics, HasHelpTypeAndBaseUnits) {
@@ -265,6 +268,7 @@ TEST(Metrics, HasHelpTypeAndBaseUnits) {
       {"flowstate_jobs", "gauge"},
       {"flowstate_scheduler_queue_depth", "gauge"},
       {"flowstate_device_memory_bytes", "gauge"},
+      {"flowstate_device_cached_bytes", "gauge"},
       {"flowstate_http_requests_total", "counter"},
       {"flowstate_http_request_duration_seconds", "histogram"},
       {"flowstate_grpc_requests_total", "counter"},
