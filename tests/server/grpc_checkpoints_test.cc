@@ -17,38 +17,22 @@
 #include "server/http_routes.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "tests/server/server_test_util.h"
 
 namespace flowstate {
 namespace {
 
 namespace pb = ::flowstate::v1;
 
-DevicePool* Pool() {
-  static DevicePool* p = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 1;
-    return DevicePool::Create(o).value().release();
-  }();
-  return p;
-}
+DevicePool* Pool() { return server_test::TestPool(1); }
 
 class GrpcCheckpointsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("flowstate_grpc_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = server_test::FreshTestDir("flowstate_grpc_ckpt");
     std::filesystem::create_directories(dir_ / "data");
-    std::ofstream f(dir_ / "data" / "points.csv");
-    f << "a,b,target\n";
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (int i = 0; i < 64; ++i) {
-      double a = u(rng), b = u(rng);
-      f << a << "," << b << "," << (2 * a - 3 * b) << "\n";
-    }
-    f.close();
+    server_test::WritePointsCsv(dir_ / "data" / "points.csv", 64, 3,
+                                [](double a, double b) { return 2 * a - 3 * b; });
     store_ = checkpoints::Store::Open((dir_ / "db").string()).value();
     ServiceOptions so;
     so.devices = Pool();

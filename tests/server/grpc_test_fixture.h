@@ -29,6 +29,7 @@
 #include "server/grpc_convert.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "tests/server/server_test_util.h"
 
 namespace flowstate {
 namespace grpc_test {
@@ -37,14 +38,7 @@ namespace pb = ::flowstate::v1;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-inline DevicePool* Pool() {
-  static DevicePool* p = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 1;
-    return DevicePool::Create(o).value().release();
-  }();
-  return p;
-}
+inline DevicePool* Pool() { return server_test::TestPool(1); }
 
 // A linear-regression job over a CSV file in the data root: 256 rows,
 // batch 16, so 16 steps per epoch.
@@ -109,19 +103,9 @@ inline std::string NodeOf(const grpc::ClientContext& ctx) {
 class GrpcServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("flowstate_grpc_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-    std::ofstream f(dir_ / "points.csv");
-    f << "a,b,target\n";
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (int i = 0; i < 256; ++i) {
-      double a = u(rng), b = u(rng);
-      f << a << "," << b << "," << (2 * a - 3 * b + 0.5) << "\n";
-    }
-    f.close();
+    dir_ = server_test::FreshTestDir("flowstate_grpc");
+    server_test::WritePointsCsv(dir_ / "points.csv", 256, 3,
+                                [](double a, double b) { return 2 * a - 3 * b + 0.5; });
 
     ServiceOptions so;
     so.devices = Pool();

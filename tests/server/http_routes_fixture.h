@@ -21,6 +21,7 @@
 #include "server/json_views.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "tests/server/server_test_util.h"
 
 namespace flowstate {
 namespace http_routes_test {
@@ -28,14 +29,7 @@ namespace http_routes_test {
 
 using Json = nlohmann::ordered_json;
 
-inline DevicePool* Pool() {
-  static DevicePool* p = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 1;
-    return DevicePool::Create(o).value().release();
-  }();
-  return p;
-}
+inline DevicePool* Pool() { return server_test::TestPool(1); }
 
 inline constexpr const char* kGraph = R"({"graph": {"nodes": [
     {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
@@ -70,19 +64,9 @@ inline std::string JobJson(int epochs, const std::string& name = "line") {
 class HttpRoutesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("flowstate_http_routes_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-    std::ofstream f(dir_ / "points.csv");
-    f << "a,b,target\n";
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (int i = 0; i < 64; ++i) {
-      double a = u(rng), b = u(rng);
-      f << a << "," << b << "," << (2 * a - 3 * b) << "\n";
-    }
-    f.close();
+    dir_ = server_test::FreshTestDir("flowstate_http_routes");
+    server_test::WritePointsCsv(dir_ / "points.csv", 64, 3,
+                                [](double a, double b) { return 2 * a - 3 * b; });
     ServiceOptions so;
     so.devices = Pool();
     so.data_root = dir_.string();

@@ -24,6 +24,7 @@
 #include "server/json_views.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "tests/server/server_test_util.h"
 
 namespace flowstate {
 namespace {
@@ -31,14 +32,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-DevicePool* Pool() {
-  static DevicePool* p = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 1;
-    return DevicePool::Create(o).value().release();
-  }();
-  return p;
-}
+DevicePool* Pool() { return server_test::TestPool(1); }
 
 struct Response {
   int status = 0;
@@ -201,19 +195,9 @@ std::string JobJson(int epochs) {
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("flowstate_http_server_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-    std::ofstream f(dir_ / "points.csv");
-    f << "a,b,target\n";
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (int i = 0; i < 64; ++i) {
-      double a = u(rng), b = u(rng);
-      f << a << "," << b << "," << (a - b) << "\n";
-    }
-    f.close();
+    dir_ = server_test::FreshTestDir("flowstate_http_server");
+    server_test::WritePointsCsv(dir_ / "points.csv", 64, 7,
+                                [](double a, double b) { return a - b; });
     ServiceOptions so;
     so.devices = Pool();
     so.data_root = dir_.string();

@@ -10,18 +10,12 @@
 #include "scheduler/session.h"
 #include "server/job_spec.h"
 #include "server/training_job.h"
+#include "tests/server/server_test_util.h"
 
 namespace flowstate {
 namespace {
 
-DevicePool* Pool() {
-  static DevicePool* p = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 2;
-    return DevicePool::Create(o).value().release();
-  }();
-  return p;
-}
+DevicePool* Pool() { return server_test::TestPool(2); }
 
 std::unique_ptr<TrainingJob> MakeJob(const std::string& json, const std::string& root) {
   StatusOr<JobSpec> spec = ParseJobSpec(json);
@@ -41,18 +35,9 @@ std::unique_ptr<TrainingJob> MakeJob(const std::string& json, const std::string&
 class CsvRegression : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("flowstate_train_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-    std::ofstream f(dir_ / "points.csv");
-    f << "a,b,target\n";
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (int i = 0; i < 256; ++i) {
-      double a = u(rng), b = u(rng);
-      f << a << "," << b << "," << (2 * a - 3 * b + 0.5) << "\n";
-    }
+    dir_ = server_test::FreshTestDir("flowstate_train");
+    server_test::WritePointsCsv(dir_ / "points.csv", 256, 3,
+                                [](double a, double b) { return 2 * a - 3 * b + 0.5; });
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

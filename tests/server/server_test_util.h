@@ -1,0 +1,65 @@
+// Helpers shared by the server tests: a device pool, a fresh temporary
+// directory per test, and the small CSV data sets their jobs train on.
+// Header-only; every function is thread-compatible.
+#ifndef FLOWSTATE_TESTS_SERVER_SERVER_TEST_UTIL_H_
+#define FLOWSTATE_TESTS_SERVER_SERVER_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "devices/device_pool.h"
+
+namespace flowstate::server_test {
+
+// One CPU device with `intra_op_threads` threads, created on first use for
+// each count and never destroyed (tests share it, as servers share theirs).
+inline DevicePool* TestPool(int intra_op_threads = 1) {
+  static std::mutex mu;
+  static std::map<int, DevicePool*> pools;
+  std::lock_guard<std::mutex> l(mu);
+  DevicePool*& p = pools[intra_op_threads];
+  if (p == nullptr) {
+    DevicePoolOptions o;
+    o.intra_op_threads = intra_op_threads;
+    p = DevicePool::Create(o).value().release();
+  }
+  return p;
+}
+
+// <temp>/<prefix>_<pid>_<test name>, emptied and created.
+inline std::filesystem::path FreshTestDir(const std::string& prefix) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      (prefix + "_" + std::to_string(::getpid()) + "_" +
+       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Writes `file` (creating its folder) with the header "a,b,target" and
+// `rows` rows: a and b uniform in [-1, 1) from mt19937(seed), target(a, b).
+inline void WritePointsCsv(const std::filesystem::path& file, int rows, unsigned seed,
+                           const std::function<double(double, double)>& target) {
+  std::filesystem::create_directories(file.parent_path());
+  std::ofstream f(file);
+  f << "a,b,target\n";
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int i = 0; i < rows; ++i) {
+    double a = u(rng), b = u(rng);
+    f << a << "," << b << "," << target(a, b) << "\n";
+  }
+}
+
+}  // namespace flowstate::server_test
+
+#endif  // FLOWSTATE_TESTS_SERVER_SERVER_TEST_UTIL_H_
