@@ -78,18 +78,8 @@ class GrpcCheckpointsTest : public ::testing::Test {
   RouteContext ctx_;
 };
 
-const char* kJob = R"({
-  "graph": {"nodes": [
-    {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
-    {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
-    {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "zeros"}},
-    {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
-    {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
-    {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
-    {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
-    {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-    {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
-  ]},
+const std::string kJob = R"({
+  "graph": )" + server_test::LinearGraphJson(false) + R"(,
   "loss": "loss",
   "optimizer": {"type": "sgd", "learning_rate": 0.1},
   "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},

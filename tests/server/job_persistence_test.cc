@@ -56,17 +56,7 @@ class JobPersistenceTest : public ::testing::Test {
   static std::string JobJson(int epochs, const std::string& checkpoint, const std::string& extra = "") {
     return R"({
       "name": "line",
-      "graph": {"nodes": [
-        {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
-        {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
-        {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
-        {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
-        {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
-        {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
-        {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
-        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
-      ]},
+      "graph": )" + server_test::LinearGraphJson(false) + R"(,
       "loss": "loss",
       "optimizer": {"type": "adam", "learning_rate": 0.05},
       "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},

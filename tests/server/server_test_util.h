@@ -60,6 +60,28 @@ inline void WritePointsCsv(const std::filesystem::path& file, int rows, unsigned
   }
 }
 
+// The graph of the tests' linear-regression jobs, {"nodes": [...]}: fed x
+// [-1, 2] and y [-1], pred = x w (+ b), loss = mean((pred - y)^2).
+inline std::string LinearGraphJson(bool with_bias) {
+  std::string nodes = R"(
+    {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+    {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+    {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
+    {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},)";
+  if (with_bias) {
+    nodes += R"(
+    {"name": "b", "op": "Variable", "attrs": {"dtype": "float32", "shape": [1], "init": "zeros"}},
+    {"name": "pb", "op": "BiasAdd", "inputs": ["p", "b"]},)";
+  }
+  nodes += R"(
+    {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+    {"name": "pred", "op": "Reshape", "inputs": [")" + std::string(with_bias ? "pb" : "p") + R"(", "flat"]},
+    {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
+    {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+    {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]})";
+  return "{\"nodes\": [" + nodes + "\n  ]}";
+}
+
 }  // namespace flowstate::server_test
 
 #endif  // FLOWSTATE_TESTS_SERVER_SERVER_TEST_UTIL_H_

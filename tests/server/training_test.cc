@@ -43,19 +43,7 @@ class CsvRegression : public ::testing::Test {
 
   std::string JobJson(const std::string& optimizer) {
     return R"({
-      "graph": {"nodes": [
-        {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
-        {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
-        {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
-        {"name": "b", "op": "Variable", "attrs": {"dtype": "float32", "shape": [1], "init": "zeros"}},
-        {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
-        {"name": "pb", "op": "BiasAdd", "inputs": ["p", "b"]},
-        {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
-        {"name": "pred", "op": "Reshape", "inputs": ["pb", "flat"]},
-        {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
-        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
-      ]},
+      "graph": )" + server_test::LinearGraphJson(true) + R"(,
       "loss": "loss",
       "optimizer": )" + optimizer + R"(,
       "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
