@@ -241,7 +241,10 @@ def resumed_step(server, job_id, not_before):
 
 
 def scenario_crash(args, tmp, data_root):
-    spec = job(epochs=30, checkpoint={"every_steps": 10, "keep": 3}, hidden=384)
+    # 150 epochs (2400 steps, a few seconds): long enough that the kills land
+    # mid-training on a fast machine (at 30 epochs the job could finish
+    # before the first kill, and the restart then had nothing to resume).
+    spec = job(epochs=150, checkpoint={"every_steps": 10, "keep": 3}, hidden=384)
     job_file = os.path.join(tmp, "job.json")
     with open(job_file, "w") as f:
         json.dump(spec, f)
