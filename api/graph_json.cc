@@ -334,7 +334,8 @@ void AppendGraphJson(const GraphDef& graph, Encoding tensor_encoding, std::strin
 StatusOr<GraphDef> ParseGraphJson(std::string_view json, std::string_view path,
                                   const GraphJsonOptions& options) {
   internal::JsonPath root(path);
-  internal::Json v;
+  internal::Document doc;
+  internal::Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
   return internal::GraphFromJson(v, root, options);
 }

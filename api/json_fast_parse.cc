@@ -227,6 +227,32 @@ class FastReader {
 
 }  // namespace
 
+namespace {
+
+// Deeper than this (only a document nlohmann parsed can be), the rest is
+// left to ~basic_json, which needs no stack depth.
+constexpr int kMaxReleaseDepth = 64;
+
+void ReleaseArrays(Json* v, int depth) {
+  if (depth > kMaxReleaseDepth) return;
+  if (v->is_array()) {
+    Json::array_t elements;
+    elements.swap(v->get_ref<Json::array_t&>());
+    for (Json& e : elements) {
+      if (e.is_structured()) ReleaseArrays(&e, depth + 1);
+    }
+    // `elements` goes as a plain vector: its scalars need no stack.
+  } else if (v->is_object()) {
+    for (auto& item : v->items()) {
+      if (item.value().is_structured()) ReleaseArrays(&item.value(), depth + 1);
+    }
+  }
+}
+
+}  // namespace
+
+Document::~Document() { ReleaseArrays(&value_, 0); }
+
 bool FastParseJson(std::string_view text, Json* out) {
   FastReader reader(text);
   Json v;

@@ -68,6 +68,25 @@ Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out);
 // malformed text).
 bool FastParseJson(std::string_view text, Json* out);
 
+// A parsed request document that is destroyed faster than ~basic_json:
+// nlohmann moves every array's elements to a heap stack before destroying
+// them, one by one (~30 ns per number with its assertions on); this frees
+// arrays as plain vectors, deepest first. Use it for documents that hold
+// tensors.
+class Document {
+ public:
+  Document() = default;
+  Document(const Document&) = delete;
+  Document& operator=(const Document&) = delete;
+  ~Document();
+  Json& operator*() { return value_; }
+  Json* operator->() { return &value_; }
+  Json* get() { return &value_; }
+
+ private:
+  Json value_;
+};
+
 // The member `key` of an object, or nullptr when absent or null (optional
 // fields treat null as absent).
 const Json* FindField(const Json& object, std::string_view key);

@@ -86,7 +86,8 @@ using internal::JsonPath;
 StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path,
                                          size_t max_tensor_bytes) {
   JsonPath root(path);
-  Json v;
+  internal::Document doc;
+  Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run request",
                                            {"feeds", "fetches", "targets", "encoding"}));
@@ -116,7 +117,8 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
 StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::string_view path,
                                                  size_t max_tensor_bytes) {
   JsonPath root(path);
-  Json v;
+  internal::Document doc;
+  Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a predict request",
                                            {"inputs", "fetches", "encoding"}));
@@ -140,7 +142,8 @@ StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::str
 StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view what,
                                          const GraphJsonOptions& options) {
   JsonPath root("");
-  Json v;
+  internal::Document doc;
+  Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, what, {"graph"}));
   const Json* graph = internal::FindField(v, "graph");
@@ -179,7 +182,8 @@ std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding) {
 StatusOr<NamedTensors> ParseRunOutputsJson(std::string_view json, std::string_view path,
                                            size_t max_tensor_bytes) {
   JsonPath root(path);
-  Json v;
+  internal::Document doc;
+  Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run response", {"outputs"}));
   const Json* outputs = internal::FindField(v, "outputs");

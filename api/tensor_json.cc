@@ -412,7 +412,8 @@ StatusOr<Encoding> EncodingFromString(std::string_view name) {
 StatusOr<Tensor> ParseTensorJson(std::string_view json, std::optional<DataType> dtype,
                                  std::string_view path, size_t max_bytes) {
   internal::JsonPath root(path);
-  internal::Json v;
+  internal::Document doc;
+  internal::Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
   return internal::TensorFromJson(v, dtype, root, max_bytes);
 }
