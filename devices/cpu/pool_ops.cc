@@ -63,6 +63,35 @@ constexpr int64_t kBlock = 64;
 // Cycles per output pixel, roughly.
 int64_t PixelCost(const PoolGeometry& g) { return std::max<int64_t>(1, g.kh * g.kw * g.c / 4); }
 
+// The forward loop of MaxPool and AvgPool: each output pixel's channels
+// start at `init`, take combine(out, in) over every cell of the window,
+// then finish(out, number of cells). Rows of output are split over the
+// device's threads.
+template <typename T, typename Combine, typename Finish>
+void PoolWindows(OpKernelContext* ctx, const PoolGeometry& g, const T* xd, T* yd, T init,
+                 Combine combine, Finish finish) {
+  const int64_t c = g.c;
+  ctx->device()->ParallelFor(g.n * g.oh, g.ow * PixelCost(g), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / g.oh, i = r % g.oh;
+      const T* image = xd + n * g.h * g.w * c;
+      for (int64_t j = 0; j < g.ow; ++j) {
+        T* out = yd + (r * g.ow + j) * c;
+        std::fill_n(out, c, init);
+        int64_t h0, h1, w0, w1;
+        g.Window(i, j, &h0, &h1, &w0, &w1);
+        for (int64_t a = h0; a < h1; ++a) {
+          for (int64_t b = w0; b < w1; ++b) {
+            const T* in = image + (a * g.w + b) * c;
+            for (int64_t q = 0; q < c; ++q) combine(out[q], in[q]);
+          }
+        }
+        finish(out, (h1 - h0) * (w1 - w0));
+      }
+    }
+  });
+}
+
 class PoolKernelBase : public OpKernel {
  public:
   explicit PoolKernelBase(OpKernelConstruction* c) : OpKernel(c) {
@@ -103,27 +132,8 @@ class MaxPoolOp final : public PoolKernelBase {
     Tensor* y = nullptr;
     FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, g.output_shape(), &y));
     if (y->num_elements() == 0) return;
-    const T* xd = x.data<T>();
-    T* yd = y->data<T>();
-    const int64_t c = g.c;
-    ctx->device()->ParallelFor(g.n * g.oh, g.ow * PixelCost(g), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / g.oh, i = r % g.oh;
-        const T* image = xd + n * g.h * g.w * c;
-        for (int64_t j = 0; j < g.ow; ++j) {
-          T* out = yd + (r * g.ow + j) * c;
-          std::fill_n(out, c, -std::numeric_limits<T>::infinity());
-          int64_t h0, h1, w0, w1;
-          g.Window(i, j, &h0, &h1, &w0, &w1);
-          for (int64_t a = h0; a < h1; ++a) {
-            for (int64_t b = w0; b < w1; ++b) {
-              const T* in = image + (a * g.w + b) * c;
-              for (int64_t q = 0; q < c; ++q) out[q] = in[q] > out[q] ? in[q] : out[q];
-            }
-          }
-        }
-      }
-    });
+    PoolWindows(ctx, g, x.data<T>(), y->data<T>(), -std::numeric_limits<T>::infinity(),
+                [](T& out, T in) { out = in > out ? in : out; }, [](T*, int64_t) {});
   }
 };
 
@@ -223,29 +233,11 @@ class AvgPoolOp final : public PoolKernelBase {
     Tensor* y = nullptr;
     FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, g.output_shape(), &y));
     if (y->num_elements() == 0) return;
-    const T* xd = x.data<T>();
-    T* yd = y->data<T>();
-    const int64_t c = g.c;
-    ctx->device()->ParallelFor(g.n * g.oh, g.ow * PixelCost(g), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / g.oh, i = r % g.oh;
-        const T* image = xd + n * g.h * g.w * c;
-        for (int64_t j = 0; j < g.ow; ++j) {
-          T* out = yd + (r * g.ow + j) * c;
-          std::fill_n(out, c, T(0));
-          int64_t h0, h1, w0, w1;
-          g.Window(i, j, &h0, &h1, &w0, &w1);
-          for (int64_t a = h0; a < h1; ++a) {
-            for (int64_t b = w0; b < w1; ++b) {
-              const T* in = image + (a * g.w + b) * c;
-              for (int64_t q = 0; q < c; ++q) out[q] += in[q];
-            }
-          }
-          const T scale = T(1) / T(std::max<int64_t>((h1 - h0) * (w1 - w0), 1));
-          for (int64_t q = 0; q < c; ++q) out[q] *= scale;
-        }
-      }
-    });
+    PoolWindows(ctx, g, x.data<T>(), y->data<T>(), T(0), [](T& out, T in) { out += in; },
+                [c = g.c](T* out, int64_t cells) {
+                  const T scale = T(1) / T(std::max<int64_t>(cells, 1));
+                  for (int64_t q = 0; q < c; ++q) out[q] *= scale;
+                });
   }
 };
 
