@@ -17,8 +17,31 @@ TEST_F(GrpcServerTest, GrpcJobsSubmitWatchGetListPredict) {
   EXPECT_TRUE(job.has_created());
   EXPECT_FALSE(job.has_finished());
 
+  // Step events are live only (a watch's history holds state changes): so
+  // that the watch sees steps however fast the machine runs them, the job
+  // is paused before the watch opens and resumed once the watch reports it
+  // PAUSED.
+  ASSERT_TRUE(service_->jobs().Pause(job.job_id()).ok());
   std::vector<pb::JobEvent> events;
-  grpc::Status s = WatchAll(job.job_id(), &events);
+  grpc::Status s;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, seconds(60));
+    pb::WatchJobRequest req;
+    req.set_job_id(job.job_id());
+    auto reader = jobs_->Watch(&ctx, req);
+    pb::JobEvent e;
+    bool resumed = false;
+    while (reader->Read(&e)) {
+      events.push_back(e);
+      if (!resumed && e.kind() == "state" && e.job().state() == "PAUSED") {
+        ASSERT_TRUE(service_->jobs().Resume(job.job_id()).ok());
+        resumed = true;
+      }
+    }
+    s = reader->Finish();
+    EXPECT_TRUE(resumed);
+  }
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.front().kind(), "state");
