@@ -91,6 +91,30 @@ class RestClient {
   beast::flat_buffer buf_;
 };
 
+// Raw-socket helpers of the loopback figures (TcpEcho, PollingRestClient).
+void NoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+bool ReadAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    ssize_t got = ::read(fd, p, n);
+    if (got <= 0) return false;
+    p += got;
+    n -= size_t(got);
+  }
+  return true;
+}
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t put = ::write(fd, p, n);
+    if (put <= 0) return false;
+    p += put;
+    n -= size_t(put);
+  }
+  return true;
+}
+
 // A keep-alive HTTP/1.1 client on a raw socket that polls for the response
 // (non-blocking reads in a loop) instead of sleeping: what is left of a round
 // trip is the server and the kernel, not this client's wake-up. Handles only
@@ -104,8 +128,7 @@ class PollingRestClient {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = htons(uint16_t(port));
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) Die("polling client: connect");
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    NoDelay(fd_);
   }
   ~PollingRestClient() { ::close(fd_); }
   // The response's status; REQUIRES: the server answers with Content-Length.
@@ -113,11 +136,7 @@ class PollingRestClient {
     std::string req = "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       "Content-Type: application/json\r\nContent-Length: " +
                       std::to_string(body.size()) + "\r\n\r\n" + body;
-    for (size_t off = 0; off < req.size();) {
-      ssize_t n = ::send(fd_, req.data() + off, req.size() - off, 0);
-      if (n <= 0) Die("polling client: send");
-      off += size_t(n);
-    }
+    if (!WriteAll(fd_, req.data(), req.size())) Die("polling client: send");
     std::string in;
     char buf[16384];
     size_t need = std::string::npos;
@@ -193,28 +212,6 @@ class TcpEcho {
   }
 
  private:
-  static void NoDelay(int fd) {
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
-  static bool ReadAll(int fd, char* p, size_t n) {
-    while (n > 0) {
-      ssize_t got = ::read(fd, p, n);
-      if (got <= 0) return false;
-      p += got;
-      n -= size_t(got);
-    }
-    return true;
-  }
-  static bool WriteAll(int fd, const char* p, size_t n) {
-    while (n > 0) {
-      ssize_t put = ::write(fd, p, n);
-      if (put <= 0) return false;
-      p += put;
-      n -= size_t(put);
-    }
-    return true;
-  }
 
   std::string request_, response_, reply_;
   std::thread server_;

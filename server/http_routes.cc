@@ -39,10 +39,7 @@ using Handler = HttpResponse (*)(const Call&);
 struct MethodEntry {
   const char* method;
   Handler handler;
-  bool expensive;  // run off the socket layer's I/O threads
-  // A step (session run, predict): expensive, but may run on the I/O thread
-  // when its last run was quick (IsStepRequest).
-  bool step = false;
+  RequestCost cost;  // where the socket layer runs it (http_routes.h)
 };
 
 struct Route {
@@ -264,28 +261,28 @@ HttpResponse ImportCheckpoint(const Call& c) {
 
 const std::vector<Route>& Routes() {
   static const std::vector<Route> routes = {
-      {"/healthz", {{"GET", Healthz, false}}},
-      {"/readyz", {{"GET", Readyz, false}}},
-      {"/metrics", {{"GET", MetricsText, false}}},
-      {"/v1/ops", {{"GET", ListOps, false}}},
-      {"/v1/devices", {{"GET", ListDevices, false}}},
-      {"/v1/sessions", {{"POST", CreateSession, true}}},
+      {"/healthz", {{"GET", Healthz, RequestCost::kCheap}}},
+      {"/readyz", {{"GET", Readyz, RequestCost::kCheap}}},
+      {"/metrics", {{"GET", MetricsText, RequestCost::kCheap}}},
+      {"/v1/ops", {{"GET", ListOps, RequestCost::kCheap}}},
+      {"/v1/devices", {{"GET", ListDevices, RequestCost::kCheap}}},
+      {"/v1/sessions", {{"POST", CreateSession, RequestCost::kExpensive}}},
       // Closing waits for the session's running steps.
-      {"/v1/sessions/{id}", {{"DELETE", CloseSession, true}}},
-      {"/v1/sessions/{id}/extend", {{"POST", ExtendSession, true}}},
-      {"/v1/sessions/{id}/run", {{"POST", RunSession, true, true}}},
-      {"/v1/jobs", {{"GET", ListJobs, false}, {"POST", SubmitJob, true}}},
-      {"/v1/jobs/{id}", {{"GET", GetJob, false}}},
-      {"/v1/jobs/{id}/events", {{"GET", JobEvents, false}}},
-      {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&JobManager::Cancel>, false}}},
-      {"/v1/jobs/{id}/pause", {{"POST", JobAction<&JobManager::Pause>, false}}},
-      {"/v1/jobs/{id}/resume", {{"POST", JobAction<&JobManager::Resume>, false}}},
+      {"/v1/sessions/{id}", {{"DELETE", CloseSession, RequestCost::kExpensive}}},
+      {"/v1/sessions/{id}/extend", {{"POST", ExtendSession, RequestCost::kExpensive}}},
+      {"/v1/sessions/{id}/run", {{"POST", RunSession, RequestCost::kStep}}},
+      {"/v1/jobs", {{"GET", ListJobs, RequestCost::kCheap}, {"POST", SubmitJob, RequestCost::kExpensive}}},
+      {"/v1/jobs/{id}", {{"GET", GetJob, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/events", {{"GET", JobEvents, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&JobManager::Cancel>, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/pause", {{"POST", JobAction<&JobManager::Pause>, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/resume", {{"POST", JobAction<&JobManager::Resume>, RequestCost::kCheap}}},
       // Taking one waits for the end of the running step (and writes it
       // when the job is idle); export and import move whole checkpoints.
-      {"/v1/jobs/{id}/checkpoints", {{"GET", ListCheckpoints, false}, {"POST", TakeCheckpoint, true}}},
-      {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, true}}},
-      {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, true}}},
-      {"/v1/jobs/{id}/predict", {{"POST", Predict, true, true}}},
+      {"/v1/jobs/{id}/checkpoints", {{"GET", ListCheckpoints, RequestCost::kCheap}, {"POST", TakeCheckpoint, RequestCost::kExpensive}}},
+      {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, RequestCost::kExpensive}}},
+      {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, RequestCost::kExpensive}}},
+      {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
   };
   return routes;
 }
@@ -491,20 +488,12 @@ HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx) {
   return r;
 }
 
-bool IsExpensiveRequest(const HttpRequest& req) {
+RequestCost CostOf(const HttpRequest& req) {
   std::string id;
   const Route* route = Match(req.target, &id);
-  if (route == nullptr) return false;
+  if (route == nullptr) return RequestCost::kCheap;
   const MethodEntry* m = FindMethod(*route, req.method);
-  return m != nullptr && m->expensive;
-}
-
-bool IsStepRequest(const HttpRequest& req) {
-  std::string id;
-  const Route* route = Match(req.target, &id);
-  if (route == nullptr) return false;
-  const MethodEntry* m = FindMethod(*route, req.method);
-  return m != nullptr && m->step;
+  return m != nullptr ? m->cost : RequestCost::kCheap;
 }
 
 std::string RouteTemplateFor(std::string_view target) {

@@ -93,13 +93,13 @@ struct RouteContext {
 // template, status, seconds), and never throws (an exception becomes 500).
 HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx);
 
-// Whether the request may take long (parses and validates a graph, runs a
-// step, waits for steps): the socket layer runs those off its I/O threads.
-bool IsExpensiveRequest(const HttpRequest& req);
-// Whether it is a step (POST /v1/sessions/{id}/run, /v1/jobs/{id}/predict):
-// expensive, but the socket layer may run it on the I/O thread when the
-// last one of the same path was quick (InlinePolicy).
-bool IsStepRequest(const HttpRequest& req);
+// Where the socket layer runs a request: kCheap on its I/O thread;
+// kExpensive (parses and validates a graph, waits for steps) off it, on the
+// handler pool; kStep (POST /v1/sessions/{id}/run, /v1/jobs/{id}/predict)
+// on the pool too, unless the last one of the same path was quick
+// (InlinePolicy). Unknown routes and methods are kCheap (their 404/405 is).
+enum class RequestCost { kCheap, kExpensive, kStep };
+RequestCost CostOf(const HttpRequest& req);
 
 // The route template a target belongs to ("/v1/jobs/{id}"), or "unmatched":
 // the label of requests the socket layer answers itself (413, 400).

@@ -8,10 +8,10 @@
 // Each connection owns a strand, so its handlers never run concurrently. An
 // I/O thread polls for options.spin_us after its last handler before it
 // sleeps (RunContext). Cheap requests are
-// handled on the I/O thread; expensive ones (IsExpensiveRequest: graph
+// handled on the I/O thread; expensive ones (CostOf: graph
 // parsing, steps) on a small handler pool, whose result is posted back to the
 // connection's strand, so a long step stalls no other connection -- except
-// that a step (IsStepRequest: session run, predict) whose previous run
+// that a step (RequestCost::kStep: session run, predict) whose previous run
 // (same method and path) took less than options.inline_below_us runs on the
 // I/O thread too, at most threads - 1 at once (InlinePolicy): a tiny step
 // then costs no hand-off to the pool and back.
@@ -355,11 +355,12 @@ void Connection::Handle(http::request<http::string_body> req) {
   if (!keep_alive) no_more_reads_ = true;
   handling_ = true;
   Clock::time_point t0 = Clock::now();
-  if (IsExpensiveRequest(r)) {
+  const RequestCost cost = CostOf(r);
+  if (cost != RequestCost::kCheap) {
     std::string key = r.method + " " + r.target.substr(0, r.target.find('?'));
     InlinePolicy& policy = server_->inline_policy();
     const size_t bytes = r.body.size();
-    if (IsStepRequest(r) && policy.BeginInline(key, bytes)) {
+    if (cost == RequestCost::kStep && policy.BeginInline(key, bytes)) {
       HttpResponse resp = HandleRequest(r, server_->ctx());
       policy.Finish(key, bytes, Clock::now() - t0, /*inlined=*/true);
       OnHandled(std::move(resp), keep_alive, version, std::move(r.method), std::move(r.target), t0);
