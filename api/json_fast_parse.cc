@@ -72,7 +72,7 @@ class FastReader {
         if (!Literal("null", 4)) return false;
         *out = nullptr;
         return true;
-      default: return Number(out);
+      default: return Number([out](auto x) { *out = x; });
     }
   }
 
@@ -92,8 +92,10 @@ class FastReader {
     return false;
   }
 
-  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-  bool Number(Json* out) {
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, passed to put() as a
+  // double, int64_t or uint64_t (the number type nlohmann would give it).
+  template <typename Put>
+  bool Number(const Put& put) {
     const char* start = p_;
     bool negative = false;
     if (p_ < end_ && *p_ == '-') {
@@ -128,7 +130,7 @@ class FastReader {
       double d = 0;
       auto [ptr, ec] = std::from_chars(start, p_, d);
       if (ec != std::errc() || ptr != p_) return false;  // out of range: nlohmann decides
-      *out = d;
+      put(d);
       return true;
     }
     if (int_digits > 18) return false;  // near the 64-bit limits: nlohmann decides
@@ -136,12 +138,12 @@ class FastReader {
       int64_t i = 0;
       auto [ptr, ec] = std::from_chars(start, p_, i);
       if (ec != std::errc() || ptr != p_) return false;
-      *out = i;  // nlohmann: a negative integer is number_integer...
+      put(i);  // nlohmann: a negative integer is number_integer...
     } else {
       uint64_t u = 0;
       auto [ptr, ec] = std::from_chars(start, p_, u);
       if (ec != std::errc() || ptr != p_) return false;
-      *out = u;  // ...and a non-negative one number_unsigned
+      put(u);  // ...and a non-negative one number_unsigned
     }
     return true;
   }
@@ -157,12 +159,17 @@ class FastReader {
     }
     // Count the elements of a flat array of scalars first so that a
     // tensor's values are placed without regrowing the vector.
-    out->get_ref<Json::array_t&>().reserve(EstimateElements());
+    Json::array_t& elements = out->get_ref<Json::array_t&>();
+    elements.reserve(EstimateElements());
     for (;;) {
       SkipSpace();
-      Json v;
-      if (!Value(&v, depth)) return false;
-      out->get_ref<Json::array_t&>().push_back(std::move(v));
+      if (p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9'))) {
+        // A number goes straight into its place: no temporary to move.
+        if (!Number([&](auto x) { elements.emplace_back(x); })) return false;
+      } else {
+        elements.emplace_back();
+        if (!Value(&elements.back(), depth)) return false;
+      }
       SkipSpace();
       if (p_ == end_) return false;
       if (*p_ == ',') {

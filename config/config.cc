@@ -140,10 +140,12 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->grpc.address = j["grpc"]["address"];
   c->http.inline_below_us = h["inline_below_us"];
   c->http.spin_us = h["spin_us"];
+  c->http.server_timing = h["server_timing"];
   c->grpc.max_message_bytes = j["grpc"]["max_message_bytes"];
   c->grpc.handler_threads = j["grpc"]["handler_threads"];
   c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
   c->grpc.spin_us = j["grpc"]["spin_us"];
+  c->grpc.poll_strategy = j["grpc"]["poll_strategy"];
   c->data_dir = j["data_dir"];
   c->data_root = j["data_root"];
   c->devices.cpu_devices = j["devices"]["cpu_devices"];
@@ -173,6 +175,9 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->grpc.inline_below_us >= 0, "grpc.inline_below_us: must be >= 0"),
         Check(c->grpc.spin_us >= 0 && c->grpc.spin_us <= 100000,
               "grpc.spin_us: must be in [0, 100000]"),
+        Check(c->grpc.poll_strategy.empty() || c->grpc.poll_strategy == "poll" ||
+                  c->grpc.poll_strategy == "epoll1",
+              "grpc.poll_strategy: must be \"poll\", \"epoll1\" or \"\" (gRPC's default)"),
         Check(!c->data_dir.empty(), "data_dir: must not be empty"),
         Check(!c->data_root.empty(), "data_root: must not be empty"),
         Check(c->devices.cpu_devices >= 1, "devices.cpu_devices: must be >= 1"),

@@ -36,6 +36,7 @@ struct ServerConfig {
     int max_pipelined_requests = 16;
     int64_t inline_below_us = 500;
     int64_t spin_us = 100;
+    bool server_timing = true;  // send Server-Timing headers
   } http;
   struct Grpc {
     std::string address;
@@ -43,6 +44,7 @@ struct ServerConfig {
     int handler_threads = 2;
     int64_t inline_below_us = 500;
     int64_t spin_us = 100;
+    std::string poll_strategy = "poll";  // SetGrpcPollStrategy (server/grpc_server.h)
   } grpc;
   std::string data_dir;
   std::string data_root;

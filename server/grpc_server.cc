@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -515,6 +516,20 @@ class AsyncUnaryCall final : public AsyncTag {
   ::grpc::ServerAsyncResponseWriter<Resp> responder_;
   bool answered_ = false;
 };
+
+}  // namespace
+
+Status SetGrpcPollStrategy(const std::string& strategy) {
+  if (strategy.empty()) return Status();
+  if (strategy != "poll" && strategy != "epoll1") {
+    return InvalidArgument("grpc.poll_strategy: '" + strategy +
+                           "' is not one of \"poll\", \"epoll1\" or \"\"");
+  }
+  ::setenv("GRPC_POLL_STRATEGY", strategy.c_str(), /*overwrite=*/0);
+  return Status();
+}
+
+namespace {
 
 class GrpcServerImpl final : public GrpcServer {
  public:

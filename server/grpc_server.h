@@ -35,6 +35,20 @@ struct GrpcServerOptions {
   int64_t spin_us = 100;
 };
 
+// Chooses gRPC's polling engine for this process ("poll", "epoll1"; ""
+// leaves gRPC's default, epoll1), by setting GRPC_POLL_STRATEGY unless the
+// environment already sets it. It takes effect only before the process first
+// uses gRPC; call it early, while no other thread may read the environment.
+// INVALID_ARGUMENT naming the value for any other strategy.
+//
+// Why "poll" is the server's default: under epoll1 any thread of the
+// process may be the one that waits in epoll for every socket, and with the
+// sync services' threads asleep in it, the thread that spins for Run and
+// Predict (spin_us) never sees a request first -- each call waits for a
+// sleeping thread to wake. Under poll, each completion queue polls its own
+// sockets, so the spinning thread picks the call up itself.
+Status SetGrpcPollStrategy(const std::string& strategy);
+
 class GrpcServer {
  public:
   // REQUIRES: SIGINT/SIGTERM are blocked in the calling thread (so gRPC's

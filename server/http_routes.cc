@@ -47,6 +47,10 @@ struct Route {
   std::vector<MethodEntry> methods;
 };
 
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 HttpResponse JsonResponse(int status, std::string body) {
   HttpResponse r;
   r.status = status;
@@ -145,9 +149,13 @@ HttpResponse RunSession(const Call& c) {
   run.feeds = std::move(req->feeds);
   run.fetches = std::move(req->fetches);
   run.targets = std::move(req->targets);
+  const auto t0 = std::chrono::steady_clock::now();
   StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run);
+  const double step = SecondsSince(t0);
   if (!out.ok()) return ErrorResponse(out.status());
-  return JsonResponse(200, api::RunOutputsToJson(*out, req->encoding));
+  HttpResponse r = JsonResponse(200, api::RunOutputsToJson(*out, req->encoding));
+  r.timings.emplace_back("step", step);
+  return r;
 }
 
 HttpResponse CloseSession(const Call& c) {
@@ -193,13 +201,17 @@ HttpResponse Predict(const Call& c) {
   StatusOr<api::PredictRequest> req = ParsePredictBody(c.req.body, c.max_tensor_bytes());
   if (!req.ok()) return ErrorResponse(req.status());
   std::vector<Tensor> outputs;
+  const auto t0 = std::chrono::steady_clock::now();
   Status s = c.service().jobs().Predict(c.id, req->inputs, req->fetches, &outputs);
+  const double step = SecondsSince(t0);
   if (!s.ok()) return ErrorResponse(s);
   api::NamedTensors named;
   for (size_t i = 0; i < outputs.size() && i < req->fetches.size(); ++i) {
     named.emplace_back(req->fetches[i], std::move(outputs[i]));
   }
-  return JsonResponse(200, api::RunOutputsToJson(named, req->encoding));
+  HttpResponse r = JsonResponse(200, api::RunOutputsToJson(named, req->encoding));
+  r.timings.emplace_back("step", step);
+  return r;
 }
 
 HttpResponse ListCheckpoints(const Call& c) {
@@ -339,27 +351,44 @@ std::vector<std::string_view> TemplateSegments(std::string_view t) {
   return out;
 }
 
-// The route `target` belongs to, with its {id}; nullptr when none.
-const Route* Match(std::string_view target, std::string* id) {
-  std::vector<std::string> segs = PathSegments(target);
-  for (const Route& r : Routes()) {
-    std::vector<std::string_view> t = TemplateSegments(r.path);
+// Each route's template split once, in the order of Routes().
+const std::vector<std::vector<std::string_view>>& RouteSegments() {
+  static const std::vector<std::vector<std::string_view>> segments = [] {
+    std::vector<std::vector<std::string_view>> v;
+    for (const Route& r : Routes()) v.push_back(TemplateSegments(r.path));
+    return v;
+  }();
+  return segments;
+}
+
+// The route of a target split into path segments, with its {id}; nullptr
+// when none.
+const Route* MatchSegments(const std::vector<std::string>& segs, std::string* id) {
+  const std::vector<Route>& routes = Routes();
+  const std::vector<std::vector<std::string_view>>& templates = RouteSegments();
+  for (size_t r = 0; r < routes.size(); ++r) {
+    const std::vector<std::string_view>& t = templates[r];
     if (t.size() != segs.size()) continue;
     bool ok = true;
-    std::string found;
+    size_t id_at = t.size();
     for (size_t i = 0; i < t.size() && ok; ++i) {
       if (t[i] == "{id}") {
-        found = segs[i];
+        id_at = i;
       } else {
         ok = t[i] == segs[i];
       }
     }
     if (ok) {
-      *id = std::move(found);
-      return &r;
+      id->assign(id_at < segs.size() ? segs[id_at] : std::string());
+      return &routes[r];
     }
   }
   return nullptr;
+}
+
+// The route `target` belongs to, with its {id}; nullptr when none.
+const Route* Match(std::string_view target, std::string* id) {
+  return MatchSegments(PathSegments(target), id);
 }
 
 const MethodEntry* FindMethod(const Route& r, std::string_view method) {
@@ -431,22 +460,24 @@ std::optional<HttpResponse> CheckAuth(const HttpRequest& req, const RouteOptions
   return r;
 }
 
-std::string RequestPath(std::string_view target) {
+// The decoded path of a target's segments ("/v1/jobs/a%2Fb" -> "/v1/jobs/a/b").
+std::string RequestPath(const std::vector<std::string>& segs) {
   std::string path = "/";
-  std::vector<std::string> segs = PathSegments(target);
   for (size_t i = 0; i < segs.size(); ++i) path += (i ? "/" : "") + segs[i];
   return path;
 }
 
 HttpResponse Dispatch(const HttpRequest& req, RouteContext& ctx, std::string* route_label) {
   std::string id;
-  const Route* route = Match(req.target, &id);
+  const std::vector<std::string> segs = PathSegments(req.target);
+  const Route* route = MatchSegments(segs, &id);
   *route_label = route ? route->path : kUnmatched;
-  const std::string path = RequestPath(req.target);
-  if (!ctx.options.tokens.empty() && !IsOpen(ctx.options, path, route)) {
+  if (!ctx.options.tokens.empty() && !IsOpen(ctx.options, RequestPath(segs), route)) {
     if (std::optional<HttpResponse> denied = CheckAuth(req, ctx.options)) return *std::move(denied);
   }
-  if (route == nullptr) return ErrorResponse(NotFound("no route for " + req.method + " " + path));
+  if (route == nullptr) {
+    return ErrorResponse(NotFound("no route for " + req.method + " " + RequestPath(segs)));
+  }
   const MethodEntry* m = FindMethod(*route, req.method);
   if (m == nullptr) {
     std::string allow;
@@ -481,10 +512,9 @@ HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx) {
   } catch (...) {
     r = ErrorResponse(Internal("internal error"));
   }
-  if (ctx.metrics != nullptr) {
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ctx.metrics->ObserveHttpRequest(route, r.status, secs);
-  }
+  const double secs = SecondsSince(t0);
+  r.timings.emplace_back("handler", secs);
+  if (ctx.metrics != nullptr) ctx.metrics->ObserveHttpRequest(route, r.status, secs);
   return r;
 }
 

@@ -72,6 +72,11 @@ struct HttpResponse {
   // Non-null: a streaming response; `body` is empty and the socket layer
   // sends what `stream` yields until it ends.
   std::shared_ptr<EventSource> stream;
+  // Where the server's time went (name, seconds), in the order measured,
+  // for the Server-Timing header (W3C Server Timing) the socket layer sends:
+  // "step" is the engine's part of a session run or predict, "handler" all
+  // of HandleRequest; the socket layer adds "read" and "total".
+  std::vector<std::pair<const char*, double>> timings;
 };
 
 struct RouteOptions {
@@ -90,7 +95,8 @@ struct RouteContext {
 };
 
 // Handles one request, records it with metrics->ObserveHttpRequest(route
-// template, status, seconds), and never throws (an exception becomes 500).
+// template, status, seconds), appends {"handler", seconds} to the response's
+// timings, and never throws (an exception becomes 500).
 HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx);
 
 // Where the socket layer runs a request: kCheap on its I/O thread;

@@ -134,6 +134,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   char discard_[4096];
   size_t drained_ = 0;
   Clock::time_point read_deadline_;
+  // When the request being read began to arrive (its first bytes were read,
+  // or it was already buffered): the start of Server-Timing's "total".
+  Clock::time_point request_start_;
+  Clock::time_point request_read_;  // when it had been read and parsed
   bool first_request_ = true;
   bool reading_ = false;
   bool handling_ = false;
@@ -212,6 +216,19 @@ class HttpServerImpl final : public HttpServer {
   int port_ = 0;
 };
 
+// "read;dur=0.004, step;dur=0.073, handler;dur=0.081, total;dur=0.086": durations in
+// milliseconds, to the microsecond.
+std::string ServerTimingHeader(const std::vector<std::pair<const char*, double>>& timings) {
+  std::string out;
+  for (const auto& [name, seconds] : timings) {
+    char buf[64];
+    int n = std::snprintf(buf, sizeof buf, "%s%s;dur=%.3f", out.empty() ? "" : ", ", name,
+                          std::max(0.0, seconds) * 1e3);
+    if (n > 0) out.append(buf, size_t(std::min<int>(n, int(sizeof buf) - 1)));
+  }
+  return out;
+}
+
 // --- Connection.
 
 Connection::Connection(tcp::socket&& socket, HttpServerImpl* server)
@@ -236,21 +253,28 @@ void Connection::DoRead() {
   parser_.emplace();
   parser_->body_limit(uint64_t(std::max<int64_t>(0, server_->options().body_limit_bytes)));
   parser_->header_limit(kHeaderLimit);
-  if (buffer_.size() == 0 && !first_request_) {
-    // Between requests: wait up to the idle timeout for the next one to begin.
-    stream_.expires_after(server_->idle_timeout());
+  if (buffer_.size() == 0) {
+    // Wait for the request to begin: between requests up to the idle
+    // timeout, the first one within the read timeout of the accept.
+    if (first_request_) {
+      stream_.expires_at(read_deadline_);
+    } else {
+      stream_.expires_after(server_->idle_timeout());
+    }
     stream_.async_read_some(buffer_.prepare(4096),
                             beast::bind_front_handler(&Connection::OnIdleRead, shared_from_this()));
     return;
   }
-  if (!first_request_) read_deadline_ = Clock::now() + server_->read_timeout();
+  request_start_ = Clock::now();  // pipelined: already here
+  if (!first_request_) read_deadline_ = request_start_ + server_->read_timeout();
   ReadHeader();
 }
 
 void Connection::OnIdleRead(beast::error_code ec, size_t n) {
+  request_start_ = Clock::now();
   if (ec) return OnReadError(ec == net::error::eof ? beast::error_code(http::error::end_of_stream) : ec);
   buffer_.commit(n);
-  read_deadline_ = Clock::now() + server_->read_timeout();
+  if (!first_request_) read_deadline_ = request_start_ + server_->read_timeout();
   ReadHeader();
 }
 
@@ -341,6 +365,7 @@ void Connection::OnReadError(beast::error_code ec) {
 }
 
 void Connection::Handle(http::request<http::string_body> req) {
+  request_read_ = Clock::now();
   HttpRequest r;
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
@@ -354,15 +379,16 @@ void Connection::Handle(http::request<http::string_body> req) {
   unsigned version = req.version();
   if (!keep_alive) no_more_reads_ = true;
   handling_ = true;
-  Clock::time_point t0 = Clock::now();
+  const Clock::time_point t0 = request_start_;
   const RequestCost cost = CostOf(r);
   if (cost != RequestCost::kCheap) {
     std::string key = r.method + " " + r.target.substr(0, r.target.find('?'));
     InlinePolicy& policy = server_->inline_policy();
     const size_t bytes = r.body.size();
     if (cost == RequestCost::kStep && policy.BeginInline(key, bytes)) {
+      const Clock::time_point start = Clock::now();
       HttpResponse resp = HandleRequest(r, server_->ctx());
-      policy.Finish(key, bytes, Clock::now() - t0, /*inlined=*/true);
+      policy.Finish(key, bytes, Clock::now() - start, /*inlined=*/true);
       OnHandled(std::move(resp), keep_alive, version, std::move(r.method), std::move(r.target), t0);
       return;
     }
@@ -387,8 +413,14 @@ void Connection::Handle(http::request<http::string_body> req) {
 void Connection::OnHandled(HttpResponse r, bool keep_alive, unsigned version, std::string method,
                            std::string target, Clock::time_point t0) {
   handling_ = false;
+  // A connection handles one request at a time: request_start_ and
+  // request_read_ are still this one's.
+  const Clock::duration took = Clock::now() - t0;
+  r.timings.insert(r.timings.begin(),
+                   {"read", std::chrono::duration<double>(request_read_ - request_start_).count()});
+  r.timings.emplace_back("total", std::chrono::duration<double>(took).count());
   if (server_->options().log_requests) {
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    double ms = std::chrono::duration<double, std::milli>(took).count();
     std::fprintf(stderr, "http %s %s -> %d (%.1f ms)\n", method.c_str(), target.c_str(), r.status, ms);
   }
   if (closed_ || closing_) {
@@ -405,6 +437,9 @@ void Connection::Enqueue(HttpResponse r, bool keep_alive, unsigned version) {
     m.set(http::field::server, "flowstate");
     m.set(http::field::content_type, r.content_type);
     for (const auto& [name, value] : r.headers) m.insert(name, value);
+    if (server_->options().server_timing && !r.timings.empty()) {
+      m.set("Server-Timing", ServerTimingHeader(r.timings));
+    }
     if (r.status == 499) m.reason("Client Closed Request");
   };
   if (r.stream) {

@@ -37,6 +37,12 @@ struct HttpServerOptions {
   // After its last handler, an I/O thread polls this long before it sleeps,
   // so that a client's next request finds it awake. 0: never spin.
   int64_t spin_us = 100;
+  // Send a Server-Timing header (W3C Server Timing) with each response, in
+  // milliseconds: "read" (from the request's first bytes to it being read
+  // and parsed), "step" (the engine's part of a session run or predict),
+  // "handler" (the route's), "total" (from the first bytes to the response
+  // being queued for writing).
+  bool server_timing = true;
   bool log_requests = false;
 };
 

@@ -58,6 +58,12 @@ int ServeCommand(int argc, char** argv) {
     return 2;
   }
 
+  // Before any thread starts or anything uses gRPC.
+  if (Status s = SetGrpcPollStrategy(cfg.grpc.poll_strategy); !s.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n", s.ToString().c_str());
+    return 2;
+  }
+
   // Block the signals in every thread (gRPC's and Beast's inherit the mask);
   // this thread waits for them.
   sigset_t signals;
@@ -132,6 +138,7 @@ int ServeCommand(int argc, char** argv) {
   ho.log_requests = cfg.log.requests;
   ho.inline_below_us = cfg.http.inline_below_us;
   ho.spin_us = cfg.http.spin_us;
+  ho.server_timing = cfg.http.server_timing;
   StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(&service, &metrics, ho);
   if (!http.ok()) {
     std::fprintf(stderr, "flowstate serve: http: %s\n", http.status().message().c_str());

@@ -556,6 +556,24 @@ TEST_F(GrpcServerTest, GrpcCallsAreCountedByMethodAndCode) {
   EXPECT_NE(text.find("method=\"flowstate.v1.Sessions/Create\""), std::string::npos);
 }
 
+// The polling engine is gRPC's environment variable; one the user set wins.
+TEST(GrpcPollStrategy, OnlyKnownEnginesAndTheEnvironmentWins) {
+  Status bad = SetGrpcPollStrategy("epollex");
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.message().find("'epollex'"), std::string::npos) << bad.ToString();
+  EXPECT_TRUE(SetGrpcPollStrategy("").ok());
+  const char* before = std::getenv("GRPC_POLL_STRATEGY");
+  const std::string saved = before ? before : "";
+  ::setenv("GRPC_POLL_STRATEGY", "epoll1", 1);
+  EXPECT_TRUE(SetGrpcPollStrategy("poll").ok());
+  EXPECT_STREQ(std::getenv("GRPC_POLL_STRATEGY"), "epoll1");
+  if (before) {
+    ::setenv("GRPC_POLL_STRATEGY", saved.c_str(), 1);
+  } else {
+    ::unsetenv("GRPC_POLL_STRATEGY");
+  }
+}
+
 }  // namespace
 }  // namespace grpc_test
 }  // namespace flowstate

@@ -56,6 +56,12 @@ TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
   Json pred = Json::parse(r.body);
   ASSERT_EQ(Keys(pred), std::vector<std::string>{"outputs"});
   EXPECT_EQ(pred["outputs"]["pred"]["shape"], Json::parse("[2]"));
+  // Its timings: the engine's step within the handler (Server-Timing).
+  ASSERT_EQ(r.timings.size(), 2u);
+  EXPECT_STREQ(r.timings[0].first, "step");
+  EXPECT_STREQ(r.timings[1].first, "handler");
+  EXPECT_GT(r.timings[0].second, 0.0);
+  EXPECT_LE(r.timings[0].second, r.timings[1].second);
   r = Do("POST", "/v1/jobs/job-1/predict",
          R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred"], "encoding": "nested"})");
   ASSERT_EQ(r.status, 200) << r.body;

@@ -352,6 +352,80 @@ TEST_F(HttpServerTest, PipelinedAndConcurrentRunsGetTheirOwnAnswersInOrder) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// The durations of a Server-Timing header by name, in milliseconds.
+std::map<std::string, double> ServerTimings(const std::string& header) {
+  std::map<std::string, double> out;
+  size_t pos = 0;
+  while (pos < header.size()) {
+    size_t end = header.find(',', pos);
+    if (end == std::string::npos) end = header.size();
+    std::string item = header.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    size_t dur = item.find(";dur=");
+    if (dur != std::string::npos) out[item.substr(0, dur)] = std::stod(item.substr(dur + 5));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Every response says where the server's time went: a step's engine time
+// within its handler's within the request's total (Server-Timing).
+TEST_F(HttpServerTest, ServerTimingSaysWhereTheServersTimeWent) {
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/sessions", R"({"graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32"}},
+      {"name": "y", "op": "Square", "inputs": ["x"]}]}})")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  std::map<std::string, double> t = ServerTimings(r->header("server-timing"));
+  EXPECT_EQ(t.count("step"), 0u) << r->header("server-timing");  // not a step
+  ASSERT_EQ(t.count("handler"), 1u) << r->header("server-timing");
+  ASSERT_EQ(t.count("total"), 1u);
+  EXPECT_LE(t["handler"], t["total"]);
+  std::string id = r->body.substr(r->body.find("sess-"));
+  id = id.substr(0, id.find('"'));
+
+  for (int i = 0; i < 3; ++i) {  // the first on the pool, the others inline
+    ASSERT_TRUE(c.Send(Request("POST", "/v1/sessions/" + id + "/run",
+                               R"({"feeds": {"x": 3.0}, "fetches": ["y"]})")));
+    r = c.Read();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(r->body.find("9"), std::string::npos) << r->body;
+    const std::string header = r->header("server-timing");
+    EXPECT_EQ(header.rfind("read;dur=", 0), 0u) << header;  // in the order measured
+    EXPECT_NE(header.find("step;dur="), std::string::npos) << header;
+    t = ServerTimings(header);
+    ASSERT_EQ(t.size(), 4u) << header;
+    EXPECT_GE(t["step"], 0.0);
+    EXPECT_LE(t["read"] + t["handler"], t["total"]) << header;
+    EXPECT_LE(t["step"], t["handler"]) << header;
+    EXPECT_LE(t["handler"], t["total"]) << header;
+    EXPECT_LT(t["total"], 10000.0) << header;  // milliseconds, not microseconds
+  }
+  // An error has no step, but its handler and total.
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/sessions/" + id + "/run", R"({"feeds": 1})")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  t = ServerTimings(r->header("server-timing"));
+  EXPECT_EQ(t.count("step"), 0u);
+  EXPECT_EQ(t.count("total"), 1u);
+}
+
+TEST_F(HttpServerTest, ServerTimingCanBeTurnedOff) {
+  options_.server_timing = false;
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("GET", "/healthz")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->headers.count("server-timing"), 0u);
+}
+
 TEST_F(HttpServerTest, OversizedBodyIs413ThenClose) {
   options_.body_limit_bytes = 1024;
   StartServer();

@@ -1,0 +1,103 @@
+// config/: the embedded default, and a file, environment variables and
+// flags over it, each bad key or value an error naming it.
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace flowstate::config {
+namespace {
+
+// A getenv over a fixed map.
+auto Env(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(Config, TheEmbeddedDefaultLoadsWithItsDocumentedValues) {
+  ServerConfig c;
+  LoadResult r = LoadServerConfig({}, Env({}), &c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(c.http.address, "127.0.0.1:8080");
+  EXPECT_EQ(c.grpc.address, "127.0.0.1:50051");
+  EXPECT_EQ(c.data_dir, "./var/flowstate");
+  EXPECT_EQ(c.http.threads, 2);
+  EXPECT_EQ(c.http.spin_us, 100);
+  EXPECT_TRUE(c.http.server_timing);
+  EXPECT_EQ(c.grpc.poll_strategy, "poll");
+  EXPECT_TRUE(c.auth.tokens.empty());
+  // DefaultConfig() is the same tree.
+  ServerConfig d = DefaultConfig();
+  EXPECT_EQ(d.http.address, c.http.address);
+  EXPECT_EQ(d.grpc.poll_strategy, c.grpc.poll_strategy);
+  EXPECT_NE(r.effective.find("\"poll_strategy\""), std::string::npos);
+}
+
+TEST(Config, AnUnknownKeyOrAWrongTypeIsAnErrorNamingIt) {
+  ServerConfig c;
+  LoadResult r = ParseConfigJson(R"({"jobs": {"max_runing": 3}})", &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "jobs.max_runing: unknown key");
+  r = ParseConfigJson(R"({"http": {"server_timing": "yes"}})", &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "http.server_timing: expected a bool, got a string");
+  r = ParseConfigJson(R"({"http": {"spin_us": 1.5}})", &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "http.spin_us: expected an integer, got a number");
+  r = ParseConfigJson(R"({"grpc": {"poll_strategy": "epollex"}})", &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("grpc.poll_strategy"), std::string::npos) << r.error;
+  r = ParseConfigJson(R"({"http": {"spin_us": -1}})", &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "http.spin_us: must be in [0, 100000]");
+  r = ParseConfigJson("{not json", &c);
+  EXPECT_FALSE(r.ok);
+}
+
+TEST(Config, FileThenEnvironmentThenFlags) {
+  std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("flowstate_config_test_" + std::to_string(::getpid()) + ".json");
+  {
+    std::ofstream out(file);
+    out << R"({"http": {"address": "0.0.0.0:9000", "spin_us": 5}, "grpc": {"poll_strategy": ""}})";
+  }
+  ServerConfig c;
+  LoadResult r = LoadServerConfig({"--config", file.string(), "--grpc", "127.0.0.1:7000"},
+                                  Env({{"FLOWSTATE_HTTP_SPIN_US", "7"},
+                                       {"FLOWSTATE_HTTP_SERVER_TIMING", "false"},
+                                       {"FLOWSTATE_GRPC_ADDRESS", "127.0.0.1:6000"}}),
+                                  &c);
+  std::filesystem::remove(file);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(c.http.address, "0.0.0.0:9000");  // the file
+  EXPECT_EQ(c.http.spin_us, 7);               // the environment over the file
+  EXPECT_FALSE(c.http.server_timing);
+  EXPECT_EQ(c.grpc.address, "127.0.0.1:7000");  // the flag over the environment
+  EXPECT_EQ(c.grpc.poll_strategy, "");
+
+  r = LoadServerConfig({"--set", "http.server_timing=maybe"}, Env({}), &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "--set: 'http.server_timing' expects true or false, got 'maybe'");
+  r = LoadServerConfig({}, Env({{"FLOWSTATE_GRPC_POLL_STRATEGY", "select"}}), &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("grpc.poll_strategy"), std::string::npos) << r.error;
+  r = LoadServerConfig({"--verbose"}, Env({}), &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "unknown flag --verbose");
+  r = LoadServerConfig({"--config", "/nonexistent/flowstate.json"}, Env({}), &c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("/nonexistent/flowstate.json"), std::string::npos) << r.error;
+}
+
+}  // namespace
+}  // namespace flowstate::config
