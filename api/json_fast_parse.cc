@@ -19,6 +19,8 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "api/json_internal.h"
 
@@ -27,13 +29,28 @@ namespace {
 
 constexpr int kMaxDepth = 64;
 
+// Where a value sits in a run or predict request, for packing tensor data:
+// the root, the value of its "feeds" or "inputs", a tensor in that, or the
+// "data" of such a tensor. kOther everywhere else.
+enum class Place { kOther, kRequest, kTensorMap, kTensor, kData };
+
+Place PlaceOf(Place parent, std::string_view key) {
+  switch (parent) {
+    case Place::kRequest: return key == "feeds" || key == "inputs" ? Place::kTensorMap : Place::kOther;
+    case Place::kTensorMap: return Place::kTensor;
+    case Place::kTensor: return key == "data" ? Place::kData : Place::kOther;
+    default: return Place::kOther;
+  }
+}
+
 class FastReader {
  public:
-  explicit FastReader(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+  FastReader(std::string_view text, bool pack)
+      : p_(text.data()), end_(text.data() + text.size()), pack_(pack) {}
 
   bool Document(Json* out) {
     SkipSpace();
-    if (!Value(out, 0)) return false;
+    if (!Value(out, 0, pack_ ? Place::kRequest : Place::kOther)) return false;
     SkipSpace();
     return p_ == end_;
   }
@@ -49,11 +66,13 @@ class FastReader {
     return true;
   }
 
-  bool Value(Json* out, int depth) {
+  bool Value(Json* out, int depth, Place place = Place::kOther) {
     if (p_ == end_) return false;
     switch (*p_) {
-      case '{': return Object(out, depth + 1);
-      case '[': return Array(out, depth + 1);
+      case '{': return Object(out, depth + 1, place);
+      case '[':
+        if (place == Place::kData && depth < kMaxDepth && Packed(out)) return true;
+        return Array(out, depth + 1);
       case '"': {
         std::string_view s;
         if (!String(&s)) return false;
@@ -104,10 +123,11 @@ class FastReader {
     }
     const char* digits = p_;
     if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+    uint64_t magnitude = 0;  // exact up to 19 digits; used for up to 18
     if (*p_ == '0') {
       ++p_;
     } else {
-      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') magnitude = magnitude * 10 + uint64_t(*p_++ - '0');
     }
     const size_t int_digits = size_t(p_ - digits);
     bool is_float = false;
@@ -134,16 +154,11 @@ class FastReader {
       return true;
     }
     if (int_digits > 18) return false;  // near the 64-bit limits: nlohmann decides
+    // Below 10^18 < 2^63 the digits' value is exact either way.
     if (negative) {
-      int64_t i = 0;
-      auto [ptr, ec] = std::from_chars(start, p_, i);
-      if (ec != std::errc() || ptr != p_) return false;
-      put(i);  // nlohmann: a negative integer is number_integer...
+      put(-int64_t(magnitude));  // nlohmann: a negative integer is number_integer...
     } else {
-      uint64_t u = 0;
-      auto [ptr, ec] = std::from_chars(start, p_, u);
-      if (ec != std::errc() || ptr != p_) return false;
-      put(u);  // ...and a non-negative one number_unsigned
+      put(magnitude);  // ...and a non-negative one number_unsigned
     }
     return true;
   }
@@ -193,7 +208,51 @@ class FastReader {
     return n;
   }
 
-  bool Object(Json* out, int depth) {
+  // A non-empty array of numbers only, as PackedNumbers in a binary value;
+  // false, with nothing read, for any other array (Array reads it then).
+  bool Packed(Json* out) {
+    const char* start = p_;
+    ++p_;  // '['
+    std::vector<PackedNumber> numbers;
+    numbers.reserve(EstimateElements());
+    for (;;) {
+      SkipSpace();
+      PackedNumber n;
+      bool ok = p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) &&
+                Number([&n](auto x) {
+                  using X = decltype(x);
+                  if constexpr (std::is_same_v<X, double>) {
+                    n.kind = PackedNumber::Kind::kFloat;
+                    n.d = x;
+                  } else if constexpr (std::is_same_v<X, int64_t>) {
+                    n.kind = PackedNumber::Kind::kInteger;
+                    n.i = x;
+                  } else {
+                    n.kind = PackedNumber::Kind::kUnsigned;
+                    n.u = x;
+                  }
+                });
+      if (!ok) break;
+      numbers.push_back(n);
+      SkipSpace();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        continue;
+      }
+      if (p_ < end_ && *p_ == ']') {
+        ++p_;
+        std::vector<uint8_t> bytes(numbers.size() * sizeof(PackedNumber));
+        std::memcpy(bytes.data(), numbers.data(), bytes.size());
+        *out = Json::binary(std::move(bytes));
+        return true;
+      }
+      break;
+    }
+    p_ = start;
+    return false;
+  }
+
+  bool Object(Json* out, int depth, Place place = Place::kOther) {
     if (depth > kMaxDepth) return false;
     ++p_;  // '{'
     *out = Json::object();
@@ -212,7 +271,7 @@ class FastReader {
       ++p_;
       SkipSpace();
       Json v;
-      if (!Value(&v, depth)) return false;
+      if (!Value(&v, depth, PlaceOf(place, key))) return false;
       // As nlohmann's parser: a repeated key keeps its first place and
       // takes the last value.
       (*out)[std::string(key)] = std::move(v);
@@ -230,6 +289,7 @@ class FastReader {
 
   const char* p_;
   const char* end_;
+  const bool pack_;
 };
 
 }  // namespace
@@ -260,8 +320,15 @@ void ReleaseArrays(Json* v, int depth) {
 
 Document::~Document() { ReleaseArrays(&value_, 0); }
 
-bool FastParseJson(std::string_view text, Json* out) {
-  FastReader reader(text);
+std::vector<PackedNumber> UnpackNumbers(const Json& v) {
+  const Json::binary_t& bytes = v.get_binary();
+  std::vector<PackedNumber> numbers(bytes.size() / sizeof(PackedNumber));
+  std::memcpy(numbers.data(), bytes.data(), numbers.size() * sizeof(PackedNumber));
+  return numbers;
+}
+
+bool FastParseJson(std::string_view text, Json* out, bool pack_tensor_data) {
+  FastReader reader(text, pack_tensor_data);
   Json v;
   if (!reader.Document(&v)) return false;
   *out = std::move(v);

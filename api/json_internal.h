@@ -58,15 +58,39 @@ Status PathError(const std::string& path, std::string_view message, std::string_
 std::string DescribeValue(const Json& v);
 
 // Parses `text` into *out; INVALID_ARGUMENT naming `path` and the parser's
-// position on malformed text. Tries FastParseJson first.
-Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out);
+// position on malformed text. Tries FastParseJson first (with
+// `pack_tensor_data` as given).
+Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out,
+                     bool pack_tensor_data = false);
+
+// One number of a packed tensor "data" array: the number type nlohmann's
+// parser would have given it, and its value.
+struct PackedNumber {
+  enum class Kind : uint8_t { kUnsigned, kInteger, kFloat };
+  Kind kind = Kind::kUnsigned;
+  union {
+    uint64_t u = 0;
+    int64_t i;
+    double d;
+  };
+  Json ToJson() const;  // the element nlohmann would have made
+};
 
 // The fast reader for plain documents (json_fast_parse.cc): true with *out
 // exactly what nlohmann's parser would make of `text`, or false -- *out
 // untouched -- for anything it leaves to nlohmann (escapes, non-ASCII
 // strings, huge integers, out-of-range numbers, deep nesting, and every
 // malformed text).
-bool FastParseJson(std::string_view text, Json* out);
+//
+// With `pack_tensor_data`, for a run or predict request -- {"feeds" or
+// "inputs": {name: {..., "data": [numbers]}}} -- a "data" array made only of
+// numbers is read straight into PackedNumbers, held in the document as a
+// binary value (which JSON text never yields); TensorFromJson reads that as
+// the array it was, with the same results and messages, without a DOM node
+// per number. Everything else is as without it.
+bool FastParseJson(std::string_view text, Json* out, bool pack_tensor_data = false);
+// The numbers of a packed array (REQUIRES: v.is_binary(), from FastParseJson).
+std::vector<PackedNumber> UnpackNumbers(const Json& v);
 
 // A parsed request document that is destroyed faster than ~basic_json:
 // nlohmann moves every array's elements to a heap stack before destroying
@@ -101,9 +125,11 @@ Status CheckObject(const Json& v, const JsonPath& path, std::string_view what,
 enum class ScalarError : uint8_t { kNone, kWrongType, kNotInteger, kOutOfRange };
 // An integer in [lo, hi]; an integral float (2.0) counts.
 ScalarError JsonToInteger(const Json& v, int64_t lo, int64_t hi, int64_t* out);
+ScalarError NumberToInteger(const PackedNumber& v, int64_t lo, int64_t hi, int64_t* out);
 // A number, or one of the non-finite strings ("NaN", "-Infinity", ...).
 // kOutOfRange for a number the parser overflowed (1e999).
 ScalarError JsonToDouble(const Json& v, double* out);
+ScalarError NumberToDouble(const PackedNumber& v, double* out);
 
 // Scalars. Integers accept integral floats (2.0); floats accept integers and
 // the non-finite strings. `what` is the expected thing in messages ("an

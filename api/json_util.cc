@@ -144,8 +144,9 @@ std::string DescribeValue(const Json& v) {
   }
 }
 
-Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out) {
-  if (FastParseJson(text, out)) return Status();
+Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out,
+                     bool pack_tensor_data) {
+  if (FastParseJson(text, out, pack_tensor_data)) return Status();
   try {
     *out = Json::parse(text.begin(), text.end());
     return Status();
@@ -184,44 +185,88 @@ Status CheckObject(const Json& v, const JsonPath& path, std::string_view what,
   return Status();
 }
 
-ScalarError JsonToInteger(const Json& v, int64_t lo, int64_t hi, int64_t* out) {
-  int64_t i = 0;
+namespace {
+
+// A number of the document as a PackedNumber; false for anything else.
+bool AsNumber(const Json& v, PackedNumber* p) {
   if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    if (hi < 0 || u > uint64_t(hi)) return ScalarError::kOutOfRange;
-    i = int64_t(u);
+    p->kind = PackedNumber::Kind::kUnsigned;
+    p->u = v.get<uint64_t>();
   } else if (v.is_number_integer()) {
-    i = v.get<int64_t>();
+    p->kind = PackedNumber::Kind::kInteger;
+    p->i = v.get<int64_t>();
   } else if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (!std::isfinite(d)) return ScalarError::kOutOfRange;
-    if (d != std::trunc(d)) return ScalarError::kNotInteger;
-    if (d < -0x1p63 || d >= 0x1p63) return ScalarError::kOutOfRange;
-    i = int64_t(d);
+    p->kind = PackedNumber::Kind::kFloat;
+    p->d = v.get<double>();
   } else {
-    return ScalarError::kWrongType;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Json PackedNumber::ToJson() const {
+  switch (kind) {
+    case Kind::kUnsigned: return Json(u);
+    case Kind::kInteger: return Json(i);
+    case Kind::kFloat: break;
+  }
+  return Json(d);
+}
+
+ScalarError NumberToInteger(const PackedNumber& v, int64_t lo, int64_t hi, int64_t* out) {
+  int64_t i = 0;
+  switch (v.kind) {
+    case PackedNumber::Kind::kUnsigned:
+      if (hi < 0 || v.u > uint64_t(hi)) return ScalarError::kOutOfRange;
+      i = int64_t(v.u);
+      break;
+    case PackedNumber::Kind::kInteger:
+      i = v.i;
+      break;
+    case PackedNumber::Kind::kFloat: {
+      double d = v.d;
+      if (!std::isfinite(d)) return ScalarError::kOutOfRange;
+      if (d != std::trunc(d)) return ScalarError::kNotInteger;
+      if (d < -0x1p63 || d >= 0x1p63) return ScalarError::kOutOfRange;
+      i = int64_t(d);
+      break;
+    }
   }
   if (i < lo || i > hi) return ScalarError::kOutOfRange;
   *out = i;
   return ScalarError::kNone;
 }
 
+ScalarError JsonToInteger(const Json& v, int64_t lo, int64_t hi, int64_t* out) {
+  PackedNumber p;
+  if (!AsNumber(v, &p)) return ScalarError::kWrongType;
+  return NumberToInteger(p, lo, hi, out);
+}
+
+ScalarError NumberToDouble(const PackedNumber& v, double* out) {
+  switch (v.kind) {
+    case PackedNumber::Kind::kUnsigned: *out = double(v.u); break;
+    case PackedNumber::Kind::kInteger: *out = double(v.i); break;
+    case PackedNumber::Kind::kFloat:
+      *out = v.d;
+      if (!std::isfinite(*out)) return ScalarError::kOutOfRange;
+      break;
+  }
+  return ScalarError::kNone;
+}
+
 ScalarError JsonToDouble(const Json& v, double* out) {
-  if (v.is_number_unsigned()) {
-    *out = double(v.get<uint64_t>());
-  } else if (v.is_number_integer()) {
-    *out = double(v.get<int64_t>());
-  } else if (v.is_number_float()) {
-    *out = v.get<double>();
-    if (!std::isfinite(*out)) return ScalarError::kOutOfRange;
-  } else if (v.is_string()) {
+  PackedNumber p;
+  if (AsNumber(v, &p)) return NumberToDouble(p, out);
+  if (v.is_string()) {
     std::optional<double> d = NonFiniteFromString(v.get_ref<const std::string&>());
     if (!d) return ScalarError::kWrongType;
     *out = *d;
-  } else {
-    return ScalarError::kWrongType;
+    return ScalarError::kNone;
   }
-  return ScalarError::kNone;
+  return ScalarError::kWrongType;
 }
 
 StatusOr<int64_t> ReadInt(const Json& v, const JsonPath& path, std::string_view what) {

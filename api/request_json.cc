@@ -88,7 +88,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   JsonPath root(path);
   internal::Document doc;
   Json& v = *doc;
-  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v, /*pack_tensor_data=*/true));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run request",
                                            {"feeds", "fetches", "targets", "encoding"}));
   RunRequest r;
@@ -119,7 +119,7 @@ StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::str
   JsonPath root(path);
   internal::Document doc;
   Json& v = *doc;
-  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v, /*pack_tensor_data=*/true));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a predict request",
                                            {"inputs", "fetches", "encoding"}));
   PredictRequest r;

@@ -30,20 +30,40 @@ std::string ElementError(ScalarError e, const Json& v, DataType t) {
   return "expected " + WhatFor(t) + ", got " + DescribeValue(v);
 }
 
-template <typename T>
-ScalarError ReadElement(const Json& v, T* out) {
+std::string ElementError(ScalarError e, const PackedNumber& v, DataType t) {
+  return ElementError(e, v.ToJson(), t);
+}
+
+// The element conversions of a document's value or a packed number.
+ScalarError ToInteger(const Json& v, int64_t lo, int64_t hi, int64_t* out) {
+  return JsonToInteger(v, lo, hi, out);
+}
+ScalarError ToInteger(const PackedNumber& v, int64_t lo, int64_t hi, int64_t* out) {
+  return NumberToInteger(v, lo, hi, out);
+}
+ScalarError ToDouble(const Json& v, double* out) { return JsonToDouble(v, out); }
+ScalarError ToDouble(const PackedNumber& v, double* out) { return NumberToDouble(v, out); }
+ScalarError ToBool(const Json& v, bool* out) {
+  if (!v.is_boolean()) return ScalarError::kWrongType;
+  *out = v.get<bool>();
+  return ScalarError::kNone;
+}
+ScalarError ToBool(const PackedNumber&, bool*) { return ScalarError::kWrongType; }
+
+// V: a Json or a PackedNumber.
+template <typename T, typename V>
+ScalarError ReadElement(const V& v, T* out) {
   if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) return ScalarError::kWrongType;
-    *out = v.get<bool>();
+    return ToBool(v, out);
   } else if constexpr (std::is_integral_v<T>) {
     int64_t i = 0;
     ScalarError e =
-        JsonToInteger(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), &i);
+        ToInteger(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), &i);
     if (e != ScalarError::kNone) return e;
     *out = static_cast<T>(i);
   } else {
     double d = 0;
-    ScalarError e = JsonToDouble(v, &d);
+    ScalarError e = ToDouble(v, &d);
     if (e != ScalarError::kNone) return e;
     if constexpr (std::is_same_v<T, double>) {
       *out = d;
@@ -109,6 +129,24 @@ Status InferDType(const std::vector<const Json*>& leaves, PathOf path_of, DataTy
   return Status();
 }
 
+// InferDType for numbers only (no bools, no strings), at least one.
+DataType InferNumbersDType(const std::vector<PackedNumber>& numbers) {
+  bool any_float = false, any_wide = false;
+  for (const PackedNumber& n : numbers) {
+    switch (n.kind) {
+      case PackedNumber::Kind::kUnsigned:
+        any_wide |= n.u > uint64_t(std::numeric_limits<int32_t>::max());
+        break;
+      case PackedNumber::Kind::kInteger:
+        any_wide |= n.i < std::numeric_limits<int32_t>::min() ||
+                    n.i > std::numeric_limits<int32_t>::max();
+        break;
+      case PackedNumber::Kind::kFloat: any_float = true; break;
+    }
+  }
+  return any_float ? DataType::kFloat32 : any_wide ? DataType::kInt64 : DataType::kInt32;
+}
+
 Status CheckSize(const TensorShape& shape, DataType dtype, size_t max_bytes,
                  const JsonPath& path) {
   size_t n = size_t(shape.num_elements());
@@ -130,17 +168,23 @@ StatusOr<Tensor> AllocateAt(DataType dtype, const TensorShape& shape, const Json
   return ResourceExhausted((where.empty() ? "" : where + ": ") + t.status().message());
 }
 
-template <typename PathOf>
-StatusOr<Tensor> MakeTensor(DataType dtype, const TensorShape& shape,
-                            const std::vector<const Json*>& leaves, size_t max_bytes,
-                            const JsonPath& path, PathOf path_of) {
+// The values of a document's leaves, or of packed numbers.
+const Json& LeafAt(const std::vector<const Json*>& leaves, size_t i) { return *leaves[i]; }
+const PackedNumber& LeafAt(const std::vector<PackedNumber>& leaves, size_t i) { return leaves[i]; }
+
+// Leaves: std::vector<const Json*> or std::vector<PackedNumber>.
+template <typename Leaves, typename PathOf>
+StatusOr<Tensor> MakeTensor(DataType dtype, const TensorShape& shape, const Leaves& leaves,
+                            size_t max_bytes, const JsonPath& path, PathOf path_of) {
   FS_RETURN_IF_ERROR(CheckSize(shape, dtype, max_bytes, path));
   FS_ASSIGN_OR_RETURN(Tensor t, AllocateAt(dtype, shape, path));
   Status s = DispatchDataType(dtype, [&]<typename T>() -> Status {
     T* d = t.data<T>();
     for (size_t i = 0; i < leaves.size(); ++i) {
-      ScalarError e = ReadElement(*leaves[i], &d[i]);
-      if (e != ScalarError::kNone) return PathError(path_of(i), ElementError(e, *leaves[i], dtype));
+      ScalarError e = ReadElement(LeafAt(leaves, i), &d[i]);
+      if (e != ScalarError::kNone) {
+        return PathError(path_of(i), ElementError(e, LeafAt(leaves, i), dtype));
+      }
     }
     return Status();
   });
@@ -256,6 +300,19 @@ StatusOr<Tensor> ObjectFromJson(const Json& v, std::optional<DataType> want,
                                 : "needs \"data\" (the values) or \"b64\" (the bytes)");
   }
 
+  if (data != nullptr && data->is_binary()) {  // numbers packed by FastParseJson
+    const JsonPath data_path = path.Key("data");
+    const std::vector<PackedNumber> numbers = UnpackNumbers(*data);
+    auto path_of = [&](size_t i) { return data_path.Index(int64_t(i)).ToString(); };
+    if (!dtype) dtype = InferNumbersDType(numbers);
+    FS_RETURN_IF_ERROR(CheckSize(shape, *dtype, max_bytes, path));
+    if (int64_t(numbers.size()) != shape.num_elements()) {
+      return PathError(data_path, "expected " + std::to_string(shape.num_elements()) +
+                                      " values for shape " + shape.ToString() + ", got " +
+                                      std::to_string(numbers.size()));
+    }
+    return MakeTensor(*dtype, shape, numbers, max_bytes, path, path_of);
+  }
   if (data != nullptr) {
     const JsonPath data_path = path.Key("data");
     if (!data->is_array()) {

@@ -139,6 +139,96 @@ TEST(JsonFastParseTest, CodecResultsAndErrorsAreTheSameEitherWay) {
       << d.status().message();
 }
 
+// Packed tensor data (FastParseJson with pack_tensor_data): a run or predict
+// request's tensors come out as TensorFromJson makes them from nlohmann's
+// DOM -- the same dtype, shape and bytes, or the same error -- for random
+// "data" arrays of every number form, with and without a dtype, of the
+// right or the wrong length, with now and then an element that is not a
+// number (the array is then read as a DOM).
+TEST(JsonFastParseTest, PackedTensorDataReadsAsTheDomWould) {
+  std::mt19937_64 rng(20261203);
+  const char* kDtypes[] = {"float32", "float64", "int32", "int64", "uint8", "int8",
+                           "uint64", "bool", "float16", "bfloat16", nullptr};
+  const char* kNumbers[] = {"0", "-0", "1", "7", "255", "256", "-1", "-129", "2147483647",
+                            "2147483648", "-2147483649", "9007199254740993", "123456789012345678",
+                            "1.5", "-2.25", "2.0", "1e3", "1E-3", "-0.0", "3.4e38", "3.5e38",
+                            "1e-46", "65504", "65520", "1e300", "0.1", "12.5e1"};
+  const char* kOthers[] = {"true", "false", "null", "\"NaN\"", "\"Infinity\"", "[1]", "{}",
+                           "\"x\""};
+  int packed_ok = 0, errors = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const char* dtype = kDtypes[rng() % (sizeof kDtypes / sizeof *kDtypes)];
+    int n = 1 + int(rng() % 40);
+    std::string data = "[";
+    for (int i = 0; i < n; ++i) {
+      if (i) data += rng() % 4 == 0 ? " , " : ",";
+      if (rng() % 60 == 0) {
+        data += kOthers[rng() % (sizeof kOthers / sizeof *kOthers)];
+      } else if (rng() % 3 == 0) {
+        data += std::to_string(int64_t(rng() % 200) - 100);
+      } else {
+        data += kNumbers[rng() % (sizeof kNumbers / sizeof *kNumbers)];
+      }
+    }
+    data += "]";
+    int dims = rng() % 8 == 0 ? n + 1 : n;  // now and then the wrong length
+    std::string tensor = std::string("{") + (dtype ? "\"dtype\": \"" + std::string(dtype) + "\", " : "") +
+                         "\"shape\": [" + std::to_string(dims) + "], \"data\": " + data + "}";
+    const bool run = iter % 2 == 0;
+    std::string body = run ? R"({"feeds": {"x": )" + tensor + R"(}, "fetches": ["y"]})"
+                           : R"({"fetches": ["y"], "inputs": {"x": )" + tensor + "}}";
+    JsonPath root("");
+    JsonPath map = root.Key(run ? "feeds" : "inputs");  // a JsonPath points to its parent
+    JsonPath where = map.Key("x");
+    StatusOr<Tensor> want = TensorFromJson(Json::parse(tensor), std::nullopt, where, size_t(1) << 20);
+    StatusOr<Tensor> got = [&]() -> StatusOr<Tensor> {
+      if (run) {
+        StatusOr<RunRequest> r = ParseRunRequestJson(body);
+        if (!r.ok()) return r.status();
+        return r->feeds.at(0).second;
+      }
+      StatusOr<PredictRequest> r = ParsePredictRequestJson(body);
+      if (!r.ok()) return r.status();
+      return r->inputs.at(0).second;
+    }();
+    ASSERT_EQ(got.ok(), want.ok()) << body << "\n"
+                                   << (got.ok() ? want.status() : got.status()).ToString();
+    if (!want.ok()) {
+      ++errors;
+      ASSERT_EQ(got.status().ToString(), want.status().ToString()) << body;
+      continue;
+    }
+    ++packed_ok;
+    ASSERT_EQ(got->dtype(), want->dtype()) << body;
+    ASSERT_EQ(got->shape(), want->shape()) << body;
+    ASSERT_EQ(got->TotalBytes(), want->TotalBytes());
+    ASSERT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->TotalBytes()), 0) << body;
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(packed_ok, 300);
+  EXPECT_GT(errors, 300);
+}
+
+// Only tensor data is packed: the same arrays elsewhere in a request, or in
+// a document that is not a request, stay arrays.
+TEST(JsonFastParseTest, OnlyTensorDataIsPacked) {
+  Json v;
+  ASSERT_TRUE(FastParseJson(R"({"feeds": {"x": {"shape": [2], "data": [1, 2]}, "y": [3, 4]},
+                                "data": [5, 6], "fetches": []})",
+                            &v, /*pack_tensor_data=*/true));
+  EXPECT_TRUE(v["feeds"]["x"]["data"].is_binary());
+  EXPECT_TRUE(v["feeds"]["x"]["shape"].is_array());
+  EXPECT_TRUE(v["feeds"]["y"].is_array());  // the nested form
+  EXPECT_TRUE(v["data"].is_array());
+  std::vector<PackedNumber> numbers = UnpackNumbers(v["feeds"]["x"]["data"]);
+  ASSERT_EQ(numbers.size(), 2u);
+  EXPECT_EQ(numbers[1].ToJson(), Json(2));
+  ASSERT_TRUE(FastParseJson(R"({"feeds": {"x": {"data": [1, 2]}}})", &v));
+  EXPECT_TRUE(v["feeds"]["x"]["data"].is_array());  // not asked to pack
+  ASSERT_TRUE(FastParseJson(R"({"feeds": {"x": {"data": [1, true]}}})", &v, true));
+  EXPECT_TRUE(v["feeds"]["x"]["data"].is_array());  // not numbers only
+}
+
 TEST(JsonFastParseTest, DocumentsOfAnyDepthAreReleased) {
   // Nested arrays and objects, and a nesting far deeper than the fast
   // release goes (the rest is nlohmann's, which needs no stack): none
