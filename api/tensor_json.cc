@@ -192,6 +192,21 @@ StatusOr<Tensor> MakeTensor(DataType dtype, const TensorShape& shape, const Leav
   return t;
 }
 
+// The tensor of a "data" array's values (Leaves as for MakeTensor) of a
+// known dtype.
+template <typename Leaves>
+StatusOr<Tensor> DataTensor(DataType dtype, const TensorShape& shape, const Leaves& leaves,
+                            size_t max_bytes, const JsonPath& path, const JsonPath& data_path) {
+  FS_RETURN_IF_ERROR(CheckSize(shape, dtype, max_bytes, path));
+  if (int64_t(leaves.size()) != shape.num_elements()) {
+    return PathError(data_path, "expected " + std::to_string(shape.num_elements()) +
+                                    " values for shape " + shape.ToString() + ", got " +
+                                    std::to_string(leaves.size()));
+  }
+  return MakeTensor(dtype, shape, leaves, max_bytes, path,
+                    [&](size_t i) { return data_path.Index(int64_t(i)).ToString(); });
+}
+
 // Checks that `v`, at depth `depth` of a nested array whose dimensions are
 // `dims`, has that shape, and appends its scalars to *leaves.
 Status CollectNested(const Json& v, size_t depth, const std::vector<int64_t>& dims,
@@ -300,40 +315,26 @@ StatusOr<Tensor> ObjectFromJson(const Json& v, std::optional<DataType> want,
                                 : "needs \"data\" (the values) or \"b64\" (the bytes)");
   }
 
-  if (data != nullptr && data->is_binary()) {  // numbers packed by FastParseJson
-    const JsonPath data_path = path.Key("data");
-    const std::vector<PackedNumber> numbers = UnpackNumbers(*data);
-    auto path_of = [&](size_t i) { return data_path.Index(int64_t(i)).ToString(); };
-    if (!dtype) dtype = InferNumbersDType(numbers);
-    FS_RETURN_IF_ERROR(CheckSize(shape, *dtype, max_bytes, path));
-    if (int64_t(numbers.size()) != shape.num_elements()) {
-      return PathError(data_path, "expected " + std::to_string(shape.num_elements()) +
-                                      " values for shape " + shape.ToString() + ", got " +
-                                      std::to_string(numbers.size()));
-    }
-    return MakeTensor(*dtype, shape, numbers, max_bytes, path, path_of);
-  }
   if (data != nullptr) {
     const JsonPath data_path = path.Key("data");
+    if (data->is_binary()) {  // numbers packed by FastParseJson
+      const std::vector<PackedNumber> numbers = UnpackNumbers(*data);
+      return DataTensor(dtype ? *dtype : InferNumbersDType(numbers), shape, numbers, max_bytes,
+                        path, data_path);
+    }
     if (!data->is_array()) {
       return PathError(data_path, "expected an array of values, got " + DescribeValue(*data));
     }
     std::vector<const Json*> leaves;
     leaves.reserve(data->size());
     for (const Json& e : *data) leaves.push_back(&e);
-    auto path_of = [&](size_t i) { return data_path.Index(int64_t(i)).ToString(); };
     if (!dtype) {
       DataType inferred = DataType::kInvalid;
-      FS_RETURN_IF_ERROR(InferDType(leaves, path_of, &inferred));
+      FS_RETURN_IF_ERROR(InferDType(
+          leaves, [&](size_t i) { return data_path.Index(int64_t(i)).ToString(); }, &inferred));
       dtype = inferred;
     }
-    FS_RETURN_IF_ERROR(CheckSize(shape, *dtype, max_bytes, path));
-    if (int64_t(leaves.size()) != shape.num_elements()) {
-      return PathError(data_path, "expected " + std::to_string(shape.num_elements()) +
-                                      " values for shape " + shape.ToString() + ", got " +
-                                      std::to_string(leaves.size()));
-    }
-    return MakeTensor(*dtype, shape, leaves, max_bytes, path, path_of);
+    return DataTensor(*dtype, shape, leaves, max_bytes, path, data_path);
   }
 
   const JsonPath b64_path = path.Key("b64");
