@@ -78,6 +78,11 @@ StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
   return api::ParseGraphRequestJson(body, what, options);
 }
 
+StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes) {
+  FS_RETURN_IF_ERROR(CheckHasBody(body, "a run request"));
+  return api::ParseRunRequestJson(body, "", TensorLimit(max_tensor_bytes));
+}
+
 StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes) {
   FS_RETURN_IF_ERROR(CheckHasBody(body, "a predict request"));
   return api::ParsePredictRequestJson(body, "", TensorLimit(max_tensor_bytes));

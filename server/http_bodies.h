@@ -28,6 +28,10 @@ namespace flowstate::http_internal {
 StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
                                   int64_t max_tensor_bytes);
 
+// {"feeds": {name: tensor}, "fetches": [...], "targets": [...], "encoding": "data"}
+// (POST /v1/sessions/{id}/run).
+StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes);
+
 // {"inputs": {name: tensor}, "fetches": [...], "encoding": "data"}
 // (POST /v1/jobs/{id}/predict). "fetches" is required.
 StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes);

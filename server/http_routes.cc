@@ -22,6 +22,7 @@ namespace {
 
 using http_internal::ParseGraphBody;
 using http_internal::ParsePredictBody;
+using http_internal::ParseRunBody;
 
 constexpr const char* kUnmatched = "unmatched";
 
@@ -142,8 +143,7 @@ HttpResponse ExtendSession(const Call& c) {
 }
 
 HttpResponse RunSession(const Call& c) {
-  StatusOr<api::RunRequest> req =
-      api::ParseRunRequestJson(c.req.body, "", size_t(std::max<int64_t>(0, c.max_tensor_bytes())));
+  StatusOr<api::RunRequest> req = ParseRunBody(c.req.body, c.max_tensor_bytes());
   if (!req.ok()) return ErrorResponse(req.status());
   SessionRunRequest run;
   run.feeds = std::move(req->feeds);

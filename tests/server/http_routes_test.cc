@@ -212,6 +212,8 @@ TEST_F(HttpRoutesTest, BadRunsAndUnknownSessions) {
     const char* message_start;
   } cases[] = {
       {"{", 400, "malformed JSON"},
+      {"", 400, "the request has no body; expected a run request"},
+      {" \n", 400, "the request has no body; expected a run request"},
       {R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "fetch": []})", 400, "fetch: unknown field"},
       {R"({"feeds": {"x": "abc"}, "fetches": ["y"]})", 400, "feeds.x"},
       {R"({"feeds": {"x": [1.0]}, "fetches": "y"})", 400, "fetches: "},
