@@ -21,6 +21,11 @@
 // the next requests are read (pipelining), at most max_pipelined_requests
 // queued; beyond that it stops reading until a write completes.
 //
+// Server-Timing: a connection stamps when a request's first bytes were read
+// (or, pipelined, when reading it began with them buffered) and when it was
+// parsed; the handler's timings (HttpResponse::timings) then get "read"
+// before and "total" after them, sent unless options.server_timing is off.
+//
 // Timeouts (beast::tcp_stream, separate read and write timers): a request
 // must arrive whole within read_timeout of its first byte (of the accept for
 // the first request); between requests a connection may be silent for
