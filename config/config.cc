@@ -146,6 +146,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
   c->grpc.spin_us = j["grpc"]["spin_us"];
   c->grpc.poll_strategy = j["grpc"]["poll_strategy"];
+  c->grpc.server_timing = j["grpc"]["server_timing"];
   c->data_dir = j["data_dir"];
   c->data_root = j["data_root"];
   c->devices.cpu_devices = j["devices"]["cpu_devices"];

@@ -9,7 +9,9 @@
 // call whose previous call for the same session or job was cheap runs on
 // that thread (no hand-off, which on an idle machine wakes a core each
 // way), others on a handler pool, so that a long step holds up no other
-// call (Frontend::Dispatch, InlinePolicy).
+// call (Frontend::Dispatch, InlinePolicy). Both answer with "server-timing"
+// trailing metadata (options.server_timing): the step, the handler and the
+// total from the call's arrival on the queue.
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -35,6 +37,7 @@
 #include "server/grpc_convert.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
+#include "server/server_timing.h"
 #include "server/service.h"
 
 namespace flowstate {
@@ -54,6 +57,12 @@ constexpr std::chrono::seconds kShutdownGrace{5};
 // Trailing metadata naming the node an error is about (it is also in the
 // message, as " [node: NAME]").
 constexpr const char* kNodeMetadata = "flowstate-node";
+// Run and Predict answer with where the server's time went (server_timing.h).
+constexpr const char* kServerTimingMetadata = "server-timing";
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 bool TokensEqual(std::string_view a, std::string_view b) {
   // Compares every byte whatever the first difference, so that the time taken
@@ -89,6 +98,7 @@ class Frontend {
 
   Service& service() { return *service_; }
   const GraphOptions& graph_options() const { return graph_options_; }
+  bool server_timing() const { return options_.server_timing; }
   size_t max_tensor_bytes() const { return graph_options_.max_tensor_bytes; }
 
   // Runs `fn` (returning a Status) as the body of `method`: authenticates,
@@ -220,13 +230,18 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
   }
 
   // The body of Run, served from the completion queue (AsyncUnaryCall).
-  Status RunBody(const pb::RunSessionRequest& req, pb::RunSessionResponse* resp) {
+  // *step_seconds: the engine's part (set once the call reached it).
+  Status RunBody(const pb::RunSessionRequest& req, pb::RunSessionResponse* resp,
+                 double* step_seconds) {
     SessionRunRequest run;
     FS_ASSIGN_OR_RETURN(run.feeds, grpc_convert::NamedTensorsFromProto(req.feeds(), "feeds",
                                                                        f_->max_tensor_bytes()));
     FS_ASSIGN_OR_RETURN(run.fetches, grpc_convert::TensorNamesFromProto(req.fetches(), "fetches"));
     FS_ASSIGN_OR_RETURN(run.targets, grpc_convert::NodeNamesFromProto(req.targets(), "targets"));
-    FS_ASSIGN_OR_RETURN(auto outputs, f_->service().RunSession(req.session_id(), run));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ran = f_->service().RunSession(req.session_id(), run);
+    *step_seconds = SecondsSince(t0);
+    FS_ASSIGN_OR_RETURN(auto outputs, std::move(ran));
     grpc_convert::NamedTensorsToProto(outputs, resp->mutable_outputs());
     return Status();
   }
@@ -291,12 +306,17 @@ class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Ser
   }
 
   // The body of Predict, served from the completion queue (AsyncUnaryCall).
-  Status PredictBody(const pb::PredictRequest& req, pb::PredictResponse* resp) {
+  // *step_seconds: the engine's part (set once the call reached it).
+  Status PredictBody(const pb::PredictRequest& req, pb::PredictResponse* resp,
+                     double* step_seconds) {
     FS_ASSIGN_OR_RETURN(auto inputs, grpc_convert::NamedTensorsFromProto(
                                          req.inputs(), "inputs", f_->max_tensor_bytes()));
     FS_ASSIGN_OR_RETURN(auto fetches, grpc_convert::TensorNamesFromProto(req.fetches(), "fetches"));
     std::vector<Tensor> outputs;
-    FS_RETURN_IF_ERROR(jobs().Predict(req.job_id(), inputs, fetches, &outputs));
+    const auto t0 = std::chrono::steady_clock::now();
+    Status predicted = jobs().Predict(req.job_id(), inputs, fetches, &outputs);
+    *step_seconds = SecondsSince(t0);
+    FS_RETURN_IF_ERROR(predicted);
     grpc_convert::NamedTensors named;
     for (size_t i = 0; i < outputs.size() && i < fetches.size(); ++i) {
       named.emplace_back(fetches[i], std::move(outputs[i]));
@@ -474,7 +494,8 @@ class AsyncUnaryCall final : public AsyncTag {
  public:
   using Request = std::function<void(ServerContext*, Req*, ::grpc::ServerAsyncResponseWriter<Resp>*,
                                      ::grpc::ServerCompletionQueue*, void*)>;
-  using Body = std::function<Status(const Req&, Resp*)>;
+  // Answers the call; sets *step_seconds when it reached the engine.
+  using Body = std::function<Status(const Req&, Resp*, double* step_seconds)>;
   using Key = std::function<std::string(const Req&)>;
 
   AsyncUnaryCall(Frontend* f, ::grpc::ServerCompletionQueue* cq, const char* method,
@@ -489,12 +510,23 @@ class AsyncUnaryCall final : public AsyncTag {
       delete this;
       return;
     }
+    const auto arrived = std::chrono::steady_clock::now();
     new AsyncUnaryCall(f_, cq_, method_, request_, body_, key_);
     answered_ = true;
     f_->Dispatch(
         key_(req_), req_.ByteSizeLong(),
-        [this] {
-          ::grpc::Status s = f_->Handle(&ctx_, method_, [this] { return body_(req_, &resp_); });
+        [this, arrived] {
+          const auto start = std::chrono::steady_clock::now();
+          double step = -1;
+          ::grpc::Status s =
+              f_->Handle(&ctx_, method_, [this, &step] { return body_(req_, &resp_, &step); });
+          if (f_->server_timing()) {
+            std::vector<std::pair<const char*, double>> timings;
+            if (step >= 0) timings.emplace_back("step", step);
+            timings.emplace_back("handler", SecondsSince(start));
+            timings.emplace_back("total", SecondsSince(arrived));
+            ctx_.AddTrailingMetadata(kServerTimingMetadata, ServerTimingHeader(timings));
+          }
           responder_.Finish(resp_, s, this);
         },
         [this] {
@@ -571,8 +603,8 @@ class GrpcServerImpl final : public GrpcServer {
         [this](ServerContext* c, pb::RunSessionRequest* r,
                ::grpc::ServerAsyncResponseWriter<pb::RunSessionResponse>* w,
                ::grpc::ServerCompletionQueue* q, void* tag) { sessions_.RequestRun(c, r, w, q, q, tag); },
-        [this](const pb::RunSessionRequest& r, pb::RunSessionResponse* out) {
-          return sessions_.RunBody(r, out);
+        [this](const pb::RunSessionRequest& r, pb::RunSessionResponse* out, double* step) {
+          return sessions_.RunBody(r, out, step);
         },
         [](const pb::RunSessionRequest& r) { return "run " + r.session_id(); });
     new AsyncUnaryCall<pb::PredictRequest, pb::PredictResponse>(
@@ -580,8 +612,8 @@ class GrpcServerImpl final : public GrpcServer {
         [this](ServerContext* c, pb::PredictRequest* r,
                ::grpc::ServerAsyncResponseWriter<pb::PredictResponse>* w,
                ::grpc::ServerCompletionQueue* q, void* tag) { jobs_.RequestPredict(c, r, w, q, q, tag); },
-        [this](const pb::PredictRequest& r, pb::PredictResponse* out) {
-          return jobs_.PredictBody(r, out);
+        [this](const pb::PredictRequest& r, pb::PredictResponse* out, double* step) {
+          return jobs_.PredictBody(r, out, step);
         },
         [](const pb::PredictRequest& r) { return "predict " + r.job_id(); });
     spin_ = std::chrono::microseconds(std::max<int64_t>(0, options.spin_us));

@@ -33,6 +33,11 @@ struct GrpcServerOptions {
   // The thread serving Run and Predict polls this long after each call
   // before it sleeps. 0: never spin.
   int64_t spin_us = 100;
+  // Run and Predict answer with "server-timing" trailing metadata, in the
+  // Server-Timing format (server_timing.h): "step" (the engine's part, once
+  // the call reached it), "handler" (the method's work), "total" (from the
+  // call's arrival on the completion queue to its answer).
+  bool server_timing = true;
 };
 
 // Chooses gRPC's polling engine for this process ("poll", "epoll1"; ""

@@ -61,6 +61,7 @@
 #include "server/http_routes.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
+#include "server/server_timing.h"
 
 namespace flowstate {
 namespace {
@@ -220,19 +221,6 @@ class HttpServerImpl final : public HttpServer {
   std::vector<std::thread> threads_;
   int port_ = 0;
 };
-
-// "read;dur=0.004, step;dur=0.073, handler;dur=0.081, total;dur=0.086": durations in
-// milliseconds, to the microsecond.
-std::string ServerTimingHeader(const std::vector<std::pair<const char*, double>>& timings) {
-  std::string out;
-  for (const auto& [name, seconds] : timings) {
-    char buf[64];
-    int n = std::snprintf(buf, sizeof buf, "%s%s;dur=%.3f", out.empty() ? "" : ", ", name,
-                          std::max(0.0, seconds) * 1e3);
-    if (n > 0) out.append(buf, size_t(std::min<int>(n, int(sizeof buf) - 1)));
-  }
-  return out;
-}
 
 // --- Connection.
 

@@ -152,6 +152,7 @@ int ServeCommand(int argc, char** argv) {
   go.handler_threads = cfg.grpc.handler_threads;
   go.inline_below_us = cfg.grpc.inline_below_us;
   go.spin_us = cfg.grpc.spin_us;
+  go.server_timing = cfg.grpc.server_timing;
   StatusOr<std::unique_ptr<GrpcServer>> grpc = GrpcServer::Start(&service, &metrics, go);
   if (!grpc.ok()) {
     std::fprintf(stderr, "flowstate serve: grpc: %s\n", grpc.status().message().c_str());

@@ -35,6 +35,7 @@ TEST(Config, TheEmbeddedDefaultLoadsWithItsDocumentedValues) {
   EXPECT_EQ(c.http.spin_us, 100);
   EXPECT_TRUE(c.http.server_timing);
   EXPECT_EQ(c.grpc.poll_strategy, "poll");
+  EXPECT_TRUE(c.grpc.server_timing);
   EXPECT_TRUE(c.auth.tokens.empty());
   // DefaultConfig() is the same tree.
   ServerConfig d = DefaultConfig();

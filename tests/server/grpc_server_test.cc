@@ -5,6 +5,9 @@
 // grpc_jobs_test.cc.
 #include "tests/server/grpc_test_fixture.h"
 
+#include <map>
+#include <string>
+
 namespace flowstate {
 namespace grpc_test {
 namespace {
@@ -65,6 +68,77 @@ TEST_F(GrpcServerTest, GrpcSessionsCreateExtendRunClose) {
   EXPECT_EQ(s.error_message(), "no session '" + id + "'");
   s = Run(run, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// The durations of a Server-Timing value by name, in milliseconds.
+std::map<std::string, double> Timings(const std::string& value) {
+  std::map<std::string, double> out;
+  size_t pos = 0;
+  while (pos < value.size()) {
+    size_t end = value.find(',', pos);
+    if (end == std::string::npos) end = value.size();
+    std::string item = value.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    size_t dur = item.find(";dur=");
+    if (dur != std::string::npos) out[item.substr(0, dur)] = std::stod(item.substr(dur + 5));
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::string TrailingTiming(const grpc::ClientContext& ctx) {
+  auto it = ctx.GetServerTrailingMetadata().find("server-timing");
+  if (it == ctx.GetServerTrailingMetadata().end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+// Run says where the server's time went, as the REST frontend's
+// Server-Timing header does: the step within the handler within the total.
+TEST_F(GrpcServerTest, GrpcRunAnswersWithServerTiming) {
+  std::string id = CreateSession(kDoubleGraph);
+  pb::RunSessionRequest run;
+  run.set_session_id(id);
+  (*run.mutable_feeds())["x"] = FloatTensor({1, 2, 3}, {3});
+  run.add_fetches("y");
+  for (int i = 0; i < 3; ++i) {  // the first on the pool, the others inline
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::RunSessionResponse out;
+    ASSERT_TRUE(sessions_->Run(&ctx, run, &out).ok());
+    const std::string value = TrailingTiming(ctx);
+    EXPECT_EQ(value.rfind("step;dur=", 0), 0u) << value;
+    std::map<std::string, double> t = Timings(value);
+    ASSERT_EQ(t.size(), 3u) << value;
+    EXPECT_LE(t["step"], t["handler"]) << value;
+    EXPECT_LE(t["handler"], t["total"]) << value;
+    EXPECT_LT(t["total"], 10000.0) << value;  // milliseconds
+  }
+  // A call refused before the engine has no step.
+  run.set_session_id("sess-none");
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  pb::RunSessionResponse out;
+  EXPECT_EQ(sessions_->Run(&ctx, run, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  std::map<std::string, double> t = Timings(TrailingTiming(ctx));
+  EXPECT_EQ(t.count("handler"), 1u) << TrailingTiming(ctx);
+  EXPECT_EQ(t.count("total"), 1u);
+}
+
+TEST_F(GrpcServerTest, GrpcServerTimingCanBeTurnedOff) {
+  server_->Stop();
+  GrpcServerOptions o = options_;
+  o.server_timing = false;
+  StartServer(o);
+  std::string id = CreateSession(kDoubleGraph);
+  pb::RunSessionRequest run;
+  run.set_session_id(id);
+  (*run.mutable_feeds())["x"] = FloatTensor({1}, {1});
+  run.add_fetches("y");
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  pb::RunSessionResponse out;
+  ASSERT_TRUE(sessions_->Run(&ctx, run, &out).ok());
+  EXPECT_EQ(TrailingTiming(ctx), "");
 }
 
 TEST_F(GrpcServerTest, GrpcSessionErrorsNameTheFieldOrNode) {
