@@ -70,22 +70,6 @@ TEST_F(GrpcServerTest, GrpcSessionsCreateExtendRunClose) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-// The durations of a Server-Timing value by name, in milliseconds.
-std::map<std::string, double> Timings(const std::string& value) {
-  std::map<std::string, double> out;
-  size_t pos = 0;
-  while (pos < value.size()) {
-    size_t end = value.find(',', pos);
-    if (end == std::string::npos) end = value.size();
-    std::string item = value.substr(pos, end - pos);
-    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-    size_t dur = item.find(";dur=");
-    if (dur != std::string::npos) out[item.substr(0, dur)] = std::stod(item.substr(dur + 5));
-    pos = end + 1;
-  }
-  return out;
-}
-
 std::string TrailingTiming(const grpc::ClientContext& ctx) {
   auto it = ctx.GetServerTrailingMetadata().find("server-timing");
   if (it == ctx.GetServerTrailingMetadata().end()) return "";
@@ -107,7 +91,7 @@ TEST_F(GrpcServerTest, GrpcRunAnswersWithServerTiming) {
     ASSERT_TRUE(sessions_->Run(&ctx, run, &out).ok());
     const std::string value = TrailingTiming(ctx);
     EXPECT_EQ(value.rfind("step;dur=", 0), 0u) << value;
-    std::map<std::string, double> t = Timings(value);
+    std::map<std::string, double> t = server_test::ParseServerTiming(value);
     ASSERT_EQ(t.size(), 3u) << value;
     EXPECT_LE(t["step"], t["handler"]) << value;
     EXPECT_LE(t["handler"], t["total"]) << value;
@@ -119,7 +103,7 @@ TEST_F(GrpcServerTest, GrpcRunAnswersWithServerTiming) {
   Deadline(&ctx);
   pb::RunSessionResponse out;
   EXPECT_EQ(sessions_->Run(&ctx, run, &out).error_code(), grpc::StatusCode::NOT_FOUND);
-  std::map<std::string, double> t = Timings(TrailingTiming(ctx));
+  std::map<std::string, double> t = server_test::ParseServerTiming(TrailingTiming(ctx));
   EXPECT_EQ(t.count("handler"), 1u) << TrailingTiming(ctx);
   EXPECT_EQ(t.count("total"), 1u);
 }

@@ -23,6 +23,7 @@
 #include "api/json_codec.h"
 #include "server/json_views.h"
 #include "server/metrics.h"
+#include "server/server_timing.h"
 #include "server/service.h"
 #include "tests/server/server_test_util.h"
 
@@ -352,20 +353,11 @@ TEST_F(HttpServerTest, PipelinedAndConcurrentRunsGetTheirOwnAnswersInOrder) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-// The durations of a Server-Timing header by name, in milliseconds.
-std::map<std::string, double> ServerTimings(const std::string& header) {
-  std::map<std::string, double> out;
-  size_t pos = 0;
-  while (pos < header.size()) {
-    size_t end = header.find(',', pos);
-    if (end == std::string::npos) end = header.size();
-    std::string item = header.substr(pos, end - pos);
-    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-    size_t dur = item.find(";dur=");
-    if (dur != std::string::npos) out[item.substr(0, dur)] = std::stod(item.substr(dur + 5));
-    pos = end + 1;
-  }
-  return out;
+TEST(ServerTiming, MillisecondsToTheMicrosecondInTheOrderGiven) {
+  EXPECT_EQ(ServerTimingHeader({}), "");
+  EXPECT_EQ(ServerTimingHeader({{"step", 0.0000924}, {"handler", 0.0001036}, {"total", 1.5}}),
+            "step;dur=0.092, handler;dur=0.104, total;dur=1500.000");
+  EXPECT_EQ(ServerTimingHeader({{"read", -0.001}}), "read;dur=0.000");  // clocks never run back
 }
 
 // Every response says where the server's time went: a step's engine time
@@ -379,7 +371,7 @@ TEST_F(HttpServerTest, ServerTimingSaysWhereTheServersTimeWent) {
   std::optional<Response> r = c.Read();
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 201) << r->body;
-  std::map<std::string, double> t = ServerTimings(r->header("server-timing"));
+  std::map<std::string, double> t = server_test::ParseServerTiming(r->header("server-timing"));
   EXPECT_EQ(t.count("step"), 0u) << r->header("server-timing");  // not a step
   ASSERT_EQ(t.count("handler"), 1u) << r->header("server-timing");
   ASSERT_EQ(t.count("total"), 1u);
@@ -397,7 +389,7 @@ TEST_F(HttpServerTest, ServerTimingSaysWhereTheServersTimeWent) {
     const std::string header = r->header("server-timing");
     EXPECT_EQ(header.rfind("read;dur=", 0), 0u) << header;  // in the order measured
     EXPECT_NE(header.find("step;dur="), std::string::npos) << header;
-    t = ServerTimings(header);
+    t = server_test::ParseServerTiming(header);
     ASSERT_EQ(t.size(), 4u) << header;
     EXPECT_GE(t["step"], 0.0);
     EXPECT_LE(t["read"] + t["handler"], t["total"]) << header;
@@ -410,7 +402,7 @@ TEST_F(HttpServerTest, ServerTimingSaysWhereTheServersTimeWent) {
   r = c.Read();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
-  t = ServerTimings(r->header("server-timing"));
+  t = server_test::ParseServerTiming(r->header("server-timing"));
   EXPECT_EQ(t.count("step"), 0u);
   EXPECT_EQ(t.count("total"), 1u);
 }

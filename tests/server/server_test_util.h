@@ -82,6 +82,23 @@ inline std::string LinearGraphJson(bool with_bias) {
   return "{\"nodes\": [" + nodes + "\n  ]}";
 }
 
+// The durations of a Server-Timing value ("step;dur=0.1, total;dur=0.2") by
+// name, in milliseconds.
+inline std::map<std::string, double> ParseServerTiming(const std::string& value) {
+  std::map<std::string, double> out;
+  size_t pos = 0;
+  while (pos < value.size()) {
+    size_t end = value.find(',', pos);
+    if (end == std::string::npos) end = value.size();
+    std::string item = value.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    size_t dur = item.find(";dur=");
+    if (dur != std::string::npos) out[item.substr(0, dur)] = std::stod(item.substr(dur + 5));
+    pos = end + 1;
+  }
+  return out;
+}
+
 }  // namespace flowstate::server_test
 
 #endif  // FLOWSTATE_TESTS_SERVER_SERVER_TEST_UTIL_H_
