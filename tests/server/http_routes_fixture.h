@@ -38,28 +38,7 @@ inline constexpr const char* kGraph = R"({"graph": {"nodes": [
 
 inline constexpr const char* kRun = R"({"feeds": {"x": [1.0, 2.0, 3.0]}, "fetches": ["y"]})";
 
-// A linear regression job over points.csv (64 rows, 4 batches an epoch).
-inline std::string JobJson(int epochs, const std::string& name = "line") {
-  return R"({
-    "name": ")" + name + R"(",
-    "graph": {"nodes": [
-      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
-      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
-      {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
-      {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
-      {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
-      {"name": "sq", "op": "Square", "inputs": ["pred"]},
-      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
-    ]},
-    "loss": "loss",
-    "optimizer": {"type": "sgd", "learning_rate": 0.1},
-    "input": {"format": "csv", "files": {"x": "points.csv"},
-              "columns": {"x": ["a", "b"]}, "batch_size": 16,
-              "epochs": )" + std::to_string(epochs) + R"(},
-    "seed": 1
-  })";
-}
+using server_test::JobJson;
 
 class HttpRoutesTest : public ::testing::Test {
  protected:

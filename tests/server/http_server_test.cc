@@ -175,24 +175,6 @@ std::string Request(const std::string& method, const std::string& target, const 
   return r + "\r\n" + body;
 }
 
-std::string JobJson(int epochs) {
-  return R"({"name": "sse",
-    "graph": {"nodes": [
-      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
-      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
-      {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
-      {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
-      {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
-      {"name": "sq", "op": "Square", "inputs": ["pred"]},
-      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}]},
-    "loss": "loss",
-    "optimizer": {"type": "sgd", "learning_rate": 0.1},
-    "input": {"format": "csv", "files": {"x": "points.csv"},
-              "columns": {"x": ["a", "b"]}, "batch_size": 16,
-              "epochs": )" + std::to_string(epochs) + "}}";
-}
-
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -541,7 +523,7 @@ bool ReadEvents(RawClient& c, std::vector<Event>* events) {
 TEST_F(HttpServerTest, EventsStreamATrainingJobUntilItSucceeds) {
   StartServer();
   RawClient c(server_->port());
-  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs", JobJson(20))));
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs", server_test::JobJson(20, "sse"))));
   std::optional<Response> r = c.Read();
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 201) << r->body;
@@ -585,7 +567,7 @@ TEST_F(HttpServerTest, EventsStreamATrainingJobUntilItSucceeds) {
 TEST_F(HttpServerTest, StopEndsOpenEventStreamsPromptly) {
   StartServer();
   RawClient c(server_->port());
-  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs", JobJson(100000))));
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/jobs", server_test::JobJson(100000, "sse"))));
   std::optional<Response> r = c.Read();
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 201);

@@ -82,6 +82,30 @@ inline std::string LinearGraphJson(bool with_bias) {
   return "{\"nodes\": [" + nodes + "\n  ]}";
 }
 
+// A job fitting x·w to 0 over points.csv (WritePointsCsv: columns a, b; 64
+// rows are 4 batches an epoch).
+inline std::string JobJson(int epochs, const std::string& name = "line") {
+  return R"({
+    "name": ")" + name + R"(",
+    "graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
+      {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
+      {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+      {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
+      {"name": "sq", "op": "Square", "inputs": ["pred"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"x": "points.csv"},
+              "columns": {"x": ["a", "b"]}, "batch_size": 16,
+              "epochs": )" + std::to_string(epochs) + R"(},
+    "seed": 1
+  })";
+}
+
 // The durations of a Server-Timing value ("step;dur=0.1, total;dur=0.2") by
 // name, in milliseconds.
 inline std::map<std::string, double> ParseServerTiming(const std::string& value) {
