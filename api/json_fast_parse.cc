@@ -59,6 +59,9 @@ class FastReader {
   }
 
  private:
+  // True when a number may begin here ('-' or a digit).
+  bool AtNumber() const { return p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')); }
+
   void SkipSpace() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
@@ -183,7 +186,7 @@ class FastReader {
     elements.reserve(EstimateElements());
     for (;;) {
       SkipSpace();
-      if (p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9'))) {
+      if (AtNumber()) {
         // A number goes straight into its place: no temporary to move.
         if (!Number([&](auto x) { elements.emplace_back(x); })) return false;
       } else {
@@ -223,7 +226,7 @@ class FastReader {
     for (;;) {
       SkipSpace();
       PackedNumber n;
-      bool ok = p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) &&
+      bool ok = AtNumber() &&
                 Number([&n](auto x) {
                   using X = decltype(x);
                   if constexpr (std::is_same_v<X, double>) {
