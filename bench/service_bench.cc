@@ -6,7 +6,9 @@
 // a batch-1 Fashion-MNIST MLP predict over REST (JSON and b64 input) and
 // gRPC: its round trip against the in-process JobManager::Predict, and the
 // server's own share of each request from the Server-Timing it answers with
-// (total - step over the round trip).
+// (total - step over the round trip). Next to the Run figures it prints how
+// often a CPU halted per call and the guest's haltpoll setting, which decide
+// what a sleeping client's wake-up costs on a virtual machine.
 // The servers are the real HttpServer and GrpcServer over one Service with
 // the embedded defaults (2 HTTP threads, gRPC's "poll" engine), in a child
 // process forked at the start (ForkServers); the clients and the in-process
@@ -15,7 +17,13 @@
 // the machine only adds time.
 //
 //   service_bench [--rounds 5] [--requests 2000] [--wrk-seconds 3] [--no-wrk] [--no-predict]
+//                 [--halt-poll-ns NS]
+// --halt-poll-ns (root, a guest with the haltpoll cpuidle governor) measures
+// the sleeping clients' Runs a second time in each round with the guest's
+// guest_halt_poll_ns at NS, and puts the machine's own value back after each
+// round and when the process ends.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -28,6 +36,7 @@
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -187,7 +196,60 @@ class PollingRestClient {
 
 struct Percentiles {
   double p50 = 0, p99 = 0;
+  // Times a CPU of this machine entered a sleeping idle state per call
+  // (see IdleEntries), or -1 where the kernel does not say.
+  double idle_entries_per_call = -1;
 };
+
+// How many times the CPUs have entered an idle state that halts them, summed
+// over CPUs from cpuidle's per-state counters (the POLL state, which spins,
+// is left out); -1 without cpuidle in sysfs. Each such entry that a request
+// ends costs a wake-up, which on a virtual machine is an exit to the host:
+// tens of microseconds where the guest does not poll before halting.
+int64_t IdleEntries() {
+  int64_t total = 0;
+  bool any = false;
+  for (int cpu = 0;; ++cpu) {
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cpuidle/";
+    std::ifstream first(dir + "state0/usage");
+    if (!first) break;
+    for (int state = 0;; ++state) {
+      const std::string sdir = dir + "state" + std::to_string(state) + "/";
+      std::ifstream usage(sdir + "usage"), name(sdir + "name");
+      if (!usage) break;
+      std::string n;
+      int64_t u = 0;
+      std::getline(name, n);
+      if (!(usage >> u) || n == "POLL") continue;
+      total += u;
+      any = true;
+    }
+  }
+  return any ? total : -1;
+}
+
+// guest_halt_poll_ns of the haltpoll cpuidle governor, which --halt-poll-ns
+// sets for its side-by-side rounds and puts back when the process ends.
+const char* const kHaltPollPath = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
+std::string g_halt_poll_restore;  // the value to put back; "" when untouched
+// With open/write only, so that the signal handler may call it.
+bool WriteHaltPoll(const std::string& ns) {
+  int fd = ::open(kHaltPollPath, O_WRONLY);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, ns.data(), ns.size()) == ssize_t(ns.size());
+  return ::close(fd) == 0 && ok;
+}
+void RestoreHaltPoll() {
+  if (!g_halt_poll_restore.empty()) WriteHaltPoll(g_halt_poll_restore);
+}
+
+// The first line of a sysfs (or any) file, or "" where it cannot be read.
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
 // The floor under any request over loopback TCP: a blocking client writes
 // `request_bytes` and reads `response_bytes` back from a thread that does
 // nothing else (no HTTP, no handler), both ends TCP_NODELAY. What the client,
@@ -245,6 +307,7 @@ template <typename Fn>
 Percentiles Measure(int n, const Fn& fn) {
   for (int i = 0; i < std::min(n / 10, 200); ++i) fn();  // warm-up
   std::vector<double> us(static_cast<size_t>(n));
+  const int64_t idle_before = IdleEntries();
   for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
     Clock::duration took;
@@ -256,8 +319,13 @@ Percentiles Measure(int n, const Fn& fn) {
     }
     us[size_t(i)] = std::chrono::duration<double, std::micro>(took).count();
   }
+  const int64_t idle_after = IdleEntries();
   std::sort(us.begin(), us.end());
-  return {us[size_t(n / 2)], us[std::min(size_t(n) - 1, size_t(n * 0.99))]};
+  Percentiles p{us[size_t(n / 2)], us[std::min(size_t(n) - 1, size_t(n * 0.99))]};
+  if (idle_before >= 0 && idle_after >= idle_before) {
+    p.idle_entries_per_call = double(idle_after - idle_before) / n;
+  }
+  return p;
 }
 
 // Runs wrk; returns requests/s and sets the error count (non-2xx + socket errors).
@@ -410,6 +478,7 @@ struct OwnTime {
 int Main(int argc, char** argv) {
   int rounds = 5, requests = 2000, wrk_seconds = 3;
   bool wrk = true, predict = true;
+  std::string halt_poll_ns;  // --halt-poll-ns: the other setting, side by side
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
@@ -417,7 +486,27 @@ int Main(int argc, char** argv) {
     else if (a == "--wrk-seconds" && i + 1 < argc) wrk_seconds = std::atoi(argv[++i]);
     else if (a == "--no-wrk") wrk = false;
     else if (a == "--no-predict") predict = false;
+    else if (a == "--halt-poll-ns" && i + 1 < argc) halt_poll_ns = argv[++i];
     else Die("unknown argument '" + a + "'");
+  }
+
+  if (!halt_poll_ns.empty()) {
+    if (halt_poll_ns.find_first_not_of("0123456789") != std::string::npos) {
+      Die("--halt-poll-ns takes a number of nanoseconds");
+    }
+    g_halt_poll_restore = FirstLine(kHaltPollPath);
+    if (g_halt_poll_restore.empty() || !WriteHaltPoll(g_halt_poll_restore)) {
+      g_halt_poll_restore.clear();
+      Die(std::string("--halt-poll-ns needs the haltpoll cpuidle governor and root to write ") +
+          kHaltPollPath);
+    }
+    std::atexit(RestoreHaltPoll);
+    for (int sig : {SIGINT, SIGTERM}) {
+      std::signal(sig, [](int) {
+        RestoreHaltPoll();
+        std::_Exit(130);
+      });
+    }
   }
 
   ServiceOptions so;
@@ -508,6 +597,7 @@ int Main(int argc, char** argv) {
   TcpEcho run_echo(run_body.size() + 120, 160);
   Percentiles best_in{1e30, 0}, best_rest{1e30, 0}, best_grpc{1e30, 0}, loop{1e30, 0};
   Percentiles best_grpc_polling{1e30, 0};
+  Percentiles alt_in{1e30, 0}, alt_rest{1e30, 0}, alt_grpc{1e30, 0};  // --halt-poll-ns
   for (int r = 0; r < rounds; ++r) {
     Percentiles e = Measure(requests, [&] { run_echo.RoundTrip(); });
     if (e.p50 < loop.p50) loop = e;
@@ -519,6 +609,18 @@ int Main(int argc, char** argv) {
     if (a.p50 < best_in.p50) best_in = a;
     if (b.p50 < best_rest.p50) best_rest = b;
     if (c.p50 < best_grpc.p50) best_grpc = c;
+    if (!halt_poll_ns.empty()) {
+      // The sleeping clients again, in the same round, with the guest
+      // polling up to halt_poll_ns before it halts an idle CPU.
+      if (!WriteHaltPoll(halt_poll_ns)) Die("cannot write " + std::string(kHaltPollPath));
+      Percentiles ap = Measure(requests, inproc);
+      Percentiles bp = Measure(requests, rest_run);
+      Percentiles cp = Measure(requests, grpc_run);
+      if (!WriteHaltPoll(g_halt_poll_restore)) Die("cannot write " + std::string(kHaltPollPath));
+      if (ap.p50 < alt_in.p50) alt_in = ap;
+      if (bp.p50 < alt_rest.p50) alt_rest = bp;
+      if (cp.p50 < alt_grpc.p50) alt_grpc = cp;
+    }
   }
   bench::PrintFigure("service_loopback_tcp_p50", loop.p50, "us");
   bench::PrintFigure("service_run_inprocess_p50", best_in.p50, "us");
@@ -542,6 +644,45 @@ int Main(int argc, char** argv) {
   // the call's arrival on the queue; median over every call).
   bench::PrintFigure("service_run_rest_server_total_p50", Median(rest_server_us), "us");
   bench::PrintFigure("service_run_grpc_server_total_p50", Median(grpc_server_us), "us");
+  // Why the sleeping clients' figures move with the machine: how often a
+  // CPU halted per call (in the best round), and whether the guest polls
+  // before it halts. A KVM guest's haltpoll governor spins up to
+  // guest_halt_poll_ns (the kernel's default is 200000) before it exits to
+  // the host; at 0 every wake-up of a sleeping thread -- the client's, on
+  // every call -- pays the host's wake latency.
+  if (best_in.idle_entries_per_call >= 0) {
+    bench::PrintFigure("service_loopback_tcp_idle_entries_per_call", loop.idle_entries_per_call, "count");
+    bench::PrintFigure("service_run_rest_idle_entries_per_call", best_rest.idle_entries_per_call, "count");
+    bench::PrintFigure("service_run_grpc_idle_entries_per_call", best_grpc.idle_entries_per_call, "count");
+    bench::PrintFigure("service_run_grpc_polling_client_idle_entries_per_call",
+                       best_grpc_polling.idle_entries_per_call, "count");
+  }
+  if (!halt_poll_ns.empty()) {
+    const std::string tag = "_halt_poll_" + halt_poll_ns;
+    bench::PrintFigure("service_run_inprocess_p50" + tag, alt_in.p50, "us");
+    bench::PrintFigure("service_run_rest_overhead_p50" + tag, alt_rest.p50 - alt_in.p50, "us",
+                       "service_run_rest_overhead_p50",
+                       (alt_rest.p50 - alt_in.p50) / (best_rest.p50 - best_in.p50));
+    bench::PrintFigure("service_run_grpc_overhead_p50" + tag, alt_grpc.p50 - alt_in.p50, "us",
+                       "service_run_grpc_overhead_p50",
+                       (alt_grpc.p50 - alt_in.p50) / (best_grpc.p50 - best_in.p50));
+    bench::PrintFigure("service_run_grpc_p99" + tag, alt_grpc.p99, "us");
+    bench::PrintFigure("service_run_rest_idle_entries_per_call" + tag,
+                       alt_rest.idle_entries_per_call, "count");
+    bench::PrintFigure("service_run_grpc_idle_entries_per_call" + tag,
+                       alt_grpc.idle_entries_per_call, "count");
+  }
+  const std::string governor = FirstLine("/sys/devices/system/cpu/cpuidle/current_governor_ro");
+  const std::string halt_poll = FirstLine(kHaltPollPath);
+  if (governor == "haltpoll" && !halt_poll.empty()) {
+    bench::PrintFigure("host_guest_halt_poll_ns", std::atof(halt_poll.c_str()), "ns");
+    if (std::atof(halt_poll.c_str()) == 0) {
+      std::fprintf(stderr,
+                   "service_bench: this guest halts its idle CPUs without polling "
+                   "(haltpoll.guest_halt_poll_ns=0): each sleeping client's wake-up "
+                   "costs an exit to the host, see BENCHMARKS.md\n");
+    }
+  }
 
   if (wrk) {
     if (std::system("command -v wrk >/dev/null 2>&1") != 0) {
