@@ -208,7 +208,10 @@ class JobManager {
   // (checkpoints/FORMAT.md). NOT_FOUND for an unknown job or step.
   Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path);
   // Stores the snapshot of a portable file under a new id ("import-N"),
-  // usable as init_from {"job": id, "step": step}. Returns {id, step}.
+  // usable as init_from {"job": id, "step": step}. Returns {id, step}. The
+  // file holds a client's upload: malformed bytes are INVALID_ARGUMENT
+  // saying what is wrong (checkpoints::ImportSnapshot), naming it "the
+  // uploaded checkpoint", never `path`.
   StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
 
   // Jobs waiting for a running slot.

@@ -412,7 +412,10 @@ StatusOr<std::pair<std::string, int64_t>> JobManager::ImportCheckpoint(const std
   if (options_.store == nullptr) {
     return NoStore();
   }
-  FS_ASSIGN_OR_RETURN(checkpoints::Snapshot s, checkpoints::ImportSnapshot(path));
+  // The bytes are the client's: what is wrong with them is INVALID_ARGUMENT,
+  // and messages name "the uploaded checkpoint", not the scratch file.
+  FS_ASSIGN_OR_RETURN(checkpoints::Snapshot s,
+                      checkpoints::ImportSnapshot(path, "the uploaded checkpoint"));
   std::string id;
   {
     std::lock_guard<std::mutex> l(mu_);

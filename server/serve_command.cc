@@ -95,6 +95,10 @@ int ServeCommand(int argc, char** argv) {
     std::fprintf(stderr, "flowstate serve: %s\n", store.status().message().c_str());
     return 1;
   }
+  if (Status ws = (*store)->WriteStatus(); !ws.ok()) {
+    // A full disk: served read-only; writes resume once there is room.
+    std::fprintf(stderr, "flowstate serve: warning: %s\n", ws.ToString().c_str());
+  }
   Metrics metrics;
   ServiceOptions so;
   so.devices = devices->get();

@@ -6,7 +6,11 @@
 //
 // Sessions: a client's graph, run step by step (POST /v1/sessions...).
 // Sessions idle longer than `session_idle_timeout` are closed by Reap()
-// (the server calls it periodically). Jobs: see JobManager.
+// (the server calls it periodically). With a store (jobs.store), every
+// session gets a TensorStore on it for the Save/Restore ops: a prefix is
+// one server-wide name (scope "save/<prefix>" of the variables column
+// family), so what one session saves another restores, also after a
+// restart. Jobs: see JobManager.
 //
 // Thread safety: every method is thread-safe.
 #ifndef FLOWSTATE_SERVER_SERVICE_H_
@@ -29,6 +33,7 @@
 namespace flowstate {
 
 class Session;
+class TensorStore;
 class ThreadPool;
 
 struct ServiceOptions {
@@ -110,6 +115,7 @@ class Service {
   ServiceOptions options_;
   std::unique_ptr<ThreadPool> session_pool_;
   std::unique_ptr<JobManager> jobs_;
+  std::shared_ptr<TensorStore> tensor_store_;  // on jobs.store; null without one
   mutable std::mutex mu_;
   std::map<std::string, SessionEntry> sessions_;  // GUARDED_BY(mu_)
   int64_t next_session_ = 1;                       // GUARDED_BY(mu_)
