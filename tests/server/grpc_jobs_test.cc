@@ -280,5 +280,42 @@ TEST_F(GrpcServerTest, GrpcStopEndsOpenWatchesPromptly) {
 }
 
 }  // namespace
+TEST_F(GrpcServerTest, GrpcDeleteRemovesFinishedJobsOnly) {
+  pb::Job job = Submit(CsvJob(100000));
+  WaitFor(job.job_id(), "RUNNING");
+  auto del = [&](const std::string& id, pb::DeleteJobResponse* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::DeleteJobRequest r;
+    r.set_job_id(id);
+    return jobs_->Delete(&ctx, r, out);
+  };
+  pb::DeleteJobResponse resp;
+  grpc::Status s = del(job.job_id(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("cancel it first"), std::string::npos) << s.error_message();
+  EXPECT_EQ(del("job-77", &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::CancelJobRequest r;
+    r.set_job_id(job.job_id());
+    pb::Job after;
+    ASSERT_TRUE(jobs_->Cancel(&ctx, r, &after).ok());
+  }
+  WaitFor(job.job_id(), "CANCELLED");
+  s = del(job.job_id(), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.job_id(), job.job_id());
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  pb::GetJobRequest get;
+  get.set_job_id(job.job_id());
+  pb::Job gone;
+  EXPECT_EQ(jobs_->Get(&ctx, get, &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(del(job.job_id(), &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 }  // namespace grpc_test
 }  // namespace flowstate
