@@ -3,12 +3,14 @@
 // checkpoint routes (take, list, export, import), and what a finished job
 // keeps: releasing its memory, deleting it, retention. The scheduling half
 // is job_manager.cc.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "server/job_manager_internal.h"
 
@@ -359,10 +361,18 @@ void JobManager::ReleaseLocked(Job* job) {
   }
   // Predict calls in flight keep the old runner (and its sessions) until
   // they return.
-  job->runner = job->runner->Unstarted();
+  std::shared_ptr<TrainingJob> old = std::exchange(job->runner, job->runner->Unstarted());
   job->started = false;
   job->inference_ready = false;
   job->restore_on_start = covered;
+  if (old.use_count() == 1) {
+    old.reset();
+#ifdef __GLIBC__
+    // The data's and the sessions' freed pages go back to the system, not
+    // only to malloc's free lists (which keep most of them otherwise).
+    malloc_trim(0);
+#endif
+  }
 }
 
 Status JobManager::DeleteLocked(const std::string& id) {
