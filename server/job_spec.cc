@@ -293,7 +293,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   if (on_nan == "skip_step") {
     job.on_nan = OnNan::kSkipStep;
   } else if (on_nan != "fail") {
-    return Bad("on_nan", "expected \"fail\" or \"skip_step\", got \"" + on_nan + "\"");
+    return Bad("on_nan", "expected \"fail\" or \"skip_step\"");
   }
   return job;
 }

@@ -317,5 +317,25 @@ TEST_F(GrpcServerTest, GrpcDeleteRemovesFinishedJobsOnly) {
   EXPECT_EQ(del(job.job_id(), &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+TEST_F(GrpcServerTest, GrpcWatchReportsANaNStepAndTheJobFails) {
+  std::string json = CsvJob(50);
+  const std::string lr = "\"learning_rate\": 0.1";
+  json.replace(json.find(lr), lr.size(), "\"learning_rate\": 1e18");
+  pb::Job job = Submit(json);
+  std::vector<pb::JobEvent> events;
+  ASSERT_TRUE(WatchAll(job.job_id(), &events).ok());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().job().state(), "FAILED");
+  const std::string& error = events.back().job().error();
+  EXPECT_EQ(error.rfind("step ", 0), 0u) << error;
+  int nan_events = 0;
+  for (const pb::JobEvent& e : events) {
+    if (e.kind() != "nan") continue;
+    ++nan_events;
+    EXPECT_EQ(e.message(), error);
+  }
+  EXPECT_EQ(nan_events, 1);
+}
+
 }  // namespace grpc_test
 }  // namespace flowstate
