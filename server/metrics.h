@@ -28,8 +28,8 @@
 // metric and reports further ones as "other". A job's series appear when it
 // starts running; when it finishes its throughput gauge goes away and the
 // rest stays, until more than SetFinishedJobRetention() (default 64) newer
-// jobs have finished, or the job is deleted. Thread-safe: frontends and job workers record
-// concurrently.
+// jobs have finished, or the job is deleted (JobObserver::OnDelete).
+// Thread-safe: frontends and job workers record concurrently.
 #ifndef FLOWSTATE_SERVER_METRICS_H_
 #define FLOWSTATE_SERVER_METRICS_H_
 

@@ -5,9 +5,11 @@
 // Create() validates the whole job (graph, loss, optimizer, data files and
 // their agreement with the placeholders) and builds the training graph on
 // the server side: the client's forward graph, its gradients, the
-// optimizer's updates and slots, and the variables' initializers. Start()
-// loads the data and initializes the variables; then each Step() runs one
-// training step, Evaluate() computes the eval metrics over the eval set.
+// optimizer's updates and slots, and the variables' initializers. Every
+// gradient reaches the optimizer through a CheckNumerics (after the loss's),
+// so a step with a NaN/Inf loss or gradient applies no update (on_nan).
+// Start() loads the data and initializes the variables; then each Step() runs
+// one training step, Evaluate() computes the eval metrics over the eval set.
 //
 // Thread safety: one thread drives a job at a time (Step, Evaluate); the
 // accessors of Progress are safe from any thread.
