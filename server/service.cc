@@ -37,6 +37,7 @@ Service::Service(const ServiceOptions& options) : options_(options) {
   JobManagerOptions jo = options.jobs;
   jo.devices = options.devices;
   jo.data_root = options.data_root;
+  jo.max_shape_bytes = options.max_shape_bytes;
   jobs_ = std::make_unique<JobManager>(jo);
   if (options.jobs.store != nullptr) {
     // Not owned: the store outlives the service (an aliasing, owner-less
@@ -76,6 +77,7 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
   SessionOptions so;
   so.devices = options_.devices;
   so.inter_op_pool = session_pool_.get();
+  so.max_shape_bytes = options_.max_shape_bytes;
   FS_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(graph, so));
   // Save/Restore: every session shares the server's store (prefixes are
   // server-wide and survive restarts).

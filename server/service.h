@@ -42,7 +42,10 @@ struct ServiceOptions {
   int max_sessions = 64;
   std::chrono::seconds session_idle_timeout{600};
   int64_t max_tensor_bytes = int64_t{64} << 20;
-  JobManagerOptions jobs;  // devices and data_root are filled in from above
+  // The most bytes one tensor of a session's or job's graph may have when
+  // its shape is known before it runs (SessionOptions::max_shape_bytes).
+  int64_t max_shape_bytes = int64_t{1} << 30;
+  JobManagerOptions jobs;  // devices, data_root, max_shape_bytes are filled in from above
 };
 
 struct OpInfo {
