@@ -65,6 +65,8 @@ struct ServerConfig {
   } sessions;
   struct Limits {
     int64_t max_tensor_bytes = 0;
+    // Arrays/objects nested deeper in any client JSON are refused (400).
+    int max_json_depth = 100;
   } limits;
   struct Auth {
     std::vector<std::string> tokens;  // empty: no authentication
