@@ -1,4 +1,5 @@
 // The fuzz entries of api/'s JSON codec (entries.h), and CheckClientError.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,30 @@ void CheckClientError(const Status& s, const char* entry, bool data_loss_ok) {
   if (s.message().empty()) Fail(entry, "an error without a message: " + s.ToString());
 }
 
+void CheckTensor(const Tensor& t, const char* entry) {
+  if (!t.IsInitialized()) Fail(entry, "an uninitialized tensor");
+  const size_t size = DataTypeSize(t.dtype());
+  const int64_t n = t.num_elements();
+  if (size == 0 || n < 0 || uint64_t(n) > SIZE_MAX / size || uint64_t(n) * size != t.TotalBytes()) {
+    Fail(entry, "a tensor whose byte size overflows: " + std::string(DataTypeName(t.dtype())) +
+                    t.shape().ToString());
+  }
+  if (t.TotalBytes() > 0) {
+    if (t.raw_data() == nullptr) Fail(entry, "a tensor without a buffer");
+    const volatile char* p = static_cast<const char*>(t.raw_data());
+    (void)p[0];
+    (void)p[t.TotalBytes() - 1];
+  }
+}
+
+void CheckGraphTensors(const GraphDef& g, const char* entry) {
+  for (const NodeDef& n : g.nodes) {
+    for (const auto& [name, v] : n.attrs) {
+      if (v.kind() == AttrKind::kTensor) CheckTensor(v.tensor(), entry);
+    }
+  }
+}
+
 namespace {
 
 constexpr api::Encoding kEncodings[] = {api::Encoding::kData, api::Encoding::kB64,
@@ -45,6 +70,7 @@ Status GraphJson(std::string_view input) {
   StatusOr<GraphDef> g = api::ParseGraphJson(input);
   CheckClientError(g.status(), "GraphJson");
   if (!g.ok()) return g.status();
+  CheckGraphTensors(*g, "GraphJson");
   for (api::Encoding e : kEncodings) {
     std::string text = api::GraphToJson(*g, e);
     StatusOr<GraphDef> again = api::ParseGraphJson(text);
@@ -68,6 +94,7 @@ Status TensorJson(std::string_view input) {
   StatusOr<Tensor> t = api::ParseTensorJson(input, dtype, "tensor", kFuzzMaxTensorBytes);
   CheckClientError(t.status(), "TensorJson");
   if (!t.ok()) return t.status();
+  CheckTensor(*t, "TensorJson");
   for (api::Encoding e : kEncodings) {
     std::string text = api::TensorToJson(*t, e);
     StatusOr<Tensor> again = api::ParseTensorJson(text, t->dtype(), "tensor", kFuzzMaxTensorBytes);
@@ -97,6 +124,7 @@ Status Requests(std::string_view input) {
   StatusOr<api::RunRequest> r = api::ParseRunRequestJson(input, "", kFuzzMaxTensorBytes);
   CheckClientError(r.status(), "Requests(run)");
   if (!r.ok()) return r.status();
+  for (const auto& [name, t] : r->feeds) CheckTensor(t, "Requests(run)");
   for (api::Encoding e : kEncodings) {
     std::string text = api::RunRequestToJson(*r, e);
     StatusOr<api::RunRequest> again = api::ParseRunRequestJson(text, "", kFuzzMaxTensorBytes);

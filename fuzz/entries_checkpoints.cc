@@ -80,7 +80,9 @@ std::string WithExportChecksums(std::string_view input) {
 // corrupt record is DATA_LOSS.
 void Records(std::string_view bytes) {
   const std::string what = "fuzz record";
-  CheckClientError(ci::DecodeTensorRecord(bytes, what).status(), "CheckpointImport(record)", true);
+  StatusOr<Tensor> t = ci::DecodeTensorRecord(bytes, what);
+  CheckClientError(t.status(), "CheckpointImport(record)", true);
+  if (t.ok()) CheckTensor(*t, "CheckpointImport(record)");
   CheckClientError(ci::DecodeChunkedTensorHeader(bytes, what).status(),
                    "CheckpointImport(chunked)", true);
   CheckClientError(ci::DecodeIndex(bytes, what).status(), "CheckpointImport(index)", true);
@@ -92,7 +94,8 @@ Status Import(std::string_view file) {
   CheckClientError(s.status(), "CheckpointImport", /*data_loss_ok=*/true);
   if (!s.ok()) return s.status();
   for (const checkpoints::NamedTensor& t : s->tensors) {
-    if (t.name.empty() || !t.value.IsInitialized()) Fail("CheckpointImport", "an empty tensor");
+    if (t.name.empty()) Fail("CheckpointImport", "a tensor without a name");
+    CheckTensor(t.value, "CheckpointImport");
   }
   return Status();
 }

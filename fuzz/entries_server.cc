@@ -25,6 +25,7 @@ Status TensorMessage(const pb::Tensor& proto) {
   StatusOr<Tensor> t = gc::TensorFromProto(proto, "tensor", kFuzzMaxTensorBytes);
   CheckClientError(t.status(), "GrpcRequests(tensor)");
   if (!t.ok()) return t.status();
+  CheckTensor(*t, "GrpcRequests(tensor)");
   pb::Tensor back;
   gc::TensorToProto(*t, &back);
   StatusOr<Tensor> again = gc::TensorFromProto(back, "tensor", kFuzzMaxTensorBytes);
@@ -41,6 +42,7 @@ Status GraphMessage(const pb::GraphDef& proto) {
   StatusOr<GraphDef> g = gc::GraphFromProto(proto, "graph");
   CheckClientError(g.status(), "GrpcRequests(graph)");
   if (!g.ok()) return g.status();
+  CheckGraphTensors(*g, "GrpcRequests(graph)");
   pb::GraphDef back;
   gc::GraphToProto(*g, &back);
   StatusOr<GraphDef> again = gc::GraphFromProto(back, "graph");
@@ -56,6 +58,9 @@ Status NamesAndTensors(const gc::TensorMap& tensors, const gc::StringList& fetch
                        const gc::StringList* targets, const char* tensors_path) {
   StatusOr<gc::NamedTensors> t = gc::NamedTensorsFromProto(tensors, tensors_path, kFuzzMaxTensorBytes);
   CheckClientError(t.status(), "GrpcRequests(tensors)");
+  if (t.ok()) {
+    for (const auto& [name, tensor] : *t) CheckTensor(tensor, "GrpcRequests(tensors)");
+  }
   StatusOr<std::vector<std::string>> f = gc::TensorNamesFromProto(fetches, "fetches");
   CheckClientError(f.status(), "GrpcRequests(fetches)");
   Status s = t.ok() ? f.status() : t.status();
@@ -84,13 +89,17 @@ Status GrpcRequests(std::string_view input) {
     case 0: {
       pb::CreateSessionRequest m;
       if (!Decode(input, &m)) return Status();
-      s = gc::GraphFromRequest(m).status();
+      StatusOr<GraphDef> g = gc::GraphFromRequest(m);
+      if (g.ok()) CheckGraphTensors(*g, "GrpcRequests(create)");
+      s = g.status();
       break;
     }
     case 1: {
       pb::ExtendSessionRequest m;
       if (!Decode(input, &m)) return Status();
-      s = gc::GraphFromRequest(m).status();
+      StatusOr<GraphDef> g = gc::GraphFromRequest(m);
+      if (g.ok()) CheckGraphTensors(*g, "GrpcRequests(extend)");
+      s = g.status();
       break;
     }
     case 2: {
