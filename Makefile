@@ -4,15 +4,18 @@
 #   make serve   install deps, build, run `flowstate serve` in the foreground (embedded defaults)
 #   make asan    every test under AddressSanitizer + UBSan (build-asan/)
 #   make tsan    the engine's, server's and jobs' tests under ThreadSanitizer (build-tsan/)
+#   make fuzz    the libFuzzer targets of fuzz/ (clang-14, build-fuzz/), each run
+#                for FUZZ_SECONDS (default 60); fails if any finds a crash
 BUILD ?= build
 JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
 # ccache: share hits between checkouts in different folders (CI clones anew).
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps configure build test bench serve asan tsan clean
+.PHONY: all deps configure build test bench serve asan tsan fuzz clean
 
 all: build
 
@@ -49,5 +52,11 @@ tsan: deps
 	@cmake --build --preset tsan -j $(JOBS)
 	@ctest --preset tsan
 
+fuzz:
+	@scripts/install-deps --fuzz
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

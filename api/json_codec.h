@@ -30,8 +30,11 @@
 // integer dtype. Floats are printed in the shortest form that reads back to
 // the same value, always with a '.' or an exponent.
 //
-// Duplicate keys in an object: the last one wins. All functions are pure and
-// thread-safe.
+// Duplicate keys in an object: the last one wins. Every parser here first
+// checks the document's nesting depth (CheckJsonDepth below), so that no
+// recursive reader, copy or printer of it can run out of stack. All
+// functions are pure and thread-safe; the one process-wide setting is the
+// depth limit, SetMaxJsonDepth.
 #ifndef FLOWSTATE_API_JSON_CODEC_H_
 #define FLOWSTATE_API_JSON_CODEC_H_
 
@@ -53,6 +56,32 @@ namespace flowstate::api {
 
 // The largest tensor a request may carry unless the caller says otherwise.
 inline constexpr size_t kDefaultMaxTensorBytes = size_t{64} << 20;  // 64 MiB
+
+// ---------------------------------------------------------------------------
+// Nesting depth.
+//
+// A document whose arrays and objects nest deeper than the limit is refused
+// before anything is built from it: `[[[...]]]` 50,000 deep is ~100 KiB, and
+// any recursive walk of it overflows a thread's stack. The root array or
+// object is level 1. The limit is process-wide (an atomic): it protects the
+// process's stacks, it applies to every reader of client JSON alike -- this
+// codec, job specs, checkpoint metadata -- and `flowstate serve` sets it once
+// at startup from the configuration key limits.max_json_depth.
+inline constexpr int kDefaultMaxJsonDepth = 100;  // protobuf's default recursion limit
+inline constexpr int kMaxJsonDepthCeiling = 10000;  // what SetMaxJsonDepth accepts at most
+// INVALID_ARGUMENT unless 1 <= depth <= kMaxJsonDepthCeiling.
+Status SetMaxJsonDepth(int depth);
+int MaxJsonDepth();
+
+// OK unless `json` nests deeper than `max_depth` (default: MaxJsonDepth());
+// then INVALID_ARGUMENT "<path>: JSON nesting deeper than 100 levels (at byte
+// 4711); the limit is limits.max_json_depth". One linear pass that counts
+// brackets outside strings, with no allocation; malformed text passes unless
+// it is too deep (the parser then reports what is wrong with it). For
+// readers of client JSON outside this codec (json::parse does not recurse,
+// but copying, printing and comparing a parsed document do).
+Status CheckJsonDepth(std::string_view json, std::string_view path = "",
+                      int max_depth = MaxJsonDepth());
 
 enum class Encoding : uint8_t { kData, kB64, kNested };
 std::string_view EncodingName(Encoding encoding);  // "data", "b64", "nested"

@@ -14,10 +14,12 @@
 // It never decides anything nlohmann would decide differently: whatever it
 // does not handle for certain -- an escape, a byte >= 0x80 (UTF-8 to
 // validate), an integer of more than 18 digits, a number from_chars calls
-// out of range, nesting deeper than kMaxDepth, any syntax error -- makes it
+// out of range, nesting deeper than kMaxDepth (or the caller's limit, which
+// the caller then reports), any syntax error -- makes it
 // return false, and the caller parses the text again with nlohmann, whose
 // result and error messages then stand. A test compares the two readers on
 // many documents.
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -29,7 +31,7 @@
 namespace flowstate::api::internal {
 namespace {
 
-constexpr int kMaxDepth = 64;
+constexpr int kMaxDepth = 64;  // the deepest it recurses, whatever the limit
 
 // Where a value sits in a run or predict request, for packing tensor data:
 // the root, the value of its "feeds" or "inputs", a tensor in that, or the
@@ -48,8 +50,11 @@ Place PlaceOf(Place parent, std::string_view key) {
 
 class FastReader {
  public:
-  FastReader(std::string_view text, bool pack)
-      : p_(text.data()), end_(text.data() + text.size()), pack_(pack) {}
+  FastReader(std::string_view text, bool pack, int max_depth)
+      : p_(text.data()),
+        end_(text.data() + text.size()),
+        pack_(pack),
+        max_depth_(std::min(kMaxDepth, max_depth)) {}
 
   bool Document(Json* out) {
     SkipSpace();
@@ -77,7 +82,7 @@ class FastReader {
     switch (*p_) {
       case '{': return Object(out, depth + 1, place);
       case '[':
-        if (place == Place::kData && depth < kMaxDepth && Packed(out)) return true;
+        if (place == Place::kData && depth < max_depth_ && Packed(out)) return true;
         return Array(out, depth + 1);
       case '"': {
         std::string_view s;
@@ -172,7 +177,7 @@ class FastReader {
   }
 
   bool Array(Json* out, int depth) {
-    if (depth > kMaxDepth) return false;
+    if (depth > max_depth_) return false;
     ++p_;  // '['
     *out = Json::array();
     SkipSpace();
@@ -261,7 +266,7 @@ class FastReader {
   }
 
   bool Object(Json* out, int depth, Place place = Place::kOther) {
-    if (depth > kMaxDepth) return false;
+    if (depth > max_depth_) return false;
     ++p_;  // '{'
     *out = Json::object();
     SkipSpace();
@@ -298,6 +303,7 @@ class FastReader {
   const char* p_;
   const char* end_;
   const bool pack_;
+  const int max_depth_;
 };
 
 }  // namespace
@@ -335,8 +341,8 @@ std::vector<PackedNumber> UnpackNumbers(const Json& v) {
   return numbers;
 }
 
-bool FastParseJson(std::string_view text, Json* out, bool pack_tensor_data) {
-  FastReader reader(text, pack_tensor_data);
+bool FastParseJson(std::string_view text, Json* out, bool pack_tensor_data, int max_depth) {
+  FastReader reader(text, pack_tensor_data, max_depth);
   Json v;
   if (!reader.Document(&v)) return false;
   *out = std::move(v);

@@ -58,10 +58,17 @@ Status PathError(const std::string& path, std::string_view message, std::string_
 std::string DescribeValue(const Json& v);
 
 // Parses `text` into *out; INVALID_ARGUMENT naming `path` and the parser's
-// position on malformed text. Tries FastParseJson first (with
-// `pack_tensor_data` as given).
+// position on malformed text, or the nesting limit (MaxJsonDepth()) on text
+// that nests deeper. Tries FastParseJson first (with `pack_tensor_data` as
+// given).
 Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out,
                      bool pack_tensor_data = false);
+
+// CheckJsonDepth's scan: the offset of the first bracket that opens level
+// max_depth + 1, or -1 (also for text that is malformed before that).
+int64_t TooDeepAt(std::string_view text, int max_depth);
+// CheckJsonDepth's error for that offset.
+Status TooDeepError(const std::string& path, int max_depth, int64_t at);
 
 // One number of a packed tensor "data" array: the number type nlohmann's
 // parser would have given it, and its value.
@@ -79,8 +86,8 @@ struct PackedNumber {
 // The fast reader for plain documents (json_fast_parse.cc): true with *out
 // exactly what nlohmann's parser would make of `text`, or false -- *out
 // untouched -- for anything it leaves to nlohmann (escapes, non-ASCII
-// strings, huge integers, out-of-range numbers, deep nesting, and every
-// malformed text).
+// strings, huge integers, out-of-range numbers, nesting deeper than 64 levels
+// or `max_depth`, and every malformed text).
 //
 // With `pack_tensor_data`, for a run or predict request -- {"feeds" or
 // "inputs": {name: {..., "data": [numbers]}}} -- a "data" array made only of
@@ -88,7 +95,8 @@ struct PackedNumber {
 // binary value (which JSON text never yields); TensorFromJson reads that as
 // the array it was, with the same results and messages, without a DOM node
 // per number. Everything else is as without it.
-bool FastParseJson(std::string_view text, Json* out, bool pack_tensor_data = false);
+bool FastParseJson(std::string_view text, Json* out, bool pack_tensor_data = false,
+                   int max_depth = kDefaultMaxJsonDepth);
 // The numbers of a packed array (REQUIRES: v.is_binary(), from FastParseJson).
 std::vector<PackedNumber> UnpackNumbers(const Json& v);
 

@@ -1,6 +1,7 @@
 // Paths, errors, scalar conversions and the low-level writers shared by the
 // JSON codec (json_internal.h).
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -144,9 +145,53 @@ std::string DescribeValue(const Json& v) {
   }
 }
 
+int64_t TooDeepAt(std::string_view text, int max_depth) {
+  // Only brackets and strings matter; a string is skipped whole (an escaped
+  // quote does not end it). A closing bracket with nothing open ends the
+  // scan: every parser stops at that error before reading further.
+  int depth = 0;
+  const char* const begin = text.data();
+  const char* p = begin;
+  const char* const end = begin + text.size();
+  while (p < end) {
+    switch (*p++) {
+      case '[':
+      case '{':
+        if (++depth > max_depth) return int64_t(p - 1 - begin);
+        break;
+      case ']':
+      case '}':
+        if (--depth < 0) return -1;
+        break;
+      case '"':
+        while (p < end) {
+          char c = *p++;
+          if (c == '"') break;
+          if (c == '\\' && p < end) ++p;
+        }
+        break;
+      default: break;
+    }
+  }
+  return -1;
+}
+
+Status TooDeepError(const std::string& path, int max_depth, int64_t at) {
+  return PathError(path, "JSON nesting deeper than " + std::to_string(max_depth) +
+                             " levels (at byte " + std::to_string(at) +
+                             "); the limit is limits.max_json_depth");
+}
+
 Status ParseJsonText(std::string_view text, const JsonPath& path, Json* out,
                      bool pack_tensor_data) {
-  if (FastParseJson(text, out, pack_tensor_data)) return Status();
+  // The fast reader goes no deeper than the limit; whatever it leaves to
+  // nlohmann is measured first (nlohmann's parser is not recursive, but what
+  // the codec does with the document is).
+  const int max_depth = MaxJsonDepth();
+  if (FastParseJson(text, out, pack_tensor_data, max_depth)) return Status();
+  if (int64_t at = TooDeepAt(text, max_depth); at >= 0) {
+    return TooDeepError(path.ToString(), max_depth, at);
+  }
   try {
     *out = Json::parse(text.begin(), text.end());
     return Status();
@@ -399,3 +444,27 @@ float NarrowToFloat(double d) {
 }
 
 }  // namespace flowstate::api::internal
+
+namespace flowstate::api {
+namespace {
+std::atomic<int> g_max_json_depth{kDefaultMaxJsonDepth};
+}  // namespace
+
+Status SetMaxJsonDepth(int depth) {
+  if (depth < 1 || depth > kMaxJsonDepthCeiling) {
+    return InvalidArgument("the JSON nesting limit must be in [1, " +
+                           std::to_string(kMaxJsonDepthCeiling) + "], got " +
+                           std::to_string(depth));
+  }
+  g_max_json_depth.store(depth, std::memory_order_relaxed);
+  return Status();
+}
+
+int MaxJsonDepth() { return g_max_json_depth.load(std::memory_order_relaxed); }
+
+Status CheckJsonDepth(std::string_view json, std::string_view path, int max_depth) {
+  int64_t at = internal::TooDeepAt(json, max_depth);
+  return at < 0 ? Status() : internal::TooDeepError(std::string(path), max_depth, at);
+}
+
+}  // namespace flowstate::api

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -163,6 +164,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->sessions.idle_timeout_seconds = j["sessions"]["idle_timeout_seconds"];
   c->sessions.max_sessions = j["sessions"]["max_sessions"];
   c->limits.max_tensor_bytes = j["limits"]["max_tensor_bytes"];
+  const int64_t json_depth = j["limits"]["max_json_depth"];
+  c->limits.max_json_depth = int(std::clamp<int64_t>(json_depth, 0, 1 << 30));
   c->auth.tokens = j["auth"]["tokens"].get<std::vector<std::string>>();
   c->auth.open_routes = j["auth"]["open_routes"].get<std::vector<std::string>>();
   c->log.requests = j["log"]["requests"];
@@ -200,7 +203,10 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->limits.max_shape_bytes >= 1, "limits.max_shape_bytes: must be >= 1"),
         Check(c->sessions.idle_timeout_seconds > 0, "sessions.idle_timeout_seconds: must be > 0"),
         Check(c->sessions.max_sessions >= 1, "sessions.max_sessions: must be >= 1"),
-        Check(c->limits.max_tensor_bytes >= 1, "limits.max_tensor_bytes: must be >= 1")}) {
+        Check(c->limits.max_tensor_bytes >= 1, "limits.max_tensor_bytes: must be >= 1"),
+        // api::kMaxJsonDepthCeiling (config/ sees no api/ header).
+        Check(json_depth >= 1 && json_depth <= 10000,
+              "limits.max_json_depth: must be in [1, 10000]")}) {
     if (!e.empty()) return e;
   }
   return "";

@@ -74,6 +74,8 @@ struct ServerConfig {
     // The most bytes one tensor of a graph may have when its shape is known
     // before it runs (Variable, Fill, Zeros, ...): refused when validated.
     int64_t max_shape_bytes = 0;
+    // Arrays/objects nested deeper in any client JSON are refused (400).
+    int max_json_depth = 100;
   } limits;
   struct Auth {
     std::vector<std::string> tokens;  // empty: no authentication

@@ -1,5 +1,6 @@
 #include "graph/tensor.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -34,6 +35,13 @@ class SubBuffer final : public TensorBuffer {
 
 StatusOr<Tensor> Tensor::Allocate(Allocator* allocator, DataType dtype,
                                   const TensorShape& shape) {
+  // TensorShape allows up to 2^62 elements: 2^61 float64 elements would
+  // wrap to 0 bytes, an empty buffer that kernels and readers then overrun.
+  if (const size_t size = DataTypeSize(dtype);
+      size > 0 && uint64_t(shape.num_elements()) > SIZE_MAX / size) {
+    return ResourceExhausted("a " + std::string(DataTypeName(dtype)) + shape.ToString() +
+                             " tensor takes more than 2^64 bytes");
+  }
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = shape;

@@ -204,6 +204,8 @@ Status ParseOptimizer(const json& o, JobSpec* job) {
 }  // namespace
 
 StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
+  // Before anything recursive (the graph is printed again below).
+  FS_RETURN_IF_ERROR(api::CheckJsonDepth(text));
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument("the job is not valid JSON");
   JobSpec job;

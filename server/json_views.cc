@@ -8,6 +8,8 @@
 #include <ctime>
 #include <limits>
 
+#include "api/json_codec.h"
+
 namespace flowstate {
 namespace {
 
@@ -136,6 +138,7 @@ Status Expected(const std::string& path, std::string_view what, const Json& got)
 }
 
 Status Parse(std::string_view text, Json* out) {
+  FS_RETURN_IF_ERROR(api::CheckJsonDepth(text));
   *out = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) return InvalidArgument("malformed JSON");
   return Status();

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "api/json_codec.h"
 #include "checkpoints/store.h"
 #include "config/config.h"
 #include "devices/device_pool.h"
@@ -80,6 +81,12 @@ int ServeCommand(int argc, char** argv) {
   config::LoadResult loaded = config::LoadServerConfig(args, [](const char* n) { return std::getenv(n); }, &cfg);
   if (!loaded.ok) {
     std::fprintf(stderr, "flowstate serve: %s\n%s", loaded.error.c_str(), kUsage);
+    return 2;
+  }
+
+  // Before anything reads client JSON.
+  if (Status s = api::SetMaxJsonDepth(cfg.limits.max_json_depth); !s.ok()) {
+    std::fprintf(stderr, "flowstate serve: limits.max_json_depth: %s\n", s.message().c_str());
     return 2;
   }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/base64.h"
+#include "api/json_codec.h"
 #include "graph/gradients.h"
 #include "graph/graph.h"
 #include "graph/initializers.h"
@@ -444,6 +445,8 @@ std::string EncodeSnapshotMetadata(const JobSnapshot& s) {
 }
 
 Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s) {
+  // An imported checkpoint's metadata is client data like any request body.
+  FS_RETURN_IF_ERROR(api::CheckJsonDepth(text, "checkpoint metadata"));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [](const std::string& why) {
     return InvalidArgument("checkpoint metadata: " + why);

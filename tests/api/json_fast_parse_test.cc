@@ -232,20 +232,24 @@ TEST(JsonFastParseTest, OnlyTensorDataIsPacked) {
 TEST(JsonFastParseTest, DocumentsOfAnyDepthAreReleased) {
   // Nested arrays and objects, and a nesting far deeper than the fast
   // release goes (the rest is nlohmann's, which needs no stack): none
-  // crashes, and what a Document held is gone with it.
+  // crashes, and what a Document held is gone with it. (The deepest
+  // document the nesting limit lets through.)
   {
     Document doc;
     ASSERT_TRUE(ParseJsonText(R"({"a": [[1, 2], {"b": [3, [4, 5]]}], "c": "x"})", JsonPath(""),
                               doc.get()).ok());
     EXPECT_EQ((*doc)["a"][1]["b"][1][1], 5);
   }
-  std::string deep(100000, '[');
-  deep += std::string(100000, ']');
+  const int saved = MaxJsonDepth();
+  ASSERT_TRUE(SetMaxJsonDepth(kMaxJsonDepthCeiling).ok());
+  std::string deep(kMaxJsonDepthCeiling, '[');
+  deep += std::string(kMaxJsonDepthCeiling, ']');
   {
     Document doc;
     ASSERT_TRUE(ParseJsonText(deep, JsonPath(""), doc.get()).ok());
     EXPECT_TRUE(doc->is_array());
   }
+  ASSERT_TRUE(SetMaxJsonDepth(saved).ok());
 }
 
 }  // namespace

@@ -50,6 +50,18 @@ TEST(TensorShape, Basics) {
   EXPECT_FALSE(TensorShape::Make(deep).ok());
 }
 
+TEST(Tensor, AllocateRefusesAByteSizeThatOverflows) {
+  // 2^61 float64 elements are 2^64 bytes: the size wrapped to 0 and Allocate
+  // returned a tensor of 2^61 elements without a buffer (issue 11).
+  StatusOr<Tensor> t =
+      Tensor::Allocate(HostAllocator(), DataType::kFloat64, TensorShape({int64_t{1} << 61}));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kResourceExhausted);
+  EXPECT_EQ(t.status().message(), "a float64[2305843009213693952] tensor takes more than 2^64 bytes");
+  t = Tensor::Allocate(HostAllocator(), DataType::kUInt8, TensorShape({int64_t{1} << 61, 0}));
+  EXPECT_TRUE(t.ok());
+}
+
 TEST(PartialShape, Compatibility) {
   PartialShape p({-1, 784});
   EXPECT_TRUE(p.IsCompatibleWith(TensorShape({32, 784})));

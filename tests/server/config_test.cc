@@ -65,6 +65,25 @@ TEST(Config, AnUnknownKeyOrAWrongTypeIsAnErrorNamingIt) {
   EXPECT_FALSE(r.ok);
 }
 
+TEST(Config, TheJsonNestingLimitDefaultsTo100AndIsRangeChecked) {
+  ServerConfig c;
+  ASSERT_TRUE(LoadServerConfig({}, Env({}), &c).ok);
+  EXPECT_EQ(c.limits.max_json_depth, 100);
+  LoadResult r = LoadServerConfig({"--set", "limits.max_json_depth=32"}, Env({}), &c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(c.limits.max_json_depth, 32);
+  r = LoadServerConfig({}, Env({{"FLOWSTATE_LIMITS_MAX_JSON_DEPTH", "500"}}), &c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(c.limits.max_json_depth, 500);
+  for (const char* bad : {R"({"limits": {"max_json_depth": 0}})",
+                          R"({"limits": {"max_json_depth": 10001}})",
+                          R"({"limits": {"max_json_depth": 1e12}})"}) {
+    r = ParseConfigJson(bad, &c);
+    EXPECT_FALSE(r.ok) << bad;
+    EXPECT_EQ(r.error, "limits.max_json_depth: must be in [1, 10000]") << bad;
+  }
+}
+
 TEST(Config, FileThenEnvironmentThenFlags) {
   std::filesystem::path file =
       std::filesystem::temp_directory_path() / ("flowstate_config_test_" + std::to_string(::getpid()) + ".json");
