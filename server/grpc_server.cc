@@ -12,6 +12,20 @@
 // call (Frontend::Dispatch, InlinePolicy). Both answer with "server-timing"
 // trailing metadata (options.server_timing): the step, the handler and the
 // total from the call's arrival on the queue.
+//
+// Jobs/Watch is a callback method (WatchCall, a ServerWriteReactor): it
+// holds no thread while it waits. Its stream's waker queues the call on one
+// thread shared by every Watch (WatchPump), which pulls what the stream has
+// and starts the write; a finished write pulls the next. So an idle Watch
+// costs nothing, and at most Service's max_event_streams are open at once
+// (RESOURCE_EXHAUSTED above, as REST's event streams count against the same
+// limit).
+//
+// Limits: max_message_bytes for messages both ways (gRPC refuses a bigger
+// one with RESOURCE_EXHAUSTED before any handler runs), and at most
+// max_concurrent_streams calls at once on one connection (HTTP/2
+// SETTINGS_MAX_CONCURRENT_STREAMS; a client queues more). Authentication:
+// server/auth.h, the rule the REST frontend applies too.
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -24,6 +38,10 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <optional>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +52,7 @@
 
 #include "api/flowstate.grpc.pb.h"
 #include "scheduler/thread_pool.h"
+#include "server/auth.h"
 #include "server/grpc_convert.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
@@ -48,9 +67,6 @@ using grpc_convert::GraphOptions;
 using ::grpc::ServerContext;
 using ::grpc::ServerContextBase;
 
-// How often a Watch wakes up without events to notice a cancelled call or a
-// stopping server.
-constexpr std::chrono::milliseconds kWatchPoll{100};
 // How long Stop() lets calls in flight finish before cancelling them.
 constexpr std::chrono::seconds kShutdownGrace{5};
 
@@ -64,30 +80,48 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool TokensEqual(std::string_view a, std::string_view b) {
-  // Compares every byte whatever the first difference, so that the time taken
-  // does not tell how much of a guess was right.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
+class WatchCall;
 
-bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() &&
-         std::equal(prefix.begin(), prefix.end(), s.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
+// The thread that serves every Watch call's stream (see the top of the
+// file): Wake() queues a call (cheap: it runs in the stream's waker, under
+// the job manager's lock); the thread runs the call's Pump().
+class WatchPump {
+ public:
+  WatchPump() : thread_([this] { Loop(); }) {}
+  ~WatchPump() { Stop(); }
+  void Wake(std::weak_ptr<WatchCall> call) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopped_) return;
+    queue_.push_back(std::move(call));
+    cv_.notify_one();
+  }
+  // Runs what is queued, then ends the thread. Idempotent.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopped_ = true;
+      cv_.notify_one();
+    }
+    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  }
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::weak_ptr<WatchCall>> queue_;  // GUARDED_BY(mu_)
+  bool stopped_ = false;                        // GUARDED_BY(mu_)
+  std::thread thread_;                          // last: starts once the rest is built
+};
 
 // What every service shares: the Service, the options, the open Watch
 // streams (closed by Stop()), and where steps run (Dispatch).
 class Frontend {
  public:
   Frontend(Service* service, Metrics* metrics, const GrpcServerOptions& options)
-      : service_(service),
+      : watch_pump_(std::make_shared<WatchPump>()),
+        service_(service),
         metrics_(metrics),
         options_(options),
         inline_policy_(InlinePolicy::Options{std::chrono::microseconds(options.inline_below_us),
@@ -108,14 +142,29 @@ class Frontend {
     auto start = std::chrono::steady_clock::now();
     Status s = Authenticate(*ctx);
     if (s.ok()) s = fn();
+    return Answer(ctx, method, s, start);
+  }
+
+  // The answer to a call of `method` that began at `start` and ends with
+  // `s`: the node's trailing metadata, the call recorded, gRPC's status.
+  ::grpc::Status Answer(ServerContextBase* ctx, const char* method, const Status& s,
+                        std::chrono::steady_clock::time_point start) {
     if (!s.node().empty()) ctx->AddTrailingMetadata(kNodeMetadata, s.node());
     if (metrics_ != nullptr) {
-      double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      metrics_->ObserveGrpcRequest(method, std::string(CodeName(s.code())), seconds);
+      metrics_->ObserveGrpcRequest(method, std::string(CodeName(s.code())), SecondsSince(start));
     }
     return grpc_convert::ToGrpcStatus(s);
   }
+
+  // The request's "authorization" metadata against the tokens (server/auth.h).
+  Status Authenticate(const ServerContextBase& ctx) const {
+    std::vector<std::string_view> values;
+    auto [begin, end] = ctx.client_metadata().equal_range("authorization");
+    for (auto it = begin; it != end; ++it) values.emplace_back(it->second.data(), it->second.size());
+    return CheckBearerToken(values, options_.tokens).status;
+  }
+
+  const std::shared_ptr<WatchPump>& watch_pump() const { return watch_pump_; }
 
   // Runs `body` (which answers the call) now on the calling thread when the
   // last call of `key` was cheap (InlinePolicy), else on the handler pool;
@@ -174,25 +223,7 @@ class Frontend {
   }
 
  private:
-  Status Authenticate(const ServerContextBase& ctx) const {
-    if (options_.tokens.empty()) return Status();
-    const auto& metadata = ctx.client_metadata();
-    auto [begin, end] = metadata.equal_range("authorization");
-    if (begin == end) {
-      return Unauthenticated("missing credentials: send the metadata \"authorization: Bearer "
-                             "<token>\"");
-    }
-    for (auto it = begin; it != end; ++it) {
-      std::string_view value(it->second.data(), it->second.size());
-      if (!StartsWithIgnoreCase(value, "Bearer ")) continue;
-      std::string_view token = value.substr(7);
-      bool match = false;
-      for (const std::string& t : options_.tokens) match |= TokensEqual(token, t);
-      if (match) return Status();
-    }
-    return Unauthenticated("invalid bearer token");
-  }
-
+  std::shared_ptr<WatchPump> watch_pump_;  // shared with the streams' wakers
   Service* service_;
   Metrics* metrics_;
   GrpcServerOptions options_;
@@ -204,6 +235,145 @@ class Frontend {
   bool stopping_ = false;                // GUARDED_BY(mu_)
   std::set<JobEventStream*> streams_;    // GUARDED_BY(mu_)
 };
+
+// --- Watch.
+
+// One Jobs/Watch call (see the top of the file). Owns itself from Start()
+// until OnDone(); the pump and the stream's waker hold it weakly or share
+// it, so a late wake-up finds it finished rather than gone.
+class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
+                        public std::enable_shared_from_this<WatchCall> {
+ public:
+  static constexpr const char* kMethod = "flowstate.v1.Jobs/Watch";
+
+  WatchCall(Frontend* f, ::grpc::CallbackServerContext* ctx)
+      : f_(f), ctx_(ctx), start_(std::chrono::steady_clock::now()) {}
+
+  static WatchCall* Start(Frontend* f, ::grpc::CallbackServerContext* ctx,
+                          const pb::WatchJobRequest& req) {
+    auto call = std::make_shared<WatchCall>(f, ctx);
+    call->self_ = call;
+    Status s = f->Authenticate(*ctx);
+    std::unique_ptr<JobEventStream> stream;
+    if (s.ok()) {
+      StatusOr<std::unique_ptr<JobEventStream>> watched =
+          f->service().WatchJob(req.job_id(), req.history());
+      if (watched.ok()) {
+        stream = std::move(watched).value();
+      } else {
+        s = watched.status();
+      }
+    }
+    if (s.ok() && !f->AddStream(stream.get())) s = Unavailable("the server is shutting down");
+    if (!s.ok()) {
+      call->finished_ = true;
+      call->FinishWith(s);
+      return call.get();
+    }
+    JobEventStream* raw = stream.get();
+    {
+      std::lock_guard<std::mutex> l(call->mu_);
+      call->stream_ = std::move(stream);
+    }
+    std::weak_ptr<WatchCall> weak = call;
+    std::weak_ptr<WatchPump> pump = f->watch_pump();
+    raw->SetWaker([weak, pump] {
+      std::shared_ptr<WatchCall> c = weak.lock();
+      if (c == nullptr || c->queued_.exchange(true)) return;
+      if (std::shared_ptr<WatchPump> p = pump.lock()) p->Wake(weak);
+    });
+    call->Pump();
+    return call.get();
+  }
+
+  // Sends what the stream has, one event per write; finishes the call at
+  // its end. Any thread; does nothing while a write is under way.
+  void Pump() {
+    queued_ = false;
+    std::unique_lock<std::mutex> l(mu_);
+    if (writing_ || finished_ || stream_ == nullptr) return;
+    std::optional<JobEvent> event = stream_->Next(std::chrono::milliseconds(0));
+    if (event) {
+      grpc_convert::JobEventToProto(*event, &event_);
+      writing_ = true;
+      l.unlock();
+      StartWrite(&event_);
+      return;
+    }
+    if (stream_->timed_out()) return;  // idle: the waker calls again
+    // The job ended and all its events were sent, or the stream was closed
+    // (the server stopping, the client cancelling).
+    finished_ = true;
+    Status s;
+    if (cancelled_) {
+      s = Cancelled("the client cancelled the call");
+    } else if (f_->stopping()) {
+      s = Unavailable("the server is shutting down");
+    }
+    l.unlock();
+    FinishWith(s);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      writing_ = false;
+      if (!ok) {
+        if (finished_) return;
+        finished_ = true;
+      }
+    }
+    if (!ok) return FinishWith(Cancelled("the client went away"));
+    Pump();
+  }
+
+  void OnCancel() override {
+    JobEventStream* stream = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      cancelled_ = true;
+      stream = stream_.get();
+    }
+    if (stream != nullptr) stream->Close();  // its waker pumps us to the end
+  }
+
+  void OnDone() override {
+    std::unique_ptr<JobEventStream> stream;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stream = std::move(stream_);
+    }
+    if (stream != nullptr) f_->RemoveStream(stream.get());
+    stream.reset();  // gives its event-stream slot back
+    std::shared_ptr<WatchCall> me = std::move(self_);  // may be the last owner
+  }
+
+ private:
+  void FinishWith(const Status& s) { Finish(f_->Answer(ctx_, kMethod, s, start_)); }
+
+  Frontend* const f_;
+  ::grpc::CallbackServerContext* const ctx_;
+  const std::chrono::steady_clock::time_point start_;
+  std::atomic<bool> queued_{false};  // on the pump's queue
+  std::mutex mu_;
+  std::unique_ptr<JobEventStream> stream_;  // GUARDED_BY(mu_); until OnDone
+  pb::JobEvent event_;                      // being written
+  bool writing_ = false, finished_ = false, cancelled_ = false;  // GUARDED_BY(mu_)
+  std::shared_ptr<WatchCall> self_;         // until OnDone
+};
+
+void WatchPump::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [&] { return stopped_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopped, and nothing left
+    std::weak_ptr<WatchCall> next = std::move(queue_.front());
+    queue_.pop_front();
+    l.unlock();
+    if (std::shared_ptr<WatchCall> call = next.lock()) call->Pump();
+    l.lock();
+  }
+}
 
 // --- Sessions.
 
@@ -258,7 +428,8 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
 
 // --- Jobs.
 
-class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Service> {
+class JobsService final
+    : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::WithCallbackMethod_Watch<pb::Jobs::Service>> {
  public:
   explicit JobsService(Frontend* f) : f_(f) {}
 
@@ -325,17 +496,9 @@ class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Ser
     return Status();
   }
 
-  ::grpc::Status Watch(ServerContext* ctx, const pb::WatchJobRequest* req,
-                       ::grpc::ServerWriter<pb::JobEvent>* writer) override {
-    return f_->Handle(ctx, "flowstate.v1.Jobs/Watch", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(std::unique_ptr<JobEventStream> stream,
-                          jobs().Watch(req->job_id(), req->history()));
-      if (!f_->AddStream(stream.get())) return Unavailable("the server is shutting down");
-      Status s = Pump(ctx, stream.get(), writer);
-      f_->RemoveStream(stream.get());
-      stream->Close();
-      return s;
-    });
+  ::grpc::ServerWriteReactor<pb::JobEvent>* Watch(::grpc::CallbackServerContext* ctx,
+                                                  const pb::WatchJobRequest* req) override {
+    return WatchCall::Start(f_, ctx, *req);
   }
 
   ::grpc::Status ListCheckpoints(ServerContext* ctx, const pb::ListCheckpointsRequest* req,
@@ -419,24 +582,6 @@ class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Ser
     FS_ASSIGN_OR_RETURN(JobInfo job, jobs().Get(id));
     grpc_convert::JobToProto(job, resp);
     return Status();
-  }
-
-  Status Pump(ServerContext* ctx, JobEventStream* stream,
-              ::grpc::ServerWriter<pb::JobEvent>* writer) {
-    for (;;) {
-      if (ctx->IsCancelled()) return Cancelled("the client cancelled the call");
-      if (f_->stopping()) return Unavailable("the server is shutting down");
-      std::optional<JobEvent> event = stream->Next(kWatchPoll);
-      if (!event) {
-        if (stream->timed_out()) continue;
-        // The job ended (all its events were read), or Stop() closed us.
-        if (f_->stopping()) return Unavailable("the server is shutting down");
-        return Status();
-      }
-      pb::JobEvent proto;
-      grpc_convert::JobEventToProto(*event, &proto);
-      if (!writer->Write(proto)) return Cancelled("the client went away");
-    }
   }
 
   Frontend* f_;
@@ -584,6 +729,8 @@ class GrpcServerImpl final : public GrpcServer {
     int max_message = int(std::clamp<int64_t>(options.max_message_bytes, 0, INT_MAX));
     builder.SetMaxReceiveMessageSize(max_message);
     builder.SetMaxSendMessageSize(max_message);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               std::max(1, options.max_concurrent_streams));
     builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&sessions_);
     builder.RegisterService(&jobs_);
@@ -636,6 +783,7 @@ class GrpcServerImpl final : public GrpcServer {
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     frontend_.StopPool();  // calls on the pool finish (and queue their tags)
     server_->Wait();
+    frontend_.watch_pump()->Stop();  // every Watch is done
     cq_->Shutdown();
     if (cq_thread_.joinable()) cq_thread_.join();
     server_.reset();
