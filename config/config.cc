@@ -145,6 +145,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->http.server_timing = h["server_timing"];
   c->grpc.max_message_bytes = j["grpc"]["max_message_bytes"];
   c->grpc.max_concurrent_streams = j["grpc"]["max_concurrent_streams"];
+  c->grpc.memory_limit_bytes = j["grpc"]["memory_limit_bytes"];
   c->grpc.handler_threads = j["grpc"]["handler_threads"];
   c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
   c->grpc.spin_us = j["grpc"]["spin_us"];
@@ -180,6 +181,8 @@ std::string Convert(const json& j, ServerConfig* c) {
               "http.spin_us: must be in [0, 100000]"),
         Check(c->grpc.max_message_bytes >= 1024, "grpc.max_message_bytes: must be >= 1024"),
         Check(c->grpc.max_concurrent_streams >= 1, "grpc.max_concurrent_streams: must be >= 1"),
+        Check(c->grpc.memory_limit_bytes == 0 || c->grpc.memory_limit_bytes >= c->grpc.max_message_bytes,
+              "grpc.memory_limit_bytes: must be 0 (none) or >= grpc.max_message_bytes"),
         Check(c->grpc.handler_threads >= 1, "grpc.handler_threads: must be >= 1"),
         Check(c->grpc.inline_below_us >= 0, "grpc.inline_below_us: must be >= 0"),
         Check(c->grpc.spin_us >= 0 && c->grpc.spin_us <= 100000,

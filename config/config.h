@@ -44,6 +44,7 @@ struct ServerConfig {
     std::string address;
     int64_t max_message_bytes = 0;
     int max_concurrent_streams = 128;  // per connection (HTTP/2 SETTINGS)
+    int64_t memory_limit_bytes = 268435456;  // gRPC's ResourceQuota; 0: none
     int handler_threads = 2;
     int64_t inline_below_us = 500;
     int64_t spin_us = 100;

@@ -21,7 +21,8 @@ BearerCheck Refuse(BearerCheck::Outcome outcome, std::string message) {
   return r;
 }
 
-constexpr const char* kHowTo = "send one \"Authorization: Bearer <token>\"";
+// HTTP header names are case-insensitive; gRPC metadata keys are lower-case.
+constexpr const char* kHowTo = "send one \"authorization: Bearer <token>\" header (gRPC: metadata)";
 
 }  // namespace
 

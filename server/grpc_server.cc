@@ -22,15 +22,21 @@
 // limit).
 //
 // Limits: max_message_bytes for messages both ways (gRPC refuses a bigger
-// one with RESOURCE_EXHAUSTED before any handler runs), and at most
+// one with RESOURCE_EXHAUSTED before any handler runs), at most
 // max_concurrent_streams calls at once on one connection (HTTP/2
-// SETTINGS_MAX_CONCURRENT_STREAMS; a client queues more). Authentication:
+// SETTINGS_MAX_CONCURRENT_STREAMS; a client queues more), and gRPC's memory
+// quota (memory_limit_bytes). gRPC reads a unary call's whole message
+// before any handler -- and so before the token is checked; the quota is
+// what bounds that: under its pressure gRPC refuses new calls with
+// RESOURCE_EXHAUSTED. It is a soft bound (16 parallel unauthenticated 60 MiB
+// messages: about +630 MiB resident with 256 MiB, +1.1 to 1.5 GiB without). Authentication:
 // server/auth.h, the rule the REST frontend applies too.
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <unistd.h>
 
@@ -731,6 +737,10 @@ class GrpcServerImpl final : public GrpcServer {
     builder.SetMaxSendMessageSize(max_message);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                std::max(1, options.max_concurrent_streams));
+    if (options.memory_limit_bytes > 0) {
+      quota_.Resize(size_t(options.memory_limit_bytes));
+      builder.SetResourceQuota(quota_);
+    }
     builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&sessions_);
     builder.RegisterService(&jobs_);
@@ -818,6 +828,7 @@ class GrpcServerImpl final : public GrpcServer {
   DevicesService devices_;
   OpsService ops_;
   std::mutex stop_mu_;
+  ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes
   std::unique_ptr<::grpc::Server> server_;
   std::unique_ptr<::grpc::ServerCompletionQueue> cq_;  // Run and Predict
   std::thread cq_thread_;

@@ -28,6 +28,11 @@ struct GrpcServerOptions {
   int64_t max_message_bytes = int64_t{64} << 20;
   // Calls at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
   int max_concurrent_streams = 128;
+  // gRPC's memory quota (grpc::ResourceQuota) for what its transport holds,
+  // messages being received included -- which it reads whole before any
+  // handler checks the token. Under its pressure new calls are refused with
+  // RESOURCE_EXHAUSTED; a soft bound. 0: none.
+  int64_t memory_limit_bytes = int64_t{256} << 20;
   std::vector<std::string> tokens;  // empty: no authentication
   int64_t max_tensor_bytes = int64_t{64} << 20;
   // Session runs and predicts are served from a completion queue by one

@@ -152,6 +152,7 @@ int ServeCommand(int argc, char** argv) {
   go.address = cfg.grpc.address;
   go.max_message_bytes = cfg.grpc.max_message_bytes;
   go.max_concurrent_streams = cfg.grpc.max_concurrent_streams;
+  go.memory_limit_bytes = cfg.grpc.memory_limit_bytes;
   go.tokens = cfg.auth.tokens;
   go.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   go.handler_threads = cfg.grpc.handler_threads;
