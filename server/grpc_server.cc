@@ -29,8 +29,9 @@
 // before any handler -- and so before the token is checked; the quota is
 // what bounds that: under its pressure gRPC refuses new calls with
 // RESOURCE_EXHAUSTED. It is a soft bound (16 parallel unauthenticated 60 MiB
-// messages: about +630 MiB resident with 256 MiB, +1.1 to 1.5 GiB without). Authentication:
-// server/auth.h, the rule the REST frontend applies too.
+// messages: about +630 MiB resident with 256 MiB, +1.1 to 1.5 GiB
+// without). Authentication: server/auth.h, the rule the REST frontend
+// applies too.
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
