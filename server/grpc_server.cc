@@ -59,8 +59,8 @@
 
 #include "api/flowstate.grpc.pb.h"
 #include "scheduler/thread_pool.h"
-#include "server/auth.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_frontend.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
 #include "server/server_timing.h"
@@ -70,317 +70,16 @@ namespace flowstate {
 namespace {
 
 namespace pb = ::flowstate::v1;
-using grpc_convert::GraphOptions;
 using ::grpc::ServerContext;
 using ::grpc::ServerContextBase;
+using grpc_internal::Frontend;
+using grpc_internal::kNodeMetadata;
+using grpc_internal::SecondsSince;
 
 // How long Stop() lets calls in flight finish before cancelling them.
 constexpr std::chrono::seconds kShutdownGrace{5};
-
-// Trailing metadata naming the node an error is about (it is also in the
-// message, as " [node: NAME]").
-constexpr const char* kNodeMetadata = "flowstate-node";
 // Run and Predict answer with where the server's time went (server_timing.h).
 constexpr const char* kServerTimingMetadata = "server-timing";
-
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-class WatchCall;
-
-// The thread that serves every Watch call's stream (see the top of the
-// file): Wake() queues a call (cheap: it runs in the stream's waker, under
-// the job manager's lock); the thread runs the call's Pump().
-class WatchPump {
- public:
-  WatchPump() : thread_([this] { Loop(); }) {}
-  ~WatchPump() { Stop(); }
-  void Wake(std::weak_ptr<WatchCall> call) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (stopped_) return;
-    queue_.push_back(std::move(call));
-    cv_.notify_one();
-  }
-  // Runs what is queued, then ends the thread. Idempotent.
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stopped_ = true;
-      cv_.notify_one();
-    }
-    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-  }
-
- private:
-  void Loop();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::weak_ptr<WatchCall>> queue_;  // GUARDED_BY(mu_)
-  bool stopped_ = false;                        // GUARDED_BY(mu_)
-  std::thread thread_;                          // last: starts once the rest is built
-};
-
-// What every service shares: the Service, the options, the open Watch
-// streams (closed by Stop()), and where steps run (Dispatch).
-class Frontend {
- public:
-  Frontend(Service* service, Metrics* metrics, const GrpcServerOptions& options)
-      : watch_pump_(std::make_shared<WatchPump>()),
-        service_(service),
-        metrics_(metrics),
-        options_(options),
-        inline_policy_(InlinePolicy::Options{std::chrono::microseconds(options.inline_below_us),
-                                             /*max_inline=*/1}),
-        pool_(std::make_unique<ThreadPool>(std::max(1, options.handler_threads))) {
-    graph_options_.max_tensor_bytes = size_t(std::max<int64_t>(0, options.max_tensor_bytes));
-  }
-
-  Service& service() { return *service_; }
-  const GraphOptions& graph_options() const { return graph_options_; }
-  bool server_timing() const { return options_.server_timing; }
-  size_t max_tensor_bytes() const { return graph_options_.max_tensor_bytes; }
-
-  // Runs `fn` (returning a Status) as the body of `method`: authenticates,
-  // maps the status onto gRPC's, records the call.
-  template <typename Fn>
-  ::grpc::Status Handle(ServerContextBase* ctx, const char* method, Fn&& fn) {
-    auto start = std::chrono::steady_clock::now();
-    Status s = Authenticate(*ctx);
-    if (s.ok()) s = fn();
-    return Answer(ctx, method, s, start);
-  }
-
-  // The answer to a call of `method` that began at `start` and ends with
-  // `s`: the node's trailing metadata, the call recorded, gRPC's status.
-  ::grpc::Status Answer(ServerContextBase* ctx, const char* method, const Status& s,
-                        std::chrono::steady_clock::time_point start) {
-    if (!s.node().empty()) ctx->AddTrailingMetadata(kNodeMetadata, s.node());
-    if (metrics_ != nullptr) {
-      metrics_->ObserveGrpcRequest(method, std::string(CodeName(s.code())), SecondsSince(start));
-    }
-    return grpc_convert::ToGrpcStatus(s);
-  }
-
-  // The request's "authorization" metadata against the tokens (server/auth.h).
-  Status Authenticate(const ServerContextBase& ctx) const {
-    std::vector<std::string_view> values;
-    auto [begin, end] = ctx.client_metadata().equal_range("authorization");
-    for (auto it = begin; it != end; ++it) values.emplace_back(it->second.data(), it->second.size());
-    return CheckBearerToken(values, options_.tokens).status;
-  }
-
-  const std::shared_ptr<WatchPump>& watch_pump() const { return watch_pump_; }
-
-  // Runs `body` (which answers the call) now on the calling thread when the
-  // last call of `key` was cheap (InlinePolicy), else on the handler pool;
-  // when the pool is gone (stopping), runs `refuse` instead.
-  template <typename Body, typename Refuse>
-  void Dispatch(std::string key, size_t request_bytes, Body body, Refuse refuse) {
-    if (inline_policy_.BeginInline(key, request_bytes)) {
-      auto start = std::chrono::steady_clock::now();
-      body();
-      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
-                            /*inlined=*/true);
-      return;
-    }
-    std::lock_guard<std::mutex> l(pool_mu_);
-    if (pool_ == nullptr) {
-      refuse();
-      return;
-    }
-    pool_->Schedule([this, key = std::move(key), request_bytes, body = std::move(body)]() mutable {
-      auto start = std::chrono::steady_clock::now();
-      body();
-      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
-                            /*inlined=*/false);
-    });
-  }
-
-  // Runs what the handler pool still holds and ends it (after Shutdown).
-  void StopPool() {
-    std::unique_ptr<ThreadPool> pool;
-    {
-      std::lock_guard<std::mutex> l(pool_mu_);
-      pool = std::move(pool_);
-    }
-    pool.reset();  // waits for queued calls
-  }
-
-  // Watch streams: registered while open so that Stop() can end them.
-  bool AddStream(JobEventStream* s) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (stopping_) return false;
-    streams_.insert(s);
-    return true;
-  }
-  void RemoveStream(JobEventStream* s) {
-    std::lock_guard<std::mutex> l(mu_);
-    streams_.erase(s);
-  }
-  bool stopping() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return stopping_;
-  }
-  void BeginStop() {
-    std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-    for (JobEventStream* s : streams_) s->Close();
-  }
-
- private:
-  std::shared_ptr<WatchPump> watch_pump_;  // shared with the streams' wakers
-  Service* service_;
-  Metrics* metrics_;
-  GrpcServerOptions options_;
-  GraphOptions graph_options_;
-  InlinePolicy inline_policy_;
-  std::mutex pool_mu_;
-  std::unique_ptr<ThreadPool> pool_;  // GUARDED_BY(pool_mu_); null once stopped
-  mutable std::mutex mu_;
-  bool stopping_ = false;                // GUARDED_BY(mu_)
-  std::set<JobEventStream*> streams_;    // GUARDED_BY(mu_)
-};
-
-// --- Watch.
-
-// One Jobs/Watch call (see the top of the file). Owns itself from Start()
-// until OnDone(); the pump and the stream's waker hold it weakly or share
-// it, so a late wake-up finds it finished rather than gone.
-class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
-                        public std::enable_shared_from_this<WatchCall> {
- public:
-  static constexpr const char* kMethod = "flowstate.v1.Jobs/Watch";
-
-  WatchCall(Frontend* f, ::grpc::CallbackServerContext* ctx)
-      : f_(f), ctx_(ctx), start_(std::chrono::steady_clock::now()) {}
-
-  static WatchCall* Start(Frontend* f, ::grpc::CallbackServerContext* ctx,
-                          const pb::WatchJobRequest& req) {
-    auto call = std::make_shared<WatchCall>(f, ctx);
-    call->self_ = call;
-    Status s = f->Authenticate(*ctx);
-    std::unique_ptr<JobEventStream> stream;
-    if (s.ok()) {
-      StatusOr<std::unique_ptr<JobEventStream>> watched =
-          f->service().WatchJob(req.job_id(), req.history());
-      if (watched.ok()) {
-        stream = std::move(watched).value();
-      } else {
-        s = watched.status();
-      }
-    }
-    if (s.ok() && !f->AddStream(stream.get())) s = Unavailable("the server is shutting down");
-    if (!s.ok()) {
-      call->finished_ = true;
-      call->FinishWith(s);
-      return call.get();
-    }
-    JobEventStream* raw = stream.get();
-    {
-      std::lock_guard<std::mutex> l(call->mu_);
-      call->stream_ = std::move(stream);
-    }
-    std::weak_ptr<WatchCall> weak = call;
-    std::weak_ptr<WatchPump> pump = f->watch_pump();
-    raw->SetWaker([weak, pump] {
-      std::shared_ptr<WatchCall> c = weak.lock();
-      if (c == nullptr || c->queued_.exchange(true)) return;
-      if (std::shared_ptr<WatchPump> p = pump.lock()) p->Wake(weak);
-    });
-    call->Pump();
-    return call.get();
-  }
-
-  // Sends what the stream has, one event per write; finishes the call at
-  // its end. Any thread; does nothing while a write is under way.
-  void Pump() {
-    queued_ = false;
-    std::unique_lock<std::mutex> l(mu_);
-    if (writing_ || finished_ || stream_ == nullptr) return;
-    std::optional<JobEvent> event = stream_->Next(std::chrono::milliseconds(0));
-    if (event) {
-      grpc_convert::JobEventToProto(*event, &event_);
-      writing_ = true;
-      l.unlock();
-      StartWrite(&event_);
-      return;
-    }
-    if (stream_->timed_out()) return;  // idle: the waker calls again
-    // The job ended and all its events were sent, or the stream was closed
-    // (the server stopping, the client cancelling).
-    finished_ = true;
-    Status s;
-    if (cancelled_) {
-      s = Cancelled("the client cancelled the call");
-    } else if (f_->stopping()) {
-      s = Unavailable("the server is shutting down");
-    }
-    l.unlock();
-    FinishWith(s);
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      writing_ = false;
-      if (!ok) {
-        if (finished_) return;
-        finished_ = true;
-      }
-    }
-    if (!ok) return FinishWith(Cancelled("the client went away"));
-    Pump();
-  }
-
-  void OnCancel() override {
-    JobEventStream* stream = nullptr;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      cancelled_ = true;
-      stream = stream_.get();
-    }
-    if (stream != nullptr) stream->Close();  // its waker pumps us to the end
-  }
-
-  void OnDone() override {
-    std::unique_ptr<JobEventStream> stream;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stream = std::move(stream_);
-    }
-    if (stream != nullptr) f_->RemoveStream(stream.get());
-    stream.reset();  // gives its event-stream slot back
-    std::shared_ptr<WatchCall> me = std::move(self_);  // may be the last owner
-  }
-
- private:
-  void FinishWith(const Status& s) { Finish(f_->Answer(ctx_, kMethod, s, start_)); }
-
-  Frontend* const f_;
-  ::grpc::CallbackServerContext* const ctx_;
-  const std::chrono::steady_clock::time_point start_;
-  std::atomic<bool> queued_{false};  // on the pump's queue
-  std::mutex mu_;
-  std::unique_ptr<JobEventStream> stream_;  // GUARDED_BY(mu_); until OnDone
-  pb::JobEvent event_;                      // being written
-  bool writing_ = false, finished_ = false, cancelled_ = false;  // GUARDED_BY(mu_)
-  std::shared_ptr<WatchCall> self_;         // until OnDone
-};
-
-void WatchPump::Loop() {
-  std::unique_lock<std::mutex> l(mu_);
-  for (;;) {
-    cv_.wait(l, [&] { return stopped_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopped, and nothing left
-    std::weak_ptr<WatchCall> next = std::move(queue_.front());
-    queue_.pop_front();
-    l.unlock();
-    if (std::shared_ptr<WatchCall> call = next.lock()) call->Pump();
-    l.lock();
-  }
-}
 
 // --- Sessions.
 
@@ -505,7 +204,7 @@ class JobsService final
 
   ::grpc::ServerWriteReactor<pb::JobEvent>* Watch(::grpc::CallbackServerContext* ctx,
                                                   const pb::WatchJobRequest* req) override {
-    return WatchCall::Start(f_, ctx, *req);
+    return grpc_internal::StartWatch(f_, ctx, *req);
   }
 
   ::grpc::Status ListCheckpoints(ServerContext* ctx, const pb::ListCheckpointsRequest* req,
