@@ -2,7 +2,8 @@
 #   make test    install deps, configure, build, run every test (CI runs this)
 #   make bench   also install the reference libraries, build, run bench/
 #   make serve   install deps, build, run `flowstate serve` in the foreground (embedded defaults)
-#   make tsan    the engine's tests under ThreadSanitizer (build-tsan/)
+#   make asan    every test under AddressSanitizer + UBSan (build-asan/)
+#   make tsan    the engine's, server's and jobs' tests under ThreadSanitizer (build-tsan/)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -11,7 +12,7 @@ CMAKE_FLAGS ?=
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps configure build test bench serve tsan clean
+.PHONY: all deps configure build test bench serve asan tsan clean
 
 all: build
 
@@ -38,10 +39,15 @@ serve: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target flowstate
 	@exec $(BUILD)/flowstate serve
 
+asan: deps
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan -j $(JOBS)
+	@ctest --preset asan
+
 tsan: deps
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan -j $(JOBS)
 	@ctest --preset tsan
 
 clean:
-	rm -rf $(BUILD) build-tsan
+	rm -rf $(BUILD) build-asan build-tsan

@@ -1,6 +1,7 @@
 // The portable single-file format (FORMAT.md, "Export files"), and the
 // TensorStore of the Save/Restore ops.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,20 +52,42 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
   return Status();
 }
 
-// Reads exactly n bytes; DATA_LOSS naming `what` at end of file.
-Status ReadAll(int fd, void* data, size_t n, const std::string& path, const std::string& what) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Unavailable(Errno("cannot read", path));
+// Reads an export file front to back. Every error names the file by its
+// label (never a server path for an upload) and, for a file that ends early,
+// the byte offset and the part being read.
+class Reader {
+ public:
+  Reader(int fd, std::string label) : fd_(fd), label_(std::move(label)) {}
+  Status Read(void* data, size_t n, const std::string& what) {
+    char* p = static_cast<char*>(data);
+    while (n > 0) {
+      ssize_t r = ::read(fd_, p, n);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Unavailable("cannot read " + label_ + ": " + std::strerror(errno));
+      }
+      if (r == 0) return Bad("truncated at byte " + std::to_string(offset_) + " (in " + what + ")");
+      p += r;
+      n -= size_t(r);
+      offset_ += uint64_t(r);
     }
-    if (r == 0) return DataLoss(path + " is truncated (in " + what + ")");
-    p += r;
-    n -= size_t(r);
+    return Status();
   }
-  return Status();
+  // INVALID_ARGUMENT: the bytes are not a valid export (whoever sent them).
+  Status Bad(const std::string& why) const {
+    return InvalidArgument(label_ + " is not a valid flowstate checkpoint export: " + why);
+  }
+  uint64_t offset() const { return offset_; }
+
+ private:
+  int fd_;
+  std::string label_;
+  uint64_t offset_ = 0;
+};
+
+// A tensor name from the file, quoted and cut short for messages.
+std::string Quote(const std::string& name) {
+  return "'" + (name.size() <= 64 ? name : name.substr(0, 64) + "...") + "'";
 }
 
 }  // namespace
@@ -139,22 +162,26 @@ Status ExportSnapshot(const Snapshot& s, const std::string& path) {
   return Status();
 }
 
-StatusOr<Snapshot> ImportSnapshot(const std::string& path) {
+StatusOr<Snapshot> ImportSnapshot(const std::string& path, const std::string& name) {
+  const std::string label = name.empty() ? path : name;
   File f;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd_ < 0) {
-    if (errno == ENOENT) return NotFound("no file " + path);
-    return Unavailable(Errno("cannot open", path));
+    if (errno == ENOENT) return NotFound("no file " + label);
+    return Unavailable("cannot open " + label + ": " + std::strerror(errno));
   }
+  struct stat st;
+  if (::fstat(f.fd_, &st) != 0) return Unavailable("cannot read " + label + ": " + std::strerror(errno));
+  const uint64_t file_size = uint64_t(st.st_size);
+  Reader in(f.fd_, label);
   char head[8 + 4 + 4 + 24];
-  ssize_t got = ::read(f.fd_, head, sizeof head);  // short files are not ours
-  if (got < 8 || std::memcmp(head, kMagic, 8) != 0) {
-    return InvalidArgument(path + " is not a flowstate checkpoint export (bad magic)");
-  }
-  if (got < ssize_t(sizeof head)) return DataLoss(path + " is truncated (in the header)");
+  if (file_size < 8) return in.Bad("bad magic (the file is " + std::to_string(file_size) + " bytes)");
+  FS_RETURN_IF_ERROR(in.Read(head, 8, "the magic"));
+  if (std::memcmp(head, kMagic, 8) != 0) return in.Bad("bad magic (not an FSCK file)");
+  FS_RETURN_IF_ERROR(in.Read(head + 8, sizeof head - 8, "the header"));
   const uint32_t version = DecodeFixed32(head + 8);
   if (version > kExportVersion) {
-    return FailedPrecondition(path + " has export format version " + std::to_string(version) +
+    return FailedPrecondition(label + " has export format version " + std::to_string(version) +
                               ", newer than version " + std::to_string(kExportVersion) +
                               " that this flowstate binary reads");
   }
@@ -163,55 +190,60 @@ StatusOr<Snapshot> ImportSnapshot(const std::string& path) {
   s.step = int64_t(DecodeFixed64(head + 16));
   const uint64_t n = DecodeFixed64(head + 24);
   const uint64_t meta_len = DecodeFixed64(head + 32);
-  const uint64_t file_size = uint64_t(std::filesystem::file_size(path));
-  if (meta_len > file_size || n > file_size) return DataLoss(path + ": corrupt header");
+  if (meta_len > file_size || n > file_size) return in.Bad("corrupt header (counts larger than the file)");
   s.metadata.resize(meta_len);
-  FS_RETURN_IF_ERROR(ReadAll(f.fd_, s.metadata.data(), meta_len, path, "the metadata"));
+  FS_RETURN_IF_ERROR(in.Read(s.metadata.data(), meta_len, "the metadata"));
   uint32_t crc = Crc32cExtend(Crc32c(head + 16, 24), s.metadata.data(), meta_len);
-  if (crc != header_crc) return DataLoss(path + ": the header fails its checksum");
+  if (crc != header_crc) return in.Bad("the header fails its checksum");
+  if (s.step < 0) return in.Bad("negative step " + std::to_string(s.step));
+  std::set<std::string> names;
   for (uint64_t i = 0; i < n; ++i) {
     const std::string where = "tensor #" + std::to_string(i);
     char b[8];
-    FS_RETURN_IF_ERROR(ReadAll(f.fd_, b, 8, path, where));
+    FS_RETURN_IF_ERROR(in.Read(b, 8, where));
     const uint32_t want = DecodeFixed32(b);
     const uint32_t name_len = DecodeFixed32(b + 4);
-    if (name_len == 0 || name_len > (1u << 20)) return DataLoss(path + ": " + where + " has a corrupt name length");
+    if (name_len == 0 || name_len > (1u << 20)) return in.Bad(where + " has a corrupt name length");
     std::string e(b + 4, 4);
-    std::string name(name_len, '\0');
-    FS_RETURN_IF_ERROR(ReadAll(f.fd_, name.data(), name_len, path, where));
-    e += name;
-    const std::string what = path + ": tensor '" + name + "'";
+    std::string tname(name_len, '\0');
+    FS_RETURN_IF_ERROR(in.Read(tname.data(), name_len, where + "'s name"));
+    e += tname;
+    const std::string what = "tensor " + Quote(tname);
     char fixed[8];
-    FS_RETURN_IF_ERROR(ReadAll(f.fd_, fixed, 8, path, "tensor '" + name + "'"));
+    FS_RETURN_IF_ERROR(in.Read(fixed, 8, what));
     e.append(fixed, 8);
     const uint8_t dt = uint8_t(fixed[0]);
     const uint32_t rank = DecodeFixed32(fixed + 4);
-    if (dt == 0 || dt >= kNumDataTypes || rank > 64) return DataLoss(what + " has a corrupt header");
+    if (dt == 0 || dt >= kNumDataTypes || rank > 64) return in.Bad(what + " has a corrupt header");
     std::string dims_raw(8 * size_t(rank) + 8, '\0');
-    FS_RETURN_IF_ERROR(ReadAll(f.fd_, dims_raw.data(), dims_raw.size(), path, "tensor '" + name + "'"));
+    FS_RETURN_IF_ERROR(in.Read(dims_raw.data(), dims_raw.size(), what));
     e += dims_raw;
     std::vector<int64_t> dims(rank);
     for (uint32_t d = 0; d < rank; ++d) {
       uint64_t v = DecodeFixed64(dims_raw.data() + 8 * d);
-      if (v > uint64_t(INT64_MAX)) return DataLoss(what + " has a corrupt shape");
+      if (v > uint64_t(INT64_MAX)) return in.Bad(what + " has a corrupt shape");
       dims[d] = int64_t(v);
     }
     const uint64_t bytes = DecodeFixed64(dims_raw.data() + 8 * rank);
     StatusOr<TensorShape> shape = TensorShape::Make(dims);
     if (!shape.ok() || bytes > file_size ||
         uint64_t(shape->num_elements()) * DataTypeSize(DataType(dt)) != bytes) {
-      return DataLoss(what + " has a corrupt shape");
+      return in.Bad(what + " has a corrupt shape");
     }
     FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(HostAllocator(), DataType(dt), *shape));
-    FS_RETURN_IF_ERROR(ReadAll(f.fd_, t.raw_data(), bytes, path, "tensor '" + name + "'"));
+    FS_RETURN_IF_ERROR(in.Read(t.raw_data(), bytes, what + "'s data"));
     if (Crc32cExtend(Crc32c(e.data(), e.size()), t.raw_data(), bytes) != want) {
-      return DataLoss(what + " fails its checksum");
+      return in.Bad(what + " fails its checksum");
     }
-    s.tensors.push_back({std::move(name), std::move(t)});
+    if (!names.insert(tname).second) return in.Bad(what + " appears twice");
+    s.tensors.push_back({std::move(tname), std::move(t)});
   }
   char tail[8];
-  FS_RETURN_IF_ERROR(ReadAll(f.fd_, tail, 8, path, "the trailer"));
-  if (std::memcmp(tail, kTrailer, 8) != 0) return DataLoss(path + ": bad trailer");
+  FS_RETURN_IF_ERROR(in.Read(tail, 8, "the trailer"));
+  if (std::memcmp(tail, kTrailer, 8) != 0) return in.Bad("bad trailer");
+  if (in.offset() != file_size) {
+    return in.Bad(std::to_string(file_size - in.offset()) + " bytes after the trailer");
+  }
   return s;
 }
 

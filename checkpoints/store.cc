@@ -33,25 +33,43 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
       return PermissionDenied("cannot create data directory " + impl->path + ": " + ec.message());
     }
   }
-  if (options.fail_writes) {
-    auto fs = std::make_shared<FailingFileSystem>(rocksdb::FileSystem::Default(),
-                                                  options.fail_writes);
-    impl->env = rocksdb::NewCompositeEnv(fs);
+  impl->env = rocksdb::NewCompositeEnv(std::make_shared<StoreFileSystem>(
+      rocksdb::FileSystem::Default(), options.fail_writes, options.disk_full));
+  impl->info_log = std::make_shared<StoreInfoLog>(impl->path);
+  Status opened = impl->OpenDb(exists);
+  if (!opened.ok()) {
+    // A full disk: an existing store is served read-only until there is room.
+    if (!exists || (opened.code() != Code::kResourceExhausted &&
+                    !(opened.code() == Code::kUnavailable && impl->DiskNearlyFull()))) {
+      return opened;
+    }
+    std::lock_guard<std::mutex> l(impl->mu);
+    (void)impl->FallBackToReadOnly(opened);
+    if (impl->db == nullptr) return opened;
   }
-  FS_RETURN_IF_ERROR(impl->OpenDb(exists));
   // Table files of checkpoints that a crash caught before their ingestion
-  // were never part of the store: remove them.
+  // were never part of the store: remove them. (On a full disk the directory
+  // may not be creatable; big checkpoints then fail until it is.)
   impl->ingest_dir = (std::filesystem::path(dir) / "ingest").string();
   std::filesystem::remove_all(impl->ingest_dir, ec);
   std::filesystem::create_directories(impl->ingest_dir, ec);
-  if (ec) {
+  if (ec && ec != std::errc::no_space_on_device) {
     return PermissionDenied("cannot create directory " + impl->ingest_dir + ": " + ec.message());
   }
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
+Status Store::WriteStatus() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (!impl_->needs_recovery) return Status();
+  return impl_->write_error.ok() ? Unavailable("a write of the store " + impl_->path +
+                                               " failed; the next write recovers first")
+                                 : impl_->write_error;
+}
+
 Status Store::Impl::OpenDb(bool exists) {
-  rocksdb::DBOptions dbo;
+  rocksdb::DBOptions dbo = BaseDbOptions();
+  dbo.max_total_wal_size = uint64_t(std::max<int64_t>(options.max_wal_bytes, 1 << 20));
   dbo.create_if_missing = options.create_if_missing;
   dbo.create_missing_column_families = false;
   dbo.max_background_jobs = 2;
@@ -61,7 +79,6 @@ Status Store::Impl::OpenDb(bool exists) {
   // page cache into the tensor, instead of pread()ing it into a block buffer
   // first.
   dbo.allow_mmap_reads = true;
-  if (env) dbo.env = env.get();
 
   std::vector<std::string> names = {rocksdb::kDefaultColumnFamilyName};
   if (exists) {
@@ -226,8 +243,7 @@ Status Store::WriteCheckpoint(const std::string& job_id, const Snapshot& snap) {
   // (no WAL, memtable or flush copies), synced, and ingested atomically —
   // one MANIFEST record makes all of it visible, or none of it.
   const std::string file = m.ingest_dir + "/" + std::to_string(++m.ingest_seq) + ".sst";
-  rocksdb::Options o(rocksdb::DBOptions(), CfOptions("checkpoints"));
-  if (m.env) o.env = m.env.get();
+  rocksdb::Options o(m.BaseDbOptions(), CfOptions("checkpoints"));
   // invalidate_page_cache=false: a restore soon after reads from the cache.
   rocksdb::SstFileWriter w(rocksdb::EnvOptions(), o, h, /*invalidate_page_cache=*/false);
   struct Unlink {
@@ -253,10 +269,7 @@ Status Store::WriteCheckpoint(const std::string& job_id, const Snapshot& snap) {
   io.move_files = true;            // hard link, no copy
   io.write_global_seqno = false;   // the sequence number lives in the MANIFEST
   rocksdb::Status st = m.db->IngestExternalFile(h, {file}, io);
-  if (!st.ok()) {
-    std::lock_guard<std::mutex> ml(m.mu);
-    m.needs_recovery = true;
-  }
+  if (!st.ok()) m.WriteFailed(rs(st));
   return rs(st);
 }
 

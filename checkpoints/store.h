@@ -65,6 +65,21 @@ struct StoreOptions {
   // a RocksDB FileSystem wrapper. Writes fail cleanly; once it returns false
   // again the store recovers by itself on the next write.
   std::function<bool()> fail_writes;
+  // Test hook (a full disk): the same, with the error a full disk gives
+  // (ENOSPC, "No space left on device"). The store reports it as
+  // RESOURCE_EXHAUSTED and resumes writing once the hook returns false.
+  std::function<bool()> disk_full;
+  // The write-ahead log's total size before RocksDB flushes the memtables
+  // whose records it holds, so that deleted checkpoints leave the log: it
+  // bounds the log on disk (without it, small checkpoints stayed in the log
+  // until 256 MiB of them had been written). The log is never preallocated.
+  int64_t max_wal_bytes = int64_t(64) << 20;
+  // After a write error the next write first recovers (it reopens the
+  // database). A reopen that fails leaves the store read-only; when it
+  // failed for want of space, the next attempt comes no sooner than this
+  // many milliseconds later (writes before then fail at once with the same
+  // RESOURCE_EXHAUSTED), other errors are retried on the next write.
+  int64_t reopen_interval_ms = 1000;
   // Checkpoints with at least this many tensor bytes are written as one
   // table file ingested atomically (no WAL, memtable and flush copies);
   // smaller ones as one synced WriteBatch. Both are whole or absent after a
@@ -86,7 +101,10 @@ class Store {
   // process (lock <dir>/store/LOCK ...)" when RocksDB's lock is held;
   // FAILED_PRECONDITION naming both versions when the stored format version
   // is newer than kFormatVersion; NOT_FOUND when absent and
-  // !create_if_missing.
+  // !create_if_missing. On a full disk an existing store opens read-only
+  // (WriteStatus() says why; writes fail with RESOURCE_EXHAUSTED until there
+  // is room again, then the store reopens for writing by itself); a new one
+  // is RESOURCE_EXHAUSTED.
   static StatusOr<std::unique_ptr<Store>> Open(const std::string& dir,
                                                const StoreOptions& options = {});
   ~Store();
@@ -94,6 +112,10 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   const std::string& dir() const;
+  // OK while writes work; otherwise the error the last write (or the
+  // recovery after it) got, e.g. RESOURCE_EXHAUSTED when the disk is full.
+  // The next write tries to recover first.
+  Status WriteStatus();
 
   // --- checkpoints column family ---------------------------------------
   // Writes the snapshot and its index record in one atomic update that is
@@ -102,8 +124,9 @@ class Store {
   // checkpoint of the same step. Tensors are stored in 1 MiB chunks with a
   // CRC32C each. INVALID_ARGUMENT for an empty or
   // malformed job id (no '\0'), negative step, empty or duplicate tensor
-  // name, uninitialized tensor; the I/O error (UNAVAILABLE/INTERNAL) when the
-  // write fails, in which case nothing of it is visible.
+  // name, uninitialized tensor; the I/O error when the write fails
+  // (RESOURCE_EXHAUSTED naming the full disk, UNAVAILABLE/INTERNAL for other
+  // errors), in which case nothing of it is visible.
   Status WriteCheckpoint(const std::string& job_id, const Snapshot& snapshot);
   // NOT_FOUND if absent; DATA_LOSS naming job, step and variable when a
   // record fails its checksum or the checkpoint is incomplete.
@@ -162,11 +185,15 @@ std::shared_ptr<TensorStore> NewTensorStore(std::shared_ptr<Store> store);
 // magic, version, the step, the metadata and every tensor by name with dtype,
 // shape, bytes and checksum. ExportSnapshot writes to a temporary file,
 // fsyncs and renames, so `path` is whole or absent. ImportSnapshot reads it
-// back: INVALID_ARGUMENT for a file that is not one, FAILED_PRECONDITION for
-// a newer version, DATA_LOSS naming the tensor for a bad checksum or a
-// truncated file.
+// back. The file comes from outside the store (a user, an upload), so
+// whatever is wrong with its bytes is INVALID_ARGUMENT saying what: bad
+// magic, a header or tensor 'X' failing its checksum, truncated at byte N,
+// a corrupt shape, bytes after the trailer; FAILED_PRECONDITION for a newer
+// version; NOT_FOUND/UNAVAILABLE when it cannot be opened or read. Messages
+// name the file as `name` (e.g. "the uploaded checkpoint"), or as `path`
+// when `name` is empty, so a server's scratch path never reaches a client.
 Status ExportSnapshot(const Snapshot& snapshot, const std::string& path);
-StatusOr<Snapshot> ImportSnapshot(const std::string& path);
+StatusOr<Snapshot> ImportSnapshot(const std::string& path, const std::string& name = "");
 
 }  // namespace flowstate::checkpoints
 

@@ -1,7 +1,9 @@
 // PRIVATE to the store (store.cc, store_records.cc): Store::Impl -- the
 // RocksDB handles, column families and the checkpoint write paths -- and the
 // helpers both files use (column-family options, status conversion, the
-// fault-injecting FileSystem of StoreOptions::fail_writes). Thread safety is
+// store's FileSystem with the fault injection of StoreOptions::fail_writes
+// and disk_full, its info log and its recovery from write errors). Thread
+// safety is
 // Store's (store.h).
 #ifndef FLOWSTATE_CHECKPOINTS_STORE_INTERNAL_H_
 #define FLOWSTATE_CHECKPOINTS_STORE_INTERNAL_H_
@@ -11,16 +13,24 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -42,82 +52,182 @@ inline constexpr const char* kCfNames[] = {"graphs", "jobs", "variables", "check
 enum Cf { kGraphsCf = 0, kJobsCf, kVariablesCf, kCheckpointsCf, kMetaCf, kNumCfs };
 
 // ---------------------------------------------------------------------------
-// StoreOptions::fail_writes: a FileSystem whose writable files fail while the
-// hook says so.
+// The store's FileSystem: the default one, with two changes.
+//  - The write-ahead log is not preallocated. RocksDB fallocate()s a log in
+//    blocks of 1.1 x write_buffer_size (282 MiB with the tensor families'
+//    256 MiB memtables) or max_total_wal_size: space a small checkpoint
+//    never uses, which on a small disk (or tmpfs, where it is memory) ran
+//    out before the data did.
+//  - The test hooks StoreOptions::fail_writes (an I/O error) and disk_full
+//    (ENOSPC): while one returns true, every write of a database file fails.
 
 class FailingWritableFile final : public rocksdb::FSWritableFileOwnerWrapper {
  public:
-  FailingWritableFile(std::unique_ptr<rocksdb::FSWritableFile> f, std::function<bool()> fail)
+  FailingWritableFile(std::unique_ptr<rocksdb::FSWritableFile> f,
+                      std::function<rocksdb::IOStatus()> fail)
       : FSWritableFileOwnerWrapper(std::move(f)), fail_(std::move(fail)) {}
   rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
                            rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return Injected();
+    if (rocksdb::IOStatus s = fail_(); !s.ok()) return s;
     return FSWritableFileOwnerWrapper::Append(d, o, dbg);
   }
   rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
                            const rocksdb::DataVerificationInfo& v,
                            rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return Injected();
+    if (rocksdb::IOStatus s = fail_(); !s.ok()) return s;
     return FSWritableFileOwnerWrapper::Append(d, o, v, dbg);
   }
   rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& d, uint64_t off,
                                      const rocksdb::IOOptions& o,
                                      rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return Injected();
+    if (rocksdb::IOStatus s = fail_(); !s.ok()) return s;
     return FSWritableFileOwnerWrapper::PositionedAppend(d, off, o, dbg);
   }
   rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return Injected();
+    if (rocksdb::IOStatus s = fail_(); !s.ok()) return s;
     return FSWritableFileOwnerWrapper::Sync(o, dbg);
   }
   rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return Injected();
+    if (rocksdb::IOStatus s = fail_(); !s.ok()) return s;
     return FSWritableFileOwnerWrapper::Fsync(o, dbg);
-  }
-  static rocksdb::IOStatus Injected() {
-    return rocksdb::IOStatus::IOError("injected write failure (StoreOptions::fail_writes)");
   }
 
  private:
-  std::function<bool()> fail_;
+  std::function<rocksdb::IOStatus()> fail_;
 };
 
-class FailingFileSystem final : public rocksdb::FileSystemWrapper {
+class StoreFileSystem final : public rocksdb::FileSystemWrapper {
  public:
-  FailingFileSystem(std::shared_ptr<rocksdb::FileSystem> base, std::function<bool()> fail)
-      : FileSystemWrapper(base), fail_(std::move(fail)) {}
-  const char* Name() const override { return "FlowstateFailingFileSystem"; }
+  StoreFileSystem(std::shared_ptr<rocksdb::FileSystem> base, std::function<bool()> fail_writes,
+                  std::function<bool()> disk_full)
+      : FileSystemWrapper(base), fail_writes_(std::move(fail_writes)), disk_full_(std::move(disk_full)) {}
+  const char* Name() const override { return "FlowstateStoreFileSystem"; }
+
+  rocksdb::FileOptions OptimizeForLogWrite(const rocksdb::FileOptions& o,
+                                           const rocksdb::DBOptions& db) const override {
+    rocksdb::FileOptions r = target()->OptimizeForLogWrite(o, db);
+    r.allow_fallocate = false;
+    return r;
+  }
+
+  // The injected error, or OK.
+  rocksdb::IOStatus Injected() const {
+    if (disk_full_ && disk_full_()) {
+      return rocksdb::IOStatus::NoSpace("injected full disk (StoreOptions::disk_full)",
+                                        "No space left on device");
+    }
+    if (fail_writes_ && fail_writes_()) {
+      return rocksdb::IOStatus::IOError("injected write failure (StoreOptions::fail_writes)");
+    }
+    return rocksdb::IOStatus::OK();
+  }
+
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return FailingWritableFile::Injected();
-    std::unique_ptr<rocksdb::FSWritableFile> base;
-    rocksdb::IOStatus s = target()->NewWritableFile(f, o, &base, dbg);
-    if (s.ok()) r->reset(new FailingWritableFile(std::move(base), fail_));
-    return s;
+    return Wrap(r, [&](std::unique_ptr<rocksdb::FSWritableFile>* b) {
+      return target()->NewWritableFile(f, o, b, dbg);
+    });
   }
   rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                        std::unique_ptr<rocksdb::FSWritableFile>* r,
                                        rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return FailingWritableFile::Injected();
-    std::unique_ptr<rocksdb::FSWritableFile> base;
-    rocksdb::IOStatus s = target()->ReopenWritableFile(f, o, &base, dbg);
-    if (s.ok()) r->reset(new FailingWritableFile(std::move(base), fail_));
-    return s;
+    return Wrap(r, [&](std::unique_ptr<rocksdb::FSWritableFile>* b) {
+      return target()->ReopenWritableFile(f, o, b, dbg);
+    });
   }
   rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
                                       const rocksdb::FileOptions& o,
                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
                                       rocksdb::IODebugContext* dbg) override {
-    if (fail_()) return FailingWritableFile::Injected();
-    std::unique_ptr<rocksdb::FSWritableFile> base;
-    rocksdb::IOStatus s = target()->ReuseWritableFile(f, old, o, &base, dbg);
-    if (s.ok()) r->reset(new FailingWritableFile(std::move(base), fail_));
-    return s;
+    return Wrap(r, [&](std::unique_ptr<rocksdb::FSWritableFile>* b) {
+      return target()->ReuseWritableFile(f, old, o, b, dbg);
+    });
   }
 
  private:
-  std::function<bool()> fail_;
+  template <typename Open>
+  rocksdb::IOStatus Wrap(std::unique_ptr<rocksdb::FSWritableFile>* r, Open&& open) {
+    if (!fail_writes_ && !disk_full_) return open(r);
+    if (rocksdb::IOStatus s = Injected(); !s.ok()) return s;
+    std::unique_ptr<rocksdb::FSWritableFile> base;
+    rocksdb::IOStatus s = open(&base);
+    if (s.ok()) r->reset(new FailingWritableFile(std::move(base), [this] { return Injected(); }));
+    return s;
+  }
+
+  std::function<bool()> fail_writes_, disk_full_;
+};
+
+// RocksDB's info log (<store>/LOG), written with plain write(2)s. RocksDB's
+// own logger writes through a WritableFileWriter that, once a write of it
+// failed (a full disk), aborts the process on its next line (the assertion
+// `sync_without_flush_called_` of Debian's build) -- before the failed
+// checkpoint was even reported. Here a line that cannot be written is
+// dropped. An existing LOG is renamed LOG.old.<micros> first, RocksDB's own
+// name, so its purge of old info logs (keep_log_file_num) applies. The log
+// stops growing at 64 MiB. Thread-safe: one O_APPEND write per line.
+class StoreInfoLog final : public rocksdb::Logger {
+ public:
+  explicit StoreInfoLog(const std::string& db_path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {
+    const std::string log = db_path + "/LOG";
+    if (::access(log.c_str(), F_OK) == 0) {
+      (void)::rename(log.c_str(), (log + ".old." + std::to_string(Micros())).c_str());
+    }
+    fd_ = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
+  ~StoreInfoLog() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    if (fd_ < 0 || bytes_.load(std::memory_order_relaxed) > kMaxBytes) return;
+    char buf[2048];
+    struct timeval now;
+    ::gettimeofday(&now, nullptr);
+    struct tm t;
+    ::localtime_r(&now.tv_sec, &t);
+    int n = std::snprintf(buf, sizeof buf, "%04d/%02d/%02d-%02d:%02d:%02d.%06ld %lx ",
+                          t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min,
+                          t.tm_sec, long(now.tv_usec), (unsigned long)::pthread_self());
+    if (n < 0) return;
+    va_list copy;
+    va_copy(copy, ap);
+    int m = std::vsnprintf(buf + n, sizeof buf - size_t(n) - 1, format, copy);
+    va_end(copy);
+    if (m < 0) return;
+    size_t len = std::min(size_t(n) + size_t(m), sizeof buf - 2);
+    if (buf[len - 1] != '\n') buf[len++] = '\n';
+    const ssize_t w = ::write(fd_, buf, len);  // ENOSPC and others: the line is dropped
+    if (w > 0) bytes_.fetch_add(size_t(w), std::memory_order_relaxed);
+  }
+  size_t GetLogFileSize() const override { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kMaxBytes = size_t(64) << 20;
+  static int64_t Micros() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  int fd_ = -1;
+  std::atomic<size_t> bytes_{0};
+};
+
+// Turns off RocksDB's own recovery from background errors: from a full
+// disk it waits, polling every 5 s, until the disk has a whole memtable's
+// worth free (256 MiB here), and like a manual DB::Resume() it leaves the
+// database half-stopped in RocksDB 7.8 (see Store::Impl::Recover). The store
+// recovers by itself instead, on the next write.
+class ManualRecovery final : public rocksdb::EventListener {
+ public:
+  const char* Name() const override { return "FlowstateManualRecovery"; }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status bg_error,
+                            bool* auto_recovery) override {
+    bg_error.PermitUncheckedError();
+    *auto_recovery = false;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -125,6 +235,7 @@ class FailingFileSystem final : public rocksdb::FileSystemWrapper {
 inline Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status();
   std::string m = what + ": " + s.ToString();
+  if (s.IsNoSpace()) return ResourceExhausted(what + ": disk full: " + s.ToString());
   if (s.IsNotFound()) return NotFound(m);
   if (s.IsCorruption()) return DataLoss(m);
   if (s.IsInvalidArgument()) return InvalidArgument(m);
@@ -208,7 +319,9 @@ struct Store::Impl {
   std::string ingest_dir;  // <dir>/ingest: checkpoint table files before ingestion
   std::atomic<uint64_t> ingest_seq{0};
   StoreOptions options;
-  std::unique_ptr<rocksdb::Env> env;  // with the failing FileSystem, when hooked
+  std::unique_ptr<rocksdb::Env> env;  // over StoreFileSystem
+  std::shared_ptr<rocksdb::Logger> info_log;  // StoreInfoLog, one per Store (reopens share it)
+  std::shared_ptr<rocksdb::EventListener> listener = std::make_shared<ManualRecovery>();
 
   // db, handles and cf change only when the database is reopened after a
   // failed write: readers and writers hold db_mu shared, a reopen exclusive.
@@ -220,6 +333,8 @@ struct Store::Impl {
   std::mutex mu;                   // guards the fields below
   bool needs_recovery = false;     // a write failed; recover before the next one
   bool read_only = false;          // db is the read-only fallback of OpenReadOnly()
+  Status write_error;              // why writes fail while needs_recovery (may be OK: unknown yet)
+  std::chrono::steady_clock::time_point next_reopen;  // no reopen attempt before this
   std::map<std::string, std::shared_ptr<std::mutex>> job_mu;  // serializes a job's writes
 
   ~Impl() { CloseDb(); }
@@ -236,13 +351,21 @@ struct Store::Impl {
     for (auto& c : cf) c = nullptr;
   }
 
+  // What every open of the database (read-write or read-only) shares.
+  rocksdb::DBOptions BaseDbOptions() const {
+    rocksdb::DBOptions dbo;
+    dbo.env = env.get();
+    dbo.info_log = info_log;
+    dbo.listeners.push_back(listener);
+    return dbo;
+  }
+
   Status OpenDb(bool exists);
 
   // After a failed reopen: the database read-only (no LOCK, no writes), so
   // that reads keep working. Leaves db null when even that fails.
   void OpenReadOnly() {
-    rocksdb::DBOptions dbo;
-    if (env) dbo.env = env.get();
+    rocksdb::DBOptions dbo = BaseDbOptions();
     std::vector<std::string> names;
     if (!rocksdb::DB::ListColumnFamilies(dbo, path, &names).ok()) return;
     std::vector<rocksdb::ColumnFamilyDescriptor> descs;
@@ -260,10 +383,60 @@ struct Store::Impl {
     }
   }
 
+  // True when the store's file system has less than 1 MiB free (RocksDB
+  // reports some failures of a full disk without saying so, e.g. "Unable to
+  // persist Options file").
+  bool DiskNearlyFull() const {
+    struct statvfs v;
+    return ::statvfs(path.c_str(), &v) == 0 && uint64_t(v.f_bavail) * v.f_frsize < (1u << 20);
+  }
+
+  // The read-only fallback after `s` (a failed open for writing): reads go
+  // on; the next write after reopen_interval_ms tries to open for writing.
+  // REQUIRES: db_mu exclusive (or no other user yet) and mu.
+  Status FallBackToReadOnly(const Status& s) {
+    CloseDb();
+    OpenReadOnly();
+    needs_recovery = true;
+    next_reopen = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(options.reopen_interval_ms);
+    if (s.code() == Code::kResourceExhausted || DiskNearlyFull()) {
+      write_error = ResourceExhausted("the store " + path +
+                                      " is read-only until its disk has free space again "
+                                      "(disk full): " + s.message());
+    } else {
+      write_error = Unavailable("the store is recovering from a write error: " + s.message());
+    }
+    return write_error;
+  }
+
+  // Leaves RocksDB's background-error state after a failed write by closing
+  // and reopening the database -- a restart without the process restarting:
+  // the log is replayed and flushed to table files, a new log started. Not
+  // DB::Resume(): in RocksDB 7.8 a manual Resume() clears the error but not
+  // the "stopped" flag, and the next IngestExternalFile() then aborts the
+  // process (assertion `number > 0`; StoreDiskFull.InjectedFullDisk... with
+  // ingestion shows it). While the disk is still full the reopen fails and
+  // the database is served read-only (FallBackToReadOnly); the next attempt
+  // comes reopen_interval_ms later (other errors: on the next write).
+  // REQUIRES: db_mu exclusive and mu.
+  Status Recover() {
+    if ((db == nullptr || read_only) && write_error.code() == Code::kResourceExhausted &&
+        std::chrono::steady_clock::now() < next_reopen) {
+      return write_error.ok() ? Unavailable("the store " + path + " is recovering from a write error")
+                              : write_error;
+    }
+    CloseDb();
+    Status s = OpenDb(/*exists=*/true);
+    if (!s.ok()) return FallBackToReadOnly(s);
+    needs_recovery = false;
+    write_error = Status();
+    return Status();
+  }
+
   // Held for every use of the database. Writers pass recover=true: after a
   // failed write RocksDB keeps refusing writes (its background error), so the
-  // next writer asks it to Resume() and, when it cannot, closes and reopens
-  // the database — a restart without the process restarting.
+  // next writer recovers first (Recover()).
   StatusOr<std::shared_lock<std::shared_mutex>> Use(bool recover) {
     if (recover) {
       bool need;
@@ -274,20 +447,7 @@ struct Store::Impl {
       if (need) {
         std::unique_lock<std::shared_mutex> x(db_mu);
         std::lock_guard<std::mutex> l(mu);
-        if (needs_recovery) {
-          if (db == nullptr || read_only || !db->Resume().ok()) {
-            CloseDb();
-            Status s = OpenDb(/*exists=*/true);
-            if (!s.ok()) {
-              // Still failing: keep serving reads from a read-only instance
-              // and try again on the next write.
-              CloseDb();
-              OpenReadOnly();
-              return Unavailable("the store is recovering from a write error: " + s.message());
-            }
-          }
-          needs_recovery = false;
-        }
+        if (needs_recovery) FS_RETURN_IF_ERROR(Recover());
       }
     }
     std::shared_lock<std::shared_mutex> r(db_mu);
@@ -297,6 +457,13 @@ struct Store::Impl {
     return r;
   }
 
+  // Marks the store for recovery after the failed write `s`.
+  void WriteFailed(const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    needs_recovery = true;
+    write_error = s;
+  }
+
   std::shared_ptr<std::mutex> JobMutex(const std::string& job) {
     std::lock_guard<std::mutex> l(mu);
     auto& m = job_mu[job];
@@ -304,18 +471,16 @@ struct Store::Impl {
     return m;
   }
 
-  // Writes a batch; after a failed write, first asks RocksDB to leave its
-  // background-error state (the fault may have gone).
+  // Writes a batch; a failure marks the store for recovery, which the next
+  // writer does first (Use(true)).
   // REQUIRES: db_mu held (Use(true)).
   Status Write(rocksdb::WriteBatch* batch, bool sync, const std::string& what) {
     rocksdb::WriteOptions wo;
     wo.sync = sync;
     rocksdb::Status s = db->Write(wo, batch);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> l(mu);
-      needs_recovery = true;
-    }
-    return FromRocks(s, what);
+    Status st = FromRocks(s, what);
+    if (!s.ok()) WriteFailed(st);
+    return st;
   }
 
   rocksdb::ColumnFamilyHandle* KindCf(Kind k) const {

@@ -159,6 +159,11 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->jobs.workers = j["jobs"]["workers"];
   c->jobs.inter_op_threads = j["jobs"]["inter_op_threads"];
   c->jobs.max_step_events_per_second = j["jobs"]["max_step_events_per_second"];
+  c->jobs.retention_max_finished = j["jobs"]["retention_max_finished"];
+  c->jobs.retention_seconds = j["jobs"]["retention_seconds"];
+  c->devices.memory_limit_fraction = j["devices"]["memory_limit_fraction"];
+  c->devices.memory_limit_bytes = j["devices"]["memory_limit_bytes"];
+  c->limits.max_shape_bytes = j["limits"]["max_shape_bytes"];
   c->sessions.idle_timeout_seconds = j["sessions"]["idle_timeout_seconds"];
   c->sessions.max_sessions = j["sessions"]["max_sessions"];
   c->limits.max_tensor_bytes = j["limits"]["max_tensor_bytes"];
@@ -198,6 +203,12 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->jobs.workers >= 1, "jobs.workers: must be >= 1"),
         Check(c->jobs.inter_op_threads >= 1, "jobs.inter_op_threads: must be >= 1"),
         Check(c->jobs.max_step_events_per_second > 0, "jobs.max_step_events_per_second: must be > 0"),
+        Check(c->jobs.retention_max_finished >= 0, "jobs.retention_max_finished: must be >= 0 (0: no limit)"),
+        Check(c->jobs.retention_seconds >= 0, "jobs.retention_seconds: must be >= 0 (0: forever)"),
+        Check(c->devices.memory_limit_fraction > 0 && c->devices.memory_limit_fraction <= 1,
+              "devices.memory_limit_fraction: must be in (0, 1]"),
+        Check(c->devices.memory_limit_bytes >= 0, "devices.memory_limit_bytes: must be >= 0 (0: use the fraction)"),
+        Check(c->limits.max_shape_bytes >= 1, "limits.max_shape_bytes: must be >= 1"),
         Check(c->sessions.idle_timeout_seconds > 0, "sessions.idle_timeout_seconds: must be > 0"),
         Check(c->sessions.max_sessions >= 1, "sessions.max_sessions: must be >= 1"),
         Check(c->limits.max_tensor_bytes >= 1, "limits.max_tensor_bytes: must be >= 1"),

@@ -56,12 +56,18 @@ struct ServerConfig {
   struct Devices {
     int cpu_devices = 1;
     int intra_op_threads = 0;
+    // The memory all CPU devices' tensors may hold together: this share of
+    // physical memory, unless memory_limit_bytes (> 0) sets it in bytes.
+    double memory_limit_fraction = 0.8;
+    int64_t memory_limit_bytes = 0;
   } devices;
   struct Jobs {
     int max_running = 2;
     int workers = 1;
     int inter_op_threads = 1;
     double max_step_events_per_second = 10;
+    int retention_max_finished = 100;  // finished jobs kept; 0: all
+    int64_t retention_seconds = 0;     // finished longer ago: deleted; 0: never
   } jobs;
   struct Sessions {
     double idle_timeout_seconds = 600;
@@ -70,6 +76,9 @@ struct ServerConfig {
   struct Limits {
     int64_t max_tensor_bytes = 0;
     int max_event_streams = 1024;  // REST event streams and gRPC Watch calls together
+    // The most bytes one tensor of a graph may have when its shape is known
+    // before it runs (Variable, Fill, Zeros, ...): refused when validated.
+    int64_t max_shape_bytes = 0;
   } limits;
   struct Auth {
     std::vector<std::string> tokens;  // empty: no authentication

@@ -41,10 +41,16 @@ StatusOr<Tensor> Tensor::Allocate(Allocator* allocator, DataType dtype,
   if (bytes > 0) {
     void* p = allocator->Allocate(bytes, kTensorAlignment);
     if (p == nullptr) {
+      const AllocatorStats st = allocator->Stats();
+      std::string limit;
+      if (st.bytes_limit > 0) {
+        limit = " (memory limit " + std::to_string(st.bytes_limit) + " bytes, " +
+                std::to_string(st.bytes_in_use) + " in use)";
+      }
       return ResourceExhausted("out of memory allocating " + std::to_string(bytes) +
                                " bytes for a " + std::string(DataTypeName(dtype)) +
                                shape.ToString() + " tensor on " +
-                               std::string(allocator->Name()));
+                               std::string(allocator->Name()) + limit);
     }
     t.buf_ = new AllocatedBuffer(allocator, p, bytes);
     t.data_ = p;

@@ -1,5 +1,7 @@
 #include "scheduler/session.h"
 
+#include <limits>
+
 #include "graph/subgraph.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/executor.h"
@@ -53,6 +55,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const GraphDef& graph,
   }
   s->kernel_cache_ = std::make_unique<KernelCache>();
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph));
+  FS_RETURN_IF_ERROR(CheckStaticTensorBytes(g, options.max_shape_bytes));
   s->graph_def_ = graph;
   s->graph_ = std::make_shared<const Graph>(std::move(g));
   return s;
@@ -67,6 +70,7 @@ Status Session::Extend(const GraphDef& nodes) {
   GraphDef combined = graph_def_;
   combined.nodes.insert(combined.nodes.end(), nodes.nodes.begin(), nodes.nodes.end());
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(combined));
+  FS_RETURN_IF_ERROR(CheckStaticTensorBytes(g, options_.max_shape_bytes));
   graph_def_ = std::move(combined);
   graph_ = std::make_shared<const Graph>(std::move(g));
   return Status();
@@ -258,6 +262,41 @@ Status Session::Close() {
     cache_.clear();
   }
   if (kernel_cache_) kernel_cache_->Clear();
+  return Status();
+}
+
+Status CheckStaticTensorBytes(const Graph& graph, int64_t max_bytes, std::string_view setting) {
+  if (max_bytes <= 0) return Status();
+  for (int id : graph.topo_order()) {
+    const Node& n = graph.node(id);
+    for (int i = 0; i < n.num_outputs(); ++i) {
+      const PartialShape& shape = n.output_shape(i);
+      if (!shape.IsFullyDefined()) continue;
+      // The size in bytes, saturating instead of overflowing.
+      const int64_t elem = int64_t(DataTypeSize(n.output_type(i)));
+      int64_t bytes = elem;
+      bool over = false;
+      for (int64_t d : shape.dims()) {
+        if (d == 0) {
+          bytes = 0;
+          over = false;
+          break;
+        }
+        if (over || bytes > std::numeric_limits<int64_t>::max() / d) {
+          over = true;
+        } else {
+          bytes *= d;
+        }
+      }
+      if (!over && bytes <= max_bytes) continue;
+      return InvalidArgument("node '" + n.name() + "' (" + n.op() + "): its output " + std::to_string(i) +
+                                 " is " + std::string(DataTypeName(n.output_type(i))) + shape.ToString() +
+                                 ", " + (over ? "more than 2^63" : std::to_string(bytes)) +
+                                 " bytes, over the limit of " + std::to_string(max_bytes) +
+                                 " bytes for one tensor (" + std::string(setting) + ")",
+                             n.name());
+    }
+  }
   return Status();
 }
 

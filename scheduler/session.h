@@ -49,6 +49,10 @@ struct SessionOptions {
   // of `inter_op_threads` threads (0: the hardware threads).
   ThreadPool* inter_op_pool = nullptr;
   int inter_op_threads = 0;
+  // The most bytes one tensor whose shape is known before the graph runs
+  // may have (CheckStaticTensorBytes, below): Create and Extend
+  // refuse a graph over it. 0: no limit.
+  int64_t max_shape_bytes = 0;
 };
 
 struct RunStats {
@@ -57,9 +61,19 @@ struct RunStats {
   int num_partitions = 0;
 };
 
+// Refuses a graph that asks for a tensor over `max_bytes` before it runs:
+// INVALID_ARGUMENT naming the first node (in topological order) with an
+// output whose shape is fully known statically (a Variable's, a Fill's of a
+// constant shape, ...) and whose size is over the limit, with the shape, the
+// size and the limit; `setting` names where the limit is set. OK when
+// max_bytes <= 0.
+Status CheckStaticTensorBytes(const Graph& graph, int64_t max_bytes,
+                              std::string_view setting = "limits.max_shape_bytes");
+
 class Session {
  public:
-  // Validates `graph` (errors name the node). REQUIRES: options.devices.
+  // Validates `graph` (errors name the node; max_shape_bytes). REQUIRES:
+  // options.devices.
   static StatusOr<std::unique_ptr<Session>> Create(const GraphDef& graph,
                                                    const SessionOptions& options);
   ~Session();  // Close()s

@@ -532,6 +532,7 @@ void JobToProto(const JobInfo& job, pb::Job* proto) {
   proto->set_checkpoint_failures(job.checkpoint_failures);
   proto->set_checkpoint_error(job.checkpoint_error);
   if (job.resumed_from_step >= 0) proto->set_resumed_from_step(job.resumed_from_step);
+  proto->set_skipped_steps(job.skipped_steps);
 }
 
 void JobEventToProto(const JobEvent& event, pb::JobEvent* proto) {

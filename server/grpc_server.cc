@@ -182,6 +182,15 @@ class JobsService final
     });
   }
 
+  ::grpc::Status Delete(ServerContext* ctx, const pb::DeleteJobRequest* req,
+                        pb::DeleteJobResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/Delete", [&]() -> Status {
+      FS_RETURN_IF_ERROR(jobs().Delete(req->job_id()));
+      resp->set_job_id(req->job_id());
+      return Status();
+    });
+  }
+
   // The body of Predict, served from the completion queue (AsyncUnaryCall).
   // *step_seconds: the engine's part (set once the call reached it).
   Status PredictBody(const pb::PredictRequest& req, pb::PredictResponse* resp,

@@ -184,6 +184,13 @@ HttpResponse JobAction(const Call& c) {
   return JobResponse(c.service().jobs().Get(c.id));
 }
 
+HttpResponse DeleteJob(const Call& c) {
+  Status s = c.service().jobs().Delete(c.id);
+  // A job that is not finished conflicts with its deletion: 409.
+  if (!s.ok()) return ErrorResponse(s, s.code() == Code::kFailedPrecondition ? 409 : 0);
+  return JsonResponse(200, JobDeletedToJson(c.id));
+}
+
 HttpResponse JobEvents(const Call& c) {
   std::optional<std::string> history = QueryParam(c.req.target, "history");
   bool replay = history && (*history == "1" || *history == "true");
@@ -290,7 +297,8 @@ const std::vector<Route>& Routes() {
       {"/v1/sessions/{id}/extend", {{"POST", ExtendSession, RequestCost::kExpensive}}},
       {"/v1/sessions/{id}/run", {{"POST", RunSession, RequestCost::kStep}}},
       {"/v1/jobs", {{"GET", ListJobs, RequestCost::kCheap}, {"POST", SubmitJob, RequestCost::kExpensive}}},
-      {"/v1/jobs/{id}", {{"GET", GetJob, RequestCost::kCheap}}},
+      // Deleting waits for the job's checkpoint writes in flight.
+      {"/v1/jobs/{id}", {{"GET", GetJob, RequestCost::kCheap}, {"DELETE", DeleteJob, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/events", {{"GET", JobEvents, RequestCost::kCheap}}},
       {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&JobManager::Cancel>, RequestCost::kCheap}}},
       {"/v1/jobs/{id}/pause", {{"POST", JobAction<&JobManager::Pause>, RequestCost::kCheap}}},

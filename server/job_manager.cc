@@ -35,6 +35,7 @@ std::string_view JobEventKindName(JobEvent::Kind k) {
     case JobEvent::Kind::kEval: return "eval";
     case JobEvent::Kind::kCheckpoint: return "checkpoint";
     case JobEvent::Kind::kResume: return "resume";
+    case JobEvent::Kind::kNan: return "nan";
   }
   return "state";
 }
@@ -102,6 +103,7 @@ JobInfo JobManager::InfoLocked(const Job& j) const {
   i.checkpoint_failures = j.checkpoint_failures;
   i.checkpoint_error = j.checkpoint_error;
   i.resumed_from_step = j.resumed_from_step;
+  i.skipped_steps = j.skipped_steps;
   return i;
 }
 
@@ -149,6 +151,10 @@ void JobManager::SetStateLocked(Job* job, JobState s, const std::string& error) 
   PublishLocked(job, JobEvent::Kind::kState);
   PersistLocked(*job, true);
   if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), from);
+  if (IsTerminal(s)) {
+    ReleaseLocked(job);
+    EnforceRetentionLocked();
+  }
   AdmitLocked();
 }
 
@@ -174,6 +180,7 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   o.data_root = options_.data_root;
   o.devices = options_.devices;
   o.inter_op_pool = inter_op_pool_.get();
+  o.max_shape_bytes = options_.max_shape_bytes;
   FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, o));
   bool init_values_set = false;
   if (spec.init_from) {
@@ -308,40 +315,50 @@ Status JobManager::Predict(const std::string& id,
                            const std::vector<std::pair<std::string, Tensor>>& inputs,
                            const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
   std::shared_ptr<Job> job;
+  std::shared_ptr<TrainingJob> runner;
   bool lazy_start = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFound("no job '" + id + "'");
     job = it->second;
-    // A finished job reloaded after a restart predicts with the variables
-    // of its final checkpoint, loaded on first use.
+    runner = job->runner;
+    // A finished job (released, or reloaded after a restart) predicts with
+    // the variables of its final checkpoint or the model values it kept,
+    // loaded on first use.
     lazy_start = !job->started && !job->inference_ready && IsTerminal(job->state) &&
-                 job->runner != nullptr && options_.store != nullptr;
+                 runner != nullptr &&
+                 ((options_.store != nullptr && job->restore_on_start) || !job->final_values.empty());
     if (!job->started && !job->inference_ready && !lazy_start) {
       return FailedPrecondition("job '" + id + "' has no trained variables yet (it is " +
                                 std::string(JobStateName(job->state)) + ")");
     }
   }
-  if (lazy_start) {
-    std::lock_guard<std::mutex> s(job->start_mu);
-    bool ready;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      ready = job->inference_ready;
-    }
-    if (!ready) {
-      int64_t restored = -1;
-      Status st = StartRunner(job.get(), /*load_data=*/false, &restored);
-      if (!st.ok()) return st.WithPrefix("job '" + id + "': loading its variables");
-      if (restored < 0) {
-        return FailedPrecondition("job '" + id + "' has no checkpoint to predict with");
-      }
-      std::lock_guard<std::mutex> l(mu_);
-      job->inference_ready = true;
-    }
+  if (lazy_start) FS_RETURN_IF_ERROR(LoadFinished(job, runner));
+  return runner->Predict(inputs, fetches, outputs);
+}
+
+Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner) {
+  std::lock_guard<std::mutex> s(job->start_mu);
+  std::vector<std::pair<std::string, Tensor>> values;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    // Its final checkpoint may still be being written (a cancel's).
+    checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+    if (job->inference_ready) return Status();
+    if (!job->restore_on_start) values = job->final_values;
   }
-  return job->runner->Predict(inputs, fetches, outputs);
+  const bool kept = !values.empty();
+  if (kept) runner->SetInitialValues(std::move(values));
+  int64_t restored = -1;
+  Status st = StartRunner(job.get(), /*load_data=*/false, &restored);
+  if (!st.ok()) return st.WithPrefix("job '" + job->id + "': loading its variables");
+  if (restored < 0 && !kept) {
+    return FailedPrecondition("job '" + job->id + "' has no checkpoint to predict with");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  job->inference_ready = true;
+  return Status();
 }
 
 StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& id, bool history) {
@@ -465,13 +482,25 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::unique_lock<std::mutex> l(mu_);
   if (!r.ok()) {
+    if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
+      PublishLocked(j, JobEvent::Kind::kNan, r.status().message());
+      if (options_.observer) options_.observer->OnNan(InfoLocked(*j), false);
+      SetStateLocked(j, JobState::kFailed, r.status().message());
+      return;
+    }
     SetStateLocked(j, JobState::kFailed, "step " + std::to_string(j->step + 1) + ": " +
                                              r.status().ToString());
     return;
   }
   j->step = r->step;
   j->epoch = r->epoch;
-  j->loss = r->loss;
+  if (r->skipped) {  // on_nan "skip_step": the loss stays the last finite one
+    ++j->skipped_steps;
+    PublishLocked(j, JobEvent::Kind::kNan, r->nan_message);
+    if (options_.observer) options_.observer->OnNan(InfoLocked(*j), true);
+  } else {
+    j->loss = r->loss;
+  }
   j->train_seconds += secs;
   j->examples += r->examples;
   if (options_.observer) options_.observer->OnStep(InfoLocked(*j), secs, r->examples);

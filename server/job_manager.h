@@ -34,6 +34,27 @@
 // with the error, counts in JobInfo::checkpoint_failures and the observer's
 // OnCheckpoint; the previous checkpoint stays the job's latest.
 //
+// Memory: a job holds its sessions, variables and datasets only while it
+// can still run. When it reaches a terminal state they are released; the
+// job keeps its record (state, progress, metrics, error, checkpoints,
+// history). Predict on a finished job starts its inference graph again,
+// without data, with the variables of its final checkpoint when one holds
+// its last step, else with the model variables' values it kept at the end
+// (jobs without a store, failed jobs, a final checkpoint that could not be
+// taken): at most the model's size per finished job.
+//
+// Deletion and retention: Delete() removes a finished job with its record,
+// document, checkpoints and metrics series. With retention_max_finished
+// and/or retention_seconds set, the oldest finished jobs beyond the count,
+// or finished longer ago than the age, are deleted the same way (when a job
+// finishes, after a restart, and on EnforceRetention()).
+//
+// NaN/Inf: a step whose loss or gradients are not finite applies no update
+// (the training graph's numerics checks guard the optimizer). With
+// on_nan "fail" (the default) the job is FAILED naming the step; with
+// "skip_step" the step is counted in JobInfo::skipped_steps and training
+// goes on. Either way a "nan" event names the step.
+//
 // Thread safety: every public method is thread-safe. Destruction stops the
 // workers after their current step.
 #ifndef FLOWSTATE_SERVER_JOB_MANAGER_H_
@@ -92,18 +113,22 @@ struct JobInfo {
   std::string checkpoint_error;  // of the last failed write, "" after a success
   // The step this process resumed the job from after a restart; -1: it did not.
   int64_t resumed_from_step = -1;
+  // Steps whose loss or gradients were NaN/Inf and whose update was not
+  // applied (on_nan "skip_step").
+  int64_t skipped_steps = 0;
 };
 
 struct JobEvent {
-  enum class Kind { kState, kStep, kEval, kCheckpoint, kResume };
+  enum class Kind { kState, kStep, kEval, kCheckpoint, kResume, kNan };
   Kind kind = Kind::kState;
   JobInfo info;  // the job right after the event
   double time = 0;
-  // kCheckpoint, kResume (and some kState): what happened, for people
-  // ("checkpoint at step 120 written: 1.2 MB in 35 ms").
+  // kCheckpoint, kResume, kNan (and some kState): what happened, for people
+  // ("checkpoint at step 120 written: 1.2 MB in 35 ms"; "step 7: the loss
+  // is NaN; the step was skipped").
   std::string message;
 };
-// "state", "step", "eval", "checkpoint", "resume"
+// "state", "step", "eval", "checkpoint", "resume", "nan"
 std::string_view JobEventKindName(JobEvent::Kind k);
 
 // What the metrics layer learns from the manager. All calls come from the
@@ -115,6 +140,11 @@ class JobObserver {
   virtual void OnStateChange(const JobInfo& job, JobState from) {}
   // A checkpoint write finished: `ok` false when it failed.
   virtual void OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) {}
+  // A step's loss or gradients were NaN/Inf; `skipped`: the job goes on
+  // without that step's update (else it fails).
+  virtual void OnNan(const JobInfo& job, bool skipped) {}
+  // The job was deleted (Delete() or retention): drop what is kept of it.
+  virtual void OnDelete(const std::string& job_id) {}
 };
 
 // One checkpoint of a job, as GET /v1/jobs/{id}/checkpoints lists it.
@@ -147,6 +177,13 @@ struct JobManagerOptions {
   // Notable events (not step summaries) kept per job and replayed to
   // Watch(id, true).
   int max_history_events = 64;
+  // TrainingJobOptions::max_shape_bytes of every job (0: no limit).
+  int64_t max_shape_bytes = 0;
+  // Retention of finished jobs: keep at most this many (the most recently
+  // finished; 0: no limit), and none finished more than this many seconds
+  // ago (0: forever). The others are deleted as by Delete().
+  int retention_max_finished = 100;
+  double retention_seconds = 0;
 };
 
 // A subscription to one job's events. Next() blocks until an event arrives,
@@ -195,6 +232,15 @@ class JobManager {
   // before starting).
   Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
                  const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+  // Removes a finished job: its record, document, checkpoints and stored
+  // variables, its events and its metrics series. NOT_FOUND for an unknown
+  // id; FAILED_PRECONDITION for a job that is not finished (cancel it
+  // first); the store's error when it cannot delete (nothing is removed).
+  // Waits for the job's checkpoint writes in flight.
+  Status Delete(const std::string& id);
+  // Deletes the finished jobs the retention options no longer keep;
+  // returns how many (the server calls it periodically).
+  int EnforceRetention();
   // With `history`, the job's notable past events (state changes,
   // evaluations, checkpoints, resumes; oldest first, at most
   // max_history_events, kept across restarts) come before its current state.
@@ -216,7 +262,10 @@ class JobManager {
   // (checkpoints/FORMAT.md). NOT_FOUND for an unknown job or step.
   Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path);
   // Stores the snapshot of a portable file under a new id ("import-N"),
-  // usable as init_from {"job": id, "step": step}. Returns {id, step}.
+  // usable as init_from {"job": id, "step": step}. Returns {id, step}. The
+  // file holds a client's upload: malformed bytes are INVALID_ARGUMENT
+  // saying what is wrong (checkpoints::ImportSnapshot), naming it "the
+  // uploaded checkpoint", never `path`.
   StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
 
   // Jobs waiting for a running slot.
@@ -240,8 +289,19 @@ class JobManager {
   // Waits until write `seq` of `job` has finished (ok or not).
   void WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq);
   void PersistLocked(Job& job, bool sync);
+  // Releases the sessions, data and variables of a job that reached a
+  // terminal state (keeping its model values when no checkpoint holds them).
+  void ReleaseLocked(Job* job);
+  // Deletes a finished job without writes in flight from the store and
+  // from memory.
+  Status DeleteLocked(const std::string& id);
+  int EnforceRetentionLocked();
   void RememberLocked(Job* job, const JobEvent& e);
   bool CheckpointDueLocked(const Job& job) const;
+  // Starts a finished, released job's runner without data, with its final
+  // checkpoint or the model values it kept (Predict, Checkpoint). Without
+  // the lock; idempotent.
+  Status LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner);
   // Starts a job whose runner has not started: restores the latest
   // checkpoint when it has one (or init_from values). Without the lock.
   Status StartRunner(Job* job, bool load_data, int64_t* restored_step);

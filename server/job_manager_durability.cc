@@ -1,13 +1,16 @@
 // JobManager's durability half (job_manager.h): checkpoint snapshots and
-// the writer thread, persisting job records, recovery after a restart, and
-// the checkpoint routes (take, list, export, import). The scheduling half is
-// job_manager.cc.
+// the writer thread, persisting job records, recovery after a restart, the
+// checkpoint routes (take, list, export, import), and what a finished job
+// keeps: releasing its memory, deleting it, retention. The scheduling half
+// is job_manager.cc.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "server/job_manager_internal.h"
 
@@ -122,6 +125,7 @@ void JobManager::WriterLoop() {
     }
     PersistLocked(*job, true);
     if (options_.observer) options_.observer->OnCheckpoint(InfoLocked(*job), secs, bytes, st.ok());
+    if (job->pending_writes == 0 && IsTerminal(job->state)) EnforceRetentionLocked();
     checkpoint_cv_.notify_all();
   }
 }
@@ -190,6 +194,7 @@ void JobManager::PersistLocked(Job& j, bool sync) {
                      {"bytes", j.checkpoint_bytes}, {"failures", j.checkpoint_failures},
                      {"error", j.checkpoint_error}};
   r["resumed_from_step"] = j.resumed_from_step;
+  r["skipped_steps"] = j.skipped_steps;
   Json h = Json::array();
   for (const JobEvent& e : j.history) {
     h.push_back({{"kind", std::string(JobEventKindName(e.kind))},
@@ -249,6 +254,7 @@ Status JobManager::Recover() {
           job->checkpoint_error = c.value("error", "");
         }
         job->resumed_from_step = r.value("resumed_from_step", int64_t{-1});
+        job->skipped_steps = r.value("skipped_steps", int64_t{0});
       } catch (const std::exception& e) {
         problem = std::string("its record is malformed: ") + e.what();
       }
@@ -266,6 +272,7 @@ Status JobManager::Recover() {
         o.data_root = options_.data_root;
         o.devices = options_.devices;
         o.inter_op_pool = inter_op_pool_.get();
+        o.max_shape_bytes = options_.max_shape_bytes;
         StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(job->spec, o);
         if (runner.ok()) {
           job->runner = std::move(runner).value();
@@ -310,10 +317,12 @@ Status JobManager::Recover() {
     return na != nb ? na < nb : a->id < b->id;
   });
   StatusOr<std::string> imports = options_.store->GetRecord(Store::Kind::kMeta, kImportCounterKey);
+  StatusOr<std::string> job_ids = options_.store->GetRecord(Store::Kind::kMeta, kJobCounterKey);
   std::lock_guard<std::mutex> l(mu_);
-  if (imports.ok()) {
+  for (auto [text, counter] : {std::pair{&imports, &next_import_}, std::pair{&job_ids, &next_id_}}) {
+    if (!text->ok()) continue;
     try {
-      next_import_ = std::max<int64_t>(next_import_, std::stoll(*imports));
+      *counter = std::max<int64_t>(*counter, std::stoll(**text));
     } catch (...) {
     }
   }
@@ -334,8 +343,99 @@ Status JobManager::Recover() {
   }
   queued_.insert(queued_.begin(), queue.begin(), queue.end());
   queued_.insert(queued_.begin(), resume.begin(), resume.end());
+  EnforceRetentionLocked();
   AdmitLocked();
   return Status();
+}
+
+void JobManager::ReleaseLocked(Job* job) {
+  if (!job->runner) return;
+  // A checkpoint of the last step, written or being written, is what
+  // Predict loads; without one the model values stay (the only copy).
+  const bool covered = options_.store != nullptr && job->snapshot_step == job->step &&
+                       job->snapshot_step >= 0 &&
+                       (job->checkpoint_step == job->step || job->pending_writes > 0);
+  if (!covered && (job->started || job->inference_ready)) {
+    StatusOr<std::vector<std::pair<std::string, Tensor>>> v = job->runner->ModelValues();
+    if (v.ok()) job->final_values = std::move(v).value();
+  }
+  // Predict calls in flight keep the old runner (and its sessions) until
+  // they return.
+  std::shared_ptr<TrainingJob> old = std::exchange(job->runner, job->runner->Unstarted());
+  job->started = false;
+  job->inference_ready = false;
+  job->restore_on_start = covered;
+  if (old.use_count() == 1) {
+    old.reset();
+#ifdef __GLIBC__
+    // The data's and the sessions' freed pages go back to the system, not
+    // only to malloc's free lists (which keep most of them otherwise).
+    malloc_trim(0);
+#endif
+  }
+}
+
+Status JobManager::DeleteLocked(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  if (options_.store != nullptr) {
+    FS_RETURN_IF_ERROR(options_.store->PutRecord(Store::Kind::kMeta, kJobCounterKey, std::to_string(next_id_))
+                           .WithPrefix("deleting job '" + id + "'"));
+    // The record first: without it a restart no longer sees the job, even
+    // if the document below could not be deleted.
+    FS_RETURN_IF_ERROR(options_.store->DeleteJobData(id).WithPrefix("deleting job '" + id + "'"));
+    FS_RETURN_IF_ERROR(options_.store->DeleteRecord(Store::Kind::kGraphs, id)
+                           .WithPrefix("deleting the document of job '" + id + "'"));
+  }
+  std::shared_ptr<Job> job = it->second;
+  for (auto& w : job->subscribers) {
+    if (std::shared_ptr<Stream> s = w.lock()) s->Close();
+  }
+  jobs_.erase(it);
+  order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  if (options_.observer) options_.observer->OnDelete(id);
+  return Status();
+}
+
+Status JobManager::Delete(const std::string& id) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  std::shared_ptr<Job> job = it->second;
+  if (!IsTerminal(job->state)) {
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+                              "; only finished jobs can be deleted (cancel it first)");
+  }
+  checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+  if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
+  return DeleteLocked(id);
+}
+
+int JobManager::EnforceRetention() {
+  std::lock_guard<std::mutex> l(mu_);
+  return EnforceRetentionLocked();
+}
+
+int JobManager::EnforceRetentionLocked() {
+  const int max_finished = options_.retention_max_finished;
+  const double max_age = options_.retention_seconds;
+  if (max_finished <= 0 && max_age <= 0) return 0;
+  std::vector<std::pair<double, std::string>> finished;  // (finished at, id)
+  for (const auto& [id, j] : jobs_) {
+    if (IsTerminal(j->state)) finished.emplace_back(j->finished_at, id);
+  }
+  std::sort(finished.begin(), finished.end(), std::greater<>());  // newest first
+  const double now = Now();
+  int deleted = 0;
+  for (size_t i = 0; i < finished.size(); ++i) {
+    bool too_many = max_finished > 0 && i >= size_t(max_finished);
+    bool too_old = max_age > 0 && now - finished[i].first > max_age;
+    if (!too_many && !too_old) continue;
+    // One with a write in flight goes at a later pass (the writer runs one).
+    if (jobs_.at(finished[i].second)->pending_writes > 0) continue;
+    if (DeleteLocked(finished[i].second).ok()) ++deleted;
+  }
+  return deleted;
 }
 
 StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) {
@@ -344,6 +444,21 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   std::shared_ptr<Job> job = it->second;
+  if (!job->started && !job->inference_ready && IsTerminal(job->state) && job->runner) {
+    // A finished job released its variables: its final checkpoint is the
+    // one asked for; without one, its kept values are loaded to take it.
+    checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+    if (job->restore_on_start && job->checkpoint_step == job->step && job->checkpoint_step >= 0) {
+      return CheckpointRequestResult{job->step, true};
+    }
+    if (!job->final_values.empty()) {
+      std::shared_ptr<TrainingJob> runner = job->runner;
+      l.unlock();
+      FS_RETURN_IF_ERROR(LoadFinished(job, runner));
+      l.lock();
+      if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
+    }
+  }
   if (!job->started && !job->inference_ready) {
     return FailedPrecondition("job '" + id + "' has no variables to checkpoint yet (it is " +
                               std::string(JobStateName(job->state)) + ")");
@@ -412,7 +527,10 @@ StatusOr<std::pair<std::string, int64_t>> JobManager::ImportCheckpoint(const std
   if (options_.store == nullptr) {
     return NoStore();
   }
-  FS_ASSIGN_OR_RETURN(checkpoints::Snapshot s, checkpoints::ImportSnapshot(path));
+  // The bytes are the client's: what is wrong with them is INVALID_ARGUMENT,
+  // and messages name "the uploaded checkpoint", not the scratch file.
+  FS_ASSIGN_OR_RETURN(checkpoints::Snapshot s,
+                      checkpoints::ImportSnapshot(path, "the uploaded checkpoint"));
   std::string id;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -46,7 +46,8 @@ inline std::optional<JobState> StateFromName(const std::string& n) {
 
 inline std::optional<JobEvent::Kind> KindFromName(const std::string& n) {
   for (JobEvent::Kind k : {JobEvent::Kind::kState, JobEvent::Kind::kStep, JobEvent::Kind::kEval,
-                           JobEvent::Kind::kCheckpoint, JobEvent::Kind::kResume}) {
+                           JobEvent::Kind::kCheckpoint, JobEvent::Kind::kResume,
+                           JobEvent::Kind::kNan}) {
     if (JobEventKindName(k) == n) return k;
   }
   return std::nullopt;
@@ -82,6 +83,9 @@ inline std::vector<std::pair<std::string, Tensor>> ToNamed(std::vector<checkpoin
 }
 
 inline constexpr const char* kImportCounterKey = "server.next_import_id";
+// The next job number, kept when a job is deleted so that a restart does not
+// hand a deleted job's id out again.
+inline constexpr const char* kJobCounterKey = "server.next_job_id";
 
 inline Status NoStore() {
   return Unimplemented("checkpoints need a store: this server runs without a data directory");
@@ -93,7 +97,12 @@ struct JobManager::Job {
   std::string id;
   JobSpec spec;
   std::string spec_json;  // as submitted
-  std::unique_ptr<TrainingJob> runner;
+  // Shared with Predict calls in flight, so that releasing a finished job
+  // (ReleaseLocked) never frees a runner under them.
+  std::shared_ptr<TrainingJob> runner;
+  // A finished job's model values when no checkpoint holds its last step
+  // (ReleaseLocked); Predict starts the runner with them.
+  std::vector<std::pair<std::string, Tensor>> final_values;
   JobState state = JobState::kQueued;
   std::string error;
   bool started = false;        // runner->Start() succeeded
@@ -120,6 +129,7 @@ struct JobManager::Job {
   double checkpoint_time = 0;
   std::string checkpoint_error;
   int64_t resumed_from_step = -1;
+  int64_t skipped_steps = 0;
   int64_t snapshot_step = -1;  // of the newest snapshot taken (written or not)
   std::chrono::steady_clock::time_point snapshot_at{};
   int pending_writes = 0;      // snapshots queued or being written

@@ -209,7 +209,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   JobSpec job;
   FS_RETURN_IF_ERROR(CheckFields(j, "", {"name", "graph", "loss", "optimizer", "input", "eval",
                                          "checkpoint", "devices", "replicas", "seed", "max_steps",
-                                         "init_from"}));
+                                         "init_from", "on_nan"}));
   FS_RETURN_IF_ERROR(GetString(j, "", "name", &job.name));
   auto g = j.find("graph");
   if (g == j.end() || g->is_null()) return Bad("graph", "is required");
@@ -288,6 +288,13 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   int64_t max_steps = 0;
   FS_RETURN_IF_ERROR(GetInt(j, "", "max_steps", &max_steps, 1));
   if (max_steps > 0) job.max_steps = max_steps;
+  std::string on_nan = "fail";
+  FS_RETURN_IF_ERROR(GetString(j, "", "on_nan", &on_nan));
+  if (on_nan == "skip_step") {
+    job.on_nan = OnNan::kSkipStep;
+  } else if (on_nan != "fail") {
+    return Bad("on_nan", "expected \"fail\" or \"skip_step\"");
+  }
   return job;
 }
 

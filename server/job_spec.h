@@ -62,6 +62,11 @@ struct InitFromSpec {
   int64_t step = 0;  // the checkpoint's step
 };
 
+// What a step whose loss or gradients are NaN/Inf does: its update is never
+// applied; kFail fails the job naming the step, kSkipStep goes on with the
+// next batch (the step is counted as skipped).
+enum class OnNan { kFail, kSkipStep };
+
 struct JobSpec {
   std::string name;
   GraphDef graph;
@@ -76,6 +81,7 @@ struct JobSpec {
   uint64_t seed = 0;  // initializers, shuffling and dropout derive from it
   std::optional<int64_t> max_steps;  // stop early after this many steps
   std::optional<InitFromSpec> init_from;
+  OnNan on_nan = OnNan::kFail;  // "on_nan": "fail" | "skip_step"
 };
 
 // INVALID_ARGUMENT with the JSON path of the first bad field; unknown fields

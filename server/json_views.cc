@@ -54,6 +54,7 @@ Json JobJson(const JobInfo& j) {
   o["checkpoint_failures"] = j.checkpoint_failures;
   o["checkpoint_error"] = j.checkpoint_error;
   o["resumed_from_step"] = j.resumed_from_step >= 0 ? Json(j.resumed_from_step) : Json(nullptr);
+  o["skipped_steps"] = j.skipped_steps;
   return o;
 }
 
@@ -262,6 +263,7 @@ StatusOr<JobInfo> JobFrom(const Json& v, const std::string& path) {
   FS_RETURN_IF_ERROR(ReadInt(v, path, "checkpoint_failures", &j.checkpoint_failures));
   FS_RETURN_IF_ERROR(ReadString(v, path, "checkpoint_error", &j.checkpoint_error));
   FS_RETURN_IF_ERROR(ReadInt(v, path, "resumed_from_step", &j.resumed_from_step));
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "skipped_steps", &j.skipped_steps));
   return j;
 }
 
@@ -361,6 +363,10 @@ std::string CheckpointListToJson(const std::string& job_id,
 
 std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, bool written) {
   return Dump(Json{{"job_id", job_id}, {"step", step}, {"written", written}});
+}
+
+std::string JobDeletedToJson(const std::string& job_id) {
+  return Dump(Json{{"job_id", job_id}, {"deleted", true}});
 }
 
 std::string JobEventDataToJson(const JobEvent& event) {

@@ -51,6 +51,9 @@ std::string CheckpointListToJson(const std::string& job_id,
 // {"job_id": id, "step": N, "written": true|false}.
 std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, bool written);
 
+// DELETE /v1/jobs/{id}: {"job_id": id, "deleted": true}.
+std::string JobDeletedToJson(const std::string& job_id);
+
 // {"jobs": [job, ...]}
 std::string JobInfoListToJson(const std::vector<JobInfo>& jobs);
 StatusOr<std::vector<JobInfo>> JobInfoListFromJson(std::string_view json);

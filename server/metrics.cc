@@ -90,6 +90,8 @@ struct Metrics::Impl : public JobObserver {
   void OnStep(const JobInfo& job, double step_seconds, int64_t examples) override;
   void OnStateChange(const JobInfo& job, JobState from) override;
   void OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) override;
+  void OnNan(const JobInfo& job, bool skipped) override;
+  void OnDelete(const std::string& job_id) override;
   void Checkpoint(const std::string& job, double seconds, int64_t bytes, bool ok);
 
   // The series of one job. Gauges and histograms are created on first use;
@@ -103,6 +105,7 @@ struct Metrics::Impl : public JobObserver {
     Histogram* checkpoint_seconds = nullptr;
     Gauge* checkpoint_bytes = nullptr;
     Counter* checkpoint_failures = nullptr;
+    Counter* skipped_steps = nullptr;
     bool finished = false;
   };
   JobSeries& JobLocked(const std::string& id);  // creates steps/examples/step_seconds
@@ -131,6 +134,7 @@ struct Metrics::Impl : public JobObserver {
   Family<Histogram>& checkpoint_seconds;
   Family<Gauge>& checkpoint_bytes;
   Family<Counter>& checkpoint_failures;
+  Family<Counter>& job_skipped_steps;
   Gauge& queue_depth_gauge;
   Gauge& http_connections;
   Counter& http_connections_refused;
@@ -228,6 +232,11 @@ Metrics::Impl::Impl()
                               .Name("flowstate_checkpoint_failures_total")
                               .Help("Checkpoints that failed to be written, per job.")
                               .Register(*registry)),
+      job_skipped_steps(prometheus::BuildCounter()
+                            .Name("flowstate_job_skipped_steps_total")
+                            .Help("Training steps whose loss or gradients were NaN/Inf and whose "
+                                  "update was not applied (on_nan \"skip_step\"), per job.")
+                            .Register(*registry)),
       queue_depth_gauge(queue_depth.Add({})),
       http_connections(prometheus::BuildGauge()
                            .Name("flowstate_http_connections")
@@ -343,6 +352,7 @@ void Metrics::Impl::RemoveJobLocked(const std::string& id) {
   if (s.checkpoint_seconds) checkpoint_seconds.Remove(s.checkpoint_seconds);
   if (s.checkpoint_bytes) checkpoint_bytes.Remove(s.checkpoint_bytes);
   if (s.checkpoint_failures) checkpoint_failures.Remove(s.checkpoint_failures);
+  if (s.skipped_steps) job_skipped_steps.Remove(s.skipped_steps);
   job_series.erase(it);
 }
 
@@ -414,6 +424,20 @@ void Metrics::Impl::OnCheckpoint(const JobInfo& job, double seconds, int64_t byt
 
 void Metrics::ObserveCheckpoint(const std::string& job, double seconds, int64_t bytes, bool ok) {
   impl_->Checkpoint(job, seconds, bytes, ok);
+}
+
+void Metrics::Impl::OnNan(const JobInfo& job, bool skipped) {
+  if (!skipped) return;
+  std::lock_guard<std::mutex> l(jobs_mu);
+  JobSeries& s = JobLocked(job.id);
+  if (!s.skipped_steps) s.skipped_steps = &job_skipped_steps.Add({{"job_id", job.id}});
+  s.skipped_steps->Increment();
+}
+
+void Metrics::Impl::OnDelete(const std::string& job_id) {
+  std::lock_guard<std::mutex> l(jobs_mu);
+  finished.erase(std::remove(finished.begin(), finished.end(), job_id), finished.end());
+  RemoveJobLocked(job_id);
 }
 
 JobObserver* Metrics::job_observer() { return impl_.get(); }

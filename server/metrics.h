@@ -21,6 +21,7 @@
 //   flowstate_checkpoint_duration_seconds{job_id}        histogram, 1 ms ... 300 s (successful)
 //   flowstate_checkpoint_bytes{job_id}                   gauge (size of the last successful one)
 //   flowstate_checkpoint_failures_total{job_id}          counter
+//   flowstate_job_skipped_steps_total{job_id}            counter (NaN/Inf steps skipped)
 //
 // The job label is `job_id`, not `job`: Prometheus sets `job` on every series
 // it scrapes (the scrape job) and would rename ours to `exported_job`.
@@ -30,8 +31,8 @@
 // metric and reports further ones as "other". A job's series appear when it
 // starts running; when it finishes its throughput gauge goes away and the
 // rest stays, until more than SetFinishedJobRetention() (default 64) newer
-// jobs have finished. Thread-safe: frontends and job workers record
-// concurrently.
+// jobs have finished, or the job is deleted (JobObserver::OnDelete).
+// Thread-safe: frontends and job workers record concurrently.
 #ifndef FLOWSTATE_SERVER_METRICS_H_
 #define FLOWSTATE_SERVER_METRICS_H_
 

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "checkpoints/store.h"
@@ -29,6 +31,29 @@ constexpr const char* kUsage =
     "                       [--data-root DIR] [--set section.key=VALUE] [--port-file FILE]\n"
     "Defaults come from the embedded config/flowstate.json, then the file, then\n"
     "FLOWSTATE_<SECTION>_<KEY> environment variables, then flags.\n";
+
+// The machine's physical memory in bytes, or the cgroup's memory limit when
+// that is smaller (a container); 0 when unknown.
+int64_t PhysicalMemoryBytes() {
+  int64_t bytes = 0;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) bytes = int64_t(pages) * int64_t(page);
+  // cgroup v2, then v1 ("max" or a huge number: no limit).
+  for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(f);
+    std::string text;
+    if (!(in >> text)) continue;
+    if (text != "max") {
+      try {
+        int64_t limit = std::stoll(text);
+        if (limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;
+      } catch (...) {
+      }
+    }
+    break;
+  }
+  return bytes;
+}
 
 }  // namespace
 
@@ -76,6 +101,14 @@ int ServeCommand(int argc, char** argv) {
   DevicePoolOptions dpo;
   dpo.num_cpu_devices = cfg.devices.cpu_devices;
   dpo.intra_op_threads = cfg.devices.intra_op_threads;
+  // What tensors may hold in all: devices.memory_limit_bytes, else a share
+  // of the machine's (or the container's) memory; each CPU device gets an
+  // equal part.
+  const int64_t memory_limit =
+      cfg.devices.memory_limit_bytes > 0
+          ? cfg.devices.memory_limit_bytes
+          : int64_t(double(PhysicalMemoryBytes()) * cfg.devices.memory_limit_fraction);
+  dpo.cpu_memory_limit_bytes = memory_limit / std::max(1, cfg.devices.cpu_devices);
   StatusOr<std::unique_ptr<DevicePool>> devices = DevicePool::Create(dpo);
   if (!devices.ok()) {
     std::fprintf(stderr, "flowstate serve: %s\n", devices.status().ToString().c_str());
@@ -95,6 +128,10 @@ int ServeCommand(int argc, char** argv) {
     std::fprintf(stderr, "flowstate serve: %s\n", store.status().message().c_str());
     return 1;
   }
+  if (Status ws = (*store)->WriteStatus(); !ws.ok()) {
+    // A full disk: served read-only; writes resume once there is room.
+    std::fprintf(stderr, "flowstate serve: warning: %s\n", ws.ToString().c_str());
+  }
   Metrics metrics;
   ServiceOptions so;
   so.devices = devices->get();
@@ -103,10 +140,13 @@ int ServeCommand(int argc, char** argv) {
   so.session_idle_timeout = std::chrono::seconds(int64_t(cfg.sessions.idle_timeout_seconds));
   so.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   so.max_event_streams = cfg.limits.max_event_streams;
+  so.max_shape_bytes = cfg.limits.max_shape_bytes;
   so.jobs.max_running = cfg.jobs.max_running;
   so.jobs.workers = cfg.jobs.workers;
   so.jobs.inter_op_threads = cfg.jobs.inter_op_threads;
   so.jobs.max_step_events_per_second = cfg.jobs.max_step_events_per_second;
+  so.jobs.retention_max_finished = cfg.jobs.retention_max_finished;
+  so.jobs.retention_seconds = double(cfg.jobs.retention_seconds);
   so.jobs.observer = metrics.job_observer();
   so.jobs.store = store->get();
   Service service(so);
@@ -186,6 +226,7 @@ int ServeCommand(int argc, char** argv) {
     while (!reaper_cv.wait_for(l, std::chrono::seconds(5), [&] { return stopping; })) {
       l.unlock();
       service.Reap();
+      service.jobs().EnforceRetention();  // jobs.retention_seconds
       l.lock();
     }
   });

@@ -7,10 +7,12 @@
 #include <random>
 
 #include "api/json_codec.h"
+#include "checkpoints/store.h"
 #include "devices/kernel_registry.h"
 #include "graph/op_def.h"
 #include "scheduler/session.h"
 #include "scheduler/thread_pool.h"
+#include "state/tensor_store.h"
 
 namespace flowstate {
 
@@ -37,7 +39,14 @@ Service::Service(const ServiceOptions& options) : options_(options) {
   JobManagerOptions jo = options.jobs;
   jo.devices = options.devices;
   jo.data_root = options.data_root;
+  jo.max_shape_bytes = options.max_shape_bytes;
   jobs_ = std::make_unique<JobManager>(jo);
+  if (options.jobs.store != nullptr) {
+    // Not owned: the store outlives the service (an aliasing, owner-less
+    // shared_ptr).
+    tensor_store_ = checkpoints::NewTensorStore(
+        std::shared_ptr<checkpoints::Store>(std::shared_ptr<void>(), options.jobs.store));
+  }
 }
 
 Service::~Service() { Shutdown(); }
@@ -72,7 +81,11 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
   SessionOptions so;
   so.devices = options_.devices;
   so.inter_op_pool = session_pool_.get();
+  so.max_shape_bytes = options_.max_shape_bytes;
   FS_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(graph, so));
+  // Save/Restore: every session shares the server's store (prefixes are
+  // server-wide and survive restarts).
+  if (tensor_store_ != nullptr) FS_RETURN_IF_ERROR(SetTensorStore(s->resource_manager(), tensor_store_));
   std::lock_guard<std::mutex> l(mu_);
   // Unguessable ids: sessions hold a client's state.
   static thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -6,7 +6,11 @@
 //
 // Sessions: a client's graph, run step by step (POST /v1/sessions...).
 // Sessions idle longer than `session_idle_timeout` are closed by Reap()
-// (the server calls it periodically). Jobs: see JobManager.
+// (the server calls it periodically). With a store (jobs.store), every
+// session gets a TensorStore on it for the Save/Restore ops: a prefix is
+// one server-wide name (scope "save/<prefix>" of the variables column
+// family), so what one session saves another restores, also after a
+// restart. Jobs: see JobManager.
 //
 // Thread safety: every method is thread-safe.
 #ifndef FLOWSTATE_SERVER_SERVICE_H_
@@ -30,6 +34,7 @@
 namespace flowstate {
 
 class Session;
+class TensorStore;
 class ThreadPool;
 
 struct ServiceOptions {
@@ -41,7 +46,10 @@ struct ServiceOptions {
   int max_event_streams = 1024;
   std::chrono::seconds session_idle_timeout{600};
   int64_t max_tensor_bytes = int64_t{64} << 20;
-  JobManagerOptions jobs;  // devices and data_root are filled in from above
+  // The most bytes one tensor of a session's or job's graph may have when
+  // its shape is known before it runs (SessionOptions::max_shape_bytes).
+  int64_t max_shape_bytes = int64_t{1} << 30;
+  JobManagerOptions jobs;  // devices, data_root, max_shape_bytes are filled in from above
 };
 
 struct OpInfo {
@@ -122,6 +130,7 @@ class Service {
   std::unique_ptr<JobManager> jobs_;
   // Open event streams; shared with the streams, which may outlive us.
   std::shared_ptr<std::atomic<int>> open_streams_ = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<TensorStore> tensor_store_;  // on jobs.store; null without one
   mutable std::mutex mu_;
   std::map<std::string, SessionEntry> sessions_;  // GUARDED_BY(mu_)
   int64_t next_session_ = 1;                       // GUARDED_BY(mu_)

@@ -131,14 +131,23 @@ int TrainCommand(int argc, char** argv) {
   std::deque<double> recent;
   std::map<std::string, double> metrics;
   int64_t last_epoch = 0;
+  int64_t skipped = 0;  // NaN/Inf steps (on_nan "skip_step")
   bool evaluated_last = false;
   for (;;) {
     auto t0 = Clock::now();
     StatusOr<StepResult> r = j.Step();
-    if (!r.ok()) return Fail(1, "step " + std::to_string(j.step() + 1), r.status());
+    if (!r.ok()) {
+      // A NaN/Inf step (on_nan "fail") names its step itself.
+      return Fail(1, j.IsNanError(r.status()) ? "" : "step " + std::to_string(j.step() + 1), r.status());
+    }
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     examples += r->examples;
-    recent.push_back(r->loss);
+    if (r->skipped) {
+      ++skipped;
+      progress.Line(r->nan_message);
+    } else {
+      recent.push_back(r->loss);
+    }
     if (recent.size() > 100) recent.pop_front();
     last_epoch = r->epoch;
     double rate = train_seconds > 0 ? double(examples) / train_seconds : 0;
@@ -165,8 +174,10 @@ int TrainCommand(int argc, char** argv) {
   for (double l : recent) final_loss += l;
   final_loss /= double(std::max<size_t>(recent.size(), 1));
   double rate = train_seconds > 0 ? double(examples) / train_seconds : 0;
-  progress.Line("done: " + std::to_string(j.step()) + " steps, final loss " +
-                std::to_string(final_loss) + ", " + std::to_string(int64_t(rate)) + " examples/s");
+  progress.Line("done: " + std::to_string(j.step()) + " steps" +
+                (skipped ? " (" + std::to_string(skipped) + " skipped: NaN/Inf)" : "") +
+                ", final loss " + std::to_string(final_loss) + ", " +
+                std::to_string(int64_t(rate)) + " examples/s");
 
   if (!metrics_out.empty()) {
     nlohmann::json out;
@@ -175,6 +186,7 @@ int TrainCommand(int argc, char** argv) {
     out["examples_per_sec"] = rate;
     out["final_loss"] = final_loss;
     out["train_seconds"] = train_seconds;
+    out["skipped_steps"] = skipped;
     for (const auto& [k, v] : metrics) out[k] = v;
     std::ofstream f(metrics_out);
     f << out.dump(2) << "\n";

@@ -1,6 +1,7 @@
 #include "server/training_job.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -127,6 +128,27 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
   if (vars.empty()) return InvalidArgument("graph: the graph has no Variable to train");
   std::vector<Gradient> grads;
   FS_RETURN_IF_ERROR(AddGradients(root, Output(loss_id->node, loss_id->index), vars, &grads));
+  // The NaN/Inf guard (on_nan): every gradient reaches the optimizer through
+  // a CheckNumerics that also waits for the loss's, so a step whose loss or
+  // gradients are not finite fails before the optimizer's barrier and no
+  // update of it is applied.
+  {
+    Scope ns = root.NewSubScope("on_nan");
+    auto check = [](const Scope& s, const Output& x, const std::string& what) {
+      return Output(s.AddNode("CheckNumerics", "CheckNumerics", {x.name()},
+                              {{"message", AttrValue(what)}}),
+                    0);
+    };
+    Output checked_loss = check(ns.WithOpName("loss"), Output(loss_id->node, loss_id->index), "the loss");
+    tg.numerics_checks.push_back(checked_loss.node);
+    Scope gs = ns.WithControlDependencies({checked_loss.node});
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].is_none()) continue;
+      Output& g = grads[i].is_sparse ? grads[i].values : grads[i].dense;
+      g = check(gs.WithOpName(vars[i].node), g, "the gradient of '" + vars[i].node + "'");
+      tg.numerics_checks.push_back(g.node);
+    }
+  }
   std::vector<VariableGradient> vg;
   for (size_t i = 0; i < vars.size(); ++i) {
     VariableGradient v;
@@ -179,6 +201,11 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
                                                            const TrainingJobOptions& options) {
   if (options.devices == nullptr) return InvalidArgument("TrainingJobOptions.devices is required");
   FS_ASSIGN_OR_RETURN(TrainingGraph g, BuildTrainingGraph(spec));
+  {
+    FS_ASSIGN_OR_RETURN(Graph whole, Graph::Create(g.graph));
+    Status big = CheckStaticTensorBytes(whole, options.max_shape_bytes);
+    if (!big.ok()) return big.WithPrefix("graph");
+  }
   for (size_t i = 0; i < spec.devices.size(); ++i) {
     FS_ASSIGN_OR_RETURN(DeviceName d, DeviceName::Parse(spec.devices[i]));
     if (options.devices->Matching(d).empty()) {
@@ -256,6 +283,7 @@ Status TrainingJob::Start(bool load_data) {
   so.devices = options_.devices;
   so.inter_op_pool = options_.inter_op_pool;
   so.inter_op_threads = options_.inter_op_threads;
+  so.max_shape_bytes = options_.max_shape_bytes;
   so.default_device = spec_.devices.empty() ? "" : spec_.devices.front();
   FS_ASSIGN_OR_RETURN(train_session_, Session::Create(graph_.graph, so));
   so.resources = train_session_->shared_resources();
@@ -287,6 +315,22 @@ Status TrainingJob::Start(bool load_data) {
   }
   started_ = true;
   return Status();
+}
+
+std::unique_ptr<TrainingJob> TrainingJob::Unstarted() const {
+  return std::unique_ptr<TrainingJob>(new TrainingJob(spec_, options_, graph_));
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(graph_.model_variables.size());
+  for (const std::string& v : graph_.model_variables) {
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
+    out.emplace_back(v, std::move(t));
+  }
+  return out;
 }
 
 StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariable(const std::string& name) const {
@@ -457,8 +501,30 @@ StatusOr<StepResult> TrainingJob::Step() {
   feeds.reserve(b->components.size());
   for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
   std::vector<Tensor> out;
-  FS_RETURN_IF_ERROR(train_session_->Run(feeds, {graph_.loss}, {graph_.train_op}, &out));
+  Status run = train_session_->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
   StepResult r;
+  if (!run.ok()) {
+    if (std::find(graph_.numerics_checks.begin(), graph_.numerics_checks.end(), run.node()) ==
+        graph_.numerics_checks.end()) {
+      return run;
+    }
+    // A NaN/Inf loss or gradient: the batch is used, no update applied.
+    std::string what = run.message();
+    if (size_t k = what.find("(CheckNumerics): "); what.starts_with("node '") && k != std::string::npos) {
+      what = what.substr(k + 17);
+    }
+    what = "step " + std::to_string(step_ + 1) + ": " + what;
+    if (spec_.on_nan == OnNan::kFail) {
+      ++step_;
+      done_ = true;
+      return InvalidArgument(what + "; no update was applied and the job fails (on_nan \"fail\"; "
+                                    "\"skip_step\" skips such steps)",
+                             run.node());
+    }
+    r.skipped = true;
+    r.nan_message = what + "; the step was skipped";
+    out.assign(1, Tensor::Scalar<double>(std::nan("")));
+  }
   r.step = ++step_;
   r.epoch = b->epoch;
   r.loss = out[0].ElementAsDouble(0);
@@ -467,6 +533,12 @@ StatusOr<StepResult> TrainingJob::Step() {
   r.done = step_ >= total_steps();
   done_ = r.done;
   return r;
+}
+
+bool TrainingJob::IsNanError(const Status& s) const {
+  return !s.ok() && s.code() == Code::kInvalidArgument &&
+         std::find(graph_.numerics_checks.begin(), graph_.numerics_checks.end(), s.node()) !=
+             graph_.numerics_checks.end();
 }
 
 StatusOr<std::map<std::string, double>> TrainingJob::Evaluate() {

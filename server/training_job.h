@@ -5,9 +5,11 @@
 // Create() validates the whole job (graph, loss, optimizer, data files and
 // their agreement with the placeholders) and builds the training graph on
 // the server side: the client's forward graph, its gradients, the
-// optimizer's updates and slots, and the variables' initializers. Start()
-// loads the data and initializes the variables; then each Step() runs one
-// training step, Evaluate() computes the eval metrics over the eval set.
+// optimizer's updates and slots, and the variables' initializers. Every
+// gradient reaches the optimizer through a CheckNumerics (after the loss's),
+// so a step with a NaN/Inf loss or gradient applies no update (on_nan).
+// Start() loads the data and initializes the variables; then each Step() runs
+// one training step, Evaluate() computes the eval metrics over the eval set.
 //
 // Thread safety: one thread drives a job at a time (Step, Evaluate); the
 // accessors of Progress are safe from any thread.
@@ -48,6 +50,10 @@ struct TrainingGraph {
   std::vector<std::string> variables;  // every Variable (model, slots, step)
   std::vector<std::string> trainable;  // model variables that get gradients
   std::vector<std::string> model_variables;  // the client's variables (no slots, no step)
+  // The CheckNumerics nodes that guard the update (the loss's, then one per
+  // gradient): a step that fails in one of them had a NaN/Inf loss or
+  // gradient and applied no update.
+  std::vector<std::string> numerics_checks;
 };
 
 // Builds the training graph of a parsed job. Errors name the JSON path or
@@ -59,6 +65,9 @@ struct TrainingJobOptions {
   DevicePool* devices = nullptr;      // required
   ThreadPool* inter_op_pool = nullptr;  // null: the sessions own one
   int inter_op_threads = 1;
+  // SessionOptions::max_shape_bytes of the job's training graph, checked by
+  // Create (0: no limit).
+  int64_t max_shape_bytes = 0;
 };
 
 struct StepResult {
@@ -68,6 +77,11 @@ struct StepResult {
   int64_t examples = 0;
   bool epoch_end = false;  // this step finished an epoch
   bool done = false;       // no more steps: the last epoch (or max_steps) is done
+  // on_nan "skip_step": the loss or a gradient was NaN/Inf and the step's
+  // update was not applied (loss is NaN then); nan_message says which and
+  // names the step ("step 7: the loss is NaN; the step was skipped").
+  bool skipped = false;
+  std::string nan_message;
 };
 
 // A consistent snapshot of a job, taken between steps: everything a fresh
@@ -111,7 +125,12 @@ class TrainingJob {
   // read: Step() and Evaluate() then fail, Predict() and Restore() work.
   Status Start(bool load_data = true);
   // One training step. FAILED_PRECONDITION before Start() or after done.
+  // A NaN/Inf loss or gradient applies no update; with on_nan "fail" it is
+  // an INVALID_ARGUMENT naming the step and the tensor (IsNanError), and
+  // the job is done; with "skip_step" a StepResult with `skipped`.
   StatusOr<StepResult> Step();
+  // Whether a Step() error is the on_nan "fail" one.
+  bool IsNanError(const Status& s) const;
   // Each eval metric's mean over the eval set (weighted by batch size).
   StatusOr<std::map<std::string, double>> Evaluate();
   bool has_eval() const { return spec_.eval.has_value(); }
@@ -134,6 +153,15 @@ class TrainingJob {
   void SetInitialValues(std::vector<std::pair<std::string, Tensor>> values) {
     initial_values_ = std::move(values);
   }
+
+  // A new, unstarted job of the same spec, options and training graph: no
+  // data, no sessions, no variables (what a finished job keeps, so that it
+  // can be started again without data to serve predictions).
+  std::unique_ptr<TrainingJob> Unstarted() const;
+  // The current values of the model's variables (TrainingGraph::
+  // model_variables, no slots), sharing their buffers.
+  // FAILED_PRECONDITION before Start().
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> ModelValues();
 
   const JobSpec& spec() const { return spec_; }
   const TrainingGraph& graph() const { return graph_; }

@@ -203,13 +203,16 @@ StatusOr<std::vector<Plan>> MakePlans(const std::string& path, const CsvOptions&
   return plans;
 }
 
-}  // namespace
-
-StatusOr<Dataset> ReadCsvFile(const std::string& path, const CsvOptions& options) {
+Status CheckDelimiter(const CsvOptions& options) {
   if (options.delimiter == '"' || options.delimiter == '\n' || options.delimiter == '\r') {
     return InvalidArgument("CSV delimiter cannot be a quote or a line break");
   }
-  FS_ASSIGN_OR_RETURN(const std::string text, ReadInputFile(path));
+  return Status::OK();
+}
+
+// Parses `text`, the content of the file that messages call `path`.
+StatusOr<Dataset> ParseCsv(const std::string& text, const std::string& path,
+                           const CsvOptions& options) {
   const std::vector<Line> lines = SplitLines(text);
   if (lines.empty()) return InvalidArgument("CSV file '" + path + "' is empty");
 
@@ -259,10 +262,11 @@ StatusOr<Dataset> ReadCsvFile(const std::string& path, const CsvOptions& options
         for (size_t c = 0; c < k; ++c) {
           const int col = plan.columns[c];
           if (!ParseCell<T>(cells[size_t(col)], out + c)) {
+            // The cell's text is not quoted: the file may hold anything.
             return InvalidArgument(
                 path + ":" + std::to_string(line.number) + ":" + std::to_string(col + 1) +
-                ": cannot parse '" + cells[size_t(col)] + "' as " +
-                std::string(DataTypeName(plan.dtype)) + " (component '" + plan.name + "')");
+                ": the cell is not a valid " + std::string(DataTypeName(plan.dtype)) +
+                " value (component '" + plan.name + "')");
           }
         }
         return Status::OK();
@@ -278,10 +282,26 @@ StatusOr<Dataset> ReadCsvFile(const std::string& path, const CsvOptions& options
   return Dataset::Make(std::move(components));
 }
 
+}  // namespace
+
+StatusOr<Dataset> ReadCsvFile(const std::string& path, const CsvOptions& options) {
+  FS_RETURN_IF_ERROR(CheckDelimiter(options));
+  FS_ASSIGN_OR_RETURN(const std::string text, ReadInputFile(path));
+  return ParseCsv(text, path, options);
+}
+
+StatusOr<Dataset> ReadCsvFile(DataFile file, const CsvOptions& options) {
+  FS_RETURN_IF_ERROR(CheckDelimiter(options));
+  const std::string name = file.name();
+  FS_ASSIGN_OR_RETURN(const std::string text, ReadInputFile(std::move(file)));
+  return ParseCsv(text, name, options);
+}
+
 StatusOr<Dataset> LoadCsvDataset(const std::string& data_root, const std::string& path,
                                  const CsvOptions& options) {
-  FS_ASSIGN_OR_RETURN(std::string resolved, ResolveDataPath(data_root, path));
-  return ReadCsvFile(resolved, options);
+  FS_RETURN_IF_ERROR(CheckDelimiter(options));
+  FS_ASSIGN_OR_RETURN(DataFile file, OpenDataFile(data_root, path));
+  return ReadCsvFile(std::move(file), options);
 }
 
 }  // namespace flowstate

@@ -17,10 +17,13 @@
 // int32, int64, uint8; 0, 1, true, false for bool.
 //
 // Errors are INVALID_ARGUMENT and name the place: "<path>:<line>:<column>:
-// cannot parse 'abc' as float32", lines and columns counted from 1 (lines
-// as in the file, blank ones included); "<path>:<line>: has 3 cells, the
-// first line has 4"; unknown header names and out-of-range indices name the
-// component. Reading errors are InputFile's.
+// the cell is not a valid float32 value (component 'x')", lines and columns
+// counted from 1 (lines as in the file, blank ones included); "<path>:<line>:
+// has 3 cells, the first line has 4"; unknown header names and out-of-range
+// indices name the component. No message quotes the file's content (a cell,
+// a header): a job may point at any file it can read, and its errors reach
+// the client. <path> is the path as the job gave it. Reading errors are
+// InputFile's.
 //
 // Free functions without shared state; thread-safe.
 #ifndef FLOWSTATE_STATE_CSV_READER_H_
@@ -31,6 +34,7 @@
 
 #include "graph/status.h"
 #include "graph/types.h"
+#include "state/data_path.h"
 #include "state/dataset.h"
 
 namespace flowstate {
@@ -61,9 +65,12 @@ struct CsvOptions {
 
 // Reads the CSV file at `path` (used as given).
 StatusOr<Dataset> ReadCsvFile(const std::string& path, const CsvOptions& options);
+// The same from a file opened beneath the data root; errors name file.name().
+StatusOr<Dataset> ReadCsvFile(DataFile file, const CsvOptions& options);
 
-// Resolves `path` against `data_root` (ResolveDataPath: PERMISSION_DENIED
-// when it escapes the root, NOT_FOUND when missing), then ReadCsvFile().
+// Opens `path` beneath `data_root` (OpenDataFile: PERMISSION_DENIED when it
+// or a link on its way escapes the root, NOT_FOUND when missing), then
+// ReadCsvFile().
 StatusOr<Dataset> LoadCsvDataset(const std::string& data_root, const std::string& path,
                                  const CsvOptions& options);
 

@@ -49,10 +49,8 @@ void SwapToHost(unsigned char* data, size_t bytes, size_t width) {
   }
 }
 
-}  // namespace
-
-StatusOr<Tensor> ReadIdxFile(const std::string& path) {
-  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> file, InputFile::Open(path));
+StatusOr<Tensor> ReadIdx(std::unique_ptr<InputFile> file) {
+  const std::string& path = file->path();
 
   unsigned char magic[4];
   FS_RETURN_IF_ERROR(file->ReadExactly(magic, 4, "the IDX magic number"));
@@ -94,6 +92,18 @@ StatusOr<Tensor> ReadIdxFile(const std::string& path) {
   return t;
 }
 
+}  // namespace
+
+StatusOr<Tensor> ReadIdxFile(const std::string& path) {
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> file, InputFile::Open(path));
+  return ReadIdx(std::move(file));
+}
+
+StatusOr<Tensor> ReadIdxFile(DataFile file) {
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> f, InputFile::Open(std::move(file)));
+  return ReadIdx(std::move(f));
+}
+
 StatusOr<Dataset> LoadIdxDataset(const std::string& data_root,
                                  const std::map<std::string, std::string>& files) {
   if (files.empty()) return InvalidArgument("an IDX dataset needs at least one file");
@@ -101,9 +111,9 @@ StatusOr<Dataset> LoadIdxDataset(const std::string& data_root,
   const std::string* first_file = nullptr;
   int64_t first_count = 0;
   for (const auto& [name, file] : files) {
-    StatusOr<std::string> path = ResolveDataPath(data_root, file);
-    if (!path.ok()) return path.status().WithPrefix("component '" + name + "'");
-    StatusOr<Tensor> t = ReadIdxFile(*path);
+    StatusOr<DataFile> opened = OpenDataFile(data_root, file);
+    if (!opened.ok()) return opened.status().WithPrefix("component '" + name + "'");
+    StatusOr<Tensor> t = ReadIdxFile(std::move(opened).value());
     if (!t.ok()) return t.status().WithPrefix("component '" + name + "'");
     if (first_file == nullptr) {
       first_file = &file;

@@ -24,6 +24,7 @@
 
 #include "graph/status.h"
 #include "graph/tensor.h"
+#include "state/data_path.h"
 #include "state/dataset.h"
 
 namespace flowstate {
@@ -31,10 +32,12 @@ namespace flowstate {
 // Reads one IDX file at `path` (used as given). The tensor's shape is the
 // file's dimensions, so dimension 0 counts the examples.
 StatusOr<Tensor> ReadIdxFile(const std::string& path);
+// The same from a file opened beneath the data root; errors name file.name().
+StatusOr<Tensor> ReadIdxFile(DataFile file);
 
 // Reads one IDX file per component: `files` maps a component name to a path
-// resolved against `data_root` (ResolveDataPath: PERMISSION_DENIED when it
-// escapes the root, NOT_FOUND when missing). INVALID_ARGUMENT, naming both
+// opened beneath `data_root` (OpenDataFile: PERMISSION_DENIED when it or a
+// link on its way escapes the root, NOT_FOUND when missing). INVALID_ARGUMENT, naming both
 // files, when the files disagree on dimension 0 (the number of examples);
 // INVALID_ARGUMENT when `files` is empty.
 StatusOr<Dataset> LoadIdxDataset(const std::string& data_root,

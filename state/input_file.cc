@@ -1,5 +1,8 @@
 #include "state/input_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -20,35 +23,37 @@ constexpr size_t kMaxChunk = size_t{1} << 30;
 }  // namespace
 
 StatusOr<std::unique_ptr<InputFile>> InputFile::Open(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) {
-    return NotFound("cannot open '" + path +
-                    "': " + (ec ? ec.message() : std::string("no such file")));
-  }
-  if (!std::filesystem::is_regular_file(st)) {
-    return InvalidArgument("'" + path + "' is not a regular file");
-  }
-
-  // Sniff the gzip magic ourselves so compressed() is known up front; gzread
-  // itself handles either kind transparently.
-  bool compressed = false;
-  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-    unsigned char magic[2] = {0, 0};
-    compressed = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    std::fclose(f);
-  } else {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
     const int err = errno;
     const std::string msg = "cannot open '" + path + "': " + std::strerror(err);
     return err == EACCES ? PermissionDenied(msg) : NotFound(msg);
   }
+  DataFile file(fd, path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return InvalidArgument("'" + path + "' is not a regular file");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return Open(std::move(file));
+}
 
-  gzFile gz = gzopen(path.c_str(), "rb");
+StatusOr<std::unique_ptr<InputFile>> InputFile::Open(DataFile file) {
+  // Sniff the gzip magic ourselves so compressed() is known up front; gzread
+  // itself handles either kind transparently.
+  unsigned char magic[2] = {0, 0};
+  const bool compressed =
+      ::pread(file.fd(), magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  std::string name = file.name();
+  const int fd = file.Release();
+  gzFile gz = gzdopen(fd, "rb");  // owns fd from here
   if (gz == nullptr) {
-    return NotFound("cannot open '" + path + "': " + std::strerror(errno));
+    ::close(fd);
+    return Unavailable("cannot read '" + name + "': out of memory");
   }
   gzbuffer(gz, 1 << 17);
-  return std::unique_ptr<InputFile>(new InputFile(path, gz, compressed));
+  return std::unique_ptr<InputFile>(new InputFile(std::move(name), gz, compressed));
 }
 
 InputFile::~InputFile() { gzclose(Gz(handle_)); }
@@ -89,8 +94,9 @@ Status InputFile::ReadExactly(void* dst, size_t n, std::string_view what) {
   return Status::OK();
 }
 
-StatusOr<std::string> ReadInputFile(const std::string& path) {
-  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> file, InputFile::Open(path));
+namespace {
+
+StatusOr<std::string> ReadAll(std::unique_ptr<InputFile> file) {
   std::string out;
   constexpr size_t kChunk = size_t{1} << 20;
   while (true) {
@@ -101,6 +107,18 @@ StatusOr<std::string> ReadInputFile(const std::string& path) {
     if (got < kChunk) break;
   }
   return out;
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadInputFile(const std::string& path) {
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> file, InputFile::Open(path));
+  return ReadAll(std::move(file));
+}
+
+StatusOr<std::string> ReadInputFile(DataFile file) {
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> f, InputFile::Open(std::move(file)));
+  return ReadAll(std::move(f));
 }
 
 }  // namespace flowstate

@@ -2,10 +2,11 @@
 //
 // Open() looks at the file's first bytes: a gzip stream (magic 1f 8b) is
 // inflated while reading, anything else is read as is, so "train.idx" and
-// "train.idx.gz" read the same. Errors name the file: NOT_FOUND or
-// PERMISSION_DENIED when it cannot be opened, INVALID_ARGUMENT when it is not
-// a regular file, DATA_LOSS for a corrupt or truncated gzip stream or a
-// file shorter than a ReadExactly() asks for.
+// "train.idx.gz" read the same. Errors name the file (by its DataFile name,
+// the path as the job gave it): NOT_FOUND or PERMISSION_DENIED when it cannot
+// be opened, INVALID_ARGUMENT when it is not a regular file, DATA_LOSS for a
+// corrupt or truncated gzip stream or a file shorter than a ReadExactly()
+// asks for. No message quotes the file's content.
 //
 // An InputFile owns its file handle and closes it when destroyed. It is not
 // synchronized: one thread at a time. (zlib stays out of this header.)
@@ -18,13 +19,17 @@
 #include <string_view>
 
 #include "graph/status.h"
+#include "state/data_path.h"
 
 namespace flowstate {
 
 class InputFile {
  public:
-  // `path` is used as given (resolve it with ResolveDataPath() first).
+  // `path` is used as given (for dataset files use the DataFile overload).
   static StatusOr<std::unique_ptr<InputFile>> Open(const std::string& path);
+  // Reads the file opened beneath the data root (OpenDataFile); takes over
+  // its descriptor. path() is file.name().
+  static StatusOr<std::unique_ptr<InputFile>> Open(DataFile file);
   ~InputFile();
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
@@ -51,6 +56,7 @@ class InputFile {
 
 // The whole (inflated) content of a file, e.g. a CSV file.
 StatusOr<std::string> ReadInputFile(const std::string& path);
+StatusOr<std::string> ReadInputFile(DataFile file);
 
 }  // namespace flowstate
 

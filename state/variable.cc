@@ -3,9 +3,23 @@
 #include <cstring>
 
 namespace flowstate {
+namespace {
 
-Variable::Variable(std::string name, DataType dtype, PartialShape shape)
-    : name_(std::move(name)), dtype_(dtype), shape_(std::move(shape)) {}
+// `value` copied into a buffer of `allocator` (RESOURCE_EXHAUSTED, as
+// Tensor::Allocate, when it refuses).
+StatusOr<Tensor> CopyTo(Allocator* allocator, const Tensor& value) {
+  FS_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(allocator, value.dtype(), value.shape()));
+  if (value.TotalBytes()) std::memcpy(t.raw_data(), value.raw_data(), value.TotalBytes());
+  return t;
+}
+
+}  // namespace
+
+Variable::Variable(std::string name, DataType dtype, PartialShape shape, Allocator* allocator)
+    : name_(std::move(name)),
+      dtype_(dtype),
+      shape_(std::move(shape)),
+      allocator_(allocator != nullptr ? allocator : HostAllocator()) {}
 
 std::string Variable::DebugString() const {
   return "Variable " + std::string(DataTypeName(dtype_)) + shape_.ToString();
@@ -44,14 +58,18 @@ Status Variable::Assign(const Tensor& value, bool validate_shape) {
     if (value.TotalBytes()) std::memcpy(value_.raw_data(), value.raw_data(), value.TotalBytes());
     return Status();
   }
-  value_ = value.DeepCopy();
+  FS_ASSIGN_OR_RETURN(Tensor copy, CopyTo(allocator_, value));
+  value_ = std::move(copy);
   return Status();
 }
 
 Status Variable::Mutate(const std::function<Status(Tensor* value)>& fn) {
   std::lock_guard<std::mutex> l(mu_);
   if (!value_.IsInitialized()) return UninitializedError();
-  if (!value_.RefCountIsOne()) value_ = value_.DeepCopy();
+  if (!value_.RefCountIsOne()) {
+    FS_ASSIGN_OR_RETURN(Tensor copy, CopyTo(allocator_, value_));
+    value_ = std::move(copy);
+  }
   return fn(&value_);
 }
 

@@ -5,7 +5,9 @@
 // copies it first (copy-on-write), so a reader's tensor never changes under
 // it and concurrent steps see whole values. Steps may still interleave
 // their updates — Hogwild-style, as the paper allows — but each single
-// update is atomic. Thread-safe.
+// update is atomic. Its buffers come from the allocator of the device the
+// variable lives on, so the device counts them (bytes_in_use) and its memory
+// limit applies to them. Thread-safe.
 #ifndef FLOWSTATE_STATE_VARIABLE_H_
 #define FLOWSTATE_STATE_VARIABLE_H_
 
@@ -24,7 +26,9 @@ namespace flowstate {
 class Variable final : public ResourceBase, public TensorRef {
  public:
   // `shape` is the declared shape (may be partial); `name` is used in errors.
-  Variable(std::string name, DataType dtype, PartialShape shape);
+  // `allocator`: where its buffers come from (null: HostAllocator()); it
+  // must outlive the variable's buffers.
+  Variable(std::string name, DataType dtype, PartialShape shape, Allocator* allocator = nullptr);
 
   const std::string& ref_name() const override { return name_; }
   DataType dtype() const { return dtype_; }
@@ -38,7 +42,8 @@ class Variable final : public ResourceBase, public TensorRef {
 
   // Replaces the value. INVALID_ARGUMENT if the dtype differs, or (with
   // validate_shape) if the shape does not fit the declared shape or the
-  // current shape. Copies `value` unless it can be written in place.
+  // current shape. Copies `value` unless it can be written in place;
+  // RESOURCE_EXHAUSTED when the allocator refuses the copy.
   Status Assign(const Tensor& value, bool validate_shape = true);
 
   // Runs fn on the value with the mutex held, after making the buffer
@@ -51,6 +56,7 @@ class Variable final : public ResourceBase, public TensorRef {
   const std::string name_;
   const DataType dtype_;
   const PartialShape shape_;
+  Allocator* const allocator_;
   std::mutex mu_;
   Tensor value_;  // GUARDED_BY(mu_); uninitialized until the first Assign
 };

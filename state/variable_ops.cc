@@ -38,7 +38,9 @@ class VariableOp final : public OpKernel {
     const std::string& name = shared_name.empty() ? c->def().name : shared_name;
     auto v = c->resource_manager()->LookupOrCreate<Variable>(
         container, name, [&]() -> StatusOr<std::shared_ptr<Variable>> {
-          return std::make_shared<Variable>(name, dtype, shape);
+          // Its buffers count on (and against the limit of) its device.
+          Allocator* a = c->device() != nullptr ? c->device()->allocator() : nullptr;
+          return std::make_shared<Variable>(name, dtype, shape, a);
         });
     if (!v.ok()) {
       c->SetStatus(v.status());

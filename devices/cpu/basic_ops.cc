@@ -1,5 +1,9 @@
 // Const, Placeholder, Identity, StopGradient, NoOp: kernels that move no
-// data. All are cheap, so the executor runs them inline.
+// data. All are cheap, so the executor runs them inline. CheckNumerics also
+// forwards its input, after one read of it.
+#include <cmath>
+#include <limits>
+
 #include "devices/cpu/register_kernels.h"
 
 namespace flowstate::internal {
@@ -33,6 +37,39 @@ class IdentityOp final : public OpKernel {
   bool IsExpensive() const override { return false; }
 };
 
+template <typename T>
+class CheckNumericsOp final : public OpKernel {
+ public:
+  explicit CheckNumericsOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("message", &message_); }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const T* p = x.data<T>();
+    const int64_t n = x.num_elements();
+    // One branch-free pass (it vectorizes); NaN and Inf both fail |x| <= max.
+    constexpr T kMax = std::numeric_limits<T>::max();
+    bool bad = false;
+    for (int64_t i = 0; i < n; ++i) bad |= !(std::abs(p[i]) <= kMax);
+    if (bad) {
+      bool nan = false, inf = false;
+      for (int64_t i = 0; i < n; ++i) {
+        nan |= std::isnan(p[i]);
+        inf |= std::isinf(p[i]);
+      }
+      const char* what = nan && inf ? "has NaN and Inf values" : nan ? "is NaN" : "is Inf";
+      if (n > 1 && !(nan && inf)) what = nan ? "has NaN values" : "has Inf values";
+      ctx->SetStatus(InvalidArgument(message_ + " " + what, name()));
+      return;
+    }
+    ctx->forward_input(0, 0);
+  }
+  // One streaming read, about a memcpy's cost: inline, not worth a hand-off
+  // to the inter-op pool.
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string message_;
+};
+
 class NoOpKernel final : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -50,6 +87,10 @@ void RegisterBasicKernels(KernelRegistry* r) {
     MustRegister(r, KernelDef("StopGradient").TypeConstraint("T", t), MakeKernel<IdentityOp>);
   }
   MustRegister(r, KernelDef("NoOp"), MakeKernel<NoOpKernel>);
+  MustRegister(r, KernelDef("CheckNumerics").TypeConstraint("T", DataType::kFloat32),
+               MakeKernel<CheckNumericsOp<float>>);
+  MustRegister(r, KernelDef("CheckNumerics").TypeConstraint("T", DataType::kFloat64),
+               MakeKernel<CheckNumericsOp<double>>);
 }
 
 }  // namespace flowstate::internal

@@ -216,6 +216,16 @@ void RegisterMathOps(OpRegistry* r) {
   Unary(r, "Cos", kFloat, "cos x, element-wise.");
   Unary(r, "Sin", kFloat, "sin x, element-wise.");
   Unary(r, "Floor", kFloat, "The largest integer <= x, element-wise.");
+  MustRegister(r, OpDefBuilder("CheckNumerics")
+                      .Input("tensor: T")
+                      .Output("output: T")
+                      .Attr(kFloat)
+                      .Attr("message: string")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("Returns its input (sharing the buffer) when every element is finite; "
+                           "otherwise fails the step with INVALID_ARGUMENT: `message` followed by "
+                           "\"is NaN\" / \"is Inf\" / \"has NaN and Inf values\". Training "
+                           "jobs guard their optimizer's updates with it (on_nan)."));
 
   MustRegister(r, OpDefBuilder("AddN")
                       .Input("inputs: N * T")

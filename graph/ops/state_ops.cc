@@ -92,10 +92,12 @@ void RegisterStateOps(OpRegistry* r) {
              .SetIsStateful()
              .SetShapeFn(SaveShape)
              .Doc("Writes the data inputs, named by tensor_names (one per input, in order), "
-                  "under `prefix` in the session's tensor store (the server's RocksDB store), "
-                  "atomically and durably; it replaces whatever was saved under that prefix. "
-                  "Run it as a target. FAILED_PRECONDITION when the session has no tensor "
-                  "store."));
+                  "under `prefix` in the session's tensor store, atomically and durably; it "
+                  "replaces whatever was saved under that prefix. Run it as a target. The "
+                  "server gives every API session its RocksDB store: a prefix is one "
+                  "server-wide name (any session of the server may restore or overwrite it, "
+                  "also after a restart). FAILED_PRECONDITION when the session has no tensor "
+                  "store (a Session created without one)."));
   MustRegister(
       r, OpDefBuilder("Restore")
              .Output("tensor: dt")
@@ -104,7 +106,8 @@ void RegisterStateOps(OpRegistry* r) {
              .Attr("tensor_name: string")
              .SetIsStateful()
              .SetShapeFn(RestoreShape)
-             .Doc("Reads the tensor saved by a Save op as `tensor_name` under `prefix`. "
+             .Doc("Reads the tensor saved by a Save op (of any session of the server) as "
+                  "`tensor_name` under `prefix`. "
                   "NOT_FOUND when it was never saved, INVALID_ARGUMENT when it was saved "
                   "with another dtype than dt, DATA_LOSS when its record fails its "
                   "checksum. Feed it to an Assign to restore a variable."));

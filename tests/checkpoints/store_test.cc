@@ -652,17 +652,28 @@ TEST(Export, RoundTripAndCorruptFiles) {
   size_t pos = flipped.find("dense/bias");
   ASSERT_NE(pos, std::string::npos);
   flipped[pos + 10 + 8 + 8 + 8 + 2] ^= 0x40;
-  auto bad = ImportSnapshot(write("flipped", flipped));
-  EXPECT_EQ(bad.status().code(), Code::kDataLoss);
-  EXPECT_NE(bad.status().message().find("dense/bias"), std::string::npos) << bad.status().ToString();
+  // The file comes from outside the store: what is wrong with it is
+  // INVALID_ARGUMENT saying what, naming the file as the caller asks.
+  auto bad = ImportSnapshot(write("flipped", flipped), "the upload");
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "the upload is not a valid flowstate checkpoint export: tensor 'dense/bias' fails its checksum");
   auto trunc = ImportSnapshot(write("trunc", bytes.substr(0, bytes.size() - 20)));
-  EXPECT_EQ(trunc.status().code(), Code::kDataLoss) << trunc.status().ToString();
-  EXPECT_NE(trunc.status().message().find("truncated"), std::string::npos);
+  EXPECT_EQ(trunc.status().code(), Code::kInvalidArgument) << trunc.status().ToString();
+  EXPECT_NE(trunc.status().message().find("truncated at byte " + std::to_string(bytes.size() - 20)),
+            std::string::npos) << trunc.status().ToString();
+  EXPECT_NE(trunc.status().message().find(dir.path() + "/trunc"), std::string::npos)
+      << "without a name the path names the file";
   std::string meta = bytes;
   meta[40] ^= 1;  // inside the metadata
-  EXPECT_EQ(ImportSnapshot(write("meta", meta)).status().code(), Code::kDataLoss);
-  auto notours = ImportSnapshot(write("text", "hello, this is not a checkpoint file at all"));
+  auto m = ImportSnapshot(write("meta", meta), "the upload");
+  EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("the header fails its checksum"), std::string::npos);
+  EXPECT_EQ(ImportSnapshot(write("extra", bytes + "x")).status().code(), Code::kInvalidArgument);
+  auto notours = ImportSnapshot(write("text", "hello, this is not a checkpoint file at all"), "f");
   EXPECT_EQ(notours.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(notours.status().message().find("bad magic"), std::string::npos);
+  EXPECT_EQ(ImportSnapshot(write("short", "FSC"), "f").status().code(), Code::kInvalidArgument);
   std::string newer = bytes;
   newer[8] = 9;
   auto nv = ImportSnapshot(write("newer", newer));

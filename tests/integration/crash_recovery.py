@@ -18,6 +18,14 @@
   two        a second server on the same data directory refuses to start
              (exit non-zero, the store's message), and the first one is
              unharmed.
+  diskfull   a real full disk (issue 11): the data directory on a 20 MiB
+             tmpfs that checkpoints fill. The server stays up, the failed
+             checkpoints are reported ("disk full", the metric), writes
+             resume when space is freed; restarted on the full disk it
+             starts (read-only), resumes the job from its last checkpoint,
+             and writes again once there is room. Before issue 11 the server
+             aborted there (a RocksDB assertion). Exits 77 (skipped) where a
+             tmpfs cannot be mounted (not root).
 
 Each scenario runs on ephemeral ports with a temporary data directory and a
 generated CSV regression, well under a minute.
@@ -95,6 +103,12 @@ class Server:
                 return e.code, json.loads(payload)
             except ValueError:
                 return e.code, payload
+        except (urllib.error.URLError, ConnectionError) as e:
+            time.sleep(0.2)
+            fail("%s %s: %s; flowstate serve %s:\n%s" % (
+                method, path, e,
+                "exited with %s" % self.proc.poll() if self.proc.poll() is not None else "is running",
+                self.tail()))
 
     def get(self, path):
         return self.request("GET", path)
@@ -426,10 +440,101 @@ def scenario_two(args, tmp, data_root):
           % (second.returncode, err.strip().splitlines()[-1][:120], steps))
 
 
+def fill(path, limit_mib=None):
+    """Writes zeros to `path` until the disk is full (or limit_mib MiB)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    written, chunk = 0, b"\0" * 65536
+    try:
+        while limit_mib is None or written < limit_mib << 20:
+            written += os.write(fd, chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return written
+
+
+def scenario_diskfull(args, tmp, data_root):
+    small = os.path.join(tmp, "small")
+    os.makedirs(small)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", small], capture_output=True)
+    if r.returncode != 0:
+        print("crash_recovery: SKIP diskfull: cannot mount a 20 MiB tmpfs (needs root or CAP_SYS_ADMIN): "
+              + r.stderr.decode().strip())
+        sys.exit(77)
+    try:
+        diskfull_on(args, tmp, data_root, small)
+    finally:
+        for s in SERVERS:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        subprocess.run(["umount", "-l", small])
+
+
+def diskfull_on(args, tmp, data_root, small):
+    data_dir = os.path.join(small, "data")
+    room = os.path.join(small, "room")
+    fill(room, limit_mib=8)  # given back later
+    s = Server(args.flowstate, tmp, data_dir, data_root)
+    # ~1.8 MB a checkpoint (hidden 384 with Adam's slots), one every 5 steps.
+    code, j = s.request("POST", "/v1/jobs", job(epochs=100000, checkpoint={"every_steps": 5, "keep": 3}, hidden=384))
+    if code != 201:
+        fail("submit: %d %s" % (code, j))
+    job_id = j["job_id"]
+    j = s.wait(job_id, lambda j: j["checkpoint_failures"] >= 2, "two failed checkpoints on the full disk", timeout=90)
+    if j["state"] != "RUNNING":
+        fail("the job stopped when its checkpoints failed: %s" % json.dumps(j))
+    # (A later checkpoint may have succeeded: the store's recovery after a
+    # failure frees the log it replays.)
+    if j["checkpoint_error"] and "disk full" not in j["checkpoint_error"]:
+        fail("the checkpoint error does not say the disk is full: %r" % j["checkpoint_error"])
+    code, _ = s.get("/healthz")
+    if code != 200:
+        fail("the server is unhealthy on the full disk: %d" % code)
+    if metric(s, "flowstate_checkpoint_failures_total", job_id) < 2:
+        fail("flowstate_checkpoint_failures_total{job_id=%s} < 2" % job_id)
+    kept = j["checkpoint"]["step"] if j["checkpoint"] else -1
+    events = [e for e in s.history(job_id) if e[0] == "checkpoint" and "disk full" in e[1].get("message", "")]
+    if not events:
+        fail("no failed-checkpoint event saying the disk is full")
+    steps = check_checkpoints_whole(s, job_id) if kept >= 0 else []
+    print("crash_recovery: disk full at step %d: %d failures reported (%s); checkpoints %s whole"
+          % (j["step"], j["checkpoint_failures"], events[0][1]["message"][:120], steps))
+
+    os.remove(room)  # room again: the store resumes by itself
+    j = s.wait(job_id, lambda j: j["checkpoint"] is not None and j["checkpoint"]["step"] > kept,
+               "a checkpoint after space was freed", timeout=60)
+    print("crash_recovery: space freed: checkpoint at step %d written" % j["checkpoint"]["step"])
+
+    # Fill the disk to the last block and crash; restart on the full disk.
+    fill(room)
+    before = s.job(job_id)["checkpoint_failures"]
+    s.wait(job_id, lambda j: j["checkpoint_failures"] > before, "a failure on the refilled disk", timeout=90)
+    s.kill9()
+    s = Server(args.flowstate, tmp, data_dir, data_root, name="restarted")
+    if "read-only" not in s.tail():
+        print("crash_recovery: note: the restarted server did not report a read-only store:\n" + s.tail())
+    code, _ = s.get("/healthz")
+    if code != 200:
+        fail("the restarted server is unhealthy: %d" % code)
+    back = s.wait(job_id, lambda j: j["state"] == "RUNNING" and j["step"] > 0, "the job to resume on the full disk")
+    failures_before = back["checkpoint_failures"]
+    s.wait(job_id, lambda j: j["checkpoint_failures"] > failures_before, "a failed checkpoint after the restart")
+    latest = s.job(job_id)["checkpoint"]["step"]
+    print("crash_recovery: restarted on the full disk: job resumed (checkpoint %d still the latest)" % latest)
+    os.remove(room)
+    j = s.wait(job_id, lambda j: j["checkpoint"]["step"] > latest, "a checkpoint once there is room", timeout=60)
+    check_checkpoints_whole(s, job_id)
+    s.request("POST", "/v1/jobs/%s/cancel" % job_id)
+    s.stop()
+    print("crash_recovery: writes resumed after the restart (checkpoint %d)" % j["checkpoint"]["step"])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--flowstate", required=True)
-    p.add_argument("--scenario", choices=["crash", "disk", "two"], required=True)
+    p.add_argument("--scenario", choices=["crash", "disk", "two", "diskfull"], required=True)
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="flowstate_crash_")
     data_root = os.path.join(tmp, "datasets")
@@ -437,7 +542,8 @@ def main():
     write_data(data_root)
     t0 = time.time()
     try:
-        {"crash": scenario_crash, "disk": scenario_disk, "two": scenario_two}[args.scenario](args, tmp, data_root)
+        {"crash": scenario_crash, "disk": scenario_disk, "two": scenario_two,
+         "diskfull": scenario_diskfull}[args.scenario](args, tmp, data_root)
     finally:
         for s in SERVERS:
             if s.proc.poll() is None:

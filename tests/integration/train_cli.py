@@ -2,7 +2,8 @@
 """`flowstate train` as a user runs it: a small CSV regression job under its
 own data root trains, converges, and writes --metrics-out with every field
 the format promises; a bad job exits 2 naming the JSON path of the field; a
-dataset path escaping the data root exits 2; bad flags exit 2.
+dataset path escaping the data root exits 2; bad flags exit 2; a NaN loss
+fails naming the step unless on_nan is "skip_step".
 
   tests/integration/train_cli.py --flowstate build/flowstate
 """
@@ -10,6 +11,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -109,6 +111,30 @@ def main():
                                        "--data-root", root], tmp)
         expect(rc == 2, "a path escaping the data root exits 2, got %d: %s" % (rc, err))
         expect("secret.csv" in err, "message names the path: " + err)
+        # A loss that blows up (momentum at 1e18) fails naming the step, as
+        # in the server (on_nan "fail"); with "skip_step" the NaN steps of a
+        # row that is NaN are skipped and counted.
+        rc, _, err = run(a.flowstate, [write("blowup.json", job(lr=1e18, epochs=2)),
+                                       "--data-root", root], tmp)
+        expect(rc == 1, "a NaN/Inf loss exits 1, got %d: %s" % (rc, err[-500:]))
+        expect(re.search(r"flowstate train: step \d+: the (loss|gradient of '\w+') (is|has) (NaN|Inf)",
+                         err) is not None, "the error names the step: " + err[-500:])
+        with open(os.path.join(root, "nan.csv"), "w") as f:
+            f.write("a,b,target\n")
+            for i in range(64):
+                f.write("nan,1,1\n" if i == 3 else "%d,1,%d\n" % (i % 3, i % 3))
+        skip = job(lr=0.01, path="nan.csv", epochs=2)
+        skip["input"]["shuffle"] = False
+        skip["on_nan"] = "skip_step"
+        del skip["eval"]
+        rc, _, err = run(a.flowstate, [write("skip.json", skip), "--data-root", root,
+                                       "--metrics-out", metrics], tmp)
+        expect(rc == 0, "skip_step exits 0, got %d: %s" % (rc, err[-500:]))
+        if rc == 0:
+            m = json.load(open(metrics))
+            expect(m.get("skipped_steps") == 2, "2 skipped steps (one a epoch): %s" % m)
+            expect(m.get("steps") == 8, "every step counted: %s" % m)
+            expect("step 1: the loss is NaN; the step was skipped" in err, "names the step: " + err)
         rc, _, err = run(a.flowstate, [os.path.join(tmp, "missing.json")], tmp)
         expect(rc == 2, "a missing job file exits 2, got %d" % rc)
         rc, _, err = run(a.flowstate, [write("good2.json", job()), "--threads", "zero"], tmp)

@@ -100,6 +100,32 @@ TEST(Config, FileThenEnvironmentThenFlags) {
   EXPECT_NE(r.error.find("/nonexistent/flowstate.json"), std::string::npos) << r.error;
 }
 
+// Issue 11: finished-job retention, device memory and static tensor sizes.
+TEST(Config, JobRetentionAndMemoryLimitsHaveSafeDefaults) {
+  ServerConfig c = DefaultConfig();
+  EXPECT_EQ(c.jobs.retention_max_finished, 100);
+  EXPECT_EQ(c.jobs.retention_seconds, 0);
+  EXPECT_DOUBLE_EQ(c.devices.memory_limit_fraction, 0.8);
+  EXPECT_EQ(c.devices.memory_limit_bytes, 0);
+  EXPECT_EQ(c.limits.max_shape_bytes, int64_t(1) << 30);
+  LoadResult r = LoadServerConfig({"--set", "jobs.retention_seconds=86400", "--set", "devices.memory_limit_fraction=0.5"},
+                                  Env({{"FLOWSTATE_LIMITS_MAX_SHAPE_BYTES", "1048576"}}), &c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(c.jobs.retention_seconds, 86400);
+  EXPECT_DOUBLE_EQ(c.devices.memory_limit_fraction, 0.5);
+  EXPECT_EQ(c.limits.max_shape_bytes, 1048576);
+  for (const auto& [json, error] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"jobs": {"retention_max_finished": -1}})", "jobs.retention_max_finished: must be >= 0 (0: no limit)"},
+           {R"({"jobs": {"retention_seconds": -5}})", "jobs.retention_seconds: must be >= 0 (0: forever)"},
+           {R"({"devices": {"memory_limit_fraction": 1.5}})", "devices.memory_limit_fraction: must be in (0, 1]"},
+           {R"({"devices": {"memory_limit_bytes": -1}})", "devices.memory_limit_bytes: must be >= 0 (0: use the fraction)"},
+           {R"({"limits": {"max_shape_bytes": 0}})", "limits.max_shape_bytes: must be >= 1"}}) {
+    r = ParseConfigJson(json, &c);
+    EXPECT_FALSE(r.ok) << json;
+    EXPECT_EQ(r.error, error) << json;
+  }
+}
+
 }  // namespace
 }  // namespace flowstate::config
 

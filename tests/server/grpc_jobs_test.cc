@@ -280,5 +280,62 @@ TEST_F(GrpcServerTest, GrpcStopEndsOpenWatchesPromptly) {
 }
 
 }  // namespace
+TEST_F(GrpcServerTest, GrpcDeleteRemovesFinishedJobsOnly) {
+  pb::Job job = Submit(CsvJob(100000));
+  WaitFor(job.job_id(), "RUNNING");
+  auto del = [&](const std::string& id, pb::DeleteJobResponse* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::DeleteJobRequest r;
+    r.set_job_id(id);
+    return jobs_->Delete(&ctx, r, out);
+  };
+  pb::DeleteJobResponse resp;
+  grpc::Status s = del(job.job_id(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("cancel it first"), std::string::npos) << s.error_message();
+  EXPECT_EQ(del("job-77", &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::CancelJobRequest r;
+    r.set_job_id(job.job_id());
+    pb::Job after;
+    ASSERT_TRUE(jobs_->Cancel(&ctx, r, &after).ok());
+  }
+  WaitFor(job.job_id(), "CANCELLED");
+  s = del(job.job_id(), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.job_id(), job.job_id());
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  pb::GetJobRequest get;
+  get.set_job_id(job.job_id());
+  pb::Job gone;
+  EXPECT_EQ(jobs_->Get(&ctx, get, &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(del(job.job_id(), &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcServerTest, GrpcWatchReportsANaNStepAndTheJobFails) {
+  std::string json = CsvJob(50);
+  const std::string lr = "\"learning_rate\": 0.1";
+  json.replace(json.find(lr), lr.size(), "\"learning_rate\": 1e18");
+  pb::Job job = Submit(json);
+  std::vector<pb::JobEvent> events;
+  ASSERT_TRUE(WatchAll(job.job_id(), &events).ok());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().job().state(), "FAILED");
+  const std::string& error = events.back().job().error();
+  EXPECT_EQ(error.rfind("step ", 0), 0u) << error;
+  int nan_events = 0;
+  for (const pb::JobEvent& e : events) {
+    if (e.kind() != "nan") continue;
+    ++nan_events;
+    EXPECT_EQ(e.message(), error);
+  }
+  EXPECT_EQ(nan_events, 1);
+}
+
 }  // namespace grpc_test
 }  // namespace flowstate

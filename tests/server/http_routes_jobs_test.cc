@@ -16,7 +16,7 @@ TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
                                                  "total_steps", "loss", "examples_per_sec", "metrics",
                                                  "error", "created", "started", "finished",
                                                  "checkpoint", "checkpoint_failures",
-                                                 "checkpoint_error", "resumed_from_step"}));
+                                                 "checkpoint_error", "resumed_from_step", "skipped_steps"}));
   EXPECT_EQ(job["job_id"], "job-1");
   EXPECT_EQ(job["name"], "line");
   EXPECT_EQ(job["state"], "QUEUED");
@@ -241,6 +241,28 @@ TEST_F(HttpRoutesTest, EventsSendKeepAlivesAndEndOnClose) {
   r.stream->Close();
   EXPECT_EQ(r.stream->Next(std::chrono::milliseconds(1000), &chunk), EventSource::Pull::kEnd);
   ASSERT_EQ(Do("POST", "/v1/jobs/job-1/cancel").status, 200);
+}
+
+TEST_F(HttpRoutesTest, DeleteRemovesFinishedJobsOnly) {
+  ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(100000)).status, 201);
+  WaitFor("job-1", JobState::kRunning);
+  HttpResponse r = Do("DELETE", "/v1/jobs/job-1");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(ErrorOf(r).code(), Code::kFailedPrecondition);
+  EXPECT_NE(ErrorOf(r).message().find("cancel it first"), std::string::npos) << r.body;
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-1").status, 200);
+  r = Do("DELETE", "/v1/jobs/job-9");
+  EXPECT_EQ(r.status, 404) << r.body;
+
+  ASSERT_EQ(Do("POST", "/v1/jobs/job-1/cancel").status, 200);
+  WaitFor("job-1", JobState::kCancelled);
+  r = Do("DELETE", "/v1/jobs/job-1");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"job_id": "job-1", "deleted": true})"));
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-1").status, 404);
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-1/events").status, 404);
+  EXPECT_EQ(Json::parse(Do("GET", "/v1/jobs").body)["jobs"].size(), 0u);
+  EXPECT_EQ(Do("DELETE", "/v1/jobs/job-1").status, 404);
 }
 
 }  // namespace

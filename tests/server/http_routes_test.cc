@@ -113,6 +113,48 @@ TEST_F(HttpRoutesTest, DevicesListThePool) {
 
 // --- Sessions.
 
+// Issue 11, finding 6: this 435-byte body made a session hold 2 GiB.
+TEST_F(HttpRoutesTest, AGraphAskingForAHugeTensorIsRefusedBeforeAnyAllocation) {
+  const std::string body = R"({"graph": {"nodes": [
+    {"name": "dims", "op": "Const", "attrs": {"dtype": "int32", "value": [536870912]}},
+    {"name": "one", "op": "Const", "attrs": {"dtype": "float32", "value": 1.0}},
+    {"name": "fill", "op": "Fill", "inputs": ["dims", "one"]},
+    {"name": "v", "op": "Variable", "attrs": {"dtype": "float32", "shape": [536870912]}},
+    {"name": "assign", "op": "Assign", "inputs": ["v", "fill"]}]}})";
+  HttpResponse r = Do("POST", "/v1/sessions", body);
+  ASSERT_EQ(r.status, 400) << r.body;
+  Status e = ErrorOf(r);
+  EXPECT_EQ(e.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(e.node() == "v" || e.node() == "fill") << e.ToString();
+  EXPECT_NE(e.message().find("[536870912]"), std::string::npos) << e.ToString();
+  EXPECT_NE(e.message().find("2147483648 bytes"), std::string::npos) << e.ToString();
+  EXPECT_NE(e.message().find("limits.max_shape_bytes"), std::string::npos) << e.ToString();
+  // Nothing was allocated or kept, and the server goes on.
+  Json devices = Json::parse(Do("GET", "/v1/devices").body);
+  EXPECT_EQ(devices["devices"][0]["memory"]["bytes_in_use"].get<int64_t>(), 0);
+  EXPECT_EQ(service_->num_sessions(), 0);
+  EXPECT_EQ(Do("GET", "/healthz").status, 200);
+}
+
+TEST_F(HttpRoutesTest, DeviceMemoryInUseCountsAHeldVariable) {
+  const std::string graph = R"({"graph": {"nodes": [
+    {"name": "dims", "op": "Const", "attrs": {"dtype": "int32", "value": [1048576]}},
+    {"name": "one", "op": "Const", "attrs": {"dtype": "float32", "value": 1.0}},
+    {"name": "fill", "op": "Fill", "inputs": ["dims", "one"]},
+    {"name": "v", "op": "Variable", "attrs": {"dtype": "float32", "shape": [1048576]}},
+    {"name": "assign", "op": "Assign", "inputs": ["v", "fill"]}]}})";
+  HttpResponse r = Do("POST", "/v1/sessions", graph);
+  ASSERT_EQ(r.status, 201) << r.body;
+  std::string id = Json::parse(r.body)["session_id"];
+  ASSERT_EQ(Do("POST", "/v1/sessions/" + id + "/run", R"({"targets": ["assign"]})").status, 200);
+  auto in_use = [&] {
+    return Json::parse(Do("GET", "/v1/devices").body)["devices"][0]["memory"]["bytes_in_use"].get<int64_t>();
+  };
+  EXPECT_GE(in_use(), int64_t(4) << 20) << "the variable's 4 MiB are on the device";
+  ASSERT_EQ(Do("DELETE", "/v1/sessions/" + id).status, 200);
+  EXPECT_EQ(in_use(), 0) << "and given back with its session";
+}
+
 TEST_F(HttpRoutesTest, SessionLifecycle) {
   HttpResponse r = Do("POST", "/v1/sessions", kGraph);
   ASSERT_EQ(r.status, 201) << r.body;
@@ -295,7 +337,7 @@ TEST_F(HttpRoutesTest, WrongMethodIs405WithAllow) {
       {"GET", "/v1/sessions/s1/run", "POST"},
       {"PUT", "/v1/sessions/s1/extend", "POST"},
       {"DELETE", "/v1/jobs", "GET, POST"},
-      {"DELETE", "/v1/jobs/job-1", "GET"},
+      {"PUT", "/v1/jobs/job-1", "GET, DELETE"},
       {"POST", "/v1/jobs/job-1/events", "GET"},
       {"GET", "/v1/jobs/job-1/cancel", "POST"},
       {"GET", "/v1/jobs/job-1/pause", "POST"},
@@ -425,7 +467,7 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
             R"("metrics":{"accuracy":0.871,"loss":0.362},"error":"",)"
             R"("created":"2026-12-02T17:03:11.204Z","started":"2026-12-02T17:03:11.420Z",)"
             R"("finished":null,"checkpoint":null,"checkpoint_failures":0,"checkpoint_error":"",)"
-            R"("resumed_from_step":null})");
+            R"("resumed_from_step":null,"skipped_steps":0})");
   StatusOr<JobInfo> back = JobInfoFromJson(JobInfoToJson(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->id, j.id);

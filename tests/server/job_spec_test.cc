@@ -164,5 +164,17 @@ TEST(JobSpec, EvalInheritsTheInputsCsvLayout) {
   EXPECT_EQ(own->eval->columns.at("y").indices, (std::vector<int>{0}));
 }
 
+TEST(JobSpec, OnNanIsFailUnlessSkipStep) {
+  StatusOr<JobSpec> j = ParseJobSpec(Job());
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->on_nan, OnNan::kFail);
+  j = ParseJobSpec(Job("\"name\": \"tiny\"", "\"name\": \"tiny\", \"on_nan\": \"skip_step\""));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->on_nan, OnNan::kSkipStep);
+  ExpectPathError(Job("\"name\": \"tiny\"", "\"name\": \"tiny\", \"on_nan\": \"ignore\""),
+                  "on_nan: expected \"fail\" or \"skip_step\"");
+  ExpectPathError(Job("\"name\": \"tiny\"", "\"name\": \"tiny\", \"on_nan\": 1"), "on_nan: expected a string");
+}
+
 }  // namespace
 }  // namespace flowstate
