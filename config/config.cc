@@ -135,6 +135,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->http.address = h["address"];
   c->http.threads = h["threads"];
   c->http.body_limit_bytes = h["body_limit_bytes"];
+  c->http.unauthenticated_body_limit_bytes = h["unauthenticated_body_limit_bytes"];
+  c->http.max_connections = h["max_connections"];
   c->http.read_timeout_seconds = h["read_timeout_seconds"];
   c->http.idle_timeout_seconds = h["idle_timeout_seconds"];
   c->http.max_pipelined_requests = h["max_pipelined_requests"];
@@ -143,6 +145,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->http.spin_us = h["spin_us"];
   c->http.server_timing = h["server_timing"];
   c->grpc.max_message_bytes = j["grpc"]["max_message_bytes"];
+  c->grpc.max_concurrent_streams = j["grpc"]["max_concurrent_streams"];
+  c->grpc.memory_limit_bytes = j["grpc"]["memory_limit_bytes"];
   c->grpc.handler_threads = j["grpc"]["handler_threads"];
   c->grpc.inline_below_us = j["grpc"]["inline_below_us"];
   c->grpc.spin_us = j["grpc"]["spin_us"];
@@ -166,6 +170,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->limits.max_tensor_bytes = j["limits"]["max_tensor_bytes"];
   const int64_t json_depth = j["limits"]["max_json_depth"];
   c->limits.max_json_depth = int(std::clamp<int64_t>(json_depth, 0, 1 << 30));
+  c->limits.max_event_streams = j["limits"]["max_event_streams"];
   c->auth.tokens = j["auth"]["tokens"].get<std::vector<std::string>>();
   c->auth.open_routes = j["auth"]["open_routes"].get<std::vector<std::string>>();
   c->log.requests = j["log"]["requests"];
@@ -173,6 +178,9 @@ std::string Convert(const json& j, ServerConfig* c) {
        {Check(!c->http.address.empty(), "http.address: must not be empty"),
         Check(c->http.threads >= 1, "http.threads: must be >= 1"),
         Check(c->http.body_limit_bytes >= 1024, "http.body_limit_bytes: must be >= 1024"),
+        Check(c->http.unauthenticated_body_limit_bytes >= 0,
+              "http.unauthenticated_body_limit_bytes: must be >= 0"),
+        Check(c->http.max_connections >= 1, "http.max_connections: must be >= 1"),
         Check(c->http.read_timeout_seconds > 0, "http.read_timeout_seconds: must be > 0"),
         Check(c->http.idle_timeout_seconds > 0, "http.idle_timeout_seconds: must be > 0"),
         Check(c->http.max_pipelined_requests >= 1, "http.max_pipelined_requests: must be >= 1"),
@@ -180,6 +188,9 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->http.spin_us >= 0 && c->http.spin_us <= 100000,
               "http.spin_us: must be in [0, 100000]"),
         Check(c->grpc.max_message_bytes >= 1024, "grpc.max_message_bytes: must be >= 1024"),
+        Check(c->grpc.max_concurrent_streams >= 1, "grpc.max_concurrent_streams: must be >= 1"),
+        Check(c->grpc.memory_limit_bytes == 0 || c->grpc.memory_limit_bytes >= c->grpc.max_message_bytes,
+              "grpc.memory_limit_bytes: must be 0 (none) or >= grpc.max_message_bytes"),
         Check(c->grpc.handler_threads >= 1, "grpc.handler_threads: must be >= 1"),
         Check(c->grpc.inline_below_us >= 0, "grpc.inline_below_us: must be >= 0"),
         Check(c->grpc.spin_us >= 0 && c->grpc.spin_us <= 100000,
@@ -206,7 +217,8 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->limits.max_tensor_bytes >= 1, "limits.max_tensor_bytes: must be >= 1"),
         // api::kMaxJsonDepthCeiling (config/ sees no api/ header).
         Check(json_depth >= 1 && json_depth <= 10000,
-              "limits.max_json_depth: must be in [1, 10000]")}) {
+              "limits.max_json_depth: must be in [1, 10000]"),
+        Check(c->limits.max_event_streams >= 1, "limits.max_event_streams: must be >= 1")}) {
     if (!e.empty()) return e;
   }
   return "";

@@ -31,6 +31,8 @@ struct ServerConfig {
     std::string address;
     int threads = 2;
     int64_t body_limit_bytes = 0;
+    int64_t unauthenticated_body_limit_bytes = 65536;
+    int max_connections = 1024;
     double read_timeout_seconds = 30;
     double idle_timeout_seconds = 60;
     int max_pipelined_requests = 16;
@@ -41,6 +43,8 @@ struct ServerConfig {
   struct Grpc {
     std::string address;
     int64_t max_message_bytes = 0;
+    int max_concurrent_streams = 128;  // per connection (HTTP/2 SETTINGS)
+    int64_t memory_limit_bytes = 268435456;  // gRPC's ResourceQuota; 0: none
     int handler_threads = 2;
     int64_t inline_below_us = 500;
     int64_t spin_us = 100;
@@ -71,6 +75,7 @@ struct ServerConfig {
   } sessions;
   struct Limits {
     int64_t max_tensor_bytes = 0;
+    int max_event_streams = 1024;  // REST event streams and gRPC Watch calls together
     // The most bytes one tensor of a graph may have when its shape is known
     // before it runs (Variable, Fill, Zeros, ...): refused when validated.
     int64_t max_shape_bytes = 0;

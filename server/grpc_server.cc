@@ -12,11 +12,32 @@
 // call (Frontend::Dispatch, InlinePolicy). Both answer with "server-timing"
 // trailing metadata (options.server_timing): the step, the handler and the
 // total from the call's arrival on the queue.
+//
+// Jobs/Watch is a callback method (WatchCall, a ServerWriteReactor): it
+// holds no thread while it waits. Its stream's waker queues the call on one
+// thread shared by every Watch (WatchPump), which pulls what the stream has
+// and starts the write; a finished write pulls the next. So an idle Watch
+// costs nothing, and at most Service's max_event_streams are open at once
+// (RESOURCE_EXHAUSTED above, as REST's event streams count against the same
+// limit).
+//
+// Limits: max_message_bytes for messages both ways (gRPC refuses a bigger
+// one with RESOURCE_EXHAUSTED before any handler runs), at most
+// max_concurrent_streams calls at once on one connection (HTTP/2
+// SETTINGS_MAX_CONCURRENT_STREAMS; a client queues more), and gRPC's memory
+// quota (memory_limit_bytes). gRPC reads a unary call's whole message
+// before any handler -- and so before the token is checked; the quota is
+// what bounds that: under its pressure gRPC refuses new calls with
+// RESOURCE_EXHAUSTED. It is a soft bound (16 parallel unauthenticated 60 MiB
+// messages: about +630 MiB resident with 256 MiB, +1.1 to 1.5 GiB
+// without). Authentication: server/auth.h, the rule the REST frontend
+// applies too.
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <unistd.h>
 
@@ -24,6 +45,10 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <optional>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +60,7 @@
 #include "api/flowstate.grpc.pb.h"
 #include "scheduler/thread_pool.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_frontend.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
 #include "server/server_timing.h"
@@ -44,166 +70,16 @@ namespace flowstate {
 namespace {
 
 namespace pb = ::flowstate::v1;
-using grpc_convert::GraphOptions;
 using ::grpc::ServerContext;
 using ::grpc::ServerContextBase;
+using grpc_internal::Frontend;
+using grpc_internal::kNodeMetadata;
+using grpc_internal::SecondsSince;
 
-// How often a Watch wakes up without events to notice a cancelled call or a
-// stopping server.
-constexpr std::chrono::milliseconds kWatchPoll{100};
 // How long Stop() lets calls in flight finish before cancelling them.
 constexpr std::chrono::seconds kShutdownGrace{5};
-
-// Trailing metadata naming the node an error is about (it is also in the
-// message, as " [node: NAME]").
-constexpr const char* kNodeMetadata = "flowstate-node";
 // Run and Predict answer with where the server's time went (server_timing.h).
 constexpr const char* kServerTimingMetadata = "server-timing";
-
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-bool TokensEqual(std::string_view a, std::string_view b) {
-  // Compares every byte whatever the first difference, so that the time taken
-  // does not tell how much of a guess was right.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
-
-bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() &&
-         std::equal(prefix.begin(), prefix.end(), s.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-// What every service shares: the Service, the options, the open Watch
-// streams (closed by Stop()), and where steps run (Dispatch).
-class Frontend {
- public:
-  Frontend(Service* service, Metrics* metrics, const GrpcServerOptions& options)
-      : service_(service),
-        metrics_(metrics),
-        options_(options),
-        inline_policy_(InlinePolicy::Options{std::chrono::microseconds(options.inline_below_us),
-                                             /*max_inline=*/1}),
-        pool_(std::make_unique<ThreadPool>(std::max(1, options.handler_threads))) {
-    graph_options_.max_tensor_bytes = size_t(std::max<int64_t>(0, options.max_tensor_bytes));
-  }
-
-  Service& service() { return *service_; }
-  const GraphOptions& graph_options() const { return graph_options_; }
-  bool server_timing() const { return options_.server_timing; }
-  size_t max_tensor_bytes() const { return graph_options_.max_tensor_bytes; }
-
-  // Runs `fn` (returning a Status) as the body of `method`: authenticates,
-  // maps the status onto gRPC's, records the call.
-  template <typename Fn>
-  ::grpc::Status Handle(ServerContextBase* ctx, const char* method, Fn&& fn) {
-    auto start = std::chrono::steady_clock::now();
-    Status s = Authenticate(*ctx);
-    if (s.ok()) s = fn();
-    if (!s.node().empty()) ctx->AddTrailingMetadata(kNodeMetadata, s.node());
-    if (metrics_ != nullptr) {
-      double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      metrics_->ObserveGrpcRequest(method, std::string(CodeName(s.code())), seconds);
-    }
-    return grpc_convert::ToGrpcStatus(s);
-  }
-
-  // Runs `body` (which answers the call) now on the calling thread when the
-  // last call of `key` was cheap (InlinePolicy), else on the handler pool;
-  // when the pool is gone (stopping), runs `refuse` instead.
-  template <typename Body, typename Refuse>
-  void Dispatch(std::string key, size_t request_bytes, Body body, Refuse refuse) {
-    if (inline_policy_.BeginInline(key, request_bytes)) {
-      auto start = std::chrono::steady_clock::now();
-      body();
-      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
-                            /*inlined=*/true);
-      return;
-    }
-    std::lock_guard<std::mutex> l(pool_mu_);
-    if (pool_ == nullptr) {
-      refuse();
-      return;
-    }
-    pool_->Schedule([this, key = std::move(key), request_bytes, body = std::move(body)]() mutable {
-      auto start = std::chrono::steady_clock::now();
-      body();
-      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
-                            /*inlined=*/false);
-    });
-  }
-
-  // Runs what the handler pool still holds and ends it (after Shutdown).
-  void StopPool() {
-    std::unique_ptr<ThreadPool> pool;
-    {
-      std::lock_guard<std::mutex> l(pool_mu_);
-      pool = std::move(pool_);
-    }
-    pool.reset();  // waits for queued calls
-  }
-
-  // Watch streams: registered while open so that Stop() can end them.
-  bool AddStream(JobEventStream* s) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (stopping_) return false;
-    streams_.insert(s);
-    return true;
-  }
-  void RemoveStream(JobEventStream* s) {
-    std::lock_guard<std::mutex> l(mu_);
-    streams_.erase(s);
-  }
-  bool stopping() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return stopping_;
-  }
-  void BeginStop() {
-    std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-    for (JobEventStream* s : streams_) s->Close();
-  }
-
- private:
-  Status Authenticate(const ServerContextBase& ctx) const {
-    if (options_.tokens.empty()) return Status();
-    const auto& metadata = ctx.client_metadata();
-    auto [begin, end] = metadata.equal_range("authorization");
-    if (begin == end) {
-      return Unauthenticated("missing credentials: send the metadata \"authorization: Bearer "
-                             "<token>\"");
-    }
-    for (auto it = begin; it != end; ++it) {
-      std::string_view value(it->second.data(), it->second.size());
-      if (!StartsWithIgnoreCase(value, "Bearer ")) continue;
-      std::string_view token = value.substr(7);
-      bool match = false;
-      for (const std::string& t : options_.tokens) match |= TokensEqual(token, t);
-      if (match) return Status();
-    }
-    return Unauthenticated("invalid bearer token");
-  }
-
-  Service* service_;
-  Metrics* metrics_;
-  GrpcServerOptions options_;
-  GraphOptions graph_options_;
-  InlinePolicy inline_policy_;
-  std::mutex pool_mu_;
-  std::unique_ptr<ThreadPool> pool_;  // GUARDED_BY(pool_mu_); null once stopped
-  mutable std::mutex mu_;
-  bool stopping_ = false;                // GUARDED_BY(mu_)
-  std::set<JobEventStream*> streams_;    // GUARDED_BY(mu_)
-};
 
 // --- Sessions.
 
@@ -258,7 +134,8 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
 
 // --- Jobs.
 
-class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Service> {
+class JobsService final
+    : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::WithCallbackMethod_Watch<pb::Jobs::Service>> {
  public:
   explicit JobsService(Frontend* f) : f_(f) {}
 
@@ -334,17 +211,9 @@ class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Ser
     return Status();
   }
 
-  ::grpc::Status Watch(ServerContext* ctx, const pb::WatchJobRequest* req,
-                       ::grpc::ServerWriter<pb::JobEvent>* writer) override {
-    return f_->Handle(ctx, "flowstate.v1.Jobs/Watch", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(std::unique_ptr<JobEventStream> stream,
-                          jobs().Watch(req->job_id(), req->history()));
-      if (!f_->AddStream(stream.get())) return Unavailable("the server is shutting down");
-      Status s = Pump(ctx, stream.get(), writer);
-      f_->RemoveStream(stream.get());
-      stream->Close();
-      return s;
-    });
+  ::grpc::ServerWriteReactor<pb::JobEvent>* Watch(::grpc::CallbackServerContext* ctx,
+                                                  const pb::WatchJobRequest* req) override {
+    return grpc_internal::StartWatch(f_, ctx, *req);
   }
 
   ::grpc::Status ListCheckpoints(ServerContext* ctx, const pb::ListCheckpointsRequest* req,
@@ -428,24 +297,6 @@ class JobsService final : public pb::Jobs::WithAsyncMethod_Predict<pb::Jobs::Ser
     FS_ASSIGN_OR_RETURN(JobInfo job, jobs().Get(id));
     grpc_convert::JobToProto(job, resp);
     return Status();
-  }
-
-  Status Pump(ServerContext* ctx, JobEventStream* stream,
-              ::grpc::ServerWriter<pb::JobEvent>* writer) {
-    for (;;) {
-      if (ctx->IsCancelled()) return Cancelled("the client cancelled the call");
-      if (f_->stopping()) return Unavailable("the server is shutting down");
-      std::optional<JobEvent> event = stream->Next(kWatchPoll);
-      if (!event) {
-        if (stream->timed_out()) continue;
-        // The job ended (all its events were read), or Stop() closed us.
-        if (f_->stopping()) return Unavailable("the server is shutting down");
-        return Status();
-      }
-      pb::JobEvent proto;
-      grpc_convert::JobEventToProto(*event, &proto);
-      if (!writer->Write(proto)) return Cancelled("the client went away");
-    }
   }
 
   Frontend* f_;
@@ -593,6 +444,12 @@ class GrpcServerImpl final : public GrpcServer {
     int max_message = int(std::clamp<int64_t>(options.max_message_bytes, 0, INT_MAX));
     builder.SetMaxReceiveMessageSize(max_message);
     builder.SetMaxSendMessageSize(max_message);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               std::max(1, options.max_concurrent_streams));
+    if (options.memory_limit_bytes > 0) {
+      quota_.Resize(size_t(options.memory_limit_bytes));
+      builder.SetResourceQuota(quota_);
+    }
     builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&sessions_);
     builder.RegisterService(&jobs_);
@@ -645,6 +502,7 @@ class GrpcServerImpl final : public GrpcServer {
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     frontend_.StopPool();  // calls on the pool finish (and queue their tags)
     server_->Wait();
+    frontend_.watch_pump()->Stop();  // every Watch is done
     cq_->Shutdown();
     if (cq_thread_.joinable()) cq_thread_.join();
     server_.reset();
@@ -679,6 +537,7 @@ class GrpcServerImpl final : public GrpcServer {
   DevicesService devices_;
   OpsService ops_;
   std::mutex stop_mu_;
+  ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes
   std::unique_ptr<::grpc::Server> server_;
   std::unique_ptr<::grpc::ServerCompletionQueue> cq_;  // Run and Predict
   std::thread cq_thread_;

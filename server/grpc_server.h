@@ -1,7 +1,9 @@
 // GrpcServer: the gRPC frontend — api/flowstate.proto's Sessions, Jobs (with
 // the server-streaming Watch), Devices and Ops services over the same
 // Service as the REST frontend, plus the standard health service and server
-// reflection, and bearer-token auth (UNAUTHENTICATED without it).
+// reflection, and bearer-token auth (UNAUTHENTICATED without it; the rule
+// of server/auth.h, the REST frontend's too). Jobs/Watch holds no thread
+// while it waits for events.
 //
 // Thread safety: Start/Stop from one thread; gRPC serves from its threads.
 #ifndef FLOWSTATE_SERVER_GRPC_SERVER_H_
@@ -21,7 +23,16 @@ class Metrics;
 
 struct GrpcServerOptions {
   std::string address = "127.0.0.1:50051";  // port 0: pick a free one
+  // Messages both ways; a bigger one is RESOURCE_EXHAUSTED before any
+  // handler runs.
   int64_t max_message_bytes = int64_t{64} << 20;
+  // Calls at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+  int max_concurrent_streams = 128;
+  // gRPC's memory quota (grpc::ResourceQuota) for what its transport holds,
+  // messages being received included -- which it reads whole before any
+  // handler checks the token. Under its pressure new calls are refused with
+  // RESOURCE_EXHAUSTED; a soft bound. 0: none.
+  int64_t memory_limit_bytes = int64_t{256} << 20;
   std::vector<std::string> tokens;  // empty: no authentication
   int64_t max_tensor_bytes = int64_t{64} << 20;
   // Session runs and predicts are served from a completion queue by one

@@ -61,6 +61,14 @@ class JobEventSource final : public EventSource {
 
   void Close() override { stream_->Close(); }
 
+  void SetWaker(std::function<void()> wake) override { stream_->SetWaker(std::move(wake)); }
+
+  std::chrono::milliseconds UntilKeepAlive() const override {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(last_ + keep_alive_ -
+                                                             std::chrono::steady_clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+
  private:
   std::unique_ptr<JobEventStream> stream_;
   const std::chrono::milliseconds keep_alive_;

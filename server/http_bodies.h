@@ -38,7 +38,7 @@ StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t ma
 
 // The events of one job as text/event-stream ("event: step\ndata: {job}\n\n"),
 // with ": keep-alive" comments after `keep_alive` of silence; ends after the
-// event of a terminal state or on Close().
+// event of a terminal state or on Close(). Its waker is the job stream's.
 std::shared_ptr<EventSource> MakeJobEventSource(std::unique_ptr<JobEventStream> stream,
                                                 std::chrono::milliseconds keep_alive);
 

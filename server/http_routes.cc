@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "api/json_codec.h"
+#include "server/auth.h"
 #include "server/http_bodies.h"
 #include "server/json_views.h"
 #include "server/metrics.h"
@@ -193,8 +194,13 @@ HttpResponse DeleteJob(const Call& c) {
 HttpResponse JobEvents(const Call& c) {
   std::optional<std::string> history = QueryParam(c.req.target, "history");
   bool replay = history && (*history == "1" || *history == "true");
-  StatusOr<std::unique_ptr<JobEventStream>> stream = c.service().jobs().Watch(c.id, replay);
-  if (!stream.ok()) return ErrorResponse(stream.status());
+  StatusOr<std::unique_ptr<JobEventStream>> stream = c.service().WatchJob(c.id, replay);
+  if (!stream.ok()) {
+    // RESOURCE_EXHAUSTED here is the event-stream cap, not a payload: 503.
+    HttpResponse r = ErrorResponse(stream.status(), api::HttpStatusFor(stream.status().code(), 503));
+    if (r.status == 503) r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
   HttpResponse r;
   r.content_type = "text/event-stream";
   r.headers.emplace_back("Cache-Control", "no-cache");
@@ -408,31 +414,6 @@ const MethodEntry* FindMethod(const Route& r, std::string_view method) {
 
 // --- Authentication.
 
-const std::string* FindHeader(const HttpRequest& req, std::string_view name) {
-  for (const auto& [k, v] : req.headers) {
-    if (k.size() == name.size() &&
-        std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-        })) {
-      return &v;
-    }
-  }
-  return nullptr;
-}
-
-// Compares in time that depends on the lengths only, not on where the
-// strings differ.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 bool IsOpen(const RouteOptions& o, const std::string& path, const Route* route) {
   for (const std::string& open : o.open_routes) {
     if (open == path || (route != nullptr && open == route->path)) return true;
@@ -440,31 +421,23 @@ bool IsOpen(const RouteOptions& o, const std::string& path, const Route* route) 
   return false;
 }
 
-// OK, or the 401 to send.
-std::optional<HttpResponse> CheckAuth(const HttpRequest& req, const RouteOptions& o) {
-  const std::string* header = FindHeader(req, "authorization");
-  bool given = false, valid = false;
-  if (header != nullptr) {
-    std::string_view h = *header;
-    constexpr std::string_view kScheme = "bearer";
-    if (h.size() > kScheme.size() && h[kScheme.size()] == ' ' &&
-        std::equal(kScheme.begin(), kScheme.end(), h.begin(),
-                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
-      std::string_view token = h.substr(kScheme.size() + 1);
-      while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-      given = !token.empty();
-      bool match = false;
-      for (const std::string& t : o.tokens) match |= ConstantTimeEquals(token, t);  // no early exit
-      valid = given && match;
-    }
+// The request's Authorization headers against the tokens (server/auth.h).
+BearerCheck CheckAuth(const HttpRequest& req, const RouteOptions& o) {
+  std::vector<std::string_view> values;
+  auto [begin, end] = req.headers.equal_range("authorization");
+  for (auto it = begin; it != end; ++it) values.emplace_back(it->second);
+  return CheckBearerToken(values, o.tokens);
+}
+
+HttpResponse Unauthorized(const BearerCheck& check) {
+  HttpResponse r = ErrorResponse(check.status);
+  const char* challenge = R"(Bearer realm="flowstate")";
+  if (check.outcome == BearerCheck::Outcome::kInvalid) {
+    challenge = R"(Bearer realm="flowstate", error="invalid_token")";
+  } else if (check.outcome == BearerCheck::Outcome::kMalformed) {
+    challenge = R"(Bearer realm="flowstate", error="invalid_request")";
   }
-  if (valid) return std::nullopt;
-  HttpResponse r = ErrorResponse(
-      Unauthenticated(given ? "the bearer token is not valid"
-                            : "this route needs an \"Authorization: Bearer <token>\" header"));
-  r.headers.emplace_back("WWW-Authenticate", given ? R"(Bearer realm="flowstate", error="invalid_token")"
-                                                   : R"(Bearer realm="flowstate")");
+  r.headers.emplace_back("WWW-Authenticate", challenge);
   return r;
 }
 
@@ -475,29 +448,53 @@ std::string RequestPath(const std::vector<std::string>& segs) {
   return path;
 }
 
-HttpResponse Dispatch(const HttpRequest& req, RouteContext& ctx, std::string* route_label) {
+// A request looked up: its route and method, or why it is refused before
+// any handler sees it (auth, then route, then method).
+struct Resolved {
+  const Route* route = nullptr;
+  const MethodEntry* method = nullptr;
   std::string id;
-  const std::vector<std::string> segs = PathSegments(req.target);
-  const Route* route = MatchSegments(segs, &id);
-  *route_label = route ? route->path : kUnmatched;
-  if (!ctx.options.tokens.empty() && !IsOpen(ctx.options, RequestPath(segs), route)) {
-    if (std::optional<HttpResponse> denied = CheckAuth(req, ctx.options)) return *std::move(denied);
+  std::optional<BearerCheck> auth_failure;
+  bool open = false;           // an open route (served without a token)
+  bool authenticated = true;   // tokens off, or a valid one was sent
+  std::vector<std::string> segs;
+};
+
+Resolved Resolve(const HttpRequest& req, const RouteContext& ctx) {
+  Resolved r;
+  r.segs = PathSegments(req.target);
+  r.route = MatchSegments(r.segs, &r.id);
+  if (!ctx.options.tokens.empty()) {
+    BearerCheck auth = CheckAuth(req, ctx.options);
+    r.authenticated = auth.ok();
+    r.open = IsOpen(ctx.options, RequestPath(r.segs), r.route);
+    if (!r.authenticated && !r.open) {
+      r.auth_failure = std::move(auth);
+      return r;
+    }
   }
-  if (route == nullptr) {
-    return ErrorResponse(NotFound("no route for " + req.method + " " + RequestPath(segs)));
+  if (r.route != nullptr) r.method = FindMethod(*r.route, req.method);
+  return r;
+}
+
+HttpResponse Dispatch(const HttpRequest& req, RouteContext& ctx, std::string* route_label) {
+  Resolved r = Resolve(req, ctx);
+  *route_label = r.route ? r.route->path : kUnmatched;
+  if (r.auth_failure) return Unauthorized(*r.auth_failure);
+  if (r.route == nullptr) {
+    return ErrorResponse(NotFound("no route for " + req.method + " " + RequestPath(r.segs)));
   }
-  const MethodEntry* m = FindMethod(*route, req.method);
-  if (m == nullptr) {
+  if (r.method == nullptr) {
     std::string allow;
-    for (const MethodEntry& e : route->methods) allow += (allow.empty() ? "" : ", ") + std::string(e.method);
-    HttpResponse r = ErrorResponse(
-        Unimplemented("method " + req.method + " is not allowed on " + route->path + " (allowed: " +
+    for (const MethodEntry& e : r.route->methods) allow += (allow.empty() ? "" : ", ") + std::string(e.method);
+    HttpResponse resp = ErrorResponse(
+        Unimplemented("method " + req.method + " is not allowed on " + r.route->path + " (allowed: " +
                       allow + ")"),
         405);
-    r.headers.emplace_back("Allow", allow);
-    return r;
+    resp.headers.emplace_back("Allow", allow);
+    return resp;
   }
-  return m->handler(Call{req, ctx, id});
+  return r.method->handler(Call{req, ctx, r.id});
 }
 
 }  // namespace
@@ -524,6 +521,12 @@ HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx) {
   r.timings.emplace_back("handler", secs);
   if (ctx.metrics != nullptr) ctx.metrics->ObserveHttpRequest(route, r.status, secs);
   return r;
+}
+
+HeadVerdict CheckHead(const HttpRequest& head, const RouteContext& ctx) {
+  Resolved r = Resolve(head, ctx);
+  if (r.auth_failure || r.route == nullptr || r.method == nullptr) return HeadVerdict::kRefuse;
+  return r.authenticated ? HeadVerdict::kRead : HeadVerdict::kReadUnauthenticated;
 }
 
 RequestCost CostOf(const HttpRequest& req) {

@@ -16,7 +16,10 @@
 // Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
 // an unknown path is 404, a known path with another method 405 with an
 // Allow header, a missing or wrong bearer token 401 with WWW-Authenticate
-// (checked before the route is looked up, except for open routes). A
+// (checked before the route is looked up, except for open routes; the rule
+// is server/auth.h's, shared with gRPC). CheckHead tells the socket layer,
+// from the request's header alone, whether it will be refused whatever its
+// body, so that it never reads the body of such a request. A
 // rejected request changes nothing: bodies are parsed and checked in full
 // before the Service is called, and the Service refuses atomically.
 //
@@ -27,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,13 +48,18 @@ class Metrics;
 struct HttpRequest {
   std::string method;  // "GET", as sent (methods are case-sensitive)
   std::string target;  // origin form: "/v1/jobs/job-3?x=1" (the query is ignored)
-  std::map<std::string, std::string> headers;  // names lower-case
+  // Names lower-case; a header sent twice is here twice, in the order sent.
+  std::multimap<std::string, std::string> headers;
   std::string body;
 };
 
 // The body of a streaming response (text/event-stream), pulled piece by
-// piece by the socket layer. Next() and the destructor are called from one
-// thread at a time; Close() from any thread.
+// piece by the socket layer. Next(), UntilKeepAlive() and the destructor are
+// called from one thread at a time; Close() and SetWaker() from any thread.
+//
+// The socket layer waits without a thread or a polling timer: it pulls with
+// Next(0) until kIdle, then waits until the waker is called or
+// UntilKeepAlive() has passed, whichever comes first.
 class EventSource {
  public:
   enum class Pull { kData, kIdle, kEnd };
@@ -61,6 +70,13 @@ class EventSource {
   virtual Pull Next(std::chrono::milliseconds timeout, std::string* chunk) = 0;
   // Ends the stream early and wakes a waiting Next().
   virtual void Close() = 0;
+  // `wake` is called, from any thread and possibly under the producer's
+  // locks (so it must only schedule work), whenever Next(0) may have
+  // something new: a piece, the end. Replaces the previous one.
+  virtual void SetWaker(std::function<void()> wake) = 0;
+  // How long from now until Next would send a keep-alive comment by itself
+  // (0 when one is due).
+  virtual std::chrono::milliseconds UntilKeepAlive() const = 0;
 };
 
 struct HttpResponse {
@@ -98,6 +114,18 @@ struct RouteContext {
 // template, status, seconds), appends {"handler", seconds} to the response's
 // timings, and never throws (an exception becomes 500).
 HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx);
+
+// What the socket layer does with a request whose header (method, target,
+// headers; no body yet) has been read. kRead: read the body (up to
+// http.body_limit_bytes) and handle it. kReadUnauthenticated: the same, but
+// the request carries no valid token and needs none (an open route while
+// tokens are configured), so its body may be at most
+// http.unauthenticated_body_limit_bytes. kRefuse: HandleRequest will refuse
+// it whatever its body (401 without a valid token, 404 for an unknown path,
+// 405 for a method the route lacks): do not read the body; HandleRequest on
+// the header alone gives the answer.
+enum class HeadVerdict { kRead, kReadUnauthenticated, kRefuse };
+HeadVerdict CheckHead(const HttpRequest& head, const RouteContext& ctx);
 
 // Where the socket layer runs a request: kCheap on its I/O thread;
 // kExpensive (parses and validates a graph, waits for steps) off it, on the

@@ -31,11 +31,27 @@
 // the first request); between requests a connection may be silent for
 // idle_timeout; a write must finish within max(read_timeout, 30 s).
 //
-// Event streams: the response head is written, then the connection polls the
-// EventSource without waiting (Next with a 0 timeout) and, when it has
-// nothing, again after kStreamPoll on a steady_timer; an I/O thread never
+// Event streams: the response head is written, then the connection pulls
+// the EventSource without waiting (Next with a 0 timeout) and, when it has
+// nothing, waits -- for the source's waker (a new event, the end), which
+// posts one wake-up to the connection's strand (StreamWake), or for its
+// steady_timer, set to when a keep-alive comment is due. An idle stream thus
+// costs no thread and no wake-up but its keep-alives; an I/O thread never
 // blocks on it. The body is chunked (HTTP/1.1) or ends with the connection
 // (HTTP/1.0). A connection reads no further requests while a stream is queued.
+//
+// Bodies and auth: a request's header is read first and judged
+// (CheckHead): one that will be refused whatever its body (401, 404, 405)
+// is answered at once and its connection closed, its body never read
+// (unless declared no bigger than unauthenticated_body_limit_bytes: then it
+// is read and the connection goes on). A body is then read up to
+// body_limit_bytes, or up to unauthenticated_body_limit_bytes for a request
+// served without a valid token (open routes). So an unauthenticated client
+// makes the server buffer at most that much per connection.
+//
+// Connections: at most max_connections are served at once; one more is
+// answered 503 and closed (at most kMaxRefusing of those at once; further
+// ones are closed unanswered), counted by Metrics.
 //
 // Closing: after a "Connection: close" response or a request that could not
 // be read (413, 400), the connection shuts down its sending side and reads
@@ -53,6 +69,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -72,7 +89,8 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kStreamPoll = std::chrono::milliseconds(25);
+// Connections answered 503 (over max_connections) at once; beyond, closed.
+constexpr int kMaxRefusing = 64;
 constexpr auto kLinger = std::chrono::seconds(2);
 constexpr size_t kLingerBytes = size_t{64} << 20;
 constexpr size_t kMaxStreamWrite = size_t{64} << 10;
@@ -89,14 +107,54 @@ std::string Lower(std::string_view s) {
 }
 
 class HttpServerImpl;
+class Connection;
+
+// How an event stream's producer wakes the connection that sends it: Fire()
+// (any thread, possibly under the producer's locks) posts one OnStreamWake
+// to the connection's strand -- at most one queued at a time -- until
+// Detach().
+class StreamWake {
+ public:
+  StreamWake(std::weak_ptr<Connection> c, net::any_io_executor ex)
+      : conn_(std::move(c)), executor_(std::move(ex)) {}
+  void Fire();
+  // On the strand, before the connection pulls the source.
+  void Clear() {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_ = false;
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> l(mu_);
+    conn_.reset();
+  }
+
+ private:
+  std::mutex mu_;
+  std::weak_ptr<Connection> conn_;  // GUARDED_BY(mu_); empty once detached
+  net::any_io_executor executor_;
+  bool pending_ = false;  // GUARDED_BY(mu_)
+};
+
+// The request's method, target and headers (no body).
+HttpRequest HeadOf(const http::request<http::string_body>& req) {
+  HttpRequest r;
+  r.method = std::string(req.method_string());
+  r.target = std::string(req.target());
+  for (const auto& f : req) r.headers.emplace(Lower(f.name_string()), std::string(f.value()));
+  return r;
+}
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket&& socket, HttpServerImpl* server);
   ~Connection();
   void Start();
+  // Answers 503 (the server is at max_connections), then closes.
+  void Refuse();
   // Closes now (Stop()); thread-safe.
   void Close();
+  // A stream's source may have something new (StreamWake).
+  void OnStreamWake();
 
  private:
   struct Outgoing {
@@ -116,6 +174,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ReadBody();
   void OnBody(beast::error_code ec);
   void OnReadError(beast::error_code ec);
+  // Answers a request refused on its header, without reading its body.
+  void RefuseUnread(HttpRequest head, unsigned version);
   void Handle(http::request<http::string_body> req);
   void OnHandled(HttpResponse r, bool keep_alive, unsigned version, std::string method,
                  std::string target, Clock::time_point t0);
@@ -137,6 +197,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<Outgoing> queue_;  // front: being written
   std::string chunk_;           // the stream piece being written
+  std::shared_ptr<StreamWake> wake_;  // of the stream being sent
+  bool stream_waiting_ = false;  // for the waker or the keep-alive timer
+  // The body limit of the request being read, and its setting's name.
+  int64_t body_limit_ = 0;
+  const char* body_limit_key_ = "http.body_limit_bytes";
   char discard_[4096];
   size_t drained_ = 0;
   Clock::time_point read_deadline_;
@@ -189,8 +254,10 @@ class HttpServerImpl final : public HttpServer {
   Clock::duration read_timeout() const { return read_timeout_; }
   Clock::duration idle_timeout() const { return idle_timeout_; }
   Clock::duration write_timeout() const { return write_timeout_; }
-  // False when the server is stopping (the connection must close).
-  bool Register(const std::shared_ptr<Connection>& c);
+  enum class Admission { kServe, kRefuse, kClose };
+  // kServe: serve it; kRefuse: answer 503 (over max_connections); kClose:
+  // close it (stopping, or too many being refused).
+  Admission Register(const std::shared_ptr<Connection>& c);
   void Unregister(Connection* c);
 
  private:
@@ -207,8 +274,13 @@ class HttpServerImpl final : public HttpServer {
   // Declared before the io_context: connections still queued in it when it
   // is destroyed unregister themselves.
   std::mutex mu_;
-  std::map<Connection*, std::weak_ptr<Connection>> connections_;  // GUARDED_BY(mu_)
-  bool stopped_ = false;                                           // GUARDED_BY(mu_)
+  struct Entry {
+    std::weak_ptr<Connection> connection;
+    bool served = false;  // else being refused
+  };
+  std::map<Connection*, Entry> connections_;  // GUARDED_BY(mu_)
+  int served_ = 0, refusing_ = 0;             // GUARDED_BY(mu_)
+  bool stopped_ = false;                      // GUARDED_BY(mu_)
   // One io_context per I/O thread (concurrency hint 1): the thread that
   // epoll reports a socket to runs its handlers itself.
   std::vector<std::unique_ptr<net::io_context>> iocs_;
@@ -224,10 +296,35 @@ class HttpServerImpl final : public HttpServer {
 
 // --- Connection.
 
+void StreamWake::Fire() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (pending_ || conn_.expired()) return;
+  pending_ = true;
+  net::post(executor_, [w = conn_] {
+    if (auto c = w.lock()) c->OnStreamWake();
+  });
+}
+
 Connection::Connection(tcp::socket&& socket, HttpServerImpl* server)
     : server_(server), stream_(std::move(socket)), poll_timer_(stream_.get_executor()) {}
 
-Connection::~Connection() { server_->Unregister(this); }
+Connection::~Connection() {
+  if (wake_) wake_->Detach();
+  server_->Unregister(this);
+}
+
+void Connection::Refuse() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    self->no_more_reads_ = true;
+    const int limit = self->server_->options().max_connections;
+    HttpResponse r = ErrorResponse(
+        Unavailable("the server has its maximum of " + std::to_string(limit) +
+                    " open connections (http.max_connections); retry later"),
+        503);
+    r.headers.emplace_back("Retry-After", "1");
+    self->Enqueue(std::move(r), /*keep_alive=*/false, 11);
+  });
+}
 
 void Connection::Start() {
   net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
@@ -244,7 +341,10 @@ void Connection::DoRead() {
   if (closed_ || closing_) return;
   reading_ = true;
   parser_.emplace();
-  parser_->body_limit(uint64_t(std::max<int64_t>(0, server_->options().body_limit_bytes)));
+  // The body's limit depends on the header (OnHeader); until then, none.
+  parser_->body_limit(std::numeric_limits<uint64_t>::max());
+  body_limit_ = server_->options().body_limit_bytes;
+  body_limit_key_ = "http.body_limit_bytes";
   parser_->header_limit(kHeaderLimit);
   if (buffer_.size() == 0) {
     // Wait for the request to begin: between requests up to the idle
@@ -282,6 +382,25 @@ void Connection::ReadHeader() {
 void Connection::OnHeader(beast::error_code ec) {
   if (closed_) return;
   if (ec) return OnReadError(ec);
+  // Judge the request on its header, before any of its body is read.
+  const HttpServerOptions& o = server_->options();
+  HttpRequest head = HeadOf(parser_->get());
+  const HeadVerdict verdict = CheckHead(head, server_->ctx());
+  const auto length = parser_->content_length();  // boost::optional
+  const int64_t small = std::max<int64_t>(0, o.unauthenticated_body_limit_bytes);
+  if (verdict == HeadVerdict::kRefuse && !parser_->is_done() && !(length && *length <= uint64_t(small))) {
+    return RefuseUnread(std::move(head), parser_->get().version());
+  }
+  body_limit_ = std::max<int64_t>(0, o.body_limit_bytes);
+  body_limit_key_ = "http.body_limit_bytes";
+  if (verdict != HeadVerdict::kRead && small < body_limit_) {
+    body_limit_ = small;
+    body_limit_key_ = "http.unauthenticated_body_limit_bytes";
+  }
+  // A declared length is checked here (Beast checks it only while parsing
+  // the header); a chunked body, as it arrives.
+  if (length && *length > uint64_t(body_limit_)) return OnReadError(http::error::body_limit);
+  parser_->body_limit(uint64_t(body_limit_));
   auto expect = parser_->get().find(http::field::expect);
   if (expect != parser_->get().end() && Lower(expect->value()) == "100-continue" &&
       !parser_->is_done() && queue_.empty()) {
@@ -315,6 +434,18 @@ void Connection::OnBody(beast::error_code ec) {
   Handle(parser_->release());
 }
 
+void Connection::RefuseUnread(HttpRequest head, unsigned version) {
+  reading_ = false;
+  first_request_ = false;
+  no_more_reads_ = true;  // the body is still on the wire: close after the answer
+  request_read_ = Clock::now();
+  handling_ = true;
+  // Refused before any handler reads the body (CheckHead): cheap.
+  HttpResponse resp = HandleRequest(head, server_->ctx());
+  OnHandled(std::move(resp), /*keep_alive=*/false, version, std::move(head.method),
+            std::move(head.target), request_start_);
+}
+
 void Connection::OnReadError(beast::error_code ec) {
   reading_ = false;
   if (closed_) return;
@@ -339,8 +470,8 @@ void Connection::OnReadError(beast::error_code ec) {
   int status = 400;
   if (ec == http::error::body_limit) {
     status = 413;
-    why = ResourceExhausted("the request body is over the limit of " +
-                            std::to_string(server_->options().body_limit_bytes) + " bytes");
+    why = ResourceExhausted("the request body is over the limit of " + std::to_string(body_limit_) +
+                            " bytes (" + body_limit_key_ + ")");
   } else if (ec == http::error::header_limit) {
     status = 431;
     why = InvalidArgument("the request header is over the limit of " + std::to_string(kHeaderLimit) +
@@ -359,14 +490,7 @@ void Connection::OnReadError(beast::error_code ec) {
 
 void Connection::Handle(http::request<http::string_body> req) {
   request_read_ = Clock::now();
-  HttpRequest r;
-  r.method = std::string(req.method_string());
-  r.target = std::string(req.target());
-  for (const auto& f : req) {
-    std::string name = Lower(f.name_string());
-    auto [it, fresh] = r.headers.emplace(name, std::string(f.value()));
-    if (!fresh) it->second += ", " + std::string(f.value());
-  }
+  HttpRequest r = HeadOf(req);
   r.body = std::move(req.body());
   bool keep_alive = req.keep_alive();
   unsigned version = req.version();
@@ -437,6 +561,8 @@ void Connection::Enqueue(HttpResponse r, bool keep_alive, unsigned version) {
   };
   if (r.stream) {
     o.source = r.stream;
+    if (!wake_) wake_ = std::make_shared<StreamWake>(weak_from_this(), stream_.get_executor());
+    o.source->SetWaker([wake = wake_] { wake->Fire(); });
     o.head = std::make_shared<http::response<http::empty_body>>(http::status(r.status), version);
     fill(*o.head);
     o.chunked = version >= 11;
@@ -516,10 +642,22 @@ void Connection::PumpStream() {
     net::async_write(stream_, http::make_chunk_last(), done(true));
     return;
   }
-  poll_timer_.expires_after(kStreamPoll);
+  // Idle: wait for the source's waker, or until a keep-alive is due.
+  stream_waiting_ = true;
+  poll_timer_.expires_after(std::max(o.source->UntilKeepAlive(), std::chrono::milliseconds(1)));
   poll_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-    if (!ec) self->PumpStream();
+    if (ec || self->closed_ || !self->stream_waiting_) return;
+    self->stream_waiting_ = false;
+    self->PumpStream();
   });
+}
+
+void Connection::OnStreamWake() {
+  if (wake_) wake_->Clear();
+  if (closed_ || !stream_waiting_) return;  // being written: it pulls again after
+  stream_waiting_ = false;
+  poll_timer_.cancel();
+  PumpStream();
 }
 
 void Connection::OnStreamWritten(beast::error_code ec, bool last) {
@@ -568,6 +706,8 @@ void Connection::Drain() {
 void Connection::CloseNow() {
   if (closed_) return;
   closed_ = true;
+  stream_waiting_ = false;
+  if (wake_) wake_->Detach();
   for (Outgoing& o : queue_) {
     if (o.source) o.source->Close();
   }
@@ -683,21 +823,43 @@ void HttpServerImpl::Accept() {
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     auto c = std::make_shared<Connection>(std::move(socket), this);
-    if (Register(c)) c->Start();
+    switch (Register(c)) {
+      case Admission::kServe: c->Start(); break;
+      case Admission::kRefuse: c->Refuse(); break;
+      case Admission::kClose: break;  // c's socket closes with it
+    }
     Accept();
   });
 }
 
-bool HttpServerImpl::Register(const std::shared_ptr<Connection>& c) {
+HttpServerImpl::Admission HttpServerImpl::Register(const std::shared_ptr<Connection>& c) {
   std::lock_guard<std::mutex> l(mu_);
-  if (stopped_) return false;
-  connections_[c.get()] = c;
-  return true;
+  if (stopped_) return Admission::kClose;
+  Metrics* m = ctx_.metrics;
+  if (served_ < std::max(1, options_.max_connections)) {
+    connections_[c.get()] = Entry{c, true};
+    ++served_;
+    if (m != nullptr) m->SetHttpConnections(served_);
+    return Admission::kServe;
+  }
+  if (m != nullptr) m->CountRefusedHttpConnection();
+  if (refusing_ >= kMaxRefusing) return Admission::kClose;
+  connections_[c.get()] = Entry{c, false};
+  ++refusing_;
+  return Admission::kRefuse;
 }
 
 void HttpServerImpl::Unregister(Connection* c) {
   std::lock_guard<std::mutex> l(mu_);
-  connections_.erase(c);
+  auto it = connections_.find(c);
+  if (it == connections_.end()) return;
+  if (it->second.served) {
+    --served_;
+    if (ctx_.metrics != nullptr) ctx_.metrics->SetHttpConnections(served_);
+  } else {
+    --refusing_;
+  }
+  connections_.erase(it);
 }
 
 void HttpServerImpl::Stop() {
@@ -706,8 +868,8 @@ void HttpServerImpl::Stop() {
     std::lock_guard<std::mutex> l(mu_);
     if (stopped_) return;
     stopped_ = true;
-    for (auto& [p, w] : connections_) {
-      if (auto c = w.lock()) open.push_back(std::move(c));
+    for (auto& [p, e] : connections_) {
+      if (auto c = e.connection.lock()) open.push_back(std::move(c));
     }
   }
   net::post(acceptor_.get_executor(), [this] {

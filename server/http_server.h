@@ -1,7 +1,9 @@
 // HttpServer: the REST frontend (Boost.Beast, asynchronous, a thread pool):
-// keep-alive, read and idle timeouts, a body limit answered with 413,
+// keep-alive, read and idle timeouts, body limits answered with 413 (no
+// body is read before its request is authenticated), a cap on connections,
 // bounded pipelining, bearer-token auth, server-sent events for job
-// progress, and /metrics. Requests are handled by pure functions of the
+// progress (event-driven: an idle stream costs no thread and no timer but
+// its keep-alive), and /metrics. Requests are handled by pure functions of the
 // request and the Service (http_routes.h); this class only owns sockets.
 //
 // Thread safety: Start/Stop from one thread; serves from its own threads.
@@ -23,7 +25,21 @@ class Metrics;
 struct HttpServerOptions {
   std::string address = "127.0.0.1:8080";  // port 0: pick a free one
   int threads = 2;
+  // The body of an authenticated request (or of any request when there are
+  // no tokens): 413 above it.
   int64_t body_limit_bytes = int64_t{64} << 20;
+  // Never is a body read before its request is authenticated: a request
+  // refused on its header (401, 404, 405; CheckHead in http_routes.h) is
+  // answered without reading its body, and its connection closed -- unless
+  // the body is declared no bigger than this, which is then read and
+  // dropped so that the connection can go on. Requests served without a
+  // valid token (open routes while tokens are configured) may send at most
+  // this much (413 above it).
+  int64_t unauthenticated_body_limit_bytes = int64_t{64} << 10;
+  // Connections open at once, event streams included. One more is answered
+  // 503 (Retry-After: 1) and closed; beyond 64 such answers under way at
+  // once, further ones are closed unanswered.
+  int max_connections = 1024;
   double read_timeout_seconds = 30;
   double idle_timeout_seconds = 60;
   int max_pipelined_requests = 16;

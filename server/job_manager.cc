@@ -382,7 +382,11 @@ StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& i
     std::optional<JobEvent> Next(std::chrono::milliseconds t) override { return s->Next(t); }
     bool timed_out() const override { return s->timed_out(); }
     void Close() override { s->Close(); }
-    ~Handle() override { s->Close(); }
+    void SetWaker(std::function<void()> wake) override { s->SetWaker(std::move(wake)); }
+    ~Handle() override {
+      s->SetWaker(nullptr);  // its consumer is going away
+      s->Close();
+    }
   };
   auto h = std::make_unique<Handle>();
   h->s = stream;

@@ -189,12 +189,20 @@ struct JobManagerOptions {
 // A subscription to one job's events. Next() blocks until an event arrives,
 // the job reaches a terminal state and all its events were read (nullopt),
 // the timeout passes (nullopt, timed_out() true), or Close().
+//
+// A consumer that must not hold a thread per stream (the frontends' event
+// streams) sets a waker: it reads with Next(0) until timed_out(), then waits
+// for the waker, which is called after each new event, at the end and on
+// Close() -- from the publishing thread, under the JobManager's lock, so it
+// must only schedule work (never call back into the stream or the manager).
 class JobEventStream {
  public:
   virtual ~JobEventStream() = default;
   virtual std::optional<JobEvent> Next(std::chrono::milliseconds timeout) = 0;
   virtual bool timed_out() const = 0;
   virtual void Close() = 0;
+  // Replaces the previous waker; an empty function removes it.
+  virtual void SetWaker(std::function<void()> wake) = 0;
 };
 
 // Lowers the calling thread's scheduling priority (nice +10 on Linux), so

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -166,16 +167,30 @@ class JobManager::Stream final : public JobEventStream {
     return timed_out_;
   }
   void Close() override {
+    std::function<void()> wake;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      closed_ = true;
+      cv_.notify_all();
+      wake = waker_;
+    }
+    if (wake) wake();
+  }
+  void SetWaker(std::function<void()> wake) override {
     std::lock_guard<std::mutex> l(mu_);
-    closed_ = true;
-    cv_.notify_all();
+    waker_ = std::move(wake);
   }
   void Push(JobEvent e, bool terminal) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (closed_) return;
-    events_.push_back(std::move(e));
-    if (terminal) ended_ = true;
-    cv_.notify_all();
+    std::function<void()> wake;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (closed_) return;
+      events_.push_back(std::move(e));
+      if (terminal) ended_ = true;
+      cv_.notify_all();
+      wake = waker_;
+    }
+    if (wake) wake();  // without the stream's lock: it may read at once
   }
   bool closed() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -187,6 +202,7 @@ class JobManager::Stream final : public JobEventStream {
   std::condition_variable cv_;
   std::deque<JobEvent> events_;
   bool closed_ = false, ended_ = false, timed_out_ = false;
+  std::function<void()> waker_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace flowstate

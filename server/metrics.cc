@@ -136,6 +136,9 @@ struct Metrics::Impl : public JobObserver {
   Family<Counter>& checkpoint_failures;
   Family<Counter>& job_skipped_steps;
   Gauge& queue_depth_gauge;
+  Gauge& http_connections;
+  Counter& http_connections_refused;
+  Gauge& event_streams;
 
   // Cached children of the request families: Family::Add builds (and drops)
   // a new metric on every call, which the request path should not pay.
@@ -234,7 +237,23 @@ Metrics::Impl::Impl()
                             .Help("Training steps whose loss or gradients were NaN/Inf and whose "
                                   "update was not applied (on_nan \"skip_step\"), per job.")
                             .Register(*registry)),
-      queue_depth_gauge(queue_depth.Add({})) {
+      queue_depth_gauge(queue_depth.Add({})),
+      http_connections(prometheus::BuildGauge()
+                           .Name("flowstate_http_connections")
+                           .Help("HTTP connections being served (event streams included).")
+                           .Register(*registry)
+                           .Add({})),
+      http_connections_refused(prometheus::BuildCounter()
+                                   .Name("flowstate_http_connections_refused_total")
+                                   .Help("HTTP connections refused because http.max_connections "
+                                         "were open (answered 503, or closed).")
+                                   .Register(*registry)
+                                   .Add({})),
+      event_streams(prometheus::BuildGauge()
+                        .Name("flowstate_event_streams")
+                        .Help("Job event streams open (REST server-sent events and gRPC Watch).")
+                        .Register(*registry)
+                        .Add({})) {
   // Every state is present from the start, so a dashboard shows 0, not "no data".
   for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kPaused, JobState::kSucceeded,
                      JobState::kFailed, JobState::kCancelled}) {
@@ -437,6 +456,12 @@ void Metrics::SetJobsByState(const std::string& state, double n) {
 }
 
 void Metrics::SetQueueDepth(double n) { impl_->queue_depth_gauge.Set(n); }
+
+void Metrics::SetHttpConnections(double n) { impl_->http_connections.Set(n); }
+
+void Metrics::CountRefusedHttpConnection() { impl_->http_connections_refused.Increment(); }
+
+void Metrics::SetEventStreams(double n) { impl_->event_streams.Set(n); }
 
 void Metrics::SetDeviceMemory(const std::string& device, double bytes, double cached_bytes) {
   std::lock_guard<std::mutex> l(impl_->gauges_mu);

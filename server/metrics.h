@@ -13,6 +13,9 @@
 //   flowstate_device_cached_bytes{device}                gauge (freed buffers kept for reuse)
 //   flowstate_http_requests_total{route,code}            counter
 //   flowstate_http_request_duration_seconds{route}       histogram, 100 us ... 10 s
+//   flowstate_http_connections                           gauge (connections being served)
+//   flowstate_http_connections_refused_total             counter (over http.max_connections)
+//   flowstate_event_streams                              gauge (REST and gRPC job event streams)
 //   flowstate_grpc_requests_total{method,code}           counter
 //   flowstate_grpc_request_duration_seconds{method}      histogram, 100 us ... 10 s
 //   flowstate_checkpoint_duration_seconds{job_id}        histogram, 1 ms ... 300 s (successful)
@@ -61,6 +64,10 @@ class Metrics {
   void SetJobsByState(const std::string& state, double n);
   void SetQueueDepth(double n);
   void SetDeviceMemory(const std::string& device, double bytes, double cached_bytes = 0);
+  // The REST frontend's connections: served now, and one more refused.
+  void SetHttpConnections(double n);
+  void CountRefusedHttpConnection();
+  void SetEventStreams(double n);
 
   // How many finished jobs keep their series (the oldest are removed first).
   void SetFinishedJobRetention(size_t jobs);

@@ -146,6 +146,7 @@ int ServeCommand(int argc, char** argv) {
   so.max_sessions = cfg.sessions.max_sessions;
   so.session_idle_timeout = std::chrono::seconds(int64_t(cfg.sessions.idle_timeout_seconds));
   so.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  so.max_event_streams = cfg.limits.max_event_streams;
   so.max_shape_bytes = cfg.limits.max_shape_bytes;
   so.jobs.max_running = cfg.jobs.max_running;
   so.jobs.workers = cfg.jobs.workers;
@@ -169,6 +170,7 @@ int ServeCommand(int argc, char** argv) {
       m->SetJobsByState(std::string(JobStateName(state)), n);
     }
     m->SetQueueDepth(service.jobs().queue_depth());
+    m->SetEventStreams(service.num_event_streams());
     for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use), double(d.bytes_cached));
   });
 
@@ -176,6 +178,8 @@ int ServeCommand(int argc, char** argv) {
   ho.address = cfg.http.address;
   ho.threads = cfg.http.threads;
   ho.body_limit_bytes = cfg.http.body_limit_bytes;
+  ho.unauthenticated_body_limit_bytes = cfg.http.unauthenticated_body_limit_bytes;
+  ho.max_connections = cfg.http.max_connections;
   ho.read_timeout_seconds = cfg.http.read_timeout_seconds;
   ho.idle_timeout_seconds = cfg.http.idle_timeout_seconds;
   ho.max_pipelined_requests = cfg.http.max_pipelined_requests;
@@ -194,6 +198,8 @@ int ServeCommand(int argc, char** argv) {
   GrpcServerOptions go;
   go.address = cfg.grpc.address;
   go.max_message_bytes = cfg.grpc.max_message_bytes;
+  go.max_concurrent_streams = cfg.grpc.max_concurrent_streams;
+  go.memory_limit_bytes = cfg.grpc.memory_limit_bytes;
   go.tokens = cfg.auth.tokens;
   go.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   go.handler_threads = cfg.grpc.handler_threads;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <optional>
 #include <random>
 
 #include "api/json_codec.h"
@@ -71,7 +73,9 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
     if (shut_down_) return Unavailable("the server is shutting down");
     if (int(sessions_.size()) >= options_.max_sessions) {
       return ResourceExhausted("the server has its maximum of " +
-                               std::to_string(options_.max_sessions) + " open sessions");
+                               std::to_string(options_.max_sessions) +
+                               " open sessions (sessions.max_sessions); close one "
+                               "(DELETE /v1/sessions/{id}) or retry later");
     }
   }
   SessionOptions so;
@@ -150,6 +154,39 @@ int Service::Reap() {
   }
   for (auto& s : idle) s->Close().CheckOk();
   return int(idle.size());
+}
+
+StatusOr<std::unique_ptr<JobEventStream>> Service::WatchJob(const std::string& id, bool history) {
+  // Takes a slot first, so that concurrent callers cannot pass the limit.
+  const int limit = std::max(0, options_.max_event_streams);
+  if (open_streams_->fetch_add(1) >= limit) {
+    open_streams_->fetch_sub(1);
+    return ResourceExhausted("the server has its maximum of " + std::to_string(limit) +
+                             " open event streams (limits.max_event_streams); close one or retry "
+                             "later");
+  }
+  StatusOr<std::unique_ptr<JobEventStream>> stream = jobs_->Watch(id, history);
+  if (!stream.ok()) {
+    open_streams_->fetch_sub(1);
+    return stream.status();
+  }
+  // The job's stream, giving its slot back when destroyed.
+  struct Counted final : JobEventStream {
+    std::unique_ptr<JobEventStream> s;
+    std::shared_ptr<std::atomic<int>> open;
+    std::optional<JobEvent> Next(std::chrono::milliseconds t) override { return s->Next(t); }
+    bool timed_out() const override { return s->timed_out(); }
+    void Close() override { s->Close(); }
+    void SetWaker(std::function<void()> wake) override { s->SetWaker(std::move(wake)); }
+    ~Counted() override {
+      s.reset();
+      open->fetch_sub(1);
+    }
+  };
+  auto counted = std::make_unique<Counted>();
+  counted->s = std::move(stream).value();
+  counted->open = open_streams_;
+  return std::unique_ptr<JobEventStream>(std::move(counted));
 }
 
 int Service::num_sessions() const {

@@ -16,6 +16,7 @@
 #ifndef FLOWSTATE_SERVER_SERVICE_H_
 #define FLOWSTATE_SERVER_SERVICE_H_
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -40,6 +41,9 @@ struct ServiceOptions {
   DevicePool* devices = nullptr;  // required, not owned
   std::string data_root = "/usr/share/datasets";
   int max_sessions = 64;
+  // Job event streams open at once, REST (GET /v1/jobs/{id}/events) and
+  // gRPC (Jobs/Watch) together; WatchJob refuses more.
+  int max_event_streams = 1024;
   std::chrono::seconds session_idle_timeout{600};
   int64_t max_tensor_bytes = int64_t{64} << 20;
   // The most bytes one tensor of a session's or job's graph may have when
@@ -96,6 +100,12 @@ class Service {
 
   // --- Jobs (JobManager's methods, see job_manager.h).
   JobManager& jobs() { return *jobs_; }
+  // JobManager::Watch for a frontend's event stream, counted against
+  // max_event_streams until the stream is destroyed: RESOURCE_EXHAUSTED
+  // naming the limit when that many are open (the frontends answer 503 and
+  // RESOURCE_EXHAUSTED), NOT_FOUND for an unknown job.
+  StatusOr<std::unique_ptr<JobEventStream>> WatchJob(const std::string& id, bool history);
+  int num_event_streams() const { return *open_streams_; }
 
   // --- Introspection.
   std::vector<OpInfo> ListOps() const;
@@ -118,6 +128,8 @@ class Service {
   ServiceOptions options_;
   std::unique_ptr<ThreadPool> session_pool_;
   std::unique_ptr<JobManager> jobs_;
+  // Open event streams; shared with the streams, which may outlive us.
+  std::shared_ptr<std::atomic<int>> open_streams_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<TensorStore> tensor_store_;  // on jobs.store; null without one
   mutable std::mutex mu_;
   std::map<std::string, SessionEntry> sessions_;  // GUARDED_BY(mu_)

@@ -147,3 +147,32 @@ TEST(Config, JobRetentionAndMemoryLimitsHaveSafeDefaults) {
 
 }  // namespace
 }  // namespace flowstate::config
+
+namespace flowstate::config {
+namespace {
+
+TEST(Config, TheFrontendLimitsHaveSafeDefaultsAndAreChecked) {
+  ServerConfig c = DefaultConfig();
+  EXPECT_EQ(c.http.unauthenticated_body_limit_bytes, 65536);
+  EXPECT_EQ(c.http.max_connections, 1024);
+  EXPECT_EQ(c.grpc.max_concurrent_streams, 128);
+  EXPECT_EQ(c.grpc.memory_limit_bytes, int64_t{256} << 20);
+  EXPECT_EQ(c.limits.max_event_streams, 1024);
+  LoadResult r = ParseConfigJson(R"({"http": {"max_connections": 0}})", &c);
+  EXPECT_EQ(r.error, "http.max_connections: must be >= 1");
+  r = ParseConfigJson(R"({"http": {"unauthenticated_body_limit_bytes": -1}})", &c);
+  EXPECT_EQ(r.error, "http.unauthenticated_body_limit_bytes: must be >= 0");
+  r = ParseConfigJson(R"({"grpc": {"max_concurrent_streams": 0}})", &c);
+  EXPECT_EQ(r.error, "grpc.max_concurrent_streams: must be >= 1");
+  r = ParseConfigJson(R"({"grpc": {"memory_limit_bytes": 1024}})", &c);
+  EXPECT_EQ(r.error, "grpc.memory_limit_bytes: must be 0 (none) or >= grpc.max_message_bytes");
+  r = ParseConfigJson(R"({"limits": {"max_event_streams": 0}})", &c);
+  EXPECT_EQ(r.error, "limits.max_event_streams: must be >= 1");
+  r = ParseConfigJson(R"({"grpc": {"memory_limit_bytes": 0}, "limits": {"max_event_streams": 5}})", &c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(c.grpc.memory_limit_bytes, 0);
+  EXPECT_EQ(c.limits.max_event_streams, 5);
+}
+
+}  // namespace
+}  // namespace flowstate::config

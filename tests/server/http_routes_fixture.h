@@ -67,7 +67,7 @@ class HttpRoutesTest : public ::testing::Test {
     r.method = method;
     r.target = target;
     r.body = body;
-    if (!authorization.empty()) r.headers["authorization"] = authorization;
+    if (!authorization.empty()) r.headers.emplace("authorization", authorization);
     return HandleRequest(r, ctx_);
   }
 
