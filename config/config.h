@@ -32,7 +32,7 @@ struct ServerConfig {
     int threads = 2;
     int64_t body_limit_bytes = 0;
     int64_t unauthenticated_body_limit_bytes = 65536;
-    int max_connections = 1024;
+    int max_connections = 4096;
     double read_timeout_seconds = 30;
     double idle_timeout_seconds = 60;
     int max_pipelined_requests = 16;

@@ -39,7 +39,7 @@ struct HttpServerOptions {
   // Connections open at once, event streams included. One more is answered
   // 503 (Retry-After: 1) and closed; beyond 64 such answers under way at
   // once, further ones are closed unanswered.
-  int max_connections = 1024;
+  int max_connections = 4096;
   double read_timeout_seconds = 30;
   double idle_timeout_seconds = 60;
   int max_pipelined_requests = 16;

@@ -1,5 +1,6 @@
 // `flowstate serve`: the long-running training service.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +55,29 @@ int64_t PhysicalMemoryBytes() {
     break;
   }
   return bytes;
+}
+
+// Raises the soft limit on open files to the hard one, so that
+// http.max_connections (event streams included) is not cut short by the
+// usual soft limit of 1024 descriptors; warns when even the hard limit is
+// below what the configured connections need.
+void RaiseOpenFileLimit(int max_connections) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  // The store, the gRPC connections and the dataset files need some too.
+  const rlim_t wanted = rlim_t(max_connections) + 256;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < wanted) {
+    std::fprintf(stderr,
+                 "flowstate serve: warning: the open-file limit (%llu) is below what "
+                 "http.max_connections=%d needs (about %llu); raise `ulimit -n`\n",
+                 static_cast<unsigned long long>(rl.rlim_cur), max_connections,
+                 static_cast<unsigned long long>(wanted));
+  }
 }
 
 }  // namespace
@@ -174,6 +198,7 @@ int ServeCommand(int argc, char** argv) {
     for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use), double(d.bytes_cached));
   });
 
+  RaiseOpenFileLimit(cfg.http.max_connections);
   HttpServerOptions ho;
   ho.address = cfg.http.address;
   ho.threads = cfg.http.threads;

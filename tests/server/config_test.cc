@@ -154,7 +154,7 @@ namespace {
 TEST(Config, TheFrontendLimitsHaveSafeDefaultsAndAreChecked) {
   ServerConfig c = DefaultConfig();
   EXPECT_EQ(c.http.unauthenticated_body_limit_bytes, 65536);
-  EXPECT_EQ(c.http.max_connections, 1024);
+  EXPECT_EQ(c.http.max_connections, 4096);
   EXPECT_EQ(c.grpc.max_concurrent_streams, 128);
   EXPECT_EQ(c.grpc.memory_limit_bytes, int64_t{256} << 20);
   EXPECT_EQ(c.limits.max_event_streams, 1024);
