@@ -24,29 +24,14 @@
 #include <random>
 
 #include "checkpoints/store.h"
+#include "tests/checkpoints/store_test_util.h"
 
 namespace flowstate::checkpoints {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowstate_disk_full_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using store_test::TempDir;
 
 // A tmpfs of `mib` MiB mounted at a fresh directory, unmounted at the end.
 class SmallDisk {
@@ -67,7 +52,7 @@ class SmallDisk {
   const std::string& path() const { return dir_.path(); }
 
  private:
-  TempDir dir_;
+  TempDir dir_{"flowstate_disk_full"};
   bool mounted_ = false;
   std::string error_;
 };
@@ -112,7 +97,7 @@ constexpr int64_t kBothPaths[] = {int64_t(32) << 20, 0};  // a synced batch; an 
 TEST(StoreDiskFull, InjectedFullDiskIsResourceExhaustedAndWritesResume) {
   for (int64_t ingest : kBothPaths) {
     SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
-    TempDir dir;
+    TempDir dir("flowstate_disk_full");
     std::atomic<bool> full{false};
     StoreOptions o;
     o.ingest_min_bytes = ingest;
@@ -149,7 +134,7 @@ TEST(StoreDiskFull, InjectedFullDiskIsResourceExhaustedAndWritesResume) {
 }
 
 TEST(StoreDiskFull, OpeningOnAnInjectedFullDiskIsReadOnlyUntilThereIsRoom) {
-  TempDir dir;
+  TempDir dir("flowstate_disk_full");
   {
     auto store = Store::Open(dir.path()).value();
     ASSERT_TRUE(store->WriteCheckpoint("j", MakeSnapshot(1, 1000)).ok());
@@ -175,7 +160,7 @@ TEST(StoreDiskFull, OpeningOnAnInjectedFullDiskIsReadOnlyUntilThereIsRoom) {
   EXPECT_EQ(store.ListCheckpoints("j")->size(), 2u);
 
   // A new store on a full disk: a clear error, no store.
-  TempDir fresh;
+  TempDir fresh("flowstate_disk_full");
   full = true;
   auto none = Store::Open(fresh.path() + "/data", o);
   EXPECT_EQ(none.status().code(), Code::kResourceExhausted) << none.status().ToString();
@@ -186,7 +171,7 @@ TEST(StoreDiskFull, OpeningOnAnInjectedFullDiskIsReadOnlyUntilThereIsRoom) {
 // was 282 MiB, 1.1 x the 256 MiB memtable) and deleted checkpoints leave it
 // at the latest after StoreOptions::max_wal_bytes.
 TEST(StoreWal, SmallCheckpointsDoNotPileUpOnDisk) {
-  TempDir dir;
+  TempDir dir("flowstate_disk_full");
   auto store = Store::Open(dir.path()).value();
   const size_t floats = size_t(2) << 18;  // 2 MiB a checkpoint
   int64_t peak = 0;
