@@ -24,14 +24,14 @@
 #include <random>
 
 #include "checkpoints/store.h"
-#include "tests/checkpoints/store_test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace flowstate::checkpoints {
 namespace {
 
 namespace fs = std::filesystem;
 
-using store_test::TempDir;
+using test_util::TempDir;
 
 // A tmpfs of `mib` MiB mounted at a fresh directory, unmounted at the end.
 class SmallDisk {
@@ -97,7 +97,7 @@ constexpr int64_t kBothPaths[] = {int64_t(32) << 20, 0};  // a synced batch; an 
 TEST(StoreDiskFull, InjectedFullDiskIsResourceExhaustedAndWritesResume) {
   for (int64_t ingest : kBothPaths) {
     SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
-    TempDir dir("flowstate_disk_full");
+    TempDir dir;
     std::atomic<bool> full{false};
     StoreOptions o;
     o.ingest_min_bytes = ingest;
@@ -134,7 +134,7 @@ TEST(StoreDiskFull, InjectedFullDiskIsResourceExhaustedAndWritesResume) {
 }
 
 TEST(StoreDiskFull, OpeningOnAnInjectedFullDiskIsReadOnlyUntilThereIsRoom) {
-  TempDir dir("flowstate_disk_full");
+  TempDir dir;
   {
     auto store = Store::Open(dir.path()).value();
     ASSERT_TRUE(store->WriteCheckpoint("j", MakeSnapshot(1, 1000)).ok());
@@ -160,7 +160,7 @@ TEST(StoreDiskFull, OpeningOnAnInjectedFullDiskIsReadOnlyUntilThereIsRoom) {
   EXPECT_EQ(store.ListCheckpoints("j")->size(), 2u);
 
   // A new store on a full disk: a clear error, no store.
-  TempDir fresh("flowstate_disk_full");
+  TempDir fresh;
   full = true;
   auto none = Store::Open(fresh.path() + "/data", o);
   EXPECT_EQ(none.status().code(), Code::kResourceExhausted) << none.status().ToString();
@@ -171,7 +171,7 @@ TEST(StoreDiskFull, OpeningOnAnInjectedFullDiskIsReadOnlyUntilThereIsRoom) {
 // was 282 MiB, 1.1 x the 256 MiB memtable) and deleted checkpoints leave it
 // at the latest after StoreOptions::max_wal_bytes.
 TEST(StoreWal, SmallCheckpointsDoNotPileUpOnDisk) {
-  TempDir dir("flowstate_disk_full");
+  TempDir dir;
   auto store = Store::Open(dir.path()).value();
   const size_t floats = size_t(2) << 18;  // 2 MiB a checkpoint
   int64_t peak = 0;

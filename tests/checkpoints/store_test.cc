@@ -21,14 +21,14 @@
 #include "scheduler/session.h"
 #include "state/resource_mgr.h"
 #include "state/tensor_store.h"
-#include "tests/checkpoints/store_test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace flowstate::checkpoints {
 namespace {
 
 namespace fs = std::filesystem;
 
-using store_test::TempDir;
+using test_util::TempDir;
 
 std::unique_ptr<Store> MustOpen(const std::string& dir, const StoreOptions& o = {}) {
   auto s = Store::Open(dir, o);
