@@ -24,29 +24,14 @@
 #include <random>
 
 #include "checkpoints/store.h"
+#include "tests/util/temp_dir.h"
 
 namespace flowstate::checkpoints {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowstate_disk_full_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test_util::TempDir;
 
 // A tmpfs of `mib` MiB mounted at a fresh directory, unmounted at the end.
 class SmallDisk {
@@ -67,7 +52,7 @@ class SmallDisk {
   const std::string& path() const { return dir_.path(); }
 
  private:
-  TempDir dir_;
+  TempDir dir_{"flowstate_disk_full"};
   bool mounted_ = false;
   std::string error_;
 };

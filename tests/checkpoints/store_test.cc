@@ -21,29 +21,14 @@
 #include "scheduler/session.h"
 #include "state/resource_mgr.h"
 #include "state/tensor_store.h"
+#include "tests/util/temp_dir.h"
 
 namespace flowstate::checkpoints {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowstate_store_test_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test_util::TempDir;
 
 std::unique_ptr<Store> MustOpen(const std::string& dir, const StoreOptions& o = {}) {
   auto s = Store::Open(dir, o);

@@ -18,64 +18,16 @@
 #include "server/metrics.h"
 #include "server/service.h"
 #include "tests/server/server_test_util.h"
+#include "tests/server/store_service_fixture.h"
 
 namespace flowstate {
 namespace {
 
 namespace pb = ::flowstate::v1;
 
-DevicePool* Pool() { return server_test::TestPool(1); }
-
-class GrpcCheckpointsTest : public ::testing::Test {
+class GrpcCheckpointsTest : public server_test::StoreServiceFixture {
  protected:
-  void SetUp() override {
-    dir_ = server_test::FreshTestDir("flowstate_grpc_ckpt");
-    std::filesystem::create_directories(dir_ / "data");
-    server_test::WritePointsCsv(dir_ / "data" / "points.csv", 64, 3,
-                                [](double a, double b) { return 2 * a - 3 * b; });
-    store_ = checkpoints::Store::Open((dir_ / "db").string()).value();
-    ServiceOptions so;
-    so.devices = Pool();
-    so.data_root = (dir_ / "data").string();
-    so.jobs.store = store_.get();
-    service_ = std::make_unique<Service>(so);
-    GrpcServerOptions go;
-    go.address = "127.0.0.1:0";
-    server_ = GrpcServer::Start(service_.get(), &metrics_, go).value();
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                   grpc::InsecureChannelCredentials());
-    jobs_ = pb::Jobs::NewStub(channel_);
-    ctx_.service = service_.get();
-  }
-  void TearDown() override {
-    server_->Stop();
-    server_.reset();
-    service_->Shutdown();
-    service_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  static void Deadline(grpc::ClientContext* ctx) {
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  }
-
-  HttpResponse Rest(const std::string& method, const std::string& target, const std::string& body = "") {
-    HttpRequest r;
-    r.method = method;
-    r.target = target;
-    r.body = body;
-    return HandleRequest(r, ctx_);
-  }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<checkpoints::Store> store_;
-  std::unique_ptr<Service> service_;
-  Metrics metrics_;
-  std::unique_ptr<GrpcServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::Jobs::Stub> jobs_;
-  RouteContext ctx_;
+  GrpcCheckpointsTest() : StoreServiceFixture("flowstate_grpc_ckpt") {}
 };
 
 const std::string kJob = R"({

@@ -14,6 +14,7 @@
 #include "checkpoints/store.h"
 #include "server/job_manager.h"
 #include "server/metrics.h"
+#include "tests/server/job_store_fixture.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -99,19 +100,9 @@ std::string LineJob(int epochs, const std::string& extra = "", double lr = 0.05,
   })";
 }
 
-class JobLifecycleTest : public ::testing::Test {
+class JobLifecycleTest : public server_test::JobStoreFixture {
  protected:
-  void SetUp() override {
-    dir_ = server_test::FreshTestDir("flowstate_lifecycle");
-    std::filesystem::create_directories(dir_ / "data");
-    server_test::WritePointsCsv(dir_ / "data" / "points.csv", 64, 3,
-                                [](double a, double b) { return 2 * a - 3 * b; });
-  }
-  void TearDown() override {
-    managers_.clear();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  JobLifecycleTest() : JobStoreFixture("flowstate_lifecycle") {}
 
   void OpenStore() {
     StatusOr<std::unique_ptr<checkpoints::Store>> s = checkpoints::Store::Open((dir_ / "db").string());
@@ -157,10 +148,7 @@ class JobLifecycleTest : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path dir_;
   Metrics metrics_;
-  std::unique_ptr<checkpoints::Store> store_;
-  std::vector<std::unique_ptr<JobManager>> managers_;
 };
 
 TEST_F(JobLifecycleTest, FinishedJobsReleaseTheirSessionsAndData) {

@@ -12,6 +12,7 @@
 
 #include "checkpoints/store.h"
 #include "server/job_manager.h"
+#include "tests/server/job_store_fixture.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -21,19 +22,9 @@ using namespace std::chrono_literals;
 
 DevicePool* Pool() { return server_test::TestPool(1); }
 
-class JobPersistenceTest : public ::testing::Test {
+class JobPersistenceTest : public server_test::JobStoreFixture {
  protected:
-  void SetUp() override {
-    dir_ = server_test::FreshTestDir("flowstate_persist");
-    std::filesystem::create_directories(dir_ / "data");
-    server_test::WritePointsCsv(dir_ / "data" / "points.csv", 64, 3,
-                                [](double a, double b) { return 2 * a - 3 * b; });
-  }
-  void TearDown() override {
-    managers_.clear();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  JobPersistenceTest() : JobStoreFixture("flowstate_persist") {}
 
   void OpenStore() {
     checkpoints::StoreOptions so;
@@ -91,10 +82,7 @@ class JobPersistenceTest : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path dir_;
   std::atomic<bool> fail_{false};
-  std::unique_ptr<checkpoints::Store> store_;
-  std::vector<std::unique_ptr<JobManager>> managers_;
 };
 
 TEST_F(JobPersistenceTest, PolicyAndFinalCheckpointsWithRetention) {

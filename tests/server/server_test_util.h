@@ -60,6 +60,16 @@ inline void WritePointsCsv(const std::filesystem::path& file, int rows, unsigned
   }
 }
 
+// FreshTestDir(prefix) with data/points.csv in it: WritePointsCsv with 64
+// rows, seed 3 and target 2a - 3b (the data root, dir / "data", of the
+// tests whose jobs train on "points.csv").
+inline std::filesystem::path FreshTestDirWithPoints(const std::string& prefix) {
+  std::filesystem::path dir = FreshTestDir(prefix);
+  std::filesystem::create_directories(dir / "data");
+  WritePointsCsv(dir / "data" / "points.csv", 64, 3, [](double a, double b) { return 2 * a - 3 * b; });
+  return dir;
+}
+
 // The graph of the tests' linear-regression jobs, {"nodes": [...]}: fed x
 // [-1, 2] and y [-1], pred = x w (+ b), loss = mean((pred - y)^2).
 inline std::string LinearGraphJson(bool with_bias) {

@@ -15,30 +15,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/util/temp_dir.h"
+
 namespace flowstate::testing_input {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ =
-        (std::filesystem::temp_directory_path() / "flowstate_input_XXXXXX").string();
-    char* made = mkdtemp(templ.data());
-    EXPECT_NE(made, nullptr) << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// TempDir is the shared one (tests/util/temp_dir.h).
+using ::flowstate::test_util::TempDir;
 
 inline void WriteFile(const std::string& path, const std::string& bytes, bool gzip = false) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
