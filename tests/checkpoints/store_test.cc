@@ -540,7 +540,11 @@ TEST(Store, RetainLatestDeleteAndJobData) {
   EXPECT_EQ(steps, (std::vector<int64_t>{2, 4, 10, 30, 50}));
   ASSERT_TRUE(store->RetainLatest("a", 2).ok());
   steps.clear();
-  for (auto& i : *store->ListCheckpoints("a")) steps.push_back(i.step);
+  // A named list: `*store->ListCheckpoints(...)` in the range-for would be a
+  // reference into a temporary that dies before the loop runs.
+  StatusOr<std::vector<CheckpointInfo>> retained = store->ListCheckpoints("a");
+  ASSERT_TRUE(retained.ok()) << retained.status().ToString();
+  for (auto& i : *retained) steps.push_back(i.step);
   EXPECT_EQ(steps, (std::vector<int64_t>{30, 50}));
   EXPECT_EQ(store->ReadCheckpoint("a", 10).status().code(), Code::kNotFound);
   ExpectSameSnapshot(MakeSnapshot(50, 50), *store->ReadLatestCheckpoint("a"));
