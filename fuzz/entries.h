@@ -47,10 +47,11 @@ Status GrpcRequests(std::string_view input);
 // header and index records of checkpoints/format.h of the same bytes.
 Status CheckpointImport(std::string_view input);
 
-// Aborts, naming `entry`, unless `s` is OK or an error a client's input may
-// cause (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, OUT_OF_RANGE,
-// FAILED_PRECONDITION, NOT_FOUND; DATA_LOSS where `data_loss_ok`) with a
-// message.
+// True when `s` is OK or an error a client's input may cause
+// (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, OUT_OF_RANGE, FAILED_PRECONDITION,
+// NOT_FOUND; DATA_LOSS where `data_loss_ok`) with a message.
+bool IsClientError(const Status& s, bool data_loss_ok = false);
+// Aborts, naming `entry`, unless IsClientError(s, data_loss_ok).
 void CheckClientError(const Status& s, const char* entry, bool data_loss_ok = false);
 
 }  // namespace flowstate::fuzz

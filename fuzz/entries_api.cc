@@ -17,22 +17,26 @@ void Fail(const char* entry, const std::string& why) {
   std::abort();
 }
 
-void CheckClientError(const Status& s, const char* entry, bool data_loss_ok) {
-  if (s.ok()) return;
+bool IsClientError(const Status& s, bool data_loss_ok) {
+  if (s.ok()) return true;
   switch (s.code()) {
     case Code::kInvalidArgument:
     case Code::kResourceExhausted:
     case Code::kOutOfRange:
     case Code::kFailedPrecondition:
     case Code::kNotFound:
-      break;
+      return !s.message().empty();
     case Code::kDataLoss:
-      if (data_loss_ok) break;
-      [[fallthrough]];
+      return data_loss_ok && !s.message().empty();
     default:
-      Fail(entry, "not a client error: " + s.ToString());
+      return false;
   }
-  if (s.message().empty()) Fail(entry, "an error without a message: " + s.ToString());
+}
+
+void CheckClientError(const Status& s, const char* entry, bool data_loss_ok) {
+  if (!IsClientError(s, data_loss_ok)) {
+    Fail(entry, "not a client error with a message: " + s.ToString());
+  }
 }
 
 void CheckTensor(const Tensor& t, const char* entry) {
