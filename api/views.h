@@ -47,6 +47,10 @@ struct JobInfo {
   // Steps whose loss or gradients were NaN/Inf and whose update was not
   // applied (on_nan "skip_step").
   int64_t skipped_steps = 0;
+  // Seconds until the last step at the job's own training rate (its train
+  // time per step so far, evaluations and checkpoints not counted); -1 when
+  // not known (before its first step, after it finished).
+  double eta_seconds = -1;
 };
 
 struct JobEvent {
@@ -61,6 +65,16 @@ struct JobEvent {
 };
 // "state", "step", "eval", "checkpoint", "resume", "nan"
 std::string_view JobEventKindName(JobEvent::Kind k);
+
+// What the server stores of a job (its record; the submitted document is
+// stored beside it): the view, the totals the training rate is computed
+// from, and the notable events (no step events).
+struct JobRecord {
+  JobInfo info;
+  double train_seconds = 0;  // time in steps, over every run of the job
+  int64_t examples = 0;      // examples trained on, over every run
+  std::vector<JobEvent> history;
+};
 
 // One checkpoint of a job, as GET /v1/jobs/{id}/checkpoints lists it.
 struct JobCheckpointInfo {

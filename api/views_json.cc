@@ -57,6 +57,7 @@ Json JobJson(const JobInfo& j) {
   o["checkpoint_error"] = j.checkpoint_error;
   o["resumed_from_step"] = j.resumed_from_step >= 0 ? Json(j.resumed_from_step) : Json(nullptr);
   o["skipped_steps"] = j.skipped_steps;
+  o["eta_seconds"] = j.eta_seconds >= 0 && std::isfinite(j.eta_seconds) ? Json(j.eta_seconds) : Json(nullptr);
   return o;
 }
 
@@ -269,7 +270,28 @@ StatusOr<JobInfo> JobFrom(const Json& v, const std::string& path) {
   FS_RETURN_IF_ERROR(ReadString(v, path, "checkpoint_error", &j.checkpoint_error));
   FS_RETURN_IF_ERROR(ReadInt(v, path, "resumed_from_step", &j.resumed_from_step));
   FS_RETURN_IF_ERROR(ReadInt(v, path, "skipped_steps", &j.skipped_steps));
+  FS_RETURN_IF_ERROR(ReadNumber(v, path, "eta_seconds", &j.eta_seconds));
   return j;
+}
+
+// A finite number for the record (the store keeps no NaN).
+double Finite(double v) { return std::isfinite(v) ? v : 0.0; }
+
+StatusOr<JobEvent::Kind> KindFromName(std::string_view name) {
+  for (JobEvent::Kind k : {JobEvent::Kind::kState, JobEvent::Kind::kStep, JobEvent::Kind::kEval,
+                           JobEvent::Kind::kCheckpoint, JobEvent::Kind::kResume, JobEvent::Kind::kNan}) {
+    if (JobEventKindName(k) == name) return k;
+  }
+  return InvalidArgument("unknown event kind '" + std::string(name) + "'");
+}
+
+// The record's times and numbers are plain seconds and numbers (0: unset).
+Status ReadSeconds(const Json& o, const std::string& path, std::string_view key, double* out) {
+  const Json* v = Field(o, key);
+  if (v == nullptr) return Status();
+  if (!v->is_number()) return Expected(Key(path, key), "a number", *v);
+  *out = v->get<double>();
+  return Status();
 }
 
 // The array `key` of the top-level object, each element read by `read`.
@@ -382,6 +404,116 @@ std::string JobEventDataToJson(const JobEvent& event) {
   Json o = JobJson(event.info);
   if (!event.message.empty()) o["message"] = event.message;
   return Dump(o);
+}
+
+StatusOr<JobEvent> JobEventDataFromJson(std::string_view json) {
+  Json v;
+  FS_RETURN_IF_ERROR(Parse(json, &v));
+  JobEvent e;
+  FS_ASSIGN_OR_RETURN(e.info, JobFrom(v, ""));
+  FS_RETURN_IF_ERROR(ReadString(v, "", "message", &e.message));
+  return e;
+}
+
+std::string JobRecordToJson(const JobRecord& record) {
+  const JobInfo& j = record.info;
+  Json r = Json::object();
+  r["id"] = j.id;
+  r["state"] = std::string(JobStateName(j.state));
+  r["error"] = j.error;
+  r["epoch"] = j.epoch;
+  r["step"] = j.step;
+  r["total_steps"] = j.total_steps;
+  r["loss"] = Finite(j.loss);
+  r["train_seconds"] = record.train_seconds;
+  r["examples"] = record.examples;
+  Json m = Json::object();
+  for (const auto& [k, v] : j.metrics) m[k] = Finite(v);
+  r["metrics"] = std::move(m);
+  r["created"] = j.created;
+  r["started"] = j.started;
+  r["finished"] = j.finished;
+  r["checkpoint"] = {{"step", j.checkpoint_step}, {"time", j.checkpoint_time},
+                     {"bytes", j.checkpoint_bytes}, {"failures", j.checkpoint_failures},
+                     {"error", j.checkpoint_error}};
+  r["resumed_from_step"] = j.resumed_from_step;
+  r["skipped_steps"] = j.skipped_steps;
+  Json h = Json::array();
+  for (const JobEvent& e : record.history) {
+    h.push_back({{"kind", std::string(JobEventKindName(e.kind))},
+                 {"time", e.time},
+                 {"message", e.message},
+                 {"state", std::string(JobStateName(e.info.state))},
+                 {"step", e.info.step},
+                 {"epoch", e.info.epoch}});
+  }
+  r["history"] = std::move(h);
+  return Dump(r);
+}
+
+StatusOr<JobRecord> JobRecordFromJson(std::string_view json) {
+  Json r;
+  FS_RETURN_IF_ERROR(Parse(json, &r));
+  FS_RETURN_IF_ERROR(CheckObject(r, "", "a job record (an object)"));
+  JobRecord rec;
+  JobInfo& j = rec.info;
+  FS_RETURN_IF_ERROR(ReadString(r, "", "id", &j.id));
+  std::string state;
+  FS_RETURN_IF_ERROR(ReadString(r, "", "state", &state));
+  StatusOr<JobState> s = JobStateFromName(state);
+  if (!s.ok()) return InvalidArgument("state: " + s.status().message());
+  j.state = *s;
+  FS_RETURN_IF_ERROR(ReadString(r, "", "error", &j.error));
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "epoch", &j.epoch));
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "step", &j.step));
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "total_steps", &j.total_steps));
+  FS_RETURN_IF_ERROR(ReadSeconds(r, "", "loss", &j.loss));
+  FS_RETURN_IF_ERROR(ReadSeconds(r, "", "train_seconds", &rec.train_seconds));
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "examples", &rec.examples));
+  if (const Json* m = Field(r, "metrics")) {
+    FS_RETURN_IF_ERROR(CheckObject(*m, "metrics", "an object of numbers"));
+    for (auto it = m->begin(); it != m->end(); ++it) {
+      if (it->is_number()) j.metrics[it.key()] = it->get<double>();
+    }
+  }
+  FS_RETURN_IF_ERROR(ReadSeconds(r, "", "created", &j.created));
+  FS_RETURN_IF_ERROR(ReadSeconds(r, "", "started", &j.started));
+  FS_RETURN_IF_ERROR(ReadSeconds(r, "", "finished", &j.finished));
+  if (const Json* c = Field(r, "checkpoint")) {
+    FS_RETURN_IF_ERROR(CheckObject(*c, "checkpoint", "an object"));
+    FS_RETURN_IF_ERROR(ReadInt(*c, "checkpoint", "step", &j.checkpoint_step));
+    FS_RETURN_IF_ERROR(ReadSeconds(*c, "checkpoint", "time", &j.checkpoint_time));
+    FS_RETURN_IF_ERROR(ReadInt(*c, "checkpoint", "bytes", &j.checkpoint_bytes));
+    FS_RETURN_IF_ERROR(ReadInt(*c, "checkpoint", "failures", &j.checkpoint_failures));
+    FS_RETURN_IF_ERROR(ReadString(*c, "checkpoint", "error", &j.checkpoint_error));
+  }
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "resumed_from_step", &j.resumed_from_step));
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "skipped_steps", &j.skipped_steps));
+  if (const Json* h = Field(r, "history"); h != nullptr && h->is_array()) {
+    for (const Json& e : *h) {
+      if (!e.is_object()) continue;
+      std::string kind, hstate;
+      JobEvent ev;
+      if (!ReadString(e, "history", "kind", &kind).ok() ||
+          !ReadString(e, "history", "state", &hstate).ok()) {
+        continue;
+      }
+      StatusOr<JobEvent::Kind> k = KindFromName(kind);
+      StatusOr<JobState> hs = JobStateFromName(hstate);
+      if (!k.ok() || !hs.ok()) continue;
+      ev.kind = *k;
+      ev.info = j;
+      ev.info.state = *hs;
+      if (!ReadInt(e, "history", "step", &ev.info.step).ok() ||
+          !ReadInt(e, "history", "epoch", &ev.info.epoch).ok() ||
+          !ReadSeconds(e, "history", "time", &ev.time).ok() ||
+          !ReadString(e, "history", "message", &ev.message).ok()) {
+        continue;
+      }
+      rec.history.push_back(std::move(ev));
+    }
+  }
+  return rec;
 }
 
 StatusOr<JobInfo> JobInfoFromJson(std::string_view json) {

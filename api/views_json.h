@@ -42,6 +42,25 @@ StatusOr<JobInfo> JobInfoFromJson(std::string_view json);
 // "message" for events that carry one (checkpoint, resume).
 std::string JobEventDataToJson(const JobEvent& event);
 
+// The other way, for clients: the job of an event's data line and its
+// "message" (kind stays kState: the SSE event name carries the kind).
+StatusOr<JobEvent> JobEventDataFromJson(std::string_view json);
+
+// The stored record of a job (the job manager's, in the store's kJobs):
+//   {"id", "state", "error", "epoch", "step", "total_steps", "loss",
+//    "train_seconds", "examples", "metrics", "created", "started",
+//    "finished" (seconds since the epoch, 0: not yet), "checkpoint": {"step",
+//    "time", "bytes", "failures", "error"}, "resumed_from_step",
+//    "skipped_steps", "history": [{"kind", "time", "message", "state",
+//    "step", "epoch"}]}
+// Non-finite numbers are stored as 0. The reader takes records of every
+// earlier version (a missing field keeps its default); INVALID_ARGUMENT
+// naming the field for one of the wrong type or an unknown state. History
+// entries of an unknown kind or state are skipped; each entry's job is the
+// record's own view with that entry's state, step and epoch.
+std::string JobRecordToJson(const JobRecord& record);
+StatusOr<JobRecord> JobRecordFromJson(std::string_view json);
+
 // GET /v1/jobs/{id}/checkpoints: {"job_id": id, "checkpoints": [{"step",
 // "time" (RFC 3339), "bytes", "tensors"}, ...]} by step.
 std::string CheckpointListToJson(const std::string& job_id,

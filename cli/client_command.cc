@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "api/views.h"
+#include "api/views_json.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 
@@ -282,33 +284,28 @@ std::string Str(const Json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
-double Num(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
-}
-int64_t Int(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<int64_t>() : 0;
-}
-
-bool IsTerminal(const std::string& state) {
-  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED";
-}
 
 // "job-1  fashion-mlp  RUNNING  step 612/1407  loss 0.3712"
-std::string Summary(const Json& job) {
-  std::string s = Str(job, "job_id") + "  " + Str(job, "name") + "  " + Str(job, "state");
+std::string Summary(const JobInfo& job) {
+  std::string s = job.id + "  " + job.name + "  " + std::string(JobStateName(job.state));
   char buf[128];
-  std::snprintf(buf, sizeof(buf), "  step %lld/%lld", (long long)Int(job, "step"),
-                (long long)Int(job, "total_steps"));
+  std::snprintf(buf, sizeof(buf), "  step %lld/%lld", (long long)job.step, (long long)job.total_steps);
   s += buf;
-  double loss = Num(job, "loss");
-  if (std::isfinite(loss)) {
-    std::snprintf(buf, sizeof(buf), "  loss %.4f", loss);
+  if (std::isfinite(job.loss)) {
+    std::snprintf(buf, sizeof(buf), "  loss %.4f", job.loss);
     s += buf;
   }
-  if (!Str(job, "error").empty()) s += "  error: " + Str(job, "error");
+  if (!job.error.empty()) s += "  error: " + job.error;
   return s;
+}
+
+// The job of a 2xx response body (api/views_json.h's reader, as every
+// client of the view reads it).
+JobInfo JobOf(const Response& r, int want = 200) {
+  Json j = ParseOk(r, want);
+  StatusOr<JobInfo> job = JobInfoFromJson(r.body);
+  if (!job.ok()) throw Failure{"the server's job is not one: " + job.status().message()};
+  return *job;
 }
 
 std::string ReadFile(const std::string& path) {
@@ -371,69 +368,48 @@ bool WantsHelp(const std::vector<std::string>& args) {
 
 int Watch(Client& client, const std::string& id) {
   ProgressPrinter progress(stdout);
-  std::string final_state;
-  Json last;
-  std::optional<std::chrono::steady_clock::time_point> t0;
-  int64_t step0 = 0, plain_epoch = -1;
-  std::string shown_state;
+  std::optional<JobInfo> last;
+  int64_t plain_epoch = -1;
+  std::optional<JobState> shown_state;
   Response r = client.Stream("/v1/jobs/" + id + "/events", [&](const std::string& event,
                                                                const std::string& data) {
-    Json job = Json::parse(data, nullptr, false);
-    if (!job.is_object()) return true;
+    StatusOr<JobEvent> e = JobEventDataFromJson(data);
+    if (!e.ok()) return true;
+    const JobInfo& job = e->info;
     last = job;
-    std::string state = Str(job, "state");
-    int64_t epoch = Int(job, "epoch"), epochs = Int(job, "epochs");
+    int64_t epochs = std::max<int64_t>(job.epochs, 1);
     if (event == "step") {
-      int64_t step = Int(job, "step"), total = Int(job, "total_steps");
-      auto now = std::chrono::steady_clock::now();
-      double eta = std::nan("");
-      if (!t0) {
-        t0 = now;
-        step0 = step;
-      } else if (step > step0 && total > 0) {
-        eta = std::chrono::duration<double>(now - *t0).count() / double(step - step0) *
-              double(total - step);
-      }
-      if (!progress.is_terminal() && epoch != plain_epoch) {
+      if (!progress.is_terminal() && job.epoch != plain_epoch) {
         // Plain output: a line when an epoch starts (the printer adds one every 5 s).
         char line[160];
         std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f %.0f ex/s",
-                      (long long)(epoch + 1), (long long)std::max<int64_t>(epochs, 1),
-                      (long long)step, (long long)total, Num(job, "loss"), Num(job, "examples_per_sec"));
+                      (long long)(job.epoch + 1), (long long)epochs, (long long)job.step,
+                      (long long)job.total_steps, job.loss, job.examples_per_sec);
         progress.Line(line);
-        plain_epoch = epoch;
+        plain_epoch = job.epoch;
       }
-      // The bar is the job's progress over all its steps.
-      progress.Update(epoch, std::max<int64_t>(epochs, 1), step, total, Num(job, "loss"),
-                      Num(job, "examples_per_sec"), eta);
+      // The bar is the job's progress over all its steps; the ETA is the
+      // server's, from the job's own training rate (known from its first step).
+      progress.Update(job.epoch, epochs, job.step, job.total_steps, job.loss, job.examples_per_sec,
+                      job.eta_seconds >= 0 ? job.eta_seconds : std::nan(""));
     } else if (event == "eval") {
-      std::map<std::string, double> metrics;
-      if (job.contains("metrics") && job["metrics"].is_object()) {
-        for (auto& [k, v] : job["metrics"].items()) {
-          if (v.is_number()) metrics[k] = v.get<double>();
-        }
-      }
-      progress.Metrics(epoch, std::max<int64_t>(epochs, 1), metrics);
+      progress.Metrics(job.epoch, epochs, job.metrics);
     } else if (event == "checkpoint" || event == "resume") {
-      std::string msg = Str(job, "message");
-      progress.Line(event + ": " + (msg.empty() ? Summary(job) : msg));
+      progress.Line(event + ": " + (e->message.empty() ? Summary(job) : e->message));
     }
-    if (state != shown_state) {
+    if (shown_state != job.state) {
       progress.Line(Summary(job));
-      shown_state = state;
+      shown_state = job.state;
     }
-    if (IsTerminal(state)) {
-      final_state = state;
-      return false;
-    }
-    return true;
+    return !IsTerminal(job.state);
   });
   if (r.status != 200) throw Failure{ErrorMessage(r)};
-  if (final_state.empty()) throw Failure{"the event stream of " + id + " ended before the job finished"};
-  if (final_state == "SUCCEEDED") return 0;
-  std::string err = Str(last, "error");
-  std::fprintf(stderr, "flowstate: job %s %s%s\n", id.c_str(), final_state.c_str(),
-               err.empty() ? "" : (": " + err).c_str());
+  if (!last || !IsTerminal(last->state)) {
+    throw Failure{"the event stream of " + id + " ended before the job finished"};
+  }
+  if (last->state == JobState::kSucceeded) return 0;
+  std::fprintf(stderr, "flowstate: job %s %s%s\n", id.c_str(), std::string(JobStateName(last->state)).c_str(),
+               last->error.empty() ? "" : (": " + last->error).c_str());
   return 1;
 }
 
@@ -474,26 +450,31 @@ int JobsCommand(int argc, char** argv) {
   try {
     if (sub == "submit") {
       std::string body = ReadFile(positional[0]);
-      Json job = ParseOk(client.Do(http::verb::post, "/v1/jobs", body), 201);
+      Response r = client.Do(http::verb::post, "/v1/jobs", body);
+      JobInfo job = JobOf(r, 201);
       if (json_out) {
-        std::printf("%s\n", job.dump(2).c_str());
+        std::printf("%s\n", ParseOk(r, 201).dump(2).c_str());
       } else {
-        std::printf("%s\n", Str(job, "job_id").c_str());
+        std::printf("%s\n", job.id.c_str());
         std::fprintf(stderr, "submitted %s\n", Summary(job).c_str());
       }
     } else if (sub == "list") {
-      Json list = ParseOk(client.Do(http::verb::get, "/v1/jobs"));
+      Response r = client.Do(http::verb::get, "/v1/jobs");
+      Json list = ParseOk(r);
       if (json_out) {
         std::printf("%s\n", list.dump(2).c_str());
-      } else if (list.contains("jobs") && list["jobs"].is_array()) {
-        for (const Json& job : list["jobs"]) std::printf("%s\n", Summary(job).c_str());
+      } else {
+        StatusOr<std::vector<JobInfo>> jobs = JobInfoListFromJson(r.body);
+        if (!jobs.ok()) throw Failure{"the server's job list is not one: " + jobs.status().message()};
+        for (const JobInfo& job : *jobs) std::printf("%s\n", Summary(job).c_str());
       }
     } else if (sub == "get") {
       Json job = ParseOk(client.Do(http::verb::get, "/v1/jobs/" + positional[0]));
       std::printf("%s\n", job.dump(2).c_str());
     } else if (sub == "cancel") {
-      Json job = ParseOk(client.Do(http::verb::post, "/v1/jobs/" + positional[0] + "/cancel", "{}"));
-      std::printf("%s\n", json_out ? job.dump(2).c_str() : Summary(job).c_str());
+      Response r = client.Do(http::verb::post, "/v1/jobs/" + positional[0] + "/cancel", "{}");
+      JobInfo job = JobOf(r);
+      std::printf("%s\n", json_out ? ParseOk(r).dump(2).c_str() : Summary(job).c_str());
     } else {
       return Watch(client, positional[0]);
     }

@@ -102,9 +102,9 @@ int ServeCommand(int argc, char** argv) {
     args.push_back(a);
   }
   config::ServerConfig cfg;
-  config::LoadResult loaded = config::LoadServerConfig(args, [](const char* n) { return std::getenv(n); }, &cfg);
-  if (!loaded.ok) {
-    std::fprintf(stderr, "flowstate serve: %s\n%s", loaded.error.c_str(), kUsage);
+  StatusOr<std::string> loaded = config::LoadServerConfig(args, [](const char* n) { return std::getenv(n); }, &cfg);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n%s", loaded.status().message().c_str(), kUsage);
     return 2;
   }
 

@@ -224,11 +224,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   return "";
 }
 
-LoadResult Fail(std::string e) {
-  LoadResult r;
-  r.ok = false;
-  r.error = std::move(e);
-  return r;
+Status Fail(std::string e) {
+  return InvalidArgument(std::move(e));
 }
 
 }  // namespace
@@ -243,7 +240,7 @@ ServerConfig DefaultConfig() {
   return c;
 }
 
-LoadResult ParseConfigJson(std::string_view text, ServerConfig* config) {
+StatusOr<std::string> ParseConfigJson(std::string_view text, ServerConfig* config) {
   json merged = json::parse(DefaultConfigJson());
   json src = json::parse(text.begin(), text.end(), nullptr, false);
   if (src.is_discarded()) return Fail("the configuration is not valid JSON");
@@ -251,12 +248,10 @@ LoadResult ParseConfigJson(std::string_view text, ServerConfig* config) {
   if (!e.empty()) return Fail(e);
   e = Convert(merged, config);
   if (!e.empty()) return Fail(e);
-  LoadResult r;
-  r.effective = merged.dump(2);
-  return r;
+  return merged.dump(2);
 }
 
-LoadResult LoadServerConfig(const std::vector<std::string>& args,
+StatusOr<std::string> LoadServerConfig(const std::vector<std::string>& args,
                             const std::function<const char*(const char*)>& getenv,
                             ServerConfig* config) {
   json merged = json::parse(DefaultConfigJson());
@@ -320,9 +315,7 @@ LoadResult LoadServerConfig(const std::vector<std::string>& args,
   }
   std::string e = Convert(merged, config);
   if (!e.empty()) return Fail(e);
-  LoadResult r;
-  r.effective = merged.dump(2);
-  return r;
+  return merged.dump(2);
 }
 
 }  // namespace flowstate::config

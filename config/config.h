@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/status.h"
+
 namespace flowstate::config {
 
 struct ServerConfig {
@@ -95,22 +97,18 @@ struct ServerConfig {
 std::string_view DefaultConfigJson();
 ServerConfig DefaultConfig();
 
-struct LoadResult {
-  bool ok = true;
-  std::string error;       // "jobs.max_runing: unknown key" etc.
-  std::string effective;   // the merged configuration as JSON
-};
-
-// Merges every source into *config (starting from DefaultConfig()).
+// Merges every source into *config (starting from DefaultConfig()) and
+// returns the merged configuration as JSON text; INVALID_ARGUMENT naming
+// the key, flag or file otherwise ("jobs.max_runing: unknown key").
 // `getenv` looks up environment variables (std::getenv in production).
 // `args` are the flags after "serve"; unknown flags are errors.
-LoadResult LoadServerConfig(const std::vector<std::string>& args,
+StatusOr<std::string> LoadServerConfig(const std::vector<std::string>& args,
                             const std::function<const char*(const char*)>& getenv,
                             ServerConfig* config);
 
 // The same for a JSON text alone on top of the default (for tests and
 // --config parsing).
-LoadResult ParseConfigJson(std::string_view json, ServerConfig* config);
+StatusOr<std::string> ParseConfigJson(std::string_view json, ServerConfig* config);
 
 }  // namespace flowstate::config
 

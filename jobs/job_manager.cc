@@ -76,6 +76,9 @@ JobInfo JobManager::InfoLocked(const Job& j) const {
   i.checkpoint_error = j.checkpoint_error;
   i.resumed_from_step = j.resumed_from_step;
   i.skipped_steps = j.skipped_steps;
+  if (!IsTerminal(j.state) && j.step > 0 && j.total_steps >= j.step && j.train_seconds > 0) {
+    i.eta_seconds = j.train_seconds / double(j.step) * double(j.total_steps - j.step);
+  }
   return i;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <utility>
 
+#include "api/views_json.h"
 #include "jobs/job_manager_internal.h"
 
 namespace flowstate {
@@ -174,41 +175,14 @@ Status JobManager::StartRunner(Job* job, bool load_data, int64_t* restored_step)
 
 void JobManager::PersistLocked(Job& j, bool sync) {
   if (options_.store == nullptr) return;
-  Json r = Json::object();
-  r["id"] = j.id;
-  r["state"] = std::string(JobStateName(j.state));
-  r["error"] = j.error;
-  r["epoch"] = j.epoch;
-  r["step"] = j.step;
-  r["total_steps"] = j.total_steps;
-  r["loss"] = std::isfinite(j.loss) ? j.loss : 0.0;
-  r["train_seconds"] = j.train_seconds;
-  r["examples"] = j.examples;
-  Json m = Json::object();
-  for (const auto& [k, v] : j.metrics) m[k] = std::isfinite(v) ? v : 0.0;
-  r["metrics"] = m;
-  r["created"] = j.created;
-  r["started"] = j.started_at;
-  r["finished"] = j.finished_at;
-  r["checkpoint"] = {{"step", j.checkpoint_step}, {"time", j.checkpoint_time},
-                     {"bytes", j.checkpoint_bytes}, {"failures", j.checkpoint_failures},
-                     {"error", j.checkpoint_error}};
-  r["resumed_from_step"] = j.resumed_from_step;
-  r["skipped_steps"] = j.skipped_steps;
-  Json h = Json::array();
-  for (const JobEvent& e : j.history) {
-    h.push_back({{"kind", std::string(JobEventKindName(e.kind))},
-                 {"time", e.time},
-                 {"message", e.message},
-                 {"state", std::string(JobStateName(e.info.state))},
-                 {"step", e.info.step},
-                 {"epoch", e.info.epoch}});
-  }
-  r["history"] = h;
+  JobRecord record;
+  record.info = InfoLocked(j);
+  record.train_seconds = j.train_seconds;
+  record.examples = j.examples;
+  record.history.assign(j.history.begin(), j.history.end());
   // Best effort: a record that cannot be written now is written again at
   // the job's next change; the checkpoints are what a restart relies on.
-  Status st = options_.store->PutRecord(Store::Kind::kJobs, j.id,
-                                        r.dump(-1, ' ', false, Json::error_handler_t::replace), sync);
+  Status st = options_.store->PutRecord(Store::Kind::kJobs, j.id, JobRecordToJson(record), sync);
   j.last_persist = std::chrono::steady_clock::now();
   (void)st;
 }
@@ -222,42 +196,32 @@ Status JobManager::Recover() {
   for (const auto& [id, text] : records) {
     auto job = std::make_shared<Job>();
     job->id = id;
-    Json r = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     std::string problem;
-    if (!r.is_object()) problem = "its record is not JSON";
     std::optional<JobState> state;
-    if (problem.empty()) {
-      try {
-        state = StateFromName(r.value("state", ""));
-        if (!state) problem = "its record has no valid state";
-        job->error = r.value("error", "");
-        job->epoch = r.value("epoch", int64_t{0});
-        job->step = r.value("step", int64_t{0});
-        job->total_steps = r.value("total_steps", int64_t{0});
-        job->loss = r.value("loss", 0.0);
-        job->train_seconds = r.value("train_seconds", 0.0);
-        job->examples = r.value("examples", int64_t{0});
-        if (r.contains("metrics") && r["metrics"].is_object()) {
-          for (const auto& [k, v] : r["metrics"].items()) {
-            if (v.is_number()) job->metrics[k] = v.get<double>();
-          }
-        }
-        job->created = r.value("created", 0.0);
-        job->started_at = r.value("started", 0.0);
-        job->finished_at = r.value("finished", 0.0);
-        if (r.contains("checkpoint") && r["checkpoint"].is_object()) {
-          const Json& c = r["checkpoint"];
-          job->checkpoint_step = c.value("step", int64_t{-1});
-          job->checkpoint_time = c.value("time", 0.0);
-          job->checkpoint_bytes = c.value("bytes", int64_t{0});
-          job->checkpoint_failures = c.value("failures", int64_t{0});
-          job->checkpoint_error = c.value("error", "");
-        }
-        job->resumed_from_step = r.value("resumed_from_step", int64_t{-1});
-        job->skipped_steps = r.value("skipped_steps", int64_t{0});
-      } catch (const std::exception& e) {
-        problem = std::string("its record is malformed: ") + e.what();
-      }
+    StatusOr<JobRecord> record = JobRecordFromJson(text);
+    if (!record.ok()) {
+      problem = "its record is malformed: " + record.status().message();
+    } else {
+      const JobInfo& r = record->info;
+      state = r.state;
+      job->error = r.error;
+      job->epoch = r.epoch;
+      job->step = r.step;
+      job->total_steps = r.total_steps;
+      job->loss = r.loss;
+      job->train_seconds = record->train_seconds;
+      job->examples = record->examples;
+      job->metrics = r.metrics;
+      job->created = r.created;
+      job->started_at = r.started;
+      job->finished_at = r.finished;
+      job->checkpoint_step = r.checkpoint_step;
+      job->checkpoint_time = r.checkpoint_time;
+      job->checkpoint_bytes = r.checkpoint_bytes;
+      job->checkpoint_failures = r.checkpoint_failures;
+      job->checkpoint_error = r.checkpoint_error;
+      job->resumed_from_step = r.resumed_from_step;
+      job->skipped_steps = r.skipped_steps;
     }
     auto doc = docs.find(id);
     if (problem.empty() && doc == docs.end()) problem = "its job document is missing";
@@ -291,22 +255,16 @@ Status JobManager::Recover() {
       job->error = "the job could not be reloaded after a restart: " + problem;
       job->finished_at = Now();
     }
-    // The history, as far as it was stored.
-    if (r.is_object() && r.contains("history") && r["history"].is_array()) {
+    // The history, as far as it was stored, each event with the job as
+    // reloaded (name, epochs) in the event's state, step and epoch.
+    if (record.ok()) {
       JobInfo base = InfoLocked(*job);
-      for (const Json& h : r["history"]) {
-        if (!h.is_object()) continue;
-        std::optional<JobEvent::Kind> kind = KindFromName(h.value("kind", ""));
-        std::optional<JobState> hs = StateFromName(h.value("state", ""));
-        if (!kind || !hs) continue;
-        JobEvent e;
-        e.kind = *kind;
-        e.info = base;
-        e.info.state = *hs;
-        e.info.step = h.value("step", int64_t{0});
-        e.info.epoch = h.value("epoch", int64_t{0});
-        e.time = h.value("time", 0.0);
-        e.message = h.value("message", "");
+      for (JobEvent& e : record->history) {
+        JobInfo at = base;
+        at.state = e.info.state;
+        at.step = e.info.step;
+        at.epoch = e.info.epoch;
+        e.info = std::move(at);
         job->history.push_back(std::move(e));
       }
     }

@@ -36,23 +36,6 @@ inline double Now() {
 using Json = nlohmann::json;
 using checkpoints::Store;
 
-inline std::optional<JobState> StateFromName(const std::string& n) {
-  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kPaused,
-                     JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
-    if (JobStateName(s) == n) return s;
-  }
-  return std::nullopt;
-}
-
-inline std::optional<JobEvent::Kind> KindFromName(const std::string& n) {
-  for (JobEvent::Kind k : {JobEvent::Kind::kState, JobEvent::Kind::kStep, JobEvent::Kind::kEval,
-                           JobEvent::Kind::kCheckpoint, JobEvent::Kind::kResume,
-                           JobEvent::Kind::kNan}) {
-    if (JobEventKindName(k) == n) return k;
-  }
-  return std::nullopt;
-}
-
 // "job-12" -> 12; 0 for other ids.
 inline int64_t IdNumber(const std::string& id, const std::string& prefix) {
   if (id.rfind(prefix, 0) != 0) return 0;

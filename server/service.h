@@ -1,7 +1,9 @@
 // Service: what Flowstate's server does, independent of how it is asked.
-// The HTTP frontend (http_frontend) and the gRPC frontend (grpc_frontend)
-// are thin adapters over this one interface, so a request over one gives the
-// same result over the other. Methods take and return plain types; errors
+// The REST frontend (server/rest/: http_server, http_routes) and the gRPC
+// frontend (server/grpc/: grpc_server) are thin adapters over this one
+// interface, so a request over one gives the same result over the other;
+// both check bearer tokens with server/auth.h and render the views of
+// api/views.h. Methods take and return plain types; errors
 // are Statuses whose codes the adapters map onto HTTP and gRPC codes.
 //
 // Sessions: a client's graph, run step by step (POST /v1/sessions...).

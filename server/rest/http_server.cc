@@ -1,5 +1,6 @@
 // The REST frontend's sockets: Boost.Beast's asynchronous HTTP/1.1 server
-// (after example/advanced/server), the only translation unit that sees Boost.
+// (after example/advanced/server): the only file of the server that sees
+// Boost (the CLI's HTTP client, cli/client_command.cc, is the other user).
 //
 // Threads. Each of the `options.threads` I/O threads runs its own
 // io_context, and a new connection goes to the next one in turn: the thread

@@ -26,8 +26,8 @@ auto Env(std::map<std::string, std::string> vars) {
 
 TEST(Config, TheEmbeddedDefaultLoadsWithItsDocumentedValues) {
   ServerConfig c;
-  LoadResult r = LoadServerConfig({}, Env({}), &c);
-  ASSERT_TRUE(r.ok) << r.error;
+  StatusOr<std::string> r = LoadServerConfig({}, Env({}), &c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(c.http.address, "127.0.0.1:8080");
   EXPECT_EQ(c.grpc.address, "127.0.0.1:50051");
   EXPECT_EQ(c.data_dir, "./var/flowstate");
@@ -41,46 +41,46 @@ TEST(Config, TheEmbeddedDefaultLoadsWithItsDocumentedValues) {
   ServerConfig d = DefaultConfig();
   EXPECT_EQ(d.http.address, c.http.address);
   EXPECT_EQ(d.grpc.poll_strategy, c.grpc.poll_strategy);
-  EXPECT_NE(r.effective.find("\"poll_strategy\""), std::string::npos);
+  EXPECT_NE(r->find("\"poll_strategy\""), std::string::npos);
 }
 
 TEST(Config, AnUnknownKeyOrAWrongTypeIsAnErrorNamingIt) {
   ServerConfig c;
-  LoadResult r = ParseConfigJson(R"({"jobs": {"max_runing": 3}})", &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "jobs.max_runing: unknown key");
+  StatusOr<std::string> r = ParseConfigJson(R"({"jobs": {"max_runing": 3}})", &c);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "jobs.max_runing: unknown key");
   r = ParseConfigJson(R"({"http": {"server_timing": "yes"}})", &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "http.server_timing: expected a bool, got a string");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "http.server_timing: expected a bool, got a string");
   r = ParseConfigJson(R"({"http": {"spin_us": 1.5}})", &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "http.spin_us: expected an integer, got a number");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "http.spin_us: expected an integer, got a number");
   r = ParseConfigJson(R"({"grpc": {"poll_strategy": "epollex"}})", &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("grpc.poll_strategy"), std::string::npos) << r.error;
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("grpc.poll_strategy"), std::string::npos) << r.status().message();
   r = ParseConfigJson(R"({"http": {"spin_us": -1}})", &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "http.spin_us: must be in [0, 100000]");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "http.spin_us: must be in [0, 100000]");
   r = ParseConfigJson("{not json", &c);
-  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(r.ok());
 }
 
 TEST(Config, TheJsonNestingLimitDefaultsTo100AndIsRangeChecked) {
   ServerConfig c;
-  ASSERT_TRUE(LoadServerConfig({}, Env({}), &c).ok);
+  ASSERT_TRUE(LoadServerConfig({}, Env({}), &c).ok());
   EXPECT_EQ(c.limits.max_json_depth, 100);
-  LoadResult r = LoadServerConfig({"--set", "limits.max_json_depth=32"}, Env({}), &c);
-  ASSERT_TRUE(r.ok) << r.error;
+  StatusOr<std::string> r = LoadServerConfig({"--set", "limits.max_json_depth=32"}, Env({}), &c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(c.limits.max_json_depth, 32);
   r = LoadServerConfig({}, Env({{"FLOWSTATE_LIMITS_MAX_JSON_DEPTH", "500"}}), &c);
-  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(c.limits.max_json_depth, 500);
   for (const char* bad : {R"({"limits": {"max_json_depth": 0}})",
                           R"({"limits": {"max_json_depth": 10001}})",
                           R"({"limits": {"max_json_depth": 1e12}})"}) {
     r = ParseConfigJson(bad, &c);
-    EXPECT_FALSE(r.ok) << bad;
-    EXPECT_EQ(r.error, "limits.max_json_depth: must be in [1, 10000]") << bad;
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message(), "limits.max_json_depth: must be in [1, 10000]") << bad;
   }
 }
 
@@ -92,13 +92,13 @@ TEST(Config, FileThenEnvironmentThenFlags) {
     out << R"({"http": {"address": "0.0.0.0:9000", "spin_us": 5}, "grpc": {"poll_strategy": ""}})";
   }
   ServerConfig c;
-  LoadResult r = LoadServerConfig({"--config", file.string(), "--grpc", "127.0.0.1:7000"},
+  StatusOr<std::string> r = LoadServerConfig({"--config", file.string(), "--grpc", "127.0.0.1:7000"},
                                   Env({{"FLOWSTATE_HTTP_SPIN_US", "7"},
                                        {"FLOWSTATE_HTTP_SERVER_TIMING", "false"},
                                        {"FLOWSTATE_GRPC_ADDRESS", "127.0.0.1:6000"}}),
                                   &c);
   std::filesystem::remove(file);
-  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(c.http.address, "0.0.0.0:9000");  // the file
   EXPECT_EQ(c.http.spin_us, 7);               // the environment over the file
   EXPECT_FALSE(c.http.server_timing);
@@ -106,17 +106,17 @@ TEST(Config, FileThenEnvironmentThenFlags) {
   EXPECT_EQ(c.grpc.poll_strategy, "");
 
   r = LoadServerConfig({"--set", "http.server_timing=maybe"}, Env({}), &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "--set: 'http.server_timing' expects true or false, got 'maybe'");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--set: 'http.server_timing' expects true or false, got 'maybe'");
   r = LoadServerConfig({}, Env({{"FLOWSTATE_GRPC_POLL_STRATEGY", "select"}}), &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("grpc.poll_strategy"), std::string::npos) << r.error;
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("grpc.poll_strategy"), std::string::npos) << r.status().message();
   r = LoadServerConfig({"--verbose"}, Env({}), &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "unknown flag --verbose");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "unknown flag --verbose");
   r = LoadServerConfig({"--config", "/nonexistent/flowstate.json"}, Env({}), &c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("/nonexistent/flowstate.json"), std::string::npos) << r.error;
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/nonexistent/flowstate.json"), std::string::npos) << r.status().message();
 }
 
 // Issue 11: finished-job retention, device memory and static tensor sizes.
@@ -127,9 +127,9 @@ TEST(Config, JobRetentionAndMemoryLimitsHaveSafeDefaults) {
   EXPECT_DOUBLE_EQ(c.devices.memory_limit_fraction, 0.8);
   EXPECT_EQ(c.devices.memory_limit_bytes, 0);
   EXPECT_EQ(c.limits.max_shape_bytes, int64_t(1) << 30);
-  LoadResult r = LoadServerConfig({"--set", "jobs.retention_seconds=86400", "--set", "devices.memory_limit_fraction=0.5"},
+  StatusOr<std::string> r = LoadServerConfig({"--set", "jobs.retention_seconds=86400", "--set", "devices.memory_limit_fraction=0.5"},
                                   Env({{"FLOWSTATE_LIMITS_MAX_SHAPE_BYTES", "1048576"}}), &c);
-  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(c.jobs.retention_seconds, 86400);
   EXPECT_DOUBLE_EQ(c.devices.memory_limit_fraction, 0.5);
   EXPECT_EQ(c.limits.max_shape_bytes, 1048576);
@@ -140,8 +140,8 @@ TEST(Config, JobRetentionAndMemoryLimitsHaveSafeDefaults) {
            {R"({"devices": {"memory_limit_bytes": -1}})", "devices.memory_limit_bytes: must be >= 0 (0: use the fraction)"},
            {R"({"limits": {"max_shape_bytes": 0}})", "limits.max_shape_bytes: must be >= 1"}}) {
     r = ParseConfigJson(json, &c);
-    EXPECT_FALSE(r.ok) << json;
-    EXPECT_EQ(r.error, error) << json;
+    EXPECT_FALSE(r.ok()) << json;
+    EXPECT_EQ(r.status().message(), error) << json;
   }
 }
 
@@ -158,18 +158,18 @@ TEST(Config, TheFrontendLimitsHaveSafeDefaultsAndAreChecked) {
   EXPECT_EQ(c.grpc.max_concurrent_streams, 128);
   EXPECT_EQ(c.grpc.memory_limit_bytes, int64_t{256} << 20);
   EXPECT_EQ(c.limits.max_event_streams, 1024);
-  LoadResult r = ParseConfigJson(R"({"http": {"max_connections": 0}})", &c);
-  EXPECT_EQ(r.error, "http.max_connections: must be >= 1");
+  StatusOr<std::string> r = ParseConfigJson(R"({"http": {"max_connections": 0}})", &c);
+  EXPECT_EQ(r.status().message(), "http.max_connections: must be >= 1");
   r = ParseConfigJson(R"({"http": {"unauthenticated_body_limit_bytes": -1}})", &c);
-  EXPECT_EQ(r.error, "http.unauthenticated_body_limit_bytes: must be >= 0");
+  EXPECT_EQ(r.status().message(), "http.unauthenticated_body_limit_bytes: must be >= 0");
   r = ParseConfigJson(R"({"grpc": {"max_concurrent_streams": 0}})", &c);
-  EXPECT_EQ(r.error, "grpc.max_concurrent_streams: must be >= 1");
+  EXPECT_EQ(r.status().message(), "grpc.max_concurrent_streams: must be >= 1");
   r = ParseConfigJson(R"({"grpc": {"memory_limit_bytes": 1024}})", &c);
-  EXPECT_EQ(r.error, "grpc.memory_limit_bytes: must be 0 (none) or >= grpc.max_message_bytes");
+  EXPECT_EQ(r.status().message(), "grpc.memory_limit_bytes: must be 0 (none) or >= grpc.max_message_bytes");
   r = ParseConfigJson(R"({"limits": {"max_event_streams": 0}})", &c);
-  EXPECT_EQ(r.error, "limits.max_event_streams: must be >= 1");
+  EXPECT_EQ(r.status().message(), "limits.max_event_streams: must be >= 1");
   r = ParseConfigJson(R"({"grpc": {"memory_limit_bytes": 0}, "limits": {"max_event_streams": 5}})", &c);
-  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(c.grpc.memory_limit_bytes, 0);
   EXPECT_EQ(c.limits.max_event_streams, 5);
 }

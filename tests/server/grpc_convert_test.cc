@@ -404,6 +404,10 @@ TEST(GrpcConvertJob, FieldsMirrorTheRestJob) {
   EXPECT_EQ(p.created().nanos(), 204000000);  // milliseconds, as REST prints
   EXPECT_EQ(p.started().nanos(), 420000000);
   EXPECT_FALSE(p.has_finished());  // REST's null
+  EXPECT_FALSE(p.has_eta_seconds());  // unknown (-1): REST's null
+  j.eta_seconds = 42.5;
+  JobToProto(j, &p);
+  EXPECT_DOUBLE_EQ(p.eta_seconds(), 42.5);
 
   JobEvent e;
   e.kind = JobEvent::Kind::kEval;

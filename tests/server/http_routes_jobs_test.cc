@@ -16,7 +16,7 @@ TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
                                                  "total_steps", "loss", "examples_per_sec", "metrics",
                                                  "error", "created", "started", "finished",
                                                  "checkpoint", "checkpoint_failures",
-                                                 "checkpoint_error", "resumed_from_step", "skipped_steps"}));
+                                                 "checkpoint_error", "resumed_from_step", "skipped_steps", "eta_seconds"}));
   EXPECT_EQ(job["job_id"], "job-1");
   EXPECT_EQ(job["name"], "line");
   EXPECT_EQ(job["state"], "QUEUED");

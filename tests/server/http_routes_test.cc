@@ -467,7 +467,7 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
             R"("metrics":{"accuracy":0.871,"loss":0.362},"error":"",)"
             R"("created":"2026-12-02T17:03:11.204Z","started":"2026-12-02T17:03:11.420Z",)"
             R"("finished":null,"checkpoint":null,"checkpoint_failures":0,"checkpoint_error":"",)"
-            R"("resumed_from_step":null,"skipped_steps":0})");
+            R"("resumed_from_step":null,"skipped_steps":0,"eta_seconds":null})");
   StatusOr<JobInfo> back = JobInfoFromJson(JobInfoToJson(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->id, j.id);
