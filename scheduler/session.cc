@@ -192,7 +192,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   if (exe->parts.size() == 1) {
     status = exe->parts[0].executor->Run(a);
   } else {
-    Rendezvous rendezvous;
+    LocalRendezvous rendezvous;
     a.rendezvous = &rendezvous;
     std::mutex mu;
     std::condition_variable cv;
