@@ -25,7 +25,9 @@ struct Session::Executable {
   std::vector<Part> parts;
 };
 
-Session::Session(const SessionOptions& options) : options_(options) {}
+Session::Session(const SessionOptions& options)
+    : options_(options),
+      step_ids_(options.step_ids != nullptr ? options.step_ids : &own_step_ids_) {}
 
 Session::~Session() { Close().CheckOk(); }
 
@@ -180,7 +182,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     args.push_back(t);
   }
 
-  const int64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t step = step_ids_->Next();
   CallFrame frame(std::move(args), exe->num_fetches);
   CancellationManager cancel;
   Executor::Args a;

@@ -30,6 +30,7 @@
 #include "graph/graph.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
+#include "scheduler/step_id.h"
 
 namespace flowstate {
 
@@ -53,6 +54,10 @@ struct SessionOptions {
   // may have (CheckStaticTensorBytes, below): Create and Extend
   // refuse a graph over it. 0: no limit.
   int64_t max_shape_bytes = 0;
+  // Where step ids come from; not owned, must outlive the session. Null:
+  // the session's own LocalStepIdSource (1, 2, 3, ...). A master shares one
+  // source among its sessions so that ids are unique across the cluster.
+  StepIdSource* step_ids = nullptr;
 };
 
 struct RunStats {
@@ -141,7 +146,8 @@ class Session {
   mutable std::shared_mutex cache_mu_;
   std::unordered_map<std::string, std::shared_ptr<Executable>> cache_;  // GUARDED_BY(cache_mu_)
 
-  std::atomic<int64_t> next_step_{1};
+  LocalStepIdSource own_step_ids_;
+  StepIdSource* step_ids_ = nullptr;  // options_.step_ids or &own_step_ids_
   std::mutex run_mu_;
   std::condition_variable run_cv_;
   int running_ = 0;      // GUARDED_BY(run_mu_)
