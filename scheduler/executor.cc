@@ -337,11 +337,13 @@ class ExecutorState {
     }
     aborted_.store(true, std::memory_order_relaxed);
     if (!first) return;
-    // Wake what waits inside this step (async kernels, Recvs). The caller
-    // still holds an outstanding unit, so the step cannot finish under us.
+    // Tell the caller first, so that it knows the step's first error before
+    // other partitions fail with its consequences; then wake what waits
+    // inside this step (async kernels, Recvs). The caller still holds an
+    // outstanding unit, so the step cannot finish under us.
+    if (args_.on_error) args_.on_error(named);
     if (args_.rendezvous != nullptr) args_.rendezvous->StartAbort(named);
     if (args_.cancellation != nullptr) args_.cancellation->StartCancel();
-    if (args_.on_error) args_.on_error(named);
   }
 
   void NodesDone(int n) {

@@ -2,11 +2,15 @@
 // do — Run(feeds, fetches, targets) executes only what the fetches and
 // targets need given the feeds.
 //
-// The first Run of a signature (feeds, fetches, targets) prunes, places and
-// partitions the graph and builds its executors; later Runs of the same
-// signature reuse that executable. Extend() adds nodes without invalidating
-// cached executables. Variables and other state live in the session's
-// ResourceMgr and are shared by all its steps.
+// A Session is the master of its steps. The first Run of a signature
+// (feeds, fetches, targets) prunes, places and partitions the graph and
+// registers each partition with the Worker of its device's task (worker.h;
+// here always the session's LocalWorker, which builds the executors and owns
+// the kernels); later Runs of the same signature reuse that executable. A
+// step takes one id from the StepIdSource and runs on every partition at
+// once; the first error aborts it on every worker. Extend() adds nodes
+// without invalidating cached executables. Variables and other state live
+// in the session's ResourceMgr and are shared by all its steps.
 //
 // Thread safety: every method may be called from many threads at once; Runs
 // execute concurrently (their updates to shared variables may interleave, as
@@ -34,9 +38,10 @@
 
 namespace flowstate {
 
+class LocalWorker;
 class ResourceMgr;
 class ThreadPool;
-class KernelCache;
+class Worker;
 
 struct SessionOptions {
   // The devices to run on; required, not owned, must outlive the session.
@@ -131,13 +136,17 @@ class Session {
                                                         const std::vector<std::string>& feeds,
                                                         const std::vector<std::string>& fetches,
                                                         const std::vector<std::string>& targets);
+  // The worker of the task that owns `device`.
+  Worker* WorkerFor(const Device* device) const;
 
   SessionOptions options_;
   Device* default_device_ = nullptr;
   std::shared_ptr<ResourceMgr> resources_;
   std::unique_ptr<ThreadPool> owned_pool_;
   ThreadPool* pool_ = nullptr;
-  std::unique_ptr<KernelCache> kernel_cache_;
+  // Runs the partitions of every device here; outlives the cached
+  // executables, which deregister their partitions from it.
+  std::unique_ptr<LocalWorker> local_worker_;
 
   mutable std::mutex graph_mu_;
   GraphDef graph_def_;                  // GUARDED_BY(graph_mu_)
