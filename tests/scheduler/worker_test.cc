@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 
 #include "graph/ops.h"
@@ -70,6 +71,13 @@ struct Fixture {
   }
 };
 
+RunGraphArgs Args(int64_t step, CallFrame* frame) {
+  RunGraphArgs a;
+  a.step_id = step;
+  a.call_frame = frame;
+  return a;
+}
+
 // RunGraph's result, readable with a deadline.
 struct Done {
   std::promise<Status> promise;
@@ -82,6 +90,34 @@ struct Done {
   }
 };
 
+// Runs the sending (g0) and the receiving (g1) partition of step a.step_id,
+// the receiver first so that it waits in the step's rendezvous, and returns
+// their results. A step still running after 10 s fails the test and is
+// aborted.
+std::pair<Status, Status> RunBoth(Worker* w, RegisteredGraph* g0, RegisteredGraph* g1,
+                                  const RunGraphArgs& a) {
+  Done d0, d1;
+  w->RunGraph(g1, a, d1.callback());
+  w->RunGraph(g0, a, d0.callback());
+  if (!d0.ready(10s) || !d1.ready(10s)) {
+    ADD_FAILURE() << "step " << a.step_id << " did not finish in 10 s";
+    w->AbortStep(a.step_id, Internal("the test gave up"));
+    if (!d0.ready(10s) || !d1.ready(10s)) std::abort();  // would hang: stop here
+  }
+  return {d0.future.get(), d1.future.get()};
+}
+
+// `read` (CPU:0) reads `w`, which was never initialized; `far` on CPU:1
+// takes its value.
+Scope UninitializedRead() {
+  Scope root;
+  Output w = ops::Variable(root.WithOpName("w").WithDevice("CPU:0"), TensorShape({}),
+                           DataType::kFloat32);
+  Output read = ops::Identity(root.WithOpName("read").WithDevice("CPU:0"), w);
+  ops::Identity(root.WithOpName("far").WithDevice("CPU:1"), read);
+  return root;
+}
+
 TEST(LocalWorker, RunsTheStepsPartitionsWithOneStepId) {
   std::vector<GraphPartition> parts = Partitions(CrossDevice(), {"b"});
   ASSERT_EQ(parts.size(), 2u);
@@ -90,16 +126,9 @@ TEST(LocalWorker, RunsTheStepsPartitionsWithOneStepId) {
   RegisteredGraph* g1 = f.Register(parts[1]);
   for (int64_t step = 1; step <= 3; ++step) {
     CallFrame frame({}, 1);
-    RunGraphArgs a;
-    a.step_id = step;
-    a.call_frame = &frame;
-    Done d0, d1;
-    // The receiver first: it waits in the step's rendezvous.
-    f.worker->RunGraph(g1, a, d1.callback());
-    f.worker->RunGraph(g0, a, d0.callback());
-    ASSERT_TRUE(d0.ready(10s) && d1.ready(10s));
-    ASSERT_TRUE(d0.future.get().ok());
-    ASSERT_TRUE(d1.future.get().ok());
+    auto [s0, s1] = RunBoth(f.worker.get(), g0, g1, Args(step, &frame));
+    ASSERT_TRUE(s0.ok()) << s0.ToString();
+    ASSERT_TRUE(s1.ok()) << s1.ToString();
     EXPECT_EQ(frame.rets()[0].scalar<float>(), 7.0f);
     EXPECT_EQ(f.worker->num_steps(), 1);
     f.worker->CleanupStep(step);
@@ -121,9 +150,7 @@ TEST(LocalWorker, AbortStepWakesAPartitionWaitingOnARecvAtOnce) {
   Fixture f;
   RegisteredGraph* g1 = f.Register(parts[1]);
   CallFrame frame({}, 1);
-  RunGraphArgs a;
-  a.step_id = 5;
-  a.call_frame = &frame;
+  RunGraphArgs a = Args(5, &frame);
   Done d;
   f.worker->RunGraph(g1, a, d.callback());
   EXPECT_FALSE(d.ready(50ms));
@@ -142,11 +169,7 @@ TEST(LocalWorker, AbortingOneStepLeavesAnotherRunning) {
   RegisteredGraph* g0 = f.Register(parts[0]);
   RegisteredGraph* g1 = f.Register(parts[1]);
   CallFrame frame1({}, 1), frame2({}, 1);
-  RunGraphArgs a1, a2;
-  a1.step_id = 1;
-  a1.call_frame = &frame1;
-  a2.step_id = 2;
-  a2.call_frame = &frame2;
+  RunGraphArgs a1 = Args(1, &frame1), a2 = Args(2, &frame2);
   Done r1, r2, s2;
   f.worker->RunGraph(g1, a1, r1.callback());
   f.worker->RunGraph(g1, a2, r2.callback());
@@ -171,9 +194,7 @@ TEST(LocalWorker, AStepAbortedBeforeItRunsFailsAtOnce) {
   RegisteredGraph* g1 = f.Register(parts[1]);
   f.worker->AbortStep(3, DeadlineExceeded("the master gave up"));
   CallFrame frame({}, 1);
-  RunGraphArgs a;
-  a.step_id = 3;
-  a.call_frame = &frame;
+  RunGraphArgs a = Args(3, &frame);
   Done d;
   f.worker->RunGraph(g1, a, d.callback());
   ASSERT_TRUE(d.ready(10s));
@@ -183,27 +204,15 @@ TEST(LocalWorker, AStepAbortedBeforeItRunsFailsAtOnce) {
 }
 
 TEST(LocalWorker, EveryFailingPartitionReportsTheStepsFirstError) {
-  // `read` fails (w is not initialized) on CPU:0; CPU:1's _Recv fails as a
-  // consequence, and reports the cause, not its own abort.
-  Scope root;
-  Output w = ops::Variable(root.WithOpName("w").WithDevice("CPU:0"), TensorShape({}),
-                           DataType::kFloat32);
-  Output read = ops::Identity(root.WithOpName("read").WithDevice("CPU:0"), w);
-  ops::Identity(root.WithOpName("far").WithDevice("CPU:1"), read);
-  std::vector<GraphPartition> parts = Partitions(root, {"far"});
+  // `read` fails on CPU:0; CPU:1's _Recv fails as a consequence, and
+  // reports the cause, not its own abort.
+  std::vector<GraphPartition> parts = Partitions(UninitializedRead(), {"far"});
   Fixture f;
   RegisteredGraph* g0 = f.Register(parts[0]);
   RegisteredGraph* g1 = f.Register(parts[1]);
   for (int64_t step = 1; step <= 20; ++step) {
     CallFrame frame({}, 1);
-    RunGraphArgs a;
-    a.step_id = step;
-    a.call_frame = &frame;
-    Done d0, d1;
-    f.worker->RunGraph(g1, a, d1.callback());
-    f.worker->RunGraph(g0, a, d0.callback());
-    ASSERT_TRUE(d0.ready(10s) && d1.ready(10s));
-    Status s0 = d0.future.get(), s1 = d1.future.get();
+    auto [s0, s1] = RunBoth(f.worker.get(), g0, g1, Args(step, &frame));
     EXPECT_EQ(s0.code(), Code::kFailedPrecondition) << s0.ToString();
     EXPECT_NE(s0.message().find("'w'"), std::string::npos) << s0.ToString();
     EXPECT_EQ(s1.ToString(), s0.ToString());
@@ -213,11 +222,7 @@ TEST(LocalWorker, EveryFailingPartitionReportsTheStepsFirstError) {
 }
 
 TEST(SessionOverWorkers, TheStepsErrorIsTheFirstErrorNotItsEcho) {
-  Scope root;
-  Output w = ops::Variable(root.WithOpName("w").WithDevice("CPU:0"), TensorShape({}),
-                           DataType::kFloat32);
-  Output read = ops::Identity(root.WithOpName("read").WithDevice("CPU:0"), w);
-  ops::Identity(root.WithOpName("far").WithDevice("CPU:1"), read);
+  Scope root = UninitializedRead();
   SessionOptions o;
   o.devices = TwoCpus();
   o.inter_op_threads = 2;
