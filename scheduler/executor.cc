@@ -1,11 +1,11 @@
 #include "scheduler/executor.h"
 
 #include <atomic>
-#include <condition_variable>
 
 #include "devices/kernel_registry.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/thread_pool.h"
+#include "scheduler/wait.h"
 
 namespace flowstate {
 
@@ -337,11 +337,13 @@ class ExecutorState {
     }
     aborted_.store(true, std::memory_order_relaxed);
     if (!first) return;
-    // Wake what waits inside this step (async kernels, Recvs). The caller
-    // still holds an outstanding unit, so the step cannot finish under us.
+    // Tell the caller first, so that it knows the step's first error before
+    // other partitions fail with its consequences; then wake what waits
+    // inside this step (async kernels, Recvs). The caller still holds an
+    // outstanding unit, so the step cannot finish under us.
+    if (args_.on_error) args_.on_error(named);
     if (args_.rendezvous != nullptr) args_.rendezvous->StartAbort(named);
     if (args_.cancellation != nullptr) args_.cancellation->StartCancel();
-    if (args_.on_error) args_.on_error(named);
   }
 
   void NodesDone(int n) {
@@ -375,21 +377,8 @@ void Executor::RunAsync(const Args& args, std::function<void(const Status&)> don
 }
 
 Status Executor::Run(const Args& args) const {
-  // The callback may run on another thread; it touches the waiter only
-  // while holding the mutex, so the waiter cannot vanish under it.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  Status status;
-  RunAsync(args, [&](const Status& s) {
-    std::lock_guard<std::mutex> l(mu);
-    status = s;
-    finished = true;
-    cv.notify_one();
-  });
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return finished; });
-  return status;
+  return RunAndWait(
+      [&](std::function<void(const Status&)> done) { RunAsync(args, std::move(done)); });
 }
 
 }  // namespace flowstate

@@ -76,8 +76,9 @@ class Executor {
     CancellationManager* cancellation = nullptr;
     // Where expensive ready nodes go; inline when null.
     ThreadPool* pool = nullptr;
-    // Called once with the first error of this partition (before `done`), so
-    // the caller can abort the step's other partitions.
+    // Called once with the first error of this partition (before `done`, and
+    // before the rendezvous and the cancellation manager hear of it), so the
+    // caller can abort the step's other partitions.
     std::function<void(const Status&)> on_error;
   };
   // Runs the step; `done` is called exactly once, on some thread, after

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "devices/kernel_registry.h"
+#include "scheduler/rendezvous.h"
 
 namespace flowstate {
 namespace {
@@ -190,7 +191,8 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
       shape = PartialShape(std::vector<int64_t>{});
       parts[index[sd]].graph.nodes.push_back(std::move(dummy));
     }
-    std::string rendezvous_key = tensor + ";" + sd->name() + ";" + dd->name();
+    std::string rendezvous_key =
+        CreateRendezvousKey(sd->name(), ProcessIncarnation(), dd->name(), tensor);
     NodeDef send;
     send.name = unique("_send/" + tensor + "/" + std::to_string(dst_part));
     send.op = "_Send";

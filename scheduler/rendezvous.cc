@@ -1,12 +1,14 @@
 #include "scheduler/rendezvous.h"
 
+#include <cstdio>
+#include <random>
 #include <vector>
 
 namespace flowstate {
 
-Rendezvous::~Rendezvous() { StartAbort(Cancelled("the step ended")); }
+LocalRendezvous::~LocalRendezvous() { StartAbort(Cancelled("the step ended")); }
 
-Status Rendezvous::Send(const std::string& key, const Tensor& value) {
+Status LocalRendezvous::Send(const std::string& key, const Tensor& value) {
   DoneCallback waiter;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -25,7 +27,7 @@ Status Rendezvous::Send(const std::string& key, const Tensor& value) {
   return Status();
 }
 
-void Rendezvous::RecvAsync(const std::string& key, DoneCallback done) {
+void LocalRendezvous::RecvAsync(const std::string& key, DoneCallback done) {
   Tensor value;
   Status status;
   {
@@ -51,18 +53,78 @@ void Rendezvous::RecvAsync(const std::string& key, DoneCallback done) {
   done(status, value);
 }
 
-void Rendezvous::StartAbort(const Status& status) {
+void LocalRendezvous::StartAbort(const Status& status) {
   std::vector<DoneCallback> waiters;
+  Status aborted;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!aborted_.ok()) return;
     aborted_ = status.ok() ? Cancelled("aborted") : status;
+    aborted = aborted_;
     for (auto& [key, item] : table_) {
       if (item.waiter) waiters.push_back(std::move(item.waiter));
     }
     table_.clear();
   }
-  for (auto& w : waiters) w(status, Tensor());
+  for (auto& w : waiters) w(aborted, Tensor());
+}
+
+std::string CreateRendezvousKey(std::string_view src_device, uint64_t src_incarnation,
+                                std::string_view dst_device, std::string_view name) {
+  char inc[17];
+  std::snprintf(inc, sizeof(inc), "%016llx", static_cast<unsigned long long>(src_incarnation));
+  std::string key;
+  key.reserve(src_device.size() + dst_device.size() + name.size() + 19);
+  key.append(src_device).append(1, ';').append(inc).append(1, ';');
+  key.append(dst_device).append(1, ';').append(name);
+  return key;
+}
+
+uint64_t ProcessIncarnation() {
+  static const uint64_t incarnation = [] {
+    std::random_device rd;
+    uint64_t v = 0;
+    while (v == 0) v = (uint64_t(rd()) << 32) ^ uint64_t(rd());
+    return v;
+  }();
+  return incarnation;
+}
+
+RendezvousMgr::RendezvousMgr(Factory factory) : factory_(std::move(factory)) {}
+
+RendezvousMgr::~RendezvousMgr() {
+  std::unordered_map<int64_t, std::shared_ptr<Rendezvous>> steps;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    steps.swap(steps_);
+  }
+  for (auto& [id, r] : steps) r->StartAbort(Cancelled("the rendezvous manager is gone"));
+}
+
+std::shared_ptr<Rendezvous> RendezvousMgr::Find(int64_t step_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::shared_ptr<Rendezvous>& r = steps_[step_id];
+  if (r == nullptr) r = factory_ ? factory_(step_id) : std::make_shared<LocalRendezvous>();
+  return r;
+}
+
+void RendezvousMgr::Cleanup(int64_t step_id) {
+  std::shared_ptr<Rendezvous> r;  // released outside the lock
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = steps_.find(step_id);
+  if (it == steps_.end()) return;
+  r = std::move(it->second);
+  steps_.erase(it);
+}
+
+void RendezvousMgr::AbortStep(int64_t step_id, const Status& status) {
+  // Waiters run outside the lock: they may call back into the manager.
+  Find(step_id)->StartAbort(status);
+}
+
+int RendezvousMgr::num_steps() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return int(steps_.size());
 }
 
 }  // namespace flowstate

@@ -1,12 +1,12 @@
 #include "scheduler/session.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "graph/subgraph.h"
 #include "scheduler/call_frame.h"
-#include "scheduler/executor.h"
+#include "scheduler/local_worker.h"
 #include "scheduler/placement.h"
-#include "scheduler/rendezvous.h"
 #include "scheduler/runtime_kernels.h"
 #include "scheduler/thread_pool.h"
 #include "state/kernels.h"
@@ -14,18 +14,27 @@
 
 namespace flowstate {
 
+// What the master keeps per signature: the feeds' checks and, per
+// partition, the worker that holds it and its handle there.
 struct Session::Executable {
   std::vector<DataType> feed_types;
   std::vector<PartialShape> feed_shapes;
   int num_fetches = 0;
   struct Part {
-    Device* device;
-    std::unique_ptr<Executor> executor;
+    Worker* worker;
+    RegisteredGraph* graph;
   };
   std::vector<Part> parts;
+  std::vector<Worker*> workers;  // distinct, in order of first part
+
+  ~Executable() {
+    for (const Part& p : parts) p.worker->DeregisterGraph(p.graph);
+  }
 };
 
-Session::Session(const SessionOptions& options) : options_(options) {}
+Session::Session(const SessionOptions& options)
+    : options_(options),
+      step_ids_(options.step_ids != nullptr ? options.step_ids : &own_step_ids_) {}
 
 Session::~Session() { Close().CheckOk(); }
 
@@ -53,7 +62,11 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const GraphDef& graph,
     s->owned_pool_ = std::make_unique<ThreadPool>(options.inter_op_threads);
     s->pool_ = s->owned_pool_.get();
   }
-  s->kernel_cache_ = std::make_unique<KernelCache>();
+  LocalWorkerOptions w;
+  w.devices = options.devices;
+  w.resources = s->resources_.get();
+  w.inter_op_pool = s->pool_;
+  s->local_worker_ = std::make_unique<LocalWorker>(w);
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph));
   FS_RETURN_IF_ERROR(CheckStaticTensorBytes(g, options.max_shape_bytes));
   s->graph_def_ = graph;
@@ -99,15 +112,20 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
   exe->feed_shapes = std::move(pruned.feed_shapes);
   exe->num_fetches = int(fetches.size());
   for (GraphPartition& p : parts) {
-    FS_ASSIGN_OR_RETURN(Graph pg, Graph::Create(p.graph));
-    Executor::Options o;
-    o.device = p.device;
-    o.resource_manager = resources_.get();
-    o.kernel_cache = kernel_cache_.get();
-    FS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> e, Executor::Create(std::move(pg), o));
-    exe->parts.push_back({p.device, std::move(e)});
+    Worker* worker = WorkerFor(p.device);
+    FS_ASSIGN_OR_RETURN(RegisteredGraph * handle,
+                        worker->RegisterGraph({p.device->name(), std::move(p.graph)}));
+    exe->parts.push_back({worker, handle});
+    if (std::find(exe->workers.begin(), exe->workers.end(), worker) == exe->workers.end()) {
+      exe->workers.push_back(worker);
+    }
   }
   return exe;
+}
+
+Worker* Session::WorkerFor(const Device* /*device*/) const {
+  // Every device of a session is in this process so far.
+  return local_worker_.get();
 }
 
 StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
@@ -180,41 +198,43 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     args.push_back(t);
   }
 
-  const int64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t step = step_ids_->Next();
   CallFrame frame(std::move(args), exe->num_fetches);
-  CancellationManager cancel;
-  Executor::Args a;
+  RunGraphArgs a;
   a.step_id = step;
   a.call_frame = &frame;
-  a.cancellation = &cancel;
-  a.pool = pool_;
   Status status;
   if (exe->parts.size() == 1) {
-    status = exe->parts[0].executor->Run(a);
+    const Executable::Part& part = exe->parts[0];
+    status = part.worker->RunGraphSync(part.graph, a);
+    part.worker->CleanupStep(step);
   } else {
-    Rendezvous rendezvous;
-    a.rendezvous = &rendezvous;
+    // Every partition at once; the first error aborts the step everywhere.
     std::mutex mu;
     std::condition_variable cv;
     int remaining = int(exe->parts.size());
     Status first_error;
-    a.on_error = [&](const Status& s) {
-      {
+    for (const Executable::Part& part : exe->parts) {
+      part.worker->RunGraph(part.graph, a, [&](const Status& s) {
+        bool first = false;
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> l(mu);
+          first = first_error.ok();
+          if (first) first_error = s;
+        }
+        if (first) {
+          for (Worker* w : exe->workers) w->AbortStep(step, s);
+        }
+        // Last: the waiter may return (and `mu` vanish) once remaining is 0.
         std::lock_guard<std::mutex> l(mu);
-        if (first_error.ok()) first_error = s;
-      }
-      rendezvous.StartAbort(s);
-      cancel.StartCancel();
-    };
-    for (auto& part : exe->parts) {
-      part.executor->RunAsync(a, [&](const Status& s) {
-        std::lock_guard<std::mutex> l(mu);
-        if (!s.ok() && first_error.ok()) first_error = s;
         if (--remaining == 0) cv.notify_one();
       });
     }
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return remaining == 0; });
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return remaining == 0; });
+    }
+    for (Worker* w : exe->workers) w->CleanupStep(step);
     status = first_error;
   }
   if (stats != nullptr) {
@@ -233,7 +253,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
 }
 
 StatusOr<std::map<std::string, std::string>> Session::ExportKernelStates() const {
-  return kernel_cache_->SaveStates();
+  return local_worker_->ExportKernelStates();
 }
 
 Status Session::ImportKernelStates(const std::map<std::string, std::string>& states) {
@@ -249,7 +269,7 @@ Status Session::ImportKernelStates(const std::map<std::string, std::string>& sta
                              node);
     }
   }
-  return kernel_cache_->RestoreStates(states);
+  return local_worker_->ImportKernelStates(states);
 }
 
 Status Session::Close() {
@@ -261,7 +281,7 @@ Status Session::Close() {
     std::unique_lock<std::shared_mutex> c(cache_mu_);
     cache_.clear();
   }
-  if (kernel_cache_) kernel_cache_->Clear();
+  if (local_worker_) local_worker_->ClearKernelStates();
   return Status();
 }
 

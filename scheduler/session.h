@@ -2,11 +2,15 @@
 // do — Run(feeds, fetches, targets) executes only what the fetches and
 // targets need given the feeds.
 //
-// The first Run of a signature (feeds, fetches, targets) prunes, places and
-// partitions the graph and builds its executors; later Runs of the same
-// signature reuse that executable. Extend() adds nodes without invalidating
-// cached executables. Variables and other state live in the session's
-// ResourceMgr and are shared by all its steps.
+// A Session is the master of its steps. The first Run of a signature
+// (feeds, fetches, targets) prunes, places and partitions the graph and
+// registers each partition with the Worker of its device's task (worker.h;
+// here always the session's LocalWorker, which builds the executors and owns
+// the kernels); later Runs of the same signature reuse that executable. A
+// step takes one id from the StepIdSource and runs on every partition at
+// once; the first error aborts it on every worker. Extend() adds nodes
+// without invalidating cached executables. Variables and other state live
+// in the session's ResourceMgr and are shared by all its steps.
 //
 // Thread safety: every method may be called from many threads at once; Runs
 // execute concurrently (their updates to shared variables may interleave, as
@@ -30,12 +34,14 @@
 #include "graph/graph.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
+#include "scheduler/step_id.h"
 
 namespace flowstate {
 
+class LocalWorker;
 class ResourceMgr;
 class ThreadPool;
-class KernelCache;
+class Worker;
 
 struct SessionOptions {
   // The devices to run on; required, not owned, must outlive the session.
@@ -53,6 +59,10 @@ struct SessionOptions {
   // may have (CheckStaticTensorBytes, below): Create and Extend
   // refuse a graph over it. 0: no limit.
   int64_t max_shape_bytes = 0;
+  // Where step ids come from; not owned, must outlive the session. Null:
+  // the session's own LocalStepIdSource (1, 2, 3, ...). A master shares one
+  // source among its sessions so that ids are unique across the cluster.
+  StepIdSource* step_ids = nullptr;
 };
 
 struct RunStats {
@@ -126,13 +136,17 @@ class Session {
                                                         const std::vector<std::string>& feeds,
                                                         const std::vector<std::string>& fetches,
                                                         const std::vector<std::string>& targets);
+  // The worker of the task that owns `device`.
+  Worker* WorkerFor(const Device* device) const;
 
   SessionOptions options_;
   Device* default_device_ = nullptr;
   std::shared_ptr<ResourceMgr> resources_;
   std::unique_ptr<ThreadPool> owned_pool_;
   ThreadPool* pool_ = nullptr;
-  std::unique_ptr<KernelCache> kernel_cache_;
+  // Runs the partitions of every device here; outlives the cached
+  // executables, which deregister their partitions from it.
+  std::unique_ptr<LocalWorker> local_worker_;
 
   mutable std::mutex graph_mu_;
   GraphDef graph_def_;                  // GUARDED_BY(graph_mu_)
@@ -141,7 +155,8 @@ class Session {
   mutable std::shared_mutex cache_mu_;
   std::unordered_map<std::string, std::shared_ptr<Executable>> cache_;  // GUARDED_BY(cache_mu_)
 
-  std::atomic<int64_t> next_step_{1};
+  LocalStepIdSource own_step_ids_;
+  StepIdSource* step_ids_ = nullptr;  // options_.step_ids or &own_step_ids_
   std::mutex run_mu_;
   std::condition_variable run_cv_;
   int running_ = 0;      // GUARDED_BY(run_mu_)

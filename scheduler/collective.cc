@@ -1,0 +1,188 @@
+#include "scheduler/collective.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace flowstate {
+namespace {
+
+// The ranks' inputs and the results of one round (the k-th call of every
+// rank). Phase 1: ranks arrive; the last one checks the inputs and makes
+// the results. Phase 2: each rank reduces its slice of every tensor, reading
+// every rank's inputs, so no rank returns before all slices are done.
+struct Round {
+  explicit Round(int size) : inputs(size), ops(size) {}
+  std::vector<std::vector<Tensor>*> inputs;  // null until the rank arrived
+  std::vector<ReduceOp> ops;
+  int arrived = 0;
+  int reduced = 0;
+  bool ready = false;  // everyone arrived, the inputs agree: phase 2 runs
+  Status error;        // the round failed (mismatch, a deadline)
+  std::vector<Tensor> results;
+};
+
+bool Supported(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kInt32 ||
+         t == DataType::kInt64;
+}
+
+std::string Describe(const Tensor& t) {
+  if (!t.IsInitialized()) return "an empty tensor";
+  return std::string(DataTypeName(t.dtype())) + t.shape().ToString();
+}
+
+// INVALID_ARGUMENT naming the first rank whose call differs from rank 0's.
+Status Check(const Round& r) {
+  const std::vector<Tensor>& first = *r.inputs[0];
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (!first[i].IsInitialized() || !Supported(first[i].dtype())) {
+      return InvalidArgument("all-reduce: tensor " + std::to_string(i) + " of rank 0 is " +
+                             Describe(first[i]) +
+                             "; all-reduce takes float32, float64, int32 and int64");
+    }
+  }
+  for (size_t rank = 1; rank < r.inputs.size(); ++rank) {
+    const std::vector<Tensor>& mine = *r.inputs[rank];
+    const std::string who = "all-reduce: rank " + std::to_string(rank);
+    if (r.ops[rank] != r.ops[0]) {
+      return InvalidArgument(who + " asks for another reduction (sum or mean) than rank 0");
+    }
+    if (mine.size() != first.size()) {
+      return InvalidArgument(who + " passed " + std::to_string(mine.size()) +
+                             " tensors, rank 0 passed " + std::to_string(first.size()));
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      if (!mine[i].IsInitialized() || mine[i].dtype() != first[i].dtype() ||
+          mine[i].shape() != first[i].shape()) {
+        return InvalidArgument(who + ": tensor " + std::to_string(i) + " is " +
+                               Describe(mine[i]) + ", rank 0's is " + Describe(first[i]));
+      }
+    }
+  }
+  return Status();
+}
+
+// out[lo, hi) = in_0 + in_1 + ... (in rank order), then / n for a mean.
+template <typename T>
+void ReduceSlice(const std::vector<std::vector<Tensor>*>& inputs, size_t index, ReduceOp op,
+                 int64_t lo, int64_t hi, Tensor* out) {
+  T* o = out->data<T>();
+  const T* in0 = (*inputs[0])[index].data<T>();
+  for (int64_t j = lo; j < hi; ++j) o[j] = in0[j];
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    const T* in = (*inputs[r])[index].data<T>();
+    for (int64_t j = lo; j < hi; ++j) o[j] += in[j];
+  }
+  if (op == ReduceOp::kMean) {
+    const T n = T(inputs.size());
+    for (int64_t j = lo; j < hi; ++j) o[j] /= n;
+  }
+}
+
+}  // namespace
+
+struct InProcessCollective::Group {
+  explicit Group(int n) : size(n), next_round(n, 0) {}
+  const int size;
+  std::mutex mu;
+  std::condition_variable cv;  // any change of a round or of `aborted`
+  Status aborted;                                   // GUARDED_BY(mu)
+  std::vector<int64_t> next_round;                  // GUARDED_BY(mu): per rank
+  std::map<int64_t, std::shared_ptr<Round>> rounds;  // GUARDED_BY(mu): not yet joined by all
+};
+
+std::vector<std::unique_ptr<InProcessCollective>> InProcessCollective::Create(int size) {
+  auto group = std::make_shared<Group>(size);
+  std::vector<std::unique_ptr<InProcessCollective>> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(new InProcessCollective(group, r));
+  return out;
+}
+
+int InProcessCollective::size() const { return group_->size; }
+
+void InProcessCollective::Abort(const Status& status) {
+  Group& g = *group_;
+  std::lock_guard<std::mutex> l(g.mu);
+  if (!g.aborted.ok()) return;
+  g.aborted = status.ok() ? Cancelled("the collective was aborted") : status;
+  g.cv.notify_all();
+}
+
+Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
+                                      Deadline deadline) {
+  Group& g = *group_;
+  std::shared_ptr<Round> round;
+  int64_t round_id = 0;
+  {
+    std::unique_lock<std::mutex> l(g.mu);
+    if (!g.aborted.ok()) return g.aborted;
+    round_id = g.next_round[rank_]++;
+    std::shared_ptr<Round>& slot = g.rounds[round_id];
+    if (slot == nullptr) slot = std::make_shared<Round>(g.size);
+    round = slot;
+    Round& r = *round;
+    ++r.arrived;
+    if (r.arrived == g.size) g.rounds.erase(round_id);  // everyone holds it now
+    if (!r.error.ok()) return r.error;  // the round failed before this rank came
+    r.inputs[rank_] = tensors;
+    r.ops[rank_] = op;
+    if (r.arrived == g.size) {
+      r.error = Check(r);
+      if (r.error.ok()) {
+        for (const Tensor& t : *r.inputs[0]) r.results.emplace_back(t.dtype(), t.shape());
+        r.ready = true;
+      }
+      g.cv.notify_all();
+    } else {
+      auto done = [&] { return r.ready || !r.error.ok() || !g.aborted.ok(); };
+      if (!g.cv.wait_until(l, deadline, done)) {
+        std::string missing;
+        for (int k = 0; k < g.size; ++k) {
+          if (r.inputs[k] == nullptr) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+        }
+        r.error = DeadlineExceeded("all-reduce round " + std::to_string(round_id) +
+                                   ": rank(s) " + missing + " did not join by the deadline");
+        g.cv.notify_all();
+      }
+    }
+    // Once phase 2 runs, every rank takes part: the others read our inputs.
+    if (!r.ready) {
+      r.inputs[rank_] = nullptr;
+      return !r.error.ok() ? r.error : g.aborted;
+    }
+  }
+
+  // Phase 2: this rank's slice of every tensor, then wait for the others'.
+  Round& r = *round;
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const int64_t n = r.results[i].num_elements();
+    const int64_t lo = n * rank_ / g.size, hi = n * (rank_ + 1) / g.size;
+    if (lo == hi) continue;
+    DispatchDataType(r.results[i].dtype(), [&]<typename T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                    std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+        ReduceSlice<T>(r.inputs, i, op, lo, hi, &r.results[i]);
+      }
+    });
+  }
+  {
+    std::unique_lock<std::mutex> l(g.mu);
+    if (++r.reduced == g.size) g.cv.notify_all();
+    // Bounded without a deadline: every rank is here and only computes.
+    g.cv.wait(l, [&] { return r.reduced == g.size; });
+  }
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    Tensor& t = (*tensors)[i];
+    if (t.RefCountIsOne()) {
+      t.CopyFromBytes(r.results[i].raw_data(), r.results[i].TotalBytes());
+    } else {
+      t = r.results[i];
+    }
+  }
+  return Status();
+}
+
+}  // namespace flowstate

@@ -1,0 +1,89 @@
+// Collective: all-reduce across the replicas of a data-parallel step. Each
+// participant (rank 0..size-1) holds one Collective and calls AllReduce with
+// its own list of tensors; the call returns once every rank has called, with
+// every rank's tensors replaced by the element-wise sum (or mean) over the
+// ranks. The all-reduce ops call this interface; the in-process
+// implementation below serves N replicas in one process (one thread each),
+// and implementations over Gloo or NCCL (distributed/) serve ranks in other
+// processes.
+//
+// Contract of every implementation:
+// - Calls meet by order: the k-th AllReduce of every rank forms one round.
+//   Every rank passes the same number of tensors with the same dtypes and
+//   shapes, and the same op; otherwise every rank of the round gets
+//   INVALID_ARGUMENT naming the first rank that differs from rank 0.
+// - Deterministic: each element is reduced in rank order, ((x0 + x1) + x2)
+//   ..., whatever order the ranks arrive in, so two runs are bit-identical.
+// - A round that some rank has not joined by a caller's deadline fails for
+//   every rank of it (those waiting now and those that come later) with
+//   DEADLINE_EXCEEDED naming the missing ranks; nobody hangs.
+// - Abort(status) fails every pending and later call of every rank at once
+//   with `status`; the group cannot be used again.
+//
+// Thread safety: each participant is used by one thread at a time (its
+// replica); different participants are used from different threads, and
+// Abort may be called from any thread at any time.
+#ifndef FLOWSTATE_SCHEDULER_COLLECTIVE_H_
+#define FLOWSTATE_SCHEDULER_COLLECTIVE_H_
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "graph/status.h"
+#include "graph/tensor.h"
+
+namespace flowstate {
+
+enum class ReduceOp {
+  kSum,
+  kMean,  // the sum divided by the number of ranks (truncated for integers)
+};
+
+class Collective {
+ public:
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  virtual ~Collective() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Reduces `tensors` (float32, float64, int32 or int64, host memory)
+  // across the ranks, in place: on success each holds the result. A tensor
+  // whose buffer nobody else shares is overwritten; one whose buffer is
+  // shared is replaced by a new tensor (other holders keep the old value).
+  // On error the tensors are unchanged.
+  virtual Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Deadline deadline) = 0;
+
+  // Fails every pending and later call of the group with `status`
+  // (CANCELLED when OK). The first call counts.
+  virtual void Abort(const Status& status) = 0;
+};
+
+// N participants in one process. Create() makes the whole group; rank i is
+// element i. Participants share the group's state; each may be destroyed
+// when its replica is done with it.
+class InProcessCollective final : public Collective {
+ public:
+  // REQUIRES: size >= 1.
+  static std::vector<std::unique_ptr<InProcessCollective>> Create(int size);
+
+  int rank() const override { return rank_; }
+  int size() const override;
+  Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Deadline deadline) override;
+  void Abort(const Status& status) override;
+
+  struct Group;  // the shared state; defined in collective.cc
+
+ private:
+  InProcessCollective(std::shared_ptr<Group> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+
+  std::shared_ptr<Group> group_;
+  int rank_;
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SCHEDULER_COLLECTIVE_H_
