@@ -29,10 +29,8 @@ FactoryRegistry* Factories() {
 bool ValidTypeName(const std::string& t) {
   if (t.empty() || !std::isupper(static_cast<unsigned char>(t[0]))) return false;
   for (char c : t) {
-    if (!std::isupper(static_cast<unsigned char>(c)) && !std::isdigit(static_cast<unsigned char>(c)) &&
-        c != '_') {
-      return false;
-    }
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (!std::isupper(u) && !std::isdigit(u) && c != '_') return false;
   }
   return true;
 }

@@ -169,7 +169,8 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     for (int i = 0; i < g.num_nodes(); ++i) {
       for (int k = 0; k < g.node(i).num_inputs(); ++k) {
         const Endpoint& e = g.node(i).input(k);
-        if (placement[e.node] == placement[i] && out_on_host(e.node, e.output) != in_on_host(i, k)) {
+        if (placement[e.node] == placement[i] &&
+            out_on_host(e.node, e.output) != in_on_host(i, k)) {
           crosses_memory = true;
         }
       }

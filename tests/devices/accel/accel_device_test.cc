@@ -284,6 +284,29 @@ TEST_F(AccelTest, AControlEdgeOutOfAccelCopiesNothing) {
   EXPECT_EQ(DeviceBytesInUse(0), 0);
 }
 
+TEST_F(AccelTest, AVariableOnTheCpuIsUpdatedFromAccel) {
+  // v lives on the CPU (no ACCEL kernel for Variable); each step squares it
+  // on ACCEL:0 and adds the square back: one copy in, one out.
+  Scope root;
+  Output v = ops::Variable(root.WithOpName("v"), PartialShape({2}), DataType::kFloat32);
+  Output v0 = ops::Const(root.WithOpName("v0"), std::vector<float>{1, 2});
+  ops::Assign(root.WithOpName("init"), v, v0);
+  Output sq = ops::Mul(root.WithOpName("sq").WithDevice("/device:ACCEL:0"), v, v);
+  ops::AssignAdd(root.WithOpName("update"), v, sq);
+  auto s = NewSession(root);
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s->Run({}, {}, {"init"}, &out).ok());
+  Status st = s->Run({}, {"update"}, {}, &out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(TensorsEqual(out[0], Tensor::FromVector<float>({2, 6})));
+  st = s->Run({}, {"update"}, {}, &out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(TensorsEqual(out[0], Tensor::FromVector<float>({6, 42})));
+  EXPECT_EQ(Accel(0)->host_to_device_copies(), 2);
+  EXPECT_EQ(Accel(0)->device_to_host_copies(), 2);
+  EXPECT_EQ(DeviceBytesInUse(0), 0);
+}
+
 TEST_F(AccelTest, ConcurrentStepsKeepTheirCopiesApart) {
   auto s = NewSession(CpuAccelCpuGraph());
   constexpr int kThreads = 4, kSteps = 25;
@@ -356,9 +379,9 @@ TEST_F(AccelTest, KernelRegistryReportsMemoryTypes) {
   EXPECT_EQ(on_cpu.inputs, (std::vector<MemoryType>{MemoryType::kHost, MemoryType::kHost}));
   EXPECT_EQ(on_cpu.outputs, std::vector<MemoryType>{MemoryType::kHost});
 
-  Status bad = k->Register(KernelDef("Reshape").Device("ACCEL").TypeConstraint("T", DataType::kInt64)
-                               .HostMemory("shapes"),
-                           [](OpKernelConstruction*) { return std::unique_ptr<OpKernel>(); });
+  KernelDef misnamed("Reshape");
+  misnamed.Device("ACCEL").TypeConstraint("T", DataType::kInt64).HostMemory("shapes");
+  Status bad = k->Register(misnamed, [](OpKernelConstruction*) { return nullptr; });
   EXPECT_EQ(bad.code(), Code::kInvalidArgument);
   EXPECT_NE(bad.message().find("shapes"), std::string::npos) << bad.ToString();
 }
