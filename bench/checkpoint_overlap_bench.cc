@@ -28,9 +28,9 @@
 
 #include "bench/bench_util.h"
 #include "checkpoints/store.h"
-#include "server/job_spec.h"
-#include "server/job_manager.h"
-#include "server/training_job.h"
+#include "api/job_spec.h"
+#include "jobs/job_manager.h"
+#include "jobs/training_job.h"
 
 namespace flowstate {
 namespace {

@@ -45,11 +45,11 @@
 #include "bench/cpu_idle.h"
 #include "bench/service_clients.h"
 #include "devices/device_pool.h"
-#include "server/grpc_convert.h"
-#include "server/http_bodies.h"
-#include "server/grpc_server.h"
-#include "server/http_routes.h"
-#include "server/http_server.h"
+#include "api/proto_convert.h"
+#include "server/rest/http_bodies.h"
+#include "server/grpc/grpc_server.h"
+#include "server/rest/http_routes.h"
+#include "server/rest/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
@@ -328,8 +328,8 @@ int Main(int argc, char** argv) {
   auto stub = pb::Sessions::NewStub(channel);
   pb::RunSessionRequest grpc_req;
   grpc_req.set_session_id(server_session);
-  grpc_convert::TensorToProto(inproc_req.feeds[0].second, &(*grpc_req.mutable_feeds())["a"]);
-  grpc_convert::TensorToProto(inproc_req.feeds[1].second, &(*grpc_req.mutable_feeds())["b"]);
+  proto_convert::TensorToProto(inproc_req.feeds[0].second, &(*grpc_req.mutable_feeds())["a"]);
+  proto_convert::TensorToProto(inproc_req.feeds[1].second, &(*grpc_req.mutable_feeds())["b"]);
   grpc_req.add_fetches("sum");
   auto grpc_run = [&] {
     grpc::ClientContext ctx;
@@ -548,7 +548,7 @@ int Main(int argc, char** argv) {
       auto jobs_stub = pb::Jobs::NewStub(channel);
       pb::PredictRequest grpc_predict_req;
       grpc_predict_req.set_job_id(server_job);
-      grpc_convert::TensorToProto(inputs[0].second, &(*grpc_predict_req.mutable_inputs())["x"]);
+      proto_convert::TensorToProto(inputs[0].second, &(*grpc_predict_req.mutable_inputs())["x"]);
       grpc_predict_req.add_fetches("logits");
       OwnTime own_grpc;
       auto grpc_predict = [&] {

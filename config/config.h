@@ -48,7 +48,7 @@ struct ServerConfig {
     int handler_threads = 2;
     int64_t inline_below_us = 500;
     int64_t spin_us = 100;
-    std::string poll_strategy = "poll";  // SetGrpcPollStrategy (server/grpc_server.h)
+    std::string poll_strategy = "poll";  // SetGrpcPollStrategy (server/grpc/grpc_server.h)
     bool server_timing = true;           // "server-timing" trailing metadata
   } grpc;
   std::string data_dir;

@@ -36,9 +36,9 @@ Status TensorJson(std::string_view input);
 // text; a run request that is accepted prints and reads back. Returns the
 // run request's Status.
 Status Requests(std::string_view input);
-// ParseJobSpec (server/job_spec.h), a job file or POST /v1/jobs body.
+// ParseJobSpec (api/job_spec.h), a job file or POST /v1/jobs body.
 Status JobSpec(std::string_view input);
-// The gRPC request conversions (server/grpc_convert.h): the first byte picks
+// The gRPC request conversions (api/proto_convert.h): the first byte picks
 // the message (CreateSessionRequest, ExtendSessionRequest, RunSessionRequest,
 // PredictRequest, Tensor, GraphDef), the rest is its protobuf encoding. An
 // accepted tensor or graph converts back to protobuf and reads again.

@@ -1,20 +1,19 @@
-// The fuzz entries of the server's decoders (entries.h): the job spec and
-// the gRPC request conversions. In the fuzz build this file is linked with
-// job_spec.cc and grpc_convert.cc alone, not the whole server library.
+// The fuzz entries of the service's decoders (entries.h): the job spec and
+// the gRPC request conversions, both in api/ (no server library needed).
 #include <cstring>
 #include <string>
 
 #include "api/flowstate.pb.h"
 #include "fuzz/entries.h"
 #include "fuzz/entries_internal.h"
-#include "server/grpc_convert.h"
-#include "server/job_spec.h"
+#include "api/proto_convert.h"
+#include "api/job_spec.h"
 
 namespace flowstate::fuzz {
 namespace {
 
 namespace pb = ::flowstate::v1;
-namespace gc = ::flowstate::grpc_convert;
+namespace gc = ::flowstate::proto_convert;
 
 template <typename Message>
 bool Decode(std::string_view bytes, Message* m) {

@@ -32,15 +32,25 @@ std::vector<std::string> GradientNodes(const Gradient& g) {
 
 }  // namespace
 
+double EffectiveMomentum(const OptimizerOptions& o) {
+  if (o.momentum) return *o.momentum;
+  return o.kind == OptimizerOptions::Kind::kRmsProp ? 0.0 : 0.9;
+}
+
+double EffectiveEpsilon(const OptimizerOptions& o) {
+  if (o.epsilon) return *o.epsilon;
+  return o.kind == OptimizerOptions::Kind::kAdaGrad ? 1e-7 : 1e-8;
+}
+
 Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   auto bad = [](const std::string& field, const std::string& why) {
     return InvalidArgument("optimizer." + field + ": " + why);
   };
   if (!(o.learning_rate > 0)) return bad("learning_rate", "must be > 0");
-  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("momentum", "must be in [0, 1)");
+  if (!(EffectiveMomentum(o) >= 0 && EffectiveMomentum(o) < 1)) return bad("momentum", "must be in [0, 1)");
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1", "must be in [0, 1)");
   if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2", "must be in [0, 1)");
-  if (!(o.epsilon > 0)) return bad("epsilon", "must be > 0");
+  if (!(EffectiveEpsilon(o) > 0)) return bad("epsilon", "must be > 0");
   if (!(o.rho >= 0 && o.rho < 1)) return bad("rho", "must be in [0, 1)");
   if (!(o.initial_accumulator >= 0)) return bad("initial_accumulator", "must be >= 0");
   if (!(o.clip_global_norm >= 0)) return bad("clip_global_norm", "must be >= 0");
@@ -170,7 +180,7 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
       case K::kMomentum: {
         // accum = momentum * accum + g; var -= lr * (nesterov ? g + momentum * accum : accum)
         Output accum = slot("momentum", 0);
-        Output mom = scalar(o.momentum);
+        Output mom = scalar(EffectiveMomentum(o));
         Output new_accum = ops::Assign(vs.WithOpName("accum"), accum,
                                        ops::Add(vs, ops::Mul(vs, accum, mom), dense));
         Output step_dir = o.nesterov ? ops::Add(vs, dense, ops::Mul(vs, new_accum, mom)) : new_accum;
@@ -186,14 +196,14 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
         Output t = ops::Add(vs, ops::Cast(vs, step, v.dtype), scalar(1));
         updates.push_back(ops::Generic(vs.WithOpName("update"), "ApplyAdam",
                                        {v.variable, m, vv, vlr, scalar(o.beta1), scalar(o.beta2),
-                                        scalar(o.epsilon), t, dense})[0].node);
+                                        scalar(EffectiveEpsilon(o)), t, dense})[0].node);
         break;
       }
       case K::kAdaGrad: {
         // accum += g²; var -= lr * g / (sqrt(accum) + eps)
         Output accum = slot("adagrad_accum", o.initial_accumulator);
         Output new_accum = ops::AssignAdd(vs.WithOpName("accum"), accum, ops::Square(vs, dense));
-        Output denom = ops::Add(vs, ops::Sqrt(vs, new_accum), scalar(o.epsilon));
+        Output denom = ops::Add(vs, ops::Sqrt(vs, new_accum), scalar(EffectiveEpsilon(o)));
         updates.push_back(ops::AssignSub(vs.WithOpName("update"), v.variable,
                                          ops::Div(vs, ops::Mul(vs, dense, vlr), denom)).node);
         break;
@@ -205,11 +215,11 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
                                     ops::Add(vs, ops::Mul(vs, ms, scalar(o.rho)),
                                              ops::Mul(vs, ops::Square(vs, dense), scalar(1 - o.rho))));
         Output step_val = ops::Div(vs, ops::Mul(vs, dense, vlr),
-                                   ops::Sqrt(vs, ops::Add(vs, new_ms, scalar(o.epsilon))));
-        if (o.momentum > 0) {
+                                   ops::Sqrt(vs, ops::Add(vs, new_ms, scalar(EffectiveEpsilon(o)))));
+        if (EffectiveMomentum(o) > 0) {
           Output mom = slot("rms_momentum", 0);
           Output new_mom = ops::Assign(vs.WithOpName("mom"), mom,
-                                       ops::Add(vs, ops::Mul(vs, mom, scalar(o.momentum)), step_val));
+                                       ops::Add(vs, ops::Mul(vs, mom, scalar(EffectiveMomentum(o))), step_val));
           updates.push_back(ops::AssignSub(vs.WithOpName("update"), v.variable, new_mom).node);
         } else {
           updates.push_back(ops::AssignSub(vs.WithOpName("update"), v.variable, step_val).node);

@@ -17,6 +17,7 @@
 #ifndef FLOWSTATE_GRAPH_OPTIMIZERS_H_
 #define FLOWSTATE_GRAPH_OPTIMIZERS_H_
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,16 +41,25 @@ struct OptimizerOptions {
   enum class Kind { kSgd, kMomentum, kAdam, kAdaGrad, kRmsProp };
   Kind kind = Kind::kSgd;
   double learning_rate = 0.01;
-  double momentum = 0.9;       // momentum; rmsprop (0 by default there)
+  // momentum; rmsprop. Unset: the kind's default (EffectiveMomentum): 0.9
+  // for momentum, 0 for rmsprop -- the same from C++ and from a JSON job.
+  std::optional<double> momentum;
   bool nesterov = false;       // momentum
   double beta1 = 0.9;          // adam
   double beta2 = 0.999;        // adam
-  double epsilon = 1e-8;       // adam, adagrad, rmsprop
+  // adam, adagrad, rmsprop. Unset: the kind's default (EffectiveEpsilon):
+  // 1e-7 for adagrad (as Keras), 1e-8 for adam and rmsprop.
+  std::optional<double> epsilon;
   double rho = 0.9;            // rmsprop
   double initial_accumulator = 0.1;  // adagrad
   double clip_global_norm = 0;  // > 0: scale gradients so their global norm is at most this
   LearningRateSchedule schedule;
 };
+
+// The value an optimizer of `o.kind` uses: the one set, else the kind's
+// default (the one place the defaults are written).
+double EffectiveMomentum(const OptimizerOptions& o);
+double EffectiveEpsilon(const OptimizerOptions& o);
 
 // INVALID_ARGUMENT naming the field ("optimizer.learning_rate: must be > 0").
 Status ValidateOptimizerOptions(const OptimizerOptions& options);

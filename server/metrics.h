@@ -42,7 +42,7 @@
 #include <memory>
 #include <string>
 
-#include "server/job_manager.h"
+#include "jobs/job_manager.h"
 
 namespace flowstate {
 

@@ -227,6 +227,7 @@ std::vector<OpInfo> Service::ListOps() const {
 
 std::vector<DeviceInfo> Service::ListDevices() const {
   std::vector<DeviceInfo> out;
+  std::map<std::string, std::vector<std::string>> running = jobs_->RunningJobsByDevice();
   for (Device* d : options_.devices->devices()) {
     DeviceInfo i;
     i.name = d->name();
@@ -237,6 +238,10 @@ std::vector<DeviceInfo> Service::ListDevices() const {
     i.peak_bytes_in_use = s.peak_bytes_in_use;
     i.bytes_limit = s.bytes_limit;
     i.bytes_cached = s.bytes_cached;
+    if (auto r = running.find(d->name()); r != running.end()) {
+      i.jobs = r->second;
+      i.running_jobs = int(r->second.size());
+    }
     out.push_back(i);
   }
   return out;

@@ -29,7 +29,8 @@
 #include "graph/attr_value.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
-#include "server/job_manager.h"
+#include "api/views.h"
+#include "jobs/job_manager.h"
 
 namespace flowstate {
 
@@ -52,27 +53,6 @@ struct ServiceOptions {
   JobManagerOptions jobs;  // devices, data_root, max_shape_bytes are filled in from above
 };
 
-struct OpInfo {
-  struct Arg {
-    std::string name, type;  // type: "float32", "T", "N * T", "Ref(T)"
-  };
-  struct Attr {
-    std::string name, kind, default_value;  // default_value: JSON text, "" when required
-    std::vector<std::string> allowed;       // dtypes a type attr allows
-  };
-  std::string name, doc;
-  std::vector<Arg> inputs, outputs;
-  std::vector<Attr> attrs;
-  bool stateful = false;
-  std::vector<std::string> devices;  // device types with a kernel
-};
-
-struct DeviceInfo {
-  std::string name, type, description;
-  int64_t bytes_in_use = 0, peak_bytes_in_use = 0, bytes_limit = 0;
-  int64_t bytes_cached = 0;  // freed buffers kept for reuse by the device pool
-  int running_jobs = 0;
-};
 
 struct SessionRunRequest {
   std::vector<std::pair<std::string, Tensor>> feeds;

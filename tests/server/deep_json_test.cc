@@ -14,8 +14,8 @@
 #include <string>
 
 #include "api/json_codec.h"
-#include "server/http_server.h"
-#include "server/job_spec.h"
+#include "server/rest/http_server.h"
+#include "api/job_spec.h"
 #include "tests/server/grpc_test_fixture.h"
 
 namespace flowstate {

@@ -20,8 +20,8 @@
 
 #include "api/flowstate.grpc.pb.h"
 #include "api/json_codec.h"
-#include "server/grpc_server.h"
-#include "server/http_server.h"
+#include "server/grpc/grpc_server.h"
+#include "server/rest/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "tests/server/raw_http_client.h"

@@ -1,7 +1,7 @@
-// The gRPC frontend's conversions (server/grpc_convert.h): tensors and graphs
+// The gRPC frontend's conversions (api/proto_convert.h): tensors and graphs
 // round-trip, and bad input is refused as the JSON codec refuses it, with
 // the path of the field.
-#include "server/grpc_convert.h"
+#include "api/proto_convert.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "api/json_codec.h"
 
-namespace flowstate::grpc_convert {
+namespace flowstate::proto_convert {
 namespace {
 
 // Asserts that `s` failed with `code`, naming `node`, with a message that
@@ -439,13 +439,18 @@ TEST(GrpcConvertJob, OpsAndDevices) {
   d.bytes_in_use = 10;
   d.bytes_limit = 100;
   d.bytes_cached = 7;
+  d.running_jobs = 2;
+  d.jobs = {"job-1", "job-4"};
   pb::Device pd;
   DeviceToProto(d, &pd);
   EXPECT_EQ(pd.type(), "CPU");
   EXPECT_EQ(pd.memory().bytes_in_use(), 10);
   EXPECT_EQ(pd.memory().bytes_limit(), 100);
   EXPECT_EQ(pd.memory().bytes_cached(), 7);
+  EXPECT_EQ(pd.running_jobs(), 2);
+  ASSERT_EQ(pd.jobs_size(), 2);
+  EXPECT_EQ(pd.jobs(1), "job-4");
 }
 
 }  // namespace
-}  // namespace flowstate::grpc_convert
+}  // namespace flowstate::proto_convert

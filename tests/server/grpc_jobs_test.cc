@@ -63,7 +63,7 @@ TEST_F(GrpcServerTest, GrpcJobsSubmitWatchGetListPredict) {
   EXPECT_TRUE(done.has_finished());
   // The same job as the service reports it.
   pb::Job direct;
-  grpc_convert::JobToProto(*service_->jobs().Get(job.job_id()), &direct);
+  proto_convert::JobToProto(*service_->jobs().Get(job.job_id()), &direct);
   EXPECT_EQ(done.SerializeAsString(), direct.SerializeAsString());
 
   // Watching a finished job: its state, then the end.
@@ -132,7 +132,7 @@ TEST_F(GrpcServerTest, GrpcParityWithTheServiceForJobSubmission) {
   StatusOr<JobInfo> d = service_->jobs().Submit(bad);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  Status back = grpc_convert::FromGrpcStatus(g);
+  Status back = proto_convert::FromGrpcStatus(g);
   EXPECT_EQ(back.code(), d.status().code());
   EXPECT_EQ(back.message(), d.status().message());
   EXPECT_EQ(back.node(), d.status().node());
@@ -146,7 +146,7 @@ TEST_F(GrpcServerTest, GrpcParityWithTheServiceForJobSubmission) {
   g = jobs_->Submit(&ctx2, req, &job);
   d = service_->jobs().Submit(escape);
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(grpc_convert::FromGrpcStatus(g).message(), d.status().message());
+  EXPECT_EQ(proto_convert::FromGrpcStatus(g).message(), d.status().message());
   EXPECT_EQ(int(g.error_code()), int(d.status().code()));
 
   // A good one: the same job (but its id and times).
@@ -154,7 +154,7 @@ TEST_F(GrpcServerTest, GrpcParityWithTheServiceForJobSubmission) {
   StatusOr<JobInfo> direct = service_->jobs().Submit(CsvJob(1, 4));
   ASSERT_TRUE(direct.ok()) << direct.status().ToString();
   pb::Job via_service;
-  grpc_convert::JobToProto(*direct, &via_service);
+  proto_convert::JobToProto(*direct, &via_service);
   for (pb::Job* j : {&via_grpc, &via_service}) {
     j->clear_job_id();
     j->clear_created();

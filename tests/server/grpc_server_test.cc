@@ -197,7 +197,7 @@ TEST_F(GrpcServerTest, GrpcSessionErrorsNameTheFieldOrNode) {
   run.clear_fetches();
   run.add_fetches("y");
   pb::Tensor ints;
-  grpc_convert::TensorToProto(Tensor::FromVector<int32_t>({1, 2}), &ints);
+  proto_convert::TensorToProto(Tensor::FromVector<int32_t>({1, 2}), &ints);
   (*run.mutable_feeds())["x"] = ints;
   s = Run(run, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
@@ -230,7 +230,7 @@ TEST_F(GrpcServerTest, GrpcParityWithTheServiceForSessions) {
   // Errors: a missing feed, an unknown fetch, a bad graph.
   auto same_error = [&](const grpc::Status& g, const Status& d) {
     ASSERT_FALSE(d.ok());
-    Status back = grpc_convert::FromGrpcStatus(g);
+    Status back = proto_convert::FromGrpcStatus(g);
     EXPECT_EQ(back.code(), d.code()) << g.error_message() << " vs " << d.ToString();
     EXPECT_EQ(back.message(), d.message());
     EXPECT_EQ(back.node(), d.node());
@@ -391,7 +391,7 @@ TEST_F(GrpcServerTest, GrpcDevicesAndOps) {
   bool found = false;
   for (int i = 0; i < ops.ops_size(); ++i) {
     pb::Op expected;
-    grpc_convert::OpToProto(direct_ops[size_t(i)], &expected);
+    proto_convert::OpToProto(direct_ops[size_t(i)], &expected);
     EXPECT_EQ(ops.ops(i).SerializeAsString(), expected.SerializeAsString()) << expected.name();
     if (ops.ops(i).name() != "MatMul") continue;
     found = true;

@@ -5,7 +5,7 @@
 #ifndef FLOWSTATE_TESTS_SERVER_GRPC_TEST_FIXTURE_H_
 #define FLOWSTATE_TESTS_SERVER_GRPC_TEST_FIXTURE_H_
 
-#include "server/grpc_server.h"
+#include "server/grpc/grpc_server.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -26,7 +26,7 @@
 
 #include "api/flowstate.grpc.pb.h"
 #include "api/json_codec.h"
-#include "server/grpc_convert.h"
+#include "api/proto_convert.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "tests/server/server_test_util.h"
@@ -64,7 +64,7 @@ constexpr const char* kDoubleGraph = R"({"nodes": [
 
 inline pb::Tensor FloatTensor(const std::vector<float>& v, std::vector<int64_t> shape) {
   pb::Tensor t;
-  grpc_convert::TensorToProto(Tensor::FromVector<float>(v, TensorShape(shape)), &t);
+  proto_convert::TensorToProto(Tensor::FromVector<float>(v, TensorShape(shape)), &t);
   return t;
 }
 
@@ -76,7 +76,7 @@ inline std::vector<float> Floats(const pb::Tensor& t) {
 }
 
 inline Tensor FromProto(const pb::Tensor& t) {
-  StatusOr<Tensor> r = grpc_convert::TensorFromProto(t, "t", size_t{1} << 30);
+  StatusOr<Tensor> r = proto_convert::TensorFromProto(t, "t", size_t{1} << 30);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : Tensor();
 }

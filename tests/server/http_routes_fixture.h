@@ -5,7 +5,7 @@
 #ifndef FLOWSTATE_TESTS_SERVER_HTTP_ROUTES_FIXTURE_H_
 #define FLOWSTATE_TESTS_SERVER_HTTP_ROUTES_FIXTURE_H_
 
-#include "server/http_routes.h"
+#include "server/rest/http_routes.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "api/json_codec.h"
-#include "server/json_views.h"
+#include "api/views_json.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "tests/server/server_test_util.h"

@@ -243,6 +243,25 @@ TEST_F(HttpRoutesTest, EventsSendKeepAlivesAndEndOnClose) {
   ASSERT_EQ(Do("POST", "/v1/jobs/job-1/cancel").status, 200);
 }
 
+// GET /v1/devices names the RUNNING jobs on each device (issue 12:
+// DeviceInfo::running_jobs was never set).
+TEST_F(HttpRoutesTest, DevicesListTheirRunningJobs) {
+  ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(100000)).status, 201);
+  WaitFor("job-1", JobState::kRunning);
+  Json d = Json::parse(Do("GET", "/v1/devices").body)["devices"][0];
+  EXPECT_EQ(d["running_jobs"], 1) << d.dump();
+  EXPECT_EQ(d["jobs"], Json::parse(R"(["job-1"])")) << d.dump();
+  StatusOr<std::vector<DeviceInfo>> read = DeviceInfoListFromJson(Do("GET", "/v1/devices").body);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->front().running_jobs, 1);
+  EXPECT_EQ(read->front().jobs, std::vector<std::string>{"job-1"});
+  ASSERT_EQ(Do("POST", "/v1/jobs/job-1/cancel").status, 200);
+  WaitFor("job-1", JobState::kCancelled);
+  d = Json::parse(Do("GET", "/v1/devices").body)["devices"][0];
+  EXPECT_EQ(d["running_jobs"], 0) << d.dump();
+  EXPECT_TRUE(d["jobs"].empty()) << d.dump();
+}
+
 TEST_F(HttpRoutesTest, DeleteRemovesFinishedJobsOnly) {
   ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(100000)).status, 201);
   WaitFor("job-1", JobState::kRunning);

@@ -1,4 +1,4 @@
-// The REST API as a pure function (server/http_routes.h): every route over a
+// The REST API as a pure function (server/rest/http_routes.h): every route over a
 // real Service, its bodies exactly as server/API.md gives them, every error
 // case, authentication, and that rejected requests change nothing.
 #include "tests/server/http_routes_fixture.h"
@@ -99,7 +99,7 @@ TEST_F(HttpRoutesTest, DevicesListThePool) {
   ASSERT_EQ(Keys(body), std::vector<std::string>{"devices"});
   ASSERT_EQ(body["devices"].size(), Pool()->devices().size());
   const Json& d = body["devices"][0];
-  EXPECT_EQ(Keys(d), (std::vector<std::string>{"name", "type", "description", "memory"}));
+  EXPECT_EQ(Keys(d), (std::vector<std::string>{"name", "type", "description", "memory", "running_jobs", "jobs"}));
   EXPECT_EQ(Keys(d["memory"]),
             (std::vector<std::string>{"bytes_in_use", "peak_bytes_in_use", "bytes_limit",
                                       "bytes_cached"}));

@@ -1,7 +1,7 @@
-// The REST frontend's sockets (server/http_server.h), spoken to over raw TCP
+// The REST frontend's sockets (server/rest/http_server.h), spoken to over raw TCP
 // by a minimal HTTP/1.1 client: keep-alive, pipelining, the body limit,
 // timeouts, server-sent events of a training job, and Stop().
-#include "server/http_server.h"
+#include "server/rest/http_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "api/json_codec.h"
-#include "server/json_views.h"
+#include "api/views_json.h"
 #include "server/metrics.h"
 #include "server/server_timing.h"
 #include "server/service.h"

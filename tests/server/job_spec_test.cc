@@ -1,11 +1,11 @@
-#include "server/job_spec.h"
+#include "api/job_spec.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "server/training_job.h"
+#include "jobs/training_job.h"
 
 namespace flowstate {
 namespace {
@@ -69,6 +69,34 @@ TEST(JobSpec, ParsesTheExampleJobs) {
     EXPECT_FALSE(g->train_op.empty());
     EXPECT_GE(g->trainable.size(), 4u);
   }
+}
+
+// One default per optimizer kind, the same from C++ (OptimizerOptions) and
+// from a JSON job (issue 12: AdaGrad's epsilon was 1e-8 from C++ and 1e-7
+// from JSON; RMSProp's momentum 0.9 and 0).
+TEST(JobSpec, OptimizerDefaultsAreTheSameFromCppAndJson) {
+  struct Case {
+    const char* type;
+    OptimizerOptions::Kind kind;
+    double epsilon, momentum;
+  };
+  for (const Case& c : {Case{"adagrad", OptimizerOptions::Kind::kAdaGrad, 1e-7, 0.9},
+                        Case{"adam", OptimizerOptions::Kind::kAdam, 1e-8, 0.9},
+                        Case{"rmsprop", OptimizerOptions::Kind::kRmsProp, 1e-8, 0.0},
+                        Case{"momentum", OptimizerOptions::Kind::kMomentum, 1e-8, 0.9}}) {
+    StatusOr<JobSpec> job = ParseJobSpec(Job(R"("type": "sgd")", std::string(R"("type": ")") + c.type + "\""));
+    ASSERT_TRUE(job.ok()) << c.type << ": " << job.status().ToString();
+    OptimizerOptions cpp;
+    cpp.kind = c.kind;
+    EXPECT_EQ(EffectiveEpsilon(job->optimizer), c.epsilon) << c.type;
+    EXPECT_EQ(EffectiveEpsilon(cpp), c.epsilon) << c.type;
+    EXPECT_EQ(EffectiveMomentum(job->optimizer), c.momentum) << c.type;
+    EXPECT_EQ(EffectiveMomentum(cpp), c.momentum) << c.type;
+  }
+  // A value set in the job wins.
+  StatusOr<JobSpec> set = ParseJobSpec(Job(R"("type": "sgd")", R"("type": "adagrad", "epsilon": 0.001)"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(EffectiveEpsilon(set->optimizer), 0.001);
 }
 
 TEST(JobSpec, ErrorsNameTheJsonPath) {

@@ -20,8 +20,8 @@
 
 #include "api/flowstate.grpc.pb.h"
 #include "checkpoints/store.h"
-#include "server/grpc_server.h"
-#include "server/http_routes.h"
+#include "server/grpc/grpc_server.h"
+#include "server/rest/http_routes.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "tests/server/server_test_util.h"

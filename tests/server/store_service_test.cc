@@ -19,9 +19,9 @@
 #include "checkpoints/store.h"
 #include "graph/ops.h"
 #include "graph/scope.h"
-#include "server/grpc_convert.h"
-#include "server/grpc_server.h"
-#include "server/http_routes.h"
+#include "api/proto_convert.h"
+#include "server/grpc/grpc_server.h"
+#include "server/rest/http_routes.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "tests/server/server_test_util.h"
@@ -93,7 +93,7 @@ TEST_F(StoreServiceTest, CorruptCheckpointUploadIs400SayingWhatWithoutServerPath
     pb::CheckpointJobResponse resp;
     grpc::Status g = jobs_->ImportCheckpoint(&ctx, req, &resp);
     EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
-    EXPECT_EQ(grpc_convert::FromGrpcStatus(g).message(), rest.message());
+    EXPECT_EQ(proto_convert::FromGrpcStatus(g).message(), rest.message());
   }
   // Nothing was stored; a good upload still works.
   EXPECT_EQ(Rest("GET", "/v1/jobs/import-1/checkpoints").status, 404);

@@ -1,0 +1,93 @@
+// JobSpec: a training job as a client describes it (DESIGN.md, "A training
+// job"), parsed from JSON with every error naming the JSON path of the bad
+// field ("optimizer.learning_rate: must be > 0").
+//
+// Parsing checks the form of each field; ValidateJob (training_job.h) then
+// checks the job against its graph and its data. Value type.
+#ifndef FLOWSTATE_API_JOB_SPEC_H_
+#define FLOWSTATE_API_JOB_SPEC_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/attr_value.h"
+#include "graph/optimizers.h"
+#include "graph/status.h"
+
+namespace flowstate {
+
+struct CsvColumns {
+  std::vector<int> indices;        // by position, or
+  std::vector<std::string> names;  // by header name
+  std::string dtype = "float32";
+};
+
+struct DataSpec {
+  std::string format = "idx";                // "idx" or "csv"
+  std::map<std::string, std::string> files;  // placeholder name -> path under the data root
+  // csv only: one file for all components, columns chosen per component.
+  std::map<std::string, CsvColumns> columns;
+  std::optional<bool> header;                // csv: default auto-detect
+  char delimiter = ',';
+  int64_t batch_size = 32;
+  std::optional<int64_t> max_examples;       // use only the first N examples
+};
+
+struct InputSpec : DataSpec {
+  bool shuffle = true;
+  int64_t epochs = 1;
+  bool drop_remainder = false;
+  int prefetch = 4;
+};
+
+struct EvalSpec : DataSpec {
+  std::vector<std::string> metrics;  // scalar nodes, reported as means over the set
+  int64_t every_epochs = 1;
+};
+
+struct CheckpointSpec {
+  int64_t every_steps = 0;      // 0: not by steps
+  double every_seconds = 0;     // 0: not by time
+  int keep = 3;
+};
+
+// Start the model's variables from another job's checkpoint (fine-tuning);
+// variables are matched by name.
+struct InitFromSpec {
+  std::string job;   // a job id (or an imported checkpoint's id)
+  int64_t step = 0;  // the checkpoint's step
+};
+
+// What a step whose loss or gradients are NaN/Inf does: its update is never
+// applied; kFail fails the job naming the step, kSkipStep goes on with the
+// next batch (the step is counted as skipped).
+enum class OnNan { kFail, kSkipStep };
+
+struct JobSpec {
+  std::string name;
+  GraphDef graph;
+  std::string loss;
+  std::string optimizer_type = "sgd";
+  OptimizerOptions optimizer;
+  InputSpec input;
+  std::optional<EvalSpec> eval;
+  CheckpointSpec checkpoint;
+  std::vector<std::string> devices;  // e.g. ["CPU:0"]; empty: the default device
+  int replicas = 1;
+  uint64_t seed = 0;  // initializers, shuffling and dropout derive from it
+  std::optional<int64_t> max_steps;  // stop early after this many steps
+  std::optional<InitFromSpec> init_from;
+  OnNan on_nan = OnNan::kFail;  // "on_nan": "fail" | "skip_step"
+};
+
+// INVALID_ARGUMENT with the JSON path of the first bad field; unknown fields
+// are errors too (a typo must not be silently ignored).
+StatusOr<JobSpec> ParseJobSpec(std::string_view json);
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_API_JOB_SPEC_H_

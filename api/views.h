@@ -1,0 +1,98 @@
+// The views of the service's objects that every frontend reads: a job
+// (state, progress, metrics, checkpoint, error), its events and checkpoints,
+// an op of the registry, a device of the pool. One plain struct each: the job
+// manager and the service fill them, and the REST JSON (api/views_json.h),
+// the protobuf messages (api/proto_convert.h), the stored job record and the
+// CLI all read these, so a field is added in one place.
+//
+// Value types; no synchronization of their own.
+#ifndef FLOWSTATE_API_VIEWS_H_
+#define FLOWSTATE_API_VIEWS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowstate {
+
+enum class JobState { kQueued, kRunning, kPaused, kSucceeded, kFailed, kCancelled };
+std::string_view JobStateName(JobState s);  // "QUEUED", ...
+bool IsTerminal(JobState s);
+
+// A snapshot of one job, as GET /v1/jobs/{id} reports it.
+struct JobInfo {
+  std::string id;
+  std::string name;
+  JobState state = JobState::kQueued;
+  int64_t epoch = 0;         // 0-based epoch of the last step
+  int64_t epochs = 0;
+  int64_t step = 0;          // steps done
+  int64_t total_steps = 0;   // 0 until the job has started
+  double loss = 0;           // of the last step
+  double examples_per_sec = 0;
+  std::map<std::string, double> metrics;  // the last evaluation
+  std::string error;         // FAILED: why
+  // Seconds since the epoch; 0 when not yet.
+  double created = 0, started = 0, finished = 0;
+  // The latest checkpoint written (step -1: none yet), failed writes.
+  int64_t checkpoint_step = -1;
+  double checkpoint_time = 0;
+  int64_t checkpoint_bytes = 0;
+  int64_t checkpoint_failures = 0;
+  std::string checkpoint_error;  // of the last failed write, "" after a success
+  // The step this process resumed the job from after a restart; -1: it did not.
+  int64_t resumed_from_step = -1;
+  // Steps whose loss or gradients were NaN/Inf and whose update was not
+  // applied (on_nan "skip_step").
+  int64_t skipped_steps = 0;
+};
+
+struct JobEvent {
+  enum class Kind { kState, kStep, kEval, kCheckpoint, kResume, kNan };
+  Kind kind = Kind::kState;
+  JobInfo info;  // the job right after the event
+  double time = 0;
+  // kCheckpoint, kResume, kNan (and some kState): what happened, for people
+  // ("checkpoint at step 120 written: 1.2 MB in 35 ms"; "step 7: the loss
+  // is NaN; the step was skipped").
+  std::string message;
+};
+// "state", "step", "eval", "checkpoint", "resume", "nan"
+std::string_view JobEventKindName(JobEvent::Kind k);
+
+// One checkpoint of a job, as GET /v1/jobs/{id}/checkpoints lists it.
+struct JobCheckpointInfo {
+  int64_t step = 0;
+  double time = 0;  // seconds since the epoch
+  int64_t bytes = 0;
+  int64_t num_tensors = 0;
+};
+
+struct OpInfo {
+  struct Arg {
+    std::string name, type;  // type: "float32", "T", "N * T", "Ref(T)"
+  };
+  struct Attr {
+    std::string name, kind, default_value;  // default_value: JSON text, "" when required
+    std::vector<std::string> allowed;       // dtypes a type attr allows
+  };
+  std::string name, doc;
+  std::vector<Arg> inputs, outputs;
+  std::vector<Attr> attrs;
+  bool stateful = false;
+  std::vector<std::string> devices;  // device types with a kernel
+};
+
+struct DeviceInfo {
+  std::string name, type, description;
+  int64_t bytes_in_use = 0, peak_bytes_in_use = 0, bytes_limit = 0;
+  int64_t bytes_cached = 0;  // freed buffers kept for reuse by the device pool
+  int running_jobs = 0;            // RUNNING jobs on the device
+  std::vector<std::string> jobs;   // their ids, in submission order
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_API_VIEWS_H_

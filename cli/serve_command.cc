@@ -1,0 +1,282 @@
+// `flowstate serve`: the long-running training service.
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "api/json_codec.h"
+#include "checkpoints/store.h"
+#include "config/config.h"
+#include "devices/device_pool.h"
+#include "cli/commands.h"
+#include "server/grpc/grpc_server.h"
+#include "server/rest/http_server.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace flowstate {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR]\n"
+    "                       [--data-root DIR] [--set section.key=VALUE] [--port-file FILE]\n"
+    "Defaults come from the embedded config/flowstate.json, then the file, then\n"
+    "FLOWSTATE_<SECTION>_<KEY> environment variables, then flags.\n";
+
+// The machine's physical memory in bytes, or the cgroup's memory limit when
+// that is smaller (a container); 0 when unknown.
+int64_t PhysicalMemoryBytes() {
+  int64_t bytes = 0;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) bytes = int64_t(pages) * int64_t(page);
+  // cgroup v2, then v1 ("max" or a huge number: no limit).
+  for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(f);
+    std::string text;
+    if (!(in >> text)) continue;
+    if (text != "max") {
+      try {
+        int64_t limit = std::stoll(text);
+        if (limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;
+      } catch (...) {
+      }
+    }
+    break;
+  }
+  return bytes;
+}
+
+// Raises the soft limit on open files to the hard one, so that
+// http.max_connections (event streams included) is not cut short by the
+// usual soft limit of 1024 descriptors; warns when even the hard limit is
+// below what the configured connections need.
+void RaiseOpenFileLimit(int max_connections) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  // The store, the gRPC connections and the dataset files need some too.
+  const rlim_t wanted = rlim_t(max_connections) + 256;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < wanted) {
+    std::fprintf(stderr,
+                 "flowstate serve: warning: the open-file limit (%llu) is below what "
+                 "http.max_connections=%d needs (about %llu); raise `ulimit -n`\n",
+                 static_cast<unsigned long long>(rl.rlim_cur), max_connections,
+                 static_cast<unsigned long long>(wanted));
+  }
+}
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) {
+  std::vector<std::string> args;
+  std::string port_file;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--port-file") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "flowstate serve: --port-file needs a file\n");
+        return 2;
+      }
+      port_file = argv[++i];
+      continue;
+    }
+    args.push_back(a);
+  }
+  config::ServerConfig cfg;
+  config::LoadResult loaded = config::LoadServerConfig(args, [](const char* n) { return std::getenv(n); }, &cfg);
+  if (!loaded.ok) {
+    std::fprintf(stderr, "flowstate serve: %s\n%s", loaded.error.c_str(), kUsage);
+    return 2;
+  }
+
+  // Before anything reads client JSON.
+  if (Status s = api::SetMaxJsonDepth(cfg.limits.max_json_depth); !s.ok()) {
+    std::fprintf(stderr, "flowstate serve: limits.max_json_depth: %s\n", s.message().c_str());
+    return 2;
+  }
+
+  // Before any thread starts or anything uses gRPC.
+  if (Status s = SetGrpcPollStrategy(cfg.grpc.poll_strategy); !s.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n", s.ToString().c_str());
+    return 2;
+  }
+
+  // Block the signals in every thread (gRPC's and Beast's inherit the mask);
+  // this thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  DevicePoolOptions dpo;
+  dpo.num_cpu_devices = cfg.devices.cpu_devices;
+  dpo.intra_op_threads = cfg.devices.intra_op_threads;
+  // What tensors may hold in all: devices.memory_limit_bytes, else a share
+  // of the machine's (or the container's) memory; each CPU device gets an
+  // equal part.
+  const int64_t memory_limit =
+      cfg.devices.memory_limit_bytes > 0
+          ? cfg.devices.memory_limit_bytes
+          : int64_t(double(PhysicalMemoryBytes()) * cfg.devices.memory_limit_fraction);
+  dpo.cpu_memory_limit_bytes = memory_limit / std::max(1, cfg.devices.cpu_devices);
+  StatusOr<std::unique_ptr<DevicePool>> devices = DevicePool::Create(dpo);
+  if (!devices.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n", devices.status().ToString().c_str());
+    return 1;
+  }
+  // The durable store: one per data directory; a second server on the same
+  // directory is refused here (RocksDB's lock), before anything is served.
+  checkpoints::StoreOptions sto;
+  if (const char* f = std::getenv("FLOWSTATE_TEST_FAIL_WRITES_FILE"); f != nullptr && *f != '\0') {
+    // Test hook (disk errors): while this file exists, every write of the
+    // store fails with an I/O error.
+    std::string path = f;
+    sto.fail_writes = [path] { return ::access(path.c_str(), F_OK) == 0; };
+  }
+  StatusOr<std::unique_ptr<checkpoints::Store>> store = checkpoints::Store::Open(cfg.data_dir, sto);
+  if (!store.ok()) {
+    std::fprintf(stderr, "flowstate serve: %s\n", store.status().message().c_str());
+    return 1;
+  }
+  if (Status ws = (*store)->WriteStatus(); !ws.ok()) {
+    // A full disk: served read-only; writes resume once there is room.
+    std::fprintf(stderr, "flowstate serve: warning: %s\n", ws.ToString().c_str());
+  }
+  Metrics metrics;
+  ServiceOptions so;
+  so.devices = devices->get();
+  so.data_root = cfg.data_root;
+  so.max_sessions = cfg.sessions.max_sessions;
+  so.session_idle_timeout = std::chrono::seconds(int64_t(cfg.sessions.idle_timeout_seconds));
+  so.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  so.max_event_streams = cfg.limits.max_event_streams;
+  so.max_shape_bytes = cfg.limits.max_shape_bytes;
+  so.jobs.max_running = cfg.jobs.max_running;
+  so.jobs.workers = cfg.jobs.workers;
+  so.jobs.inter_op_threads = cfg.jobs.inter_op_threads;
+  so.jobs.max_step_events_per_second = cfg.jobs.max_step_events_per_second;
+  so.jobs.retention_max_finished = cfg.jobs.retention_max_finished;
+  so.jobs.retention_seconds = double(cfg.jobs.retention_seconds);
+  so.jobs.observer = metrics.job_observer();
+  so.jobs.store = store->get();
+  Service service(so);
+  if (Status rs = service.jobs().Recover(); !rs.ok()) {
+    std::fprintf(stderr, "flowstate serve: reloading the jobs of %s: %s\n", cfg.data_dir.c_str(),
+                 rs.ToString().c_str());
+    return 1;
+  }
+  if (size_t n = service.jobs().List().size(); n > 0) {
+    std::fprintf(stderr, "flowstate serve: reloaded %zu job(s) from %s\n", n, cfg.data_dir.c_str());
+  }
+  metrics.SetScrapeHook([&service](Metrics* m) {
+    for (const auto& [state, n] : service.jobs().CountByState()) {
+      m->SetJobsByState(std::string(JobStateName(state)), n);
+    }
+    m->SetQueueDepth(service.jobs().queue_depth());
+    m->SetEventStreams(service.num_event_streams());
+    for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use), double(d.bytes_cached));
+  });
+
+  RaiseOpenFileLimit(cfg.http.max_connections);
+  HttpServerOptions ho;
+  ho.address = cfg.http.address;
+  ho.threads = cfg.http.threads;
+  ho.body_limit_bytes = cfg.http.body_limit_bytes;
+  ho.unauthenticated_body_limit_bytes = cfg.http.unauthenticated_body_limit_bytes;
+  ho.max_connections = cfg.http.max_connections;
+  ho.read_timeout_seconds = cfg.http.read_timeout_seconds;
+  ho.idle_timeout_seconds = cfg.http.idle_timeout_seconds;
+  ho.max_pipelined_requests = cfg.http.max_pipelined_requests;
+  ho.tokens = cfg.auth.tokens;
+  ho.open_routes = cfg.auth.open_routes;
+  ho.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  ho.log_requests = cfg.log.requests;
+  ho.inline_below_us = cfg.http.inline_below_us;
+  ho.spin_us = cfg.http.spin_us;
+  ho.server_timing = cfg.http.server_timing;
+  StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(&service, &metrics, ho);
+  if (!http.ok()) {
+    std::fprintf(stderr, "flowstate serve: http: %s\n", http.status().message().c_str());
+    return 1;
+  }
+  GrpcServerOptions go;
+  go.address = cfg.grpc.address;
+  go.max_message_bytes = cfg.grpc.max_message_bytes;
+  go.max_concurrent_streams = cfg.grpc.max_concurrent_streams;
+  go.memory_limit_bytes = cfg.grpc.memory_limit_bytes;
+  go.tokens = cfg.auth.tokens;
+  go.max_tensor_bytes = cfg.limits.max_tensor_bytes;
+  go.handler_threads = cfg.grpc.handler_threads;
+  go.inline_below_us = cfg.grpc.inline_below_us;
+  go.spin_us = cfg.grpc.spin_us;
+  go.server_timing = cfg.grpc.server_timing;
+  StatusOr<std::unique_ptr<GrpcServer>> grpc = GrpcServer::Start(&service, &metrics, go);
+  if (!grpc.ok()) {
+    std::fprintf(stderr, "flowstate serve: grpc: %s\n", grpc.status().message().c_str());
+    (*http)->Stop();
+    return 1;
+  }
+  std::string host = cfg.http.address.substr(0, cfg.http.address.rfind(':'));
+  std::string ghost = cfg.grpc.address.substr(0, cfg.grpc.address.rfind(':'));
+  std::fprintf(stderr, "flowstate serve: http://%s:%d  grpc %s:%d  data root %s  %s\n", host.c_str(),
+               (*http)->port(), ghost.c_str(), (*grpc)->port(), cfg.data_root.c_str(),
+               cfg.auth.tokens.empty() ? "no auth" : "bearer-token auth");
+  if (!port_file.empty()) {
+    std::ofstream f(port_file + ".tmp");
+    f << "{\"http\": " << (*http)->port() << ", \"grpc\": " << (*grpc)->port() << "}\n";
+    f.close();
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+
+  // Idle sessions are closed in the background.
+  std::mutex reaper_mu;
+  std::condition_variable reaper_cv;
+  bool stopping = false;
+  std::thread reaper([&] {
+    std::unique_lock<std::mutex> l(reaper_mu);
+    while (!reaper_cv.wait_for(l, std::chrono::seconds(5), [&] { return stopping; })) {
+      l.unlock();
+      service.Reap();
+      service.jobs().EnforceRetention();  // jobs.retention_seconds
+      l.lock();
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "flowstate serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*http)->Stop();
+  (*grpc)->Stop();
+  {
+    std::lock_guard<std::mutex> l(reaper_mu);
+    stopping = true;
+    reaper_cv.notify_all();
+  }
+  reaper.join();
+  service.Shutdown();  // running steps finish; jobs stop between steps and are checkpointed
+  std::fprintf(stderr, "flowstate serve: stopped\n");
+  return 0;
+}
+
+}  // namespace flowstate

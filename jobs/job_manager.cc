@@ -1,0 +1,516 @@
+// JobManager's scheduling half (job_manager.h): submission, admission and
+// the workers' step-level round robin, job states and events, predict and
+// watch. Checkpoints, persistence and recovery: job_manager_durability.cc.
+#include "jobs/job_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "scheduler/thread_pool.h"
+#include "jobs/job_manager_internal.h"
+
+namespace flowstate {
+
+using namespace job_manager_internal;  // NOLINT: the two halves of one class
+using Json = nlohmann::json;
+using checkpoints::Store;
+
+JobManager::JobManager(const JobManagerOptions& options) : options_(options) {
+  options_.max_running = std::max(1, options_.max_running);
+  options_.workers = std::max(1, options_.workers);
+  inter_op_pool_ = std::make_unique<ThreadPool>(std::max(1, options_.inter_op_threads));
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+JobManager::~JobManager() { Shutdown(); }
+
+void JobManager::Shutdown() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    work_cv_.notify_all();
+  }
+  for (auto& t : workers_) t.join();
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    // Every started, unfinished job gets a checkpoint of where it stopped.
+    for (const std::string& id : order_) {
+      std::shared_ptr<Job> job = jobs_.at(id);
+      if (job->started && !IsTerminal(job->state) && job->step != job->snapshot_step) {
+        SnapshotLocked(job.get(), job, "shutdown");
+      }
+    }
+    writer_stopping_ = true;
+    writer_cv_.notify_all();
+  }
+  writer_.join();  // after the queued writes
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, job] : jobs_) {
+    if (!IsTerminal(job->state)) PersistLocked(*job, true);
+  }
+}
+
+JobInfo JobManager::InfoLocked(const Job& j) const {
+  JobInfo i;
+  i.id = j.id;
+  i.name = j.spec.name;
+  i.state = j.state;
+  i.epoch = j.epoch;
+  i.epochs = j.spec.input.epochs;
+  i.step = j.step;
+  i.total_steps = j.total_steps;
+  i.loss = j.loss;
+  i.examples_per_sec = j.train_seconds > 0 ? double(j.examples) / j.train_seconds : 0;
+  i.metrics = j.metrics;
+  i.error = j.error;
+  i.created = j.created;
+  i.started = j.started_at;
+  i.finished = j.finished_at;
+  i.checkpoint_step = j.checkpoint_step;
+  i.checkpoint_time = j.checkpoint_time;
+  i.checkpoint_bytes = j.checkpoint_bytes;
+  i.checkpoint_failures = j.checkpoint_failures;
+  i.checkpoint_error = j.checkpoint_error;
+  i.resumed_from_step = j.resumed_from_step;
+  i.skipped_steps = j.skipped_steps;
+  return i;
+}
+
+void JobManager::RememberLocked(Job* job, const JobEvent& e) {
+  if (e.kind == JobEvent::Kind::kStep) return;
+  job->history.push_back(e);
+  while (int(job->history.size()) > std::max(1, options_.max_history_events)) job->history.pop_front();
+}
+
+void JobManager::PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message) {
+  JobEvent e;
+  e.kind = kind;
+  e.info = InfoLocked(*job);
+  e.time = Now();
+  e.message = message;
+  RememberLocked(job, e);
+  bool terminal = IsTerminal(job->state) && kind == JobEvent::Kind::kState;
+  auto& subs = job->subscribers;
+  for (auto it = subs.begin(); it != subs.end();) {
+    std::shared_ptr<Stream> s = it->lock();
+    if (!s || s->closed()) {
+      it = subs.erase(it);
+      continue;
+    }
+    s->Push(e, terminal);
+    ++it;
+  }
+}
+
+void JobManager::SetStateLocked(Job* job, JobState s, const std::string& error) {
+  JobState from = job->state;
+  if (from == s) return;
+  job->state = s;
+  if (!error.empty()) job->error = error;
+  if (s == JobState::kRunning && job->started_at == 0) job->started_at = Now();
+  if (IsTerminal(s)) job->finished_at = Now();
+  if (IsTerminal(s) || s == JobState::kPaused || s == JobState::kQueued) {
+    if (job->holds_slot) {
+      job->holds_slot = false;
+      --running_;
+    }
+    ready_.erase(std::remove(ready_.begin(), ready_.end(), job->id), ready_.end());
+  }
+  if (IsTerminal(s) && job->runner && job->runner->pipeline()) job->runner->pipeline()->Cancel();
+  PublishLocked(job, JobEvent::Kind::kState);
+  PersistLocked(*job, true);
+  if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), from);
+  if (IsTerminal(s)) {
+    ReleaseLocked(job);
+    EnforceRetentionLocked();
+  }
+  AdmitLocked();
+}
+
+// Moves queued jobs into free running slots, oldest first.
+void JobManager::AdmitLocked() {
+  while (running_ < options_.max_running && !queued_.empty()) {
+    std::string id = queued_.front();
+    queued_.pop_front();
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second->state != JobState::kQueued) continue;
+    Job* job = it->second.get();
+    job->holds_slot = true;
+    ++running_;
+    ready_.push_back(id);
+    SetStateLocked(job, JobState::kRunning);
+    work_cv_.notify_one();
+  }
+}
+
+StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
+  FS_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job_json));
+  TrainingJobOptions o;
+  o.data_root = options_.data_root;
+  o.devices = options_.devices;
+  o.inter_op_pool = inter_op_pool_.get();
+  o.max_shape_bytes = options_.max_shape_bytes;
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, o));
+  bool init_values_set = false;
+  if (spec.init_from) {
+    const InitFromSpec& f = *spec.init_from;
+    if (options_.store == nullptr) {
+      return FailedPrecondition("init_from: this server keeps no checkpoints (it runs without a data directory)");
+    }
+    StatusOr<checkpoints::Snapshot> from = options_.store->ReadCheckpoint(f.job, f.step);
+    if (!from.ok()) {
+      if (from.status().code() == Code::kNotFound) {
+        return InvalidArgument("init_from: job '" + f.job + "' has no checkpoint at step " +
+                               std::to_string(f.step));
+      }
+      return from.status().WithPrefix("init_from");
+    }
+    std::vector<std::pair<std::string, Tensor>> values = ToNamed(std::move(from->tensors));
+    FS_RETURN_IF_ERROR(CheckInitialValues(runner->graph(), values, "init_from"));
+    runner->SetInitialValues(std::move(values));
+    init_values_set = true;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopping_) return Unavailable("the server is shutting down");
+  auto job = std::make_shared<Job>();
+  job->id = "job-" + std::to_string(next_id_++);
+  job->spec = std::move(spec);
+  job->spec_json = job_json;
+  job->runner = std::move(runner);
+  job->created = Now();
+  job->init_values_set = init_values_set;
+  if (options_.store != nullptr) {
+    Status st = options_.store->PutRecord(Store::Kind::kGraphs, job->id, job_json);
+    if (!st.ok()) return Unavailable("the job could not be stored: " + st.ToString());
+    PersistLocked(*job, true);
+  }
+  jobs_[job->id] = job;
+  order_.push_back(job->id);
+  queued_.push_back(job->id);
+  if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), JobState::kQueued);
+  JobInfo info = InfoLocked(*job);
+  AdmitLocked();
+  return info;
+}
+
+StatusOr<JobInfo> JobManager::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  return InfoLocked(*it->second);
+}
+
+std::vector<JobInfo> JobManager::List() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<JobInfo> out;
+  for (const std::string& id : order_) out.push_back(InfoLocked(*jobs_.at(id)));
+  return out;
+}
+
+std::map<std::string, std::vector<std::string>> JobManager::RunningJobsByDevice() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, std::vector<std::string>> out;
+  for (const std::string& id : order_) {
+    const Job& j = *jobs_.at(id);
+    if (j.state != JobState::kRunning || j.runner == nullptr) continue;
+    for (const std::string& d : j.runner->DeviceNames()) out[d].push_back(id);
+  }
+  return out;
+}
+
+int JobManager::queue_depth() const {
+  std::lock_guard<std::mutex> l(mu_);
+  int n = 0;
+  for (const auto& [id, j] : jobs_) n += j->state == JobState::kQueued;
+  return n;
+}
+
+std::map<JobState, int> JobManager::CountByState() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<JobState, int> out;
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kPaused,
+                     JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+    out[s] = 0;
+  }
+  for (const auto& [id, j] : jobs_) out[j->state]++;
+  return out;
+}
+
+Status JobManager::Cancel(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  if (IsTerminal(job->state)) {
+    return FailedPrecondition("job '" + id + "' is already " + std::string(JobStateName(job->state)));
+  }
+  if (job->busy) {
+    job->cancel_requested = true;  // applied when its current step ends
+  } else {
+    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+    if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
+    SetStateLocked(job, JobState::kCancelled);
+  }
+  return Status();
+}
+
+Status JobManager::Pause(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  if (job->state != JobState::kQueued && job->state != JobState::kRunning) {
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+                              "; only queued or running jobs can be paused");
+  }
+  if (job->busy) {
+    job->pause_requested = true;
+  } else {
+    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+    if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
+    SetStateLocked(job, JobState::kPaused);
+  }
+  return Status();
+}
+
+Status JobManager::Resume(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  if (job->state != JobState::kPaused) {
+    if (job->pause_requested) {  // paused but its step has not ended yet
+      job->pause_requested = false;
+      return Status();
+    }
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+                              "; only paused jobs can be resumed");
+  }
+  queued_.push_back(id);
+  SetStateLocked(job, JobState::kQueued);
+  return Status();
+}
+
+Status JobManager::Predict(const std::string& id,
+                           const std::vector<std::pair<std::string, Tensor>>& inputs,
+                           const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+  std::shared_ptr<Job> job;
+  std::shared_ptr<TrainingJob> runner;
+  bool lazy_start = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+    job = it->second;
+    runner = job->runner;
+    // A finished job (released, or reloaded after a restart) predicts with
+    // the variables of its final checkpoint or the model values it kept,
+    // loaded on first use.
+    lazy_start = !job->started && !job->inference_ready && IsTerminal(job->state) &&
+                 runner != nullptr &&
+                 ((options_.store != nullptr && job->restore_on_start) || !job->final_values.empty());
+    if (!job->started && !job->inference_ready && !lazy_start) {
+      return FailedPrecondition("job '" + id + "' has no trained variables yet (it is " +
+                                std::string(JobStateName(job->state)) + ")");
+    }
+  }
+  if (lazy_start) FS_RETURN_IF_ERROR(LoadFinished(job, runner));
+  return runner->Predict(inputs, fetches, outputs);
+}
+
+Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner) {
+  std::lock_guard<std::mutex> s(job->start_mu);
+  std::vector<std::pair<std::string, Tensor>> values;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    // Its final checkpoint may still be being written (a cancel's).
+    checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+    if (job->inference_ready) return Status();
+    if (!job->restore_on_start) values = job->final_values;
+  }
+  const bool kept = !values.empty();
+  if (kept) runner->SetInitialValues(std::move(values));
+  int64_t restored = -1;
+  Status st = StartRunner(job.get(), /*load_data=*/false, &restored);
+  if (!st.ok()) return st.WithPrefix("job '" + job->id + "': loading its variables");
+  if (restored < 0 && !kept) {
+    return FailedPrecondition("job '" + job->id + "' has no checkpoint to predict with");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  job->inference_ready = true;
+  return Status();
+}
+
+StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& id, bool history) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  Job* job = it->second.get();
+  auto stream = std::make_shared<Stream>();
+  if (history) {
+    for (const JobEvent& past : job->history) stream->Push(past, false);
+  }
+  JobEvent e;
+  e.kind = JobEvent::Kind::kState;
+  e.info = InfoLocked(*job);
+  e.time = Now();
+  stream->Push(e, IsTerminal(job->state));
+  job->subscribers.push_back(stream);
+  // The caller owns a handle that keeps the stream alive.
+  struct Handle final : JobEventStream {
+    std::shared_ptr<Stream> s;
+    std::optional<JobEvent> Next(std::chrono::milliseconds t) override { return s->Next(t); }
+    bool timed_out() const override { return s->timed_out(); }
+    void Close() override { s->Close(); }
+    void SetWaker(std::function<void()> wake) override { s->SetWaker(std::move(wake)); }
+    ~Handle() override {
+      s->SetWaker(nullptr);  // its consumer is going away
+      s->Close();
+    }
+  };
+  auto h = std::make_unique<Handle>();
+  h->s = stream;
+  return std::unique_ptr<JobEventStream>(std::move(h));
+}
+
+void JobManager::WorkerLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    work_cv_.wait(l, [&] { return stopping_ || !ready_.empty(); });
+    if (stopping_) return;
+    std::string id = ready_.front();
+    ready_.pop_front();
+    std::shared_ptr<Job> job = jobs_.at(id);
+    if (job->state != JobState::kRunning || job->busy) continue;
+    job->busy = true;
+    l.unlock();
+    RunSlice(job);
+    l.lock();
+    job->busy = false;
+    checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
+    if (job->state == JobState::kRunning) {
+      if (job->cancel_requested) {
+        if (job->started && job->step != job->snapshot_step) SnapshotLocked(job.get(), job, "cancel");
+        SetStateLocked(job.get(), JobState::kCancelled);
+      } else if (job->pause_requested) {
+        job->pause_requested = false;
+        if (job->started && job->step != job->snapshot_step) SnapshotLocked(job.get(), job, "pause");
+        SetStateLocked(job.get(), JobState::kPaused);
+      } else {
+        ready_.push_back(id);  // round-robin: to the back of the line
+        work_cv_.notify_one();
+      }
+    }
+  }
+}
+
+// One unit of a job's work, outside the lock; bookkeeping under it.
+void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
+  Job* j = job.get();
+  if (!j->started) {
+    int64_t restored = -1;
+    Status s = StartRunner(j, /*load_data=*/true, &restored);
+    std::lock_guard<std::mutex> l(mu_);
+    if (!s.ok()) {
+      SetStateLocked(j, JobState::kFailed, s.ToString());
+      return;
+    }
+    j->started = true;
+    j->total_steps = j->runner->total_steps();
+    j->snapshot_at = std::chrono::steady_clock::now();
+    if (j->restore_on_start) {
+      j->restore_on_start = false;
+      j->step = j->runner->step();
+      j->snapshot_step = restored;
+      if (restored >= 0) {
+        j->resumed_from_step = restored;
+        PublishLocked(j, JobEvent::Kind::kResume,
+                      "resumed from the checkpoint at step " + std::to_string(restored));
+      } else if (j->was_running) {
+        j->resumed_from_step = 0;
+        PublishLocked(j, JobEvent::Kind::kResume,
+                      "restarted from step 0: no checkpoint had been written");
+      } else {
+        PublishLocked(j, JobEvent::Kind::kState);
+      }
+      PersistLocked(*j, true);
+      return;
+    }
+    PublishLocked(j, JobEvent::Kind::kState);
+    return;
+  }
+  if (j->eval_pending) {
+    StatusOr<std::map<std::string, double>> m = j->runner->Evaluate();
+    std::unique_lock<std::mutex> l(mu_);
+    j->eval_pending = false;
+    if (!m.ok()) {
+      SetStateLocked(j, JobState::kFailed, "evaluation: " + m.status().ToString());
+      return;
+    }
+    j->metrics = *m;
+    PublishLocked(j, JobEvent::Kind::kEval);
+    PersistLocked(*j, true);
+    if (j->finish_after_eval) {
+      uint64_t seq = SnapshotLocked(j, job, "final");
+      if (seq) WaitForWriteLocked(l, j, seq);
+      SetStateLocked(j, JobState::kSucceeded);
+    }
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  StatusOr<StepResult> r = j->runner->Step();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::unique_lock<std::mutex> l(mu_);
+  if (!r.ok()) {
+    if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
+      PublishLocked(j, JobEvent::Kind::kNan, r.status().message());
+      if (options_.observer) options_.observer->OnNan(InfoLocked(*j), false);
+      SetStateLocked(j, JobState::kFailed, r.status().message());
+      return;
+    }
+    SetStateLocked(j, JobState::kFailed, "step " + std::to_string(j->step + 1) + ": " +
+                                             r.status().ToString());
+    return;
+  }
+  j->step = r->step;
+  j->epoch = r->epoch;
+  if (r->skipped) {  // on_nan "skip_step": the loss stays the last finite one
+    ++j->skipped_steps;
+    PublishLocked(j, JobEvent::Kind::kNan, r->nan_message);
+    if (options_.observer) options_.observer->OnNan(InfoLocked(*j), true);
+  } else {
+    j->loss = r->loss;
+  }
+  j->train_seconds += secs;
+  j->examples += r->examples;
+  if (options_.observer) options_.observer->OnStep(InfoLocked(*j), secs, r->examples);
+  auto now = std::chrono::steady_clock::now();
+  double min_gap = options_.max_step_events_per_second > 0 ? 1.0 / options_.max_step_events_per_second : 0;
+  if (r->epoch_end || r->done ||
+      std::chrono::duration<double>(now - j->last_step_event).count() >= min_gap) {
+    j->last_step_event = now;
+    PublishLocked(j, JobEvent::Kind::kStep);
+  }
+  if (now - j->last_persist >= std::chrono::seconds(1)) PersistLocked(*j, false);
+  const auto& ev = j->spec.eval;
+  bool eval_due = ev && ((r->epoch_end && (r->epoch + 1) % ev->every_epochs == 0) || r->done);
+  if (eval_due) {
+    j->eval_pending = true;
+    j->finish_after_eval = r->done;
+  } else if (r->done) {
+    uint64_t seq = SnapshotLocked(j, job, "final");
+    if (seq) WaitForWriteLocked(l, j, seq);
+    SetStateLocked(j, JobState::kSucceeded);
+    return;
+  }
+  if (options_.store == nullptr) return;
+  bool requested = j->checkpoint_ticket > j->served_ticket;
+  if (requested || (CheckpointDueLocked(*j) && j->pending_writes == 0)) {
+    SnapshotLocked(j, job, requested ? "on demand" : "policy");
+  }
+}
+
+}  // namespace flowstate

@@ -1,0 +1,294 @@
+// JobManager: the training jobs of a server — submission, a fair schedule
+// over the device pool, lifecycle (pause, resume, cancel), progress events,
+// and predictions with a job's current variables.
+//
+// States: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, and PAUSED
+// (from QUEUED or RUNNING; resume returns it to the queue). At most
+// `max_running` jobs hold their sessions and data at once; the others wait
+// QUEUED in submission order. Running jobs share the workers step by step in
+// round-robin order, so each makes progress at the same rate whatever its
+// step cost. A job whose step fails is FAILED with the error; the server and
+// the other jobs go on.
+//
+// Events: every state change, every evaluation, and step summaries at most
+// `max_step_events_per_second` per job, delivered to subscribers (SSE, gRPC
+// Watch). A subscriber first receives the job's current state.
+//
+// Durability (with a Store, JobManagerOptions::store): every job's
+// submitted document (kGraphs) and its record — state, progress, metrics,
+// error, times, checkpoint summary, notable events — (kJobs) are kept in the
+// store, keyed by job id. Recover() reloads them when the server starts:
+// jobs that were RUNNING queue first and resume from their latest
+// checkpoint (a "resume" event names the step), QUEUED ones queue again,
+// PAUSED ones stay paused (and resume from their checkpoint), finished ones
+// stay readable and predict with the variables of their final checkpoint.
+//
+// Checkpoints: by the job's policy (checkpoint.every_steps / every_seconds),
+// on demand (Checkpoint()), when a job is paused or cancelled, when it
+// finishes, and at Shutdown(). A worker takes the snapshot between two
+// steps (TrainingJob::Snapshot copies no tensor data); one background
+// writer thread writes it (Store::WriteCheckpoint, one synced batch) while
+// training goes on, then keeps the `keep` newest. A policy checkpoint that
+// falls due while the job's previous one is still being written waits for
+// the next step boundary after it. A failed write is a "checkpoint" event
+// with the error, counts in JobInfo::checkpoint_failures and the observer's
+// OnCheckpoint; the previous checkpoint stays the job's latest.
+//
+// Memory: a job holds its sessions, variables and datasets only while it
+// can still run. When it reaches a terminal state they are released; the
+// job keeps its record (state, progress, metrics, error, checkpoints,
+// history). Predict on a finished job starts its inference graph again,
+// without data, with the variables of its final checkpoint when one holds
+// its last step, else with the model variables' values it kept at the end
+// (jobs without a store, failed jobs, a final checkpoint that could not be
+// taken): at most the model's size per finished job.
+//
+// Deletion and retention: Delete() removes a finished job with its record,
+// document, checkpoints and metrics series. With retention_max_finished
+// and/or retention_seconds set, the oldest finished jobs beyond the count,
+// or finished longer ago than the age, are deleted the same way (when a job
+// finishes, after a restart, and on EnforceRetention()).
+//
+// NaN/Inf: a step whose loss or gradients are not finite applies no update
+// (the training graph's numerics checks guard the optimizer). With
+// on_nan "fail" (the default) the job is FAILED naming the step; with
+// "skip_step" the step is counted in JobInfo::skipped_steps and training
+// goes on. Either way a "nan" event names the step.
+//
+// Thread safety: every public method is thread-safe. Destruction stops the
+// workers after their current step.
+#ifndef FLOWSTATE_JOBS_JOB_MANAGER_H_
+#define FLOWSTATE_JOBS_JOB_MANAGER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "devices/device_pool.h"
+#include "graph/status.h"
+#include "graph/tensor.h"
+#include "api/job_spec.h"
+#include "api/views.h"
+
+namespace flowstate {
+
+class TrainingJob;
+class ThreadPool;
+struct JobSnapshot;
+namespace checkpoints {
+class Store;
+}
+
+
+
+// What the metrics layer learns from the manager. All calls come from the
+// manager's threads; implementations must be thread-safe.
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  virtual void OnStep(const JobInfo& job, double step_seconds, int64_t examples) {}
+  virtual void OnStateChange(const JobInfo& job, JobState from) {}
+  // A checkpoint write finished: `ok` false when it failed.
+  virtual void OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) {}
+  // A step's loss or gradients were NaN/Inf; `skipped`: the job goes on
+  // without that step's update (else it fails).
+  virtual void OnNan(const JobInfo& job, bool skipped) {}
+  // The job was deleted (Delete() or retention): drop what is kept of it.
+  virtual void OnDelete(const std::string& job_id) {}
+};
+
+
+// What Checkpoint() did: written now (the job was idle) or snapshotted at a
+// step boundary and handed to the writer (the job is running).
+struct CheckpointRequestResult {
+  int64_t step = 0;
+  bool written = false;
+};
+
+struct JobManagerOptions {
+  DevicePool* devices = nullptr;   // required
+  std::string data_root = "/usr/share/datasets";
+  int max_running = 2;             // jobs holding sessions at once
+  int workers = 1;                 // threads that run steps
+  int inter_op_threads = 1;        // per job session
+  double max_step_events_per_second = 10;
+  JobObserver* observer = nullptr;  // optional, not owned
+  // Where jobs and checkpoints live; null: in memory only (nothing survives
+  // the process, checkpoints are refused). Not owned; must outlive the
+  // manager.
+  checkpoints::Store* store = nullptr;
+  // Notable events (not step summaries) kept per job and replayed to
+  // Watch(id, true).
+  int max_history_events = 64;
+  // TrainingJobOptions::max_shape_bytes of every job (0: no limit).
+  int64_t max_shape_bytes = 0;
+  // Retention of finished jobs: keep at most this many (the most recently
+  // finished; 0: no limit), and none finished more than this many seconds
+  // ago (0: forever). The others are deleted as by Delete().
+  int retention_max_finished = 100;
+  double retention_seconds = 0;
+};
+
+// A subscription to one job's events. Next() blocks until an event arrives,
+// the job reaches a terminal state and all its events were read (nullopt),
+// the timeout passes (nullopt, timed_out() true), or Close().
+//
+// A consumer that must not hold a thread per stream (the frontends' event
+// streams) sets a waker: it reads with Next(0) until timed_out(), then waits
+// for the waker, which is called after each new event, at the end and on
+// Close() -- from the publishing thread, under the JobManager's lock, so it
+// must only schedule work (never call back into the stream or the manager).
+class JobEventStream {
+ public:
+  virtual ~JobEventStream() = default;
+  virtual std::optional<JobEvent> Next(std::chrono::milliseconds timeout) = 0;
+  virtual bool timed_out() const = 0;
+  virtual void Close() = 0;
+  // Replaces the previous waker; an empty function removes it.
+  virtual void SetWaker(std::function<void()> wake) = 0;
+};
+
+// Lowers the calling thread's scheduling priority (nice +10 on Linux), so
+// that background checkpoint writes yield the CPU to training steps. Best
+// effort: does nothing where it is not supported.
+void LowerThisThreadsPriority();
+
+class JobManager {
+ public:
+  explicit JobManager(const JobManagerOptions& options);
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Parses and validates the job (JSON path errors, INVALID_ARGUMENT), then
+  // queues it. Nothing is created when it fails.
+  StatusOr<JobInfo> Submit(const std::string& job_json);
+  StatusOr<JobInfo> Get(const std::string& id) const;
+  std::vector<JobInfo> List() const;  // in submission order
+  // The RUNNING jobs on each device (full device names), by job id in
+  // submission order: a job runs on the devices it asked for ("devices",
+  // each resolved to the first matching device) or the default device.
+  std::map<std::string, std::vector<std::string>> RunningJobsByDevice() const;
+  // NOT_FOUND for an unknown id; FAILED_PRECONDITION when the state does not
+  // allow it (cancelling a finished job, resuming one that is not paused).
+  Status Cancel(const std::string& id);
+  Status Pause(const std::string& id);
+  Status Resume(const std::string& id);
+  // Runs `fetches` of the job's inference graph with its current variables.
+  // FAILED_PRECONDITION while the job has no variables (queued, or failed
+  // before starting).
+  Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
+                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+  // Removes a finished job: its record, document, checkpoints and stored
+  // variables, its events and its metrics series. NOT_FOUND for an unknown
+  // id; FAILED_PRECONDITION for a job that is not finished (cancel it
+  // first); the store's error when it cannot delete (nothing is removed).
+  // Waits for the job's checkpoint writes in flight.
+  Status Delete(const std::string& id);
+  // Deletes the finished jobs the retention options no longer keep;
+  // returns how many (the server calls it periodically).
+  int EnforceRetention();
+  // With `history`, the job's notable past events (state changes,
+  // evaluations, checkpoints, resumes; oldest first, at most
+  // max_history_events, kept across restarts) come before its current state.
+  StatusOr<std::unique_ptr<JobEventStream>> Watch(const std::string& id, bool history = false);
+
+  // --- Durability (FAILED_PRECONDITION without a store).
+  // Reloads every job of the store (call once, before Submit). Jobs whose
+  // record cannot be used are FAILED with the reason; the error returned is
+  // only the store's own (it could not be read).
+  Status Recover();
+  // Takes a checkpoint now: of an idle job with variables, written before
+  // returning; of a running job, snapshotted after its current step (waits
+  // for that) and written in the background. FAILED_PRECONDITION for a job
+  // without variables yet.
+  StatusOr<CheckpointRequestResult> Checkpoint(const std::string& id);
+  // The job's checkpoints by step (also for ids of imported checkpoints).
+  StatusOr<std::vector<JobCheckpointInfo>> ListCheckpoints(const std::string& id);
+  // Writes checkpoint `step` of job `id` to `path` in the portable format
+  // (checkpoints/FORMAT.md). NOT_FOUND for an unknown job or step.
+  Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path);
+  // Stores the snapshot of a portable file under a new id ("import-N"),
+  // usable as init_from {"job": id, "step": step}. Returns {id, step}. The
+  // file holds a client's upload: malformed bytes are INVALID_ARGUMENT
+  // saying what is wrong (checkpoints::ImportSnapshot), naming it "the
+  // uploaded checkpoint", never `path`.
+  StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
+
+  // Jobs waiting for a running slot.
+  int queue_depth() const;
+  std::map<JobState, int> CountByState() const;
+  // Stops the workers after their current step; cancels nothing. With a
+  // store, checkpoints every started, unfinished job and waits for the
+  // writes, so a restart resumes them where they stopped.
+  void Shutdown();
+
+ private:
+  struct Job;
+  class Stream;
+  struct WriteRequest;
+  void WorkerLoop();
+  void WriterLoop();
+  // Takes a snapshot of `job` (REQUIRES: nobody steps it) and queues its
+  // write; returns the write's sequence number, 0 when no snapshot could be
+  // taken (the failure is recorded as a checkpoint event).
+  uint64_t SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, const std::string& reason);
+  // Waits until write `seq` of `job` has finished (ok or not).
+  void WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq);
+  void PersistLocked(Job& job, bool sync);
+  // Releases the sessions, data and variables of a job that reached a
+  // terminal state (keeping its model values when no checkpoint holds them).
+  void ReleaseLocked(Job* job);
+  // Deletes a finished job without writes in flight from the store and
+  // from memory.
+  Status DeleteLocked(const std::string& id);
+  int EnforceRetentionLocked();
+  void RememberLocked(Job* job, const JobEvent& e);
+  bool CheckpointDueLocked(const Job& job) const;
+  // Starts a finished, released job's runner without data, with its final
+  // checkpoint or the model values it kept (Predict, Checkpoint). Without
+  // the lock; idempotent.
+  Status LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner);
+  // Starts a job whose runner has not started: restores the latest
+  // checkpoint when it has one (or init_from values). Without the lock.
+  Status StartRunner(Job* job, bool load_data, int64_t* restored_step);
+  void AdmitLocked();
+  void SetStateLocked(Job* job, JobState s, const std::string& error = "");
+  void PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message = "");
+  JobInfo InfoLocked(const Job& job) const;
+  // Runs one unit of work (start, a step, an evaluation) of `job`, without
+  // the lock; returns false when the job left the running set.
+  void RunSlice(const std::shared_ptr<Job>& job);
+
+  JobManagerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable checkpoint_cv_;  // a snapshot was taken or a write finished
+  std::condition_variable writer_cv_;      // writes_ got an item, or the writer must stop
+  std::deque<WriteRequest> writes_;        // GUARDED_BY(mu_)
+  bool writer_stopping_ = false;           // GUARDED_BY(mu_)
+  uint64_t next_write_ = 1;                // GUARDED_BY(mu_)
+  int64_t next_import_ = 1;                // GUARDED_BY(mu_)
+  std::thread writer_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
+  std::vector<std::string> order_;                    // GUARDED_BY(mu_)
+  std::deque<std::string> queued_;                    // GUARDED_BY(mu_): waiting for a slot
+  std::deque<std::string> ready_;                     // GUARDED_BY(mu_): running, round-robin
+  int running_ = 0;                                   // GUARDED_BY(mu_): jobs holding a slot
+  int64_t next_id_ = 1;                               // GUARDED_BY(mu_)
+  bool stopping_ = false;                             // GUARDED_BY(mu_)
+  std::unique_ptr<ThreadPool> inter_op_pool_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_JOBS_JOB_MANAGER_H_

@@ -1,0 +1,545 @@
+// JobManager's durability half (job_manager.h): checkpoint snapshots and
+// the writer thread, persisting job records, recovery after a restart, the
+// checkpoint routes (take, list, export, import), and what a finished job
+// keeps: releasing its memory, deleting it, retention. The scheduling half
+// is job_manager.cc.
+#include <malloc.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "jobs/job_manager_internal.h"
+
+namespace flowstate {
+
+using namespace job_manager_internal;  // NOLINT: the two halves of one class
+using Json = nlohmann::json;
+using checkpoints::Store;
+
+bool JobManager::CheckpointDueLocked(const Job& j) const {
+  if (options_.store == nullptr || !j.started || j.step == j.snapshot_step) return false;
+  const CheckpointSpec& c = j.spec.checkpoint;
+  if (c.every_steps > 0 && j.step - std::max<int64_t>(j.snapshot_step, 0) >= c.every_steps) return true;
+  if (c.every_seconds > 0 &&
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - j.snapshot_at).count() >=
+          c.every_seconds) {
+    return true;
+  }
+  return false;
+}
+
+uint64_t JobManager::SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, const std::string& reason) {
+  if (options_.store == nullptr || !job->runner || !(job->started || job->inference_ready)) return 0;
+  StatusOr<JobSnapshot> s = job->runner->Snapshot();
+  if (!s.ok()) {
+    ++job->checkpoint_failures;
+    job->checkpoint_error = s.status().ToString();
+    PublishLocked(job, JobEvent::Kind::kCheckpoint,
+                  "checkpoint at step " + std::to_string(job->step) + " (" + reason +
+                      ") failed: " + job->checkpoint_error);
+    if (options_.observer) options_.observer->OnCheckpoint(InfoLocked(*job), 0, 0, false);
+    return 0;
+  }
+  WriteRequest w;
+  w.job = ref;
+  w.seq = next_write_++;
+  w.step = s->step;
+  w.reason = reason;
+  w.snapshot.step = s->step;
+  w.snapshot.metadata = EncodeSnapshotMetadata(*s);
+  w.snapshot.tensors.reserve(s->variables.size());
+  for (auto& [name, t] : s->variables) w.snapshot.tensors.push_back({name, std::move(t)});
+  job->snapshot_step = s->step;
+  job->snapshot_at = std::chrono::steady_clock::now();
+  ++job->pending_writes;
+  job->served_ticket = job->checkpoint_ticket;
+  job->served_step = s->step;
+  uint64_t seq = w.seq;
+  writes_.push_back(std::move(w));
+  writer_cv_.notify_all();
+  checkpoint_cv_.notify_all();
+  return seq;
+}
+
+void JobManager::WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq) {
+  checkpoint_cv_.wait(l, [&] { return job->last_write_done >= seq; });
+}
+
+void LowerThisThreadsPriority() {
+#ifdef __linux__
+  // On Linux nice values are per thread (the tid names the thread).
+  (void)setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);
+#endif
+}
+
+void JobManager::WriterLoop() {
+  LowerThisThreadsPriority();  // training steps come first
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    writer_cv_.wait(l, [&] { return writer_stopping_ || !writes_.empty(); });
+    if (writes_.empty()) {
+      if (writer_stopping_) return;
+      continue;
+    }
+    WriteRequest w = std::move(writes_.front());
+    writes_.pop_front();
+    Job* job = w.job.get();
+    const int keep = job->spec.checkpoint.keep;
+    l.unlock();
+    int64_t bytes = 0;
+    for (const auto& t : w.snapshot.tensors) bytes += int64_t(t.value.TotalBytes());
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = options_.store->WriteCheckpoint(job->id, w.snapshot);
+    std::string retention;
+    if (st.ok()) {
+      Status r = options_.store->RetainLatest(job->id, std::max(1, keep));
+      if (!r.ok()) retention = "; older checkpoints were kept: " + r.ToString();
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w.snapshot = checkpoints::Snapshot();  // drop the tensors outside the lock
+    l.lock();
+    --job->pending_writes;
+    job->last_write_done = w.seq;
+    std::string what = "checkpoint at step " + std::to_string(w.step) + " (" + w.reason + ")";
+    if (st.ok()) {
+      job->checkpoint_step = w.step;
+      job->checkpoint_time = Now();
+      job->checkpoint_bytes = bytes;
+      job->checkpoint_error.clear();
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.1f ms", secs * 1e3);
+      PublishLocked(job, JobEvent::Kind::kCheckpoint,
+                    what + " written: " + HumanBytes(bytes) + " in " + ms + retention);
+    } else {
+      ++job->checkpoint_failures;
+      job->checkpoint_error = st.ToString();
+      std::string previous = job->checkpoint_step >= 0
+                                 ? "; the checkpoint at step " + std::to_string(job->checkpoint_step) +
+                                       " is still the latest"
+                                 : "";
+      PublishLocked(job, JobEvent::Kind::kCheckpoint, what + " failed: " + st.ToString() + previous);
+    }
+    PersistLocked(*job, true);
+    if (options_.observer) options_.observer->OnCheckpoint(InfoLocked(*job), secs, bytes, st.ok());
+    if (job->pending_writes == 0 && IsTerminal(job->state)) EnforceRetentionLocked();
+    checkpoint_cv_.notify_all();
+  }
+}
+
+Status JobManager::StartRunner(Job* job, bool load_data, int64_t* restored_step) {
+  *restored_step = -1;
+  std::optional<checkpoints::Snapshot> ckpt;
+  bool restore, need_init;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    restore = job->restore_on_start && options_.store != nullptr;
+    need_init = job->spec.init_from.has_value() && !job->init_values_set;
+  }
+  if (restore) {
+    // The newest checkpoint that reads back whole; a damaged one is skipped.
+    StatusOr<std::vector<checkpoints::CheckpointInfo>> list = options_.store->ListCheckpoints(job->id);
+    if (!list.ok()) return list.status().WithPrefix("listing the job's checkpoints");
+    std::string damaged;
+    for (auto it = list->rbegin(); it != list->rend() && !ckpt; ++it) {
+      StatusOr<checkpoints::Snapshot> s = options_.store->ReadCheckpoint(job->id, it->step);
+      if (s.ok()) {
+        ckpt = std::move(s).value();
+      } else {
+        damaged += (damaged.empty() ? "" : "; ") + s.status().ToString();
+      }
+    }
+    if (!ckpt && !damaged.empty()) return DataLoss("no readable checkpoint: " + damaged);
+  }
+  if (!ckpt && need_init && options_.store != nullptr) {
+    const InitFromSpec& f = *job->spec.init_from;
+    StatusOr<checkpoints::Snapshot> from = options_.store->ReadCheckpoint(f.job, f.step);
+    if (!from.ok()) return from.status().WithPrefix("init_from");
+    job->runner->SetInitialValues(ToNamed(std::move(from->tensors)));
+  }
+  FS_RETURN_IF_ERROR(job->runner->Start(load_data));
+  if (ckpt) {
+    JobSnapshot snap;
+    FS_RETURN_IF_ERROR(DecodeSnapshotMetadata(ckpt->metadata, &snap));
+    snap.variables = ToNamed(std::move(ckpt->tensors));
+    Status st = job->runner->Restore(snap);
+    if (!st.ok()) return st.WithPrefix("restoring the checkpoint at step " + std::to_string(snap.step));
+    *restored_step = snap.step;
+  }
+  return Status();
+}
+
+void JobManager::PersistLocked(Job& j, bool sync) {
+  if (options_.store == nullptr) return;
+  Json r = Json::object();
+  r["id"] = j.id;
+  r["state"] = std::string(JobStateName(j.state));
+  r["error"] = j.error;
+  r["epoch"] = j.epoch;
+  r["step"] = j.step;
+  r["total_steps"] = j.total_steps;
+  r["loss"] = std::isfinite(j.loss) ? j.loss : 0.0;
+  r["train_seconds"] = j.train_seconds;
+  r["examples"] = j.examples;
+  Json m = Json::object();
+  for (const auto& [k, v] : j.metrics) m[k] = std::isfinite(v) ? v : 0.0;
+  r["metrics"] = m;
+  r["created"] = j.created;
+  r["started"] = j.started_at;
+  r["finished"] = j.finished_at;
+  r["checkpoint"] = {{"step", j.checkpoint_step}, {"time", j.checkpoint_time},
+                     {"bytes", j.checkpoint_bytes}, {"failures", j.checkpoint_failures},
+                     {"error", j.checkpoint_error}};
+  r["resumed_from_step"] = j.resumed_from_step;
+  r["skipped_steps"] = j.skipped_steps;
+  Json h = Json::array();
+  for (const JobEvent& e : j.history) {
+    h.push_back({{"kind", std::string(JobEventKindName(e.kind))},
+                 {"time", e.time},
+                 {"message", e.message},
+                 {"state", std::string(JobStateName(e.info.state))},
+                 {"step", e.info.step},
+                 {"epoch", e.info.epoch}});
+  }
+  r["history"] = h;
+  // Best effort: a record that cannot be written now is written again at
+  // the job's next change; the checkpoints are what a restart relies on.
+  Status st = options_.store->PutRecord(Store::Kind::kJobs, j.id,
+                                        r.dump(-1, ' ', false, Json::error_handler_t::replace), sync);
+  j.last_persist = std::chrono::steady_clock::now();
+  (void)st;
+}
+
+Status JobManager::Recover() {
+  if (options_.store == nullptr) return FailedPrecondition("there is no store to recover jobs from");
+  FS_ASSIGN_OR_RETURN(auto records, options_.store->ListRecords(Store::Kind::kJobs));
+  FS_ASSIGN_OR_RETURN(auto documents, options_.store->ListRecords(Store::Kind::kGraphs));
+  std::map<std::string, std::string> docs(documents.begin(), documents.end());
+  std::vector<std::shared_ptr<Job>> loaded;
+  for (const auto& [id, text] : records) {
+    auto job = std::make_shared<Job>();
+    job->id = id;
+    Json r = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    std::string problem;
+    if (!r.is_object()) problem = "its record is not JSON";
+    std::optional<JobState> state;
+    if (problem.empty()) {
+      try {
+        state = StateFromName(r.value("state", ""));
+        if (!state) problem = "its record has no valid state";
+        job->error = r.value("error", "");
+        job->epoch = r.value("epoch", int64_t{0});
+        job->step = r.value("step", int64_t{0});
+        job->total_steps = r.value("total_steps", int64_t{0});
+        job->loss = r.value("loss", 0.0);
+        job->train_seconds = r.value("train_seconds", 0.0);
+        job->examples = r.value("examples", int64_t{0});
+        if (r.contains("metrics") && r["metrics"].is_object()) {
+          for (const auto& [k, v] : r["metrics"].items()) {
+            if (v.is_number()) job->metrics[k] = v.get<double>();
+          }
+        }
+        job->created = r.value("created", 0.0);
+        job->started_at = r.value("started", 0.0);
+        job->finished_at = r.value("finished", 0.0);
+        if (r.contains("checkpoint") && r["checkpoint"].is_object()) {
+          const Json& c = r["checkpoint"];
+          job->checkpoint_step = c.value("step", int64_t{-1});
+          job->checkpoint_time = c.value("time", 0.0);
+          job->checkpoint_bytes = c.value("bytes", int64_t{0});
+          job->checkpoint_failures = c.value("failures", int64_t{0});
+          job->checkpoint_error = c.value("error", "");
+        }
+        job->resumed_from_step = r.value("resumed_from_step", int64_t{-1});
+        job->skipped_steps = r.value("skipped_steps", int64_t{0});
+      } catch (const std::exception& e) {
+        problem = std::string("its record is malformed: ") + e.what();
+      }
+    }
+    auto doc = docs.find(id);
+    if (problem.empty() && doc == docs.end()) problem = "its job document is missing";
+    if (problem.empty()) {
+      job->spec_json = doc->second;
+      StatusOr<JobSpec> spec = ParseJobSpec(job->spec_json);
+      if (!spec.ok()) {
+        problem = spec.status().ToString();
+      } else {
+        job->spec = *spec;
+        TrainingJobOptions o;
+        o.data_root = options_.data_root;
+        o.devices = options_.devices;
+        o.inter_op_pool = inter_op_pool_.get();
+        o.max_shape_bytes = options_.max_shape_bytes;
+        StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(job->spec, o);
+        if (runner.ok()) {
+          job->runner = std::move(runner).value();
+        } else {
+          problem = runner.status().ToString();
+        }
+      }
+    }
+    job->restore_on_start = true;
+    job->state = state.value_or(JobState::kFailed);
+    job->was_running = job->state == JobState::kRunning || job->state == JobState::kPaused;
+    // A resume of this process is reported anew (the history keeps the old ones).
+    if (!IsTerminal(job->state)) job->resumed_from_step = -1;
+    if (!problem.empty() && !IsTerminal(job->state)) {
+      job->state = JobState::kFailed;
+      job->error = "the job could not be reloaded after a restart: " + problem;
+      job->finished_at = Now();
+    }
+    // The history, as far as it was stored.
+    if (r.is_object() && r.contains("history") && r["history"].is_array()) {
+      JobInfo base = InfoLocked(*job);
+      for (const Json& h : r["history"]) {
+        if (!h.is_object()) continue;
+        std::optional<JobEvent::Kind> kind = KindFromName(h.value("kind", ""));
+        std::optional<JobState> hs = StateFromName(h.value("state", ""));
+        if (!kind || !hs) continue;
+        JobEvent e;
+        e.kind = *kind;
+        e.info = base;
+        e.info.state = *hs;
+        e.info.step = h.value("step", int64_t{0});
+        e.info.epoch = h.value("epoch", int64_t{0});
+        e.time = h.value("time", 0.0);
+        e.message = h.value("message", "");
+        job->history.push_back(std::move(e));
+      }
+    }
+    loaded.push_back(job);
+  }
+  std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) {
+    int64_t na = IdNumber(a->id, "job-"), nb = IdNumber(b->id, "job-");
+    return na != nb ? na < nb : a->id < b->id;
+  });
+  StatusOr<std::string> imports = options_.store->GetRecord(Store::Kind::kMeta, kImportCounterKey);
+  StatusOr<std::string> job_ids = options_.store->GetRecord(Store::Kind::kMeta, kJobCounterKey);
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto [text, counter] : {std::pair{&imports, &next_import_}, std::pair{&job_ids, &next_id_}}) {
+    if (!text->ok()) continue;
+    try {
+      *counter = std::max<int64_t>(*counter, std::stoll(**text));
+    } catch (...) {
+    }
+  }
+  std::deque<std::string> resume, queue;
+  for (const auto& job : loaded) {
+    if (jobs_.count(job->id)) continue;
+    next_id_ = std::max(next_id_, IdNumber(job->id, "job-") + 1);
+    if (job->state == JobState::kRunning) {
+      job->state = JobState::kQueued;  // back to RUNNING when admitted
+      resume.push_back(job->id);
+    } else if (job->state == JobState::kQueued) {
+      queue.push_back(job->id);
+    }
+    jobs_[job->id] = job;
+    order_.push_back(job->id);
+    PersistLocked(*job, true);
+    if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), job->state);
+  }
+  queued_.insert(queued_.begin(), queue.begin(), queue.end());
+  queued_.insert(queued_.begin(), resume.begin(), resume.end());
+  EnforceRetentionLocked();
+  AdmitLocked();
+  return Status();
+}
+
+void JobManager::ReleaseLocked(Job* job) {
+  if (!job->runner) return;
+  // A checkpoint of the last step, written or being written, is what
+  // Predict loads; without one the model values stay (the only copy).
+  const bool covered = options_.store != nullptr && job->snapshot_step == job->step &&
+                       job->snapshot_step >= 0 &&
+                       (job->checkpoint_step == job->step || job->pending_writes > 0);
+  if (!covered && (job->started || job->inference_ready)) {
+    StatusOr<std::vector<std::pair<std::string, Tensor>>> v = job->runner->ModelValues();
+    if (v.ok()) job->final_values = std::move(v).value();
+  }
+  // Predict calls in flight keep the old runner (and its sessions) until
+  // they return.
+  std::shared_ptr<TrainingJob> old = std::exchange(job->runner, job->runner->Unstarted());
+  job->started = false;
+  job->inference_ready = false;
+  job->restore_on_start = covered;
+  if (old.use_count() == 1) {
+    old.reset();
+#ifdef __GLIBC__
+    // The data's and the sessions' freed pages go back to the system, not
+    // only to malloc's free lists (which keep most of them otherwise).
+    malloc_trim(0);
+#endif
+  }
+}
+
+Status JobManager::DeleteLocked(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  if (options_.store != nullptr) {
+    FS_RETURN_IF_ERROR(options_.store->PutRecord(Store::Kind::kMeta, kJobCounterKey, std::to_string(next_id_))
+                           .WithPrefix("deleting job '" + id + "'"));
+    // The record first: without it a restart no longer sees the job, even
+    // if the document below could not be deleted.
+    FS_RETURN_IF_ERROR(options_.store->DeleteJobData(id).WithPrefix("deleting job '" + id + "'"));
+    FS_RETURN_IF_ERROR(options_.store->DeleteRecord(Store::Kind::kGraphs, id)
+                           .WithPrefix("deleting the document of job '" + id + "'"));
+  }
+  std::shared_ptr<Job> job = it->second;
+  for (auto& w : job->subscribers) {
+    if (std::shared_ptr<Stream> s = w.lock()) s->Close();
+  }
+  jobs_.erase(it);
+  order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  if (options_.observer) options_.observer->OnDelete(id);
+  return Status();
+}
+
+Status JobManager::Delete(const std::string& id) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  std::shared_ptr<Job> job = it->second;
+  if (!IsTerminal(job->state)) {
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+                              "; only finished jobs can be deleted (cancel it first)");
+  }
+  checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+  if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
+  return DeleteLocked(id);
+}
+
+int JobManager::EnforceRetention() {
+  std::lock_guard<std::mutex> l(mu_);
+  return EnforceRetentionLocked();
+}
+
+int JobManager::EnforceRetentionLocked() {
+  const int max_finished = options_.retention_max_finished;
+  const double max_age = options_.retention_seconds;
+  if (max_finished <= 0 && max_age <= 0) return 0;
+  std::vector<std::pair<double, std::string>> finished;  // (finished at, id)
+  for (const auto& [id, j] : jobs_) {
+    if (IsTerminal(j->state)) finished.emplace_back(j->finished_at, id);
+  }
+  std::sort(finished.begin(), finished.end(), std::greater<>());  // newest first
+  const double now = Now();
+  int deleted = 0;
+  for (size_t i = 0; i < finished.size(); ++i) {
+    bool too_many = max_finished > 0 && i >= size_t(max_finished);
+    bool too_old = max_age > 0 && now - finished[i].first > max_age;
+    if (!too_many && !too_old) continue;
+    // One with a write in flight goes at a later pass (the writer runs one).
+    if (jobs_.at(finished[i].second)->pending_writes > 0) continue;
+    if (DeleteLocked(finished[i].second).ok()) ++deleted;
+  }
+  return deleted;
+}
+
+StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) {
+  if (options_.store == nullptr) return NoStore();
+  std::unique_lock<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  std::shared_ptr<Job> job = it->second;
+  if (!job->started && !job->inference_ready && IsTerminal(job->state) && job->runner) {
+    // A finished job released its variables: its final checkpoint is the
+    // one asked for; without one, its kept values are loaded to take it.
+    checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+    if (job->restore_on_start && job->checkpoint_step == job->step && job->checkpoint_step >= 0) {
+      return CheckpointRequestResult{job->step, true};
+    }
+    if (!job->final_values.empty()) {
+      std::shared_ptr<TrainingJob> runner = job->runner;
+      l.unlock();
+      FS_RETURN_IF_ERROR(LoadFinished(job, runner));
+      l.lock();
+      if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
+    }
+  }
+  if (!job->started && !job->inference_ready) {
+    return FailedPrecondition("job '" + id + "' has no variables to checkpoint yet (it is " +
+                              std::string(JobStateName(job->state)) + ")");
+  }
+  if (job->busy) {
+    // Taken by the worker right after the step it is running.
+    uint64_t ticket = ++job->checkpoint_ticket;
+    bool served = checkpoint_cv_.wait_for(l, std::chrono::seconds(120), [&] {
+      return job->served_ticket >= ticket || (!job->busy && job->state != JobState::kRunning);
+    });
+    if (job->served_ticket >= ticket) return CheckpointRequestResult{job->served_step, false};
+    if (!served) return DeadlineExceeded("job '" + id + "' did not reach the end of its step in time");
+    if (!job->busy && job->state != JobState::kRunning && job->checkpoint_ticket > job->served_ticket) {
+      job->checkpoint_ticket = job->served_ticket;  // withdrawn: handled below, the job is idle
+    }
+  }
+  if (job->busy) return Unavailable("job '" + id + "' is busy; try again");
+  uint64_t seq = SnapshotLocked(job.get(), job, "on demand");
+  if (seq == 0) return Internal("the snapshot failed: " + job->checkpoint_error);
+  int64_t step = job->snapshot_step;
+  if (job->state == JobState::kRunning) return CheckpointRequestResult{step, false};
+  WaitForWriteLocked(l, job.get(), seq);
+  if (job->checkpoint_step != step || !job->checkpoint_error.empty()) {
+    return Unavailable("the checkpoint at step " + std::to_string(step) +
+                       " could not be written: " + job->checkpoint_error);
+  }
+  return CheckpointRequestResult{step, true};
+}
+
+StatusOr<std::vector<JobCheckpointInfo>> JobManager::ListCheckpoints(const std::string& id) {
+  if (options_.store == nullptr) return NoStore();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!jobs_.count(id) && id.rfind("import-", 0) != 0) return NotFound("no job '" + id + "'");
+  }
+  if (options_.store == nullptr) {
+    return NoStore();
+  }
+  FS_ASSIGN_OR_RETURN(std::vector<checkpoints::CheckpointInfo> list, options_.store->ListCheckpoints(id));
+  std::vector<JobCheckpointInfo> out;
+  for (const auto& c : list) {
+    out.push_back({c.step, double(c.unix_micros) / 1e6, c.bytes, c.num_tensors});
+  }
+  if (out.empty() && id.rfind("import-", 0) == 0) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!jobs_.count(id)) return NotFound("no job or imported checkpoint '" + id + "'");
+  }
+  return out;
+}
+
+Status JobManager::ExportCheckpoint(const std::string& id, int64_t step, const std::string& path) {
+  if (options_.store == nullptr) {
+    return NoStore();
+  }
+  StatusOr<checkpoints::Snapshot> s = options_.store->ReadCheckpoint(id, step);
+  if (!s.ok()) {
+    if (s.status().code() == Code::kNotFound) {
+      return NotFound("job '" + id + "' has no checkpoint at step " + std::to_string(step));
+    }
+    return s.status();
+  }
+  return checkpoints::ExportSnapshot(*s, path);
+}
+
+StatusOr<std::pair<std::string, int64_t>> JobManager::ImportCheckpoint(const std::string& path) {
+  if (options_.store == nullptr) {
+    return NoStore();
+  }
+  // The bytes are the client's: what is wrong with them is INVALID_ARGUMENT,
+  // and messages name "the uploaded checkpoint", not the scratch file.
+  FS_ASSIGN_OR_RETURN(checkpoints::Snapshot s,
+                      checkpoints::ImportSnapshot(path, "the uploaded checkpoint"));
+  std::string id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    id = "import-" + std::to_string(next_import_++);
+    FS_RETURN_IF_ERROR(options_.store->PutRecord(Store::Kind::kMeta, kImportCounterKey,
+                                                 std::to_string(next_import_)));
+  }
+  FS_RETURN_IF_ERROR(options_.store->WriteCheckpoint(id, s));
+  return std::make_pair(id, s.step);
+}
+
+}  // namespace flowstate

@@ -1,0 +1,210 @@
+// PRIVATE to the job manager (job_manager.cc, job_manager_durability.cc):
+// the definitions of JobManager's nested types -- a job's whole state, a
+// queued checkpoint write, an event stream -- and the small helpers both
+// files use. A Job is guarded by JobManager::mu_ except where a field says
+// otherwise; a Stream is thread-safe.
+#ifndef FLOWSTATE_JOBS_JOB_MANAGER_INTERNAL_H_
+#define FLOWSTATE_JOBS_JOB_MANAGER_INTERNAL_H_
+
+#include "jobs/job_manager.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoints/store.h"
+#include "jobs/training_job.h"
+
+namespace flowstate {
+namespace job_manager_internal {
+
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+using Json = nlohmann::json;
+using checkpoints::Store;
+
+inline std::optional<JobState> StateFromName(const std::string& n) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kPaused,
+                     JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+    if (JobStateName(s) == n) return s;
+  }
+  return std::nullopt;
+}
+
+inline std::optional<JobEvent::Kind> KindFromName(const std::string& n) {
+  for (JobEvent::Kind k : {JobEvent::Kind::kState, JobEvent::Kind::kStep, JobEvent::Kind::kEval,
+                           JobEvent::Kind::kCheckpoint, JobEvent::Kind::kResume,
+                           JobEvent::Kind::kNan}) {
+    if (JobEventKindName(k) == n) return k;
+  }
+  return std::nullopt;
+}
+
+// "job-12" -> 12; 0 for other ids.
+inline int64_t IdNumber(const std::string& id, const std::string& prefix) {
+  if (id.rfind(prefix, 0) != 0) return 0;
+  try {
+    return std::stoll(id.substr(prefix.size()));
+  } catch (...) {
+    return 0;
+  }
+}
+
+inline std::string HumanBytes(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1 << 20));
+  } else if (b >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld bytes", (long long)b);
+  }
+  return buf;
+}
+
+inline std::vector<std::pair<std::string, Tensor>> ToNamed(std::vector<checkpoints::NamedTensor> t) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(t.size());
+  for (auto& n : t) out.emplace_back(std::move(n.name), std::move(n.value));
+  return out;
+}
+
+inline constexpr const char* kImportCounterKey = "server.next_import_id";
+// The next job number, kept when a job is deleted so that a restart does not
+// hand a deleted job's id out again.
+inline constexpr const char* kJobCounterKey = "server.next_job_id";
+
+inline Status NoStore() {
+  return Unimplemented("checkpoints need a store: this server runs without a data directory");
+}
+
+}  // namespace job_manager_internal
+
+struct JobManager::Job {
+  std::string id;
+  JobSpec spec;
+  std::string spec_json;  // as submitted
+  // Shared with Predict calls in flight, so that releasing a finished job
+  // (ReleaseLocked) never frees a runner under them.
+  std::shared_ptr<TrainingJob> runner;
+  // A finished job's model values when no checkpoint holds its last step
+  // (ReleaseLocked); Predict starts the runner with them.
+  std::vector<std::pair<std::string, Tensor>> final_values;
+  JobState state = JobState::kQueued;
+  std::string error;
+  bool started = false;        // runner->Start() succeeded
+  bool holds_slot = false;     // counted in running_
+  bool busy = false;           // a worker is running a slice of it
+  bool eval_pending = false;   // evaluate before the next step
+  bool finish_after_eval = false;
+  bool pause_requested = false;
+  bool cancel_requested = false;
+  int64_t epoch = 0, step = 0, total_steps = 0;
+  double loss = 0, train_seconds = 0;
+  int64_t examples = 0;
+  std::map<std::string, double> metrics;
+  double created = 0, started_at = 0, finished_at = 0;
+  std::chrono::steady_clock::time_point last_step_event{};
+  std::vector<std::weak_ptr<Stream>> subscribers;
+  // Durability.
+  bool restore_on_start = false;  // recovered: continue from its latest checkpoint
+  bool was_running = false;       // recovered from RUNNING or PAUSED: a resume
+  bool init_values_set = false;   // init_from values handed to the runner
+  bool inference_ready = false;   // started without data to serve predictions
+  std::mutex start_mu;            // serializes that lazy start
+  int64_t checkpoint_step = -1, checkpoint_bytes = 0, checkpoint_failures = 0;
+  double checkpoint_time = 0;
+  std::string checkpoint_error;
+  int64_t resumed_from_step = -1;
+  int64_t skipped_steps = 0;
+  int64_t snapshot_step = -1;  // of the newest snapshot taken (written or not)
+  std::chrono::steady_clock::time_point snapshot_at{};
+  int pending_writes = 0;      // snapshots queued or being written
+  uint64_t last_write_done = 0;
+  uint64_t checkpoint_ticket = 0, served_ticket = 0;  // on-demand requests
+  int64_t served_step = -1;
+  std::chrono::steady_clock::time_point last_persist{};
+  std::deque<JobEvent> history;  // notable events, oldest first
+};
+
+struct JobManager::WriteRequest {
+  std::shared_ptr<Job> job;
+  uint64_t seq = 0;
+  int64_t step = 0;
+  std::string reason;
+  checkpoints::Snapshot snapshot;
+};
+
+class JobManager::Stream final : public JobEventStream {
+ public:
+  std::optional<JobEvent> Next(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> l(mu_);
+    timed_out_ = false;
+    bool ready = cv_.wait_for(l, timeout, [&] { return !events_.empty() || closed_ || ended_; });
+    if (!events_.empty()) {
+      JobEvent e = std::move(events_.front());
+      events_.pop_front();
+      return e;
+    }
+    timed_out_ = !ready;
+    return std::nullopt;
+  }
+  bool timed_out() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return timed_out_;
+  }
+  void Close() override {
+    std::function<void()> wake;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      closed_ = true;
+      cv_.notify_all();
+      wake = waker_;
+    }
+    if (wake) wake();
+  }
+  void SetWaker(std::function<void()> wake) override {
+    std::lock_guard<std::mutex> l(mu_);
+    waker_ = std::move(wake);
+  }
+  void Push(JobEvent e, bool terminal) {
+    std::function<void()> wake;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (closed_) return;
+      events_.push_back(std::move(e));
+      if (terminal) ended_ = true;
+      cv_.notify_all();
+      wake = waker_;
+    }
+    if (wake) wake();  // without the stream's lock: it may read at once
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return closed_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobEvent> events_;
+  bool closed_ = false, ended_ = false, timed_out_ = false;
+  std::function<void()> waker_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_JOBS_JOB_MANAGER_INTERNAL_H_

@@ -1,0 +1,488 @@
+#include "jobs/training_job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "api/base64.h"
+#include "api/json_codec.h"
+#include "graph/gradients.h"
+#include "graph/graph.h"
+#include "graph/initializers.h"
+#include "graph/modes.h"
+#include "graph/ops.h"
+#include "graph/optimizers.h"
+#include "state/csv_reader.h"
+#include "state/data_path.h"
+#include "state/idx_reader.h"
+#include "state/variable.h"
+
+namespace flowstate {
+namespace {
+
+Status CheckPlaceholders(const Graph& g, const DataSpec& data, const std::string& path) {
+  for (const auto& [name, file] : data.files) {
+    const Node* n = g.FindNode(name);
+    if (n == nullptr) {
+      return InvalidArgument(path + ".files." + name + ": the graph has no node '" + name +
+                             "' to feed this file to");
+    }
+    if (n->op() != "Placeholder") {
+      return InvalidArgument(path + ".files." + name + ": node '" + name + "' is a " + n->op() +
+                                 ", not a Placeholder",
+                             name);
+    }
+  }
+  return Status();
+}
+
+Status CheckDataAgainstGraph(const Graph& g, const Dataset& d, const std::string& path) {
+  for (const auto& [name, t] : d.components()) {
+    const Node* n = g.FindNode(name);
+    if (n == nullptr) continue;  // checked before
+    DataType want = n->output_type(0);
+    const PartialShape& ps = n->output_shape(0);
+    TensorShape example = *d.ExampleShape(name);
+    std::vector<int64_t> batch{-1};
+    for (int64_t dim : example.dims()) batch.push_back(dim);
+    PartialShape as_fed(batch);
+    if (t.dtype() != want || !ps.IsCompatibleWith(as_fed)) {
+      return InvalidArgument(path + ".files." + name + ": the data is " +
+                                 std::string(DataTypeName(t.dtype())) + " " + as_fed.ToString() +
+                                 " (batch first) but placeholder '" + name + "' is " +
+                                 std::string(DataTypeName(want)) + " " + ps.ToString(),
+                             name);
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
+  if (job.replicas != 1) {
+    return Unimplemented("replicas: only 1 replica per job is supported so far");
+  }
+  FS_ASSIGN_OR_RETURN(Graph forward, Graph::Create(job.graph));
+  FS_RETURN_IF_ERROR(CheckPlaceholders(forward, job.input, "input"));
+  if (job.eval) FS_RETURN_IF_ERROR(CheckPlaceholders(forward, *job.eval, "eval"));
+  for (size_t i = 0; i < job.devices.size(); ++i) {
+    StatusOr<DeviceName> d = DeviceName::Parse(job.devices[i]);
+    if (!d.ok()) return InvalidArgument("devices[" + std::to_string(i) + "]: " + d.status().message());
+  }
+
+  TrainingGraphSpec spec;
+  spec.graph = job.graph;
+  spec.loss = job.loss;
+  spec.optimizer = job.optimizer;
+  spec.seed = job.seed;
+  if (job.eval) spec.metrics = job.eval->metrics;
+  return BuildTrainingGraph(spec);
+}
+
+TrainingJob::TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph)
+    : spec_(spec), options_(options), graph_(std::move(graph)) {}
+
+TrainingJob::~TrainingJob() {
+  if (pipeline_) pipeline_->Cancel();
+}
+
+StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
+                                                           const TrainingJobOptions& options) {
+  if (options.devices == nullptr) return InvalidArgument("TrainingJobOptions.devices is required");
+  FS_ASSIGN_OR_RETURN(TrainingGraph g, BuildTrainingGraph(spec));
+  {
+    FS_ASSIGN_OR_RETURN(Graph whole, Graph::Create(g.graph));
+    Status big = CheckStaticTensorBytes(whole, options.max_shape_bytes);
+    if (!big.ok()) return big.WithPrefix("graph");
+  }
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    FS_ASSIGN_OR_RETURN(DeviceName d, DeviceName::Parse(spec.devices[i]));
+    if (options.devices->Matching(d).empty()) {
+      return InvalidArgument("devices[" + std::to_string(i) + "]: no device of this server matches '" +
+                             spec.devices[i] + "'");
+    }
+  }
+  // Every file must exist under the data root (its contents are checked
+  // when the job starts).
+  auto check_files = [&](const DataSpec& d, const std::string& path) -> Status {
+    for (const auto& [name, file] : d.files) {
+      StatusOr<std::string> r = ResolveDataPath(options.data_root, file);
+      if (!r.ok()) {
+        return Status(r.status().code(), path + ".files." + name + ": " + r.status().message());
+      }
+    }
+    return Status();
+  };
+  FS_RETURN_IF_ERROR(check_files(spec.input, "input"));
+  if (spec.eval) FS_RETURN_IF_ERROR(check_files(*spec.eval, "eval"));
+  return std::unique_ptr<TrainingJob>(new TrainingJob(spec, options, std::move(g)));
+}
+
+StatusOr<Dataset> TrainingJob::Load(const DataSpec& data, const std::string& path) const {
+  Dataset d;
+  if (data.format == "idx") {
+    StatusOr<Dataset> r = LoadIdxDataset(options_.data_root, data.files);
+    if (!r.ok()) return r.status().WithPrefix(path + ".files");
+    d = std::move(r).value();
+  } else {
+    // One read per distinct file, with the components that come from it.
+    std::map<std::string, std::vector<std::string>> by_file;
+    for (const auto& [name, file] : data.files) by_file[file].push_back(name);
+    std::map<std::string, Tensor> components;
+    for (const auto& [file, names] : by_file) {
+      CsvOptions o;
+      o.delimiter = data.delimiter;
+      if (data.header) o.header = *data.header ? CsvHeader::kPresent : CsvHeader::kAbsent;
+      for (const std::string& name : names) {
+        CsvComponent c;
+        c.name = name;
+        auto col = data.columns.find(name);
+        if (col != data.columns.end()) {
+          c.columns = col->second.names;
+          c.column_indices = col->second.indices;
+          StatusOr<DataType> t = DataTypeFromString(col->second.dtype);
+          if (!t.ok()) return InvalidArgument(path + ".columns." + name + ".dtype: " + t.status().message());
+          c.dtype = *t;
+        }
+        o.components.push_back(c);
+      }
+      StatusOr<Dataset> r = LoadCsvDataset(options_.data_root, file, o);
+      if (!r.ok()) return r.status().WithPrefix(path + ".files");
+      for (const auto& [name, t] : r->components()) components[name] = t;
+    }
+    StatusOr<Dataset> r = Dataset::Make(std::move(components));
+    if (!r.ok()) return r.status().WithPrefix(path + ".files");
+    d = std::move(r).value();
+  }
+  if (data.max_examples) d = d.Take(*data.max_examples);
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(spec_.graph));
+  FS_RETURN_IF_ERROR(CheckDataAgainstGraph(g, d, path));
+  return d;
+}
+
+Status TrainingJob::Start(bool load_data) {
+  if (started_) return FailedPrecondition("the job has already started");
+  if (load_data) {
+    FS_ASSIGN_OR_RETURN(train_data_, Load(spec_.input, "input"));
+  }
+  if (spec_.eval && load_data) {
+    FS_ASSIGN_OR_RETURN(eval_data_, Load(*spec_.eval, "eval"));
+  }
+  SessionOptions so;
+  so.devices = options_.devices;
+  so.inter_op_pool = options_.inter_op_pool;
+  so.inter_op_threads = options_.inter_op_threads;
+  so.max_shape_bytes = options_.max_shape_bytes;
+  so.default_device = spec_.devices.empty() ? "" : spec_.devices.front();
+  FS_ASSIGN_OR_RETURN(train_session_, Session::Create(graph_.graph, so));
+  so.resources = train_session_->shared_resources();
+  FS_ASSIGN_OR_RETURN(eval_session_, Session::Create(graph_.eval_graph, so));
+  InputPipelineOptions po;
+  po.batch_size = spec_.input.batch_size;
+  po.shuffle = spec_.input.shuffle;
+  po.seed = spec_.seed;
+  po.epochs = spec_.input.epochs;
+  po.drop_remainder = spec_.input.drop_remainder;
+  po.prefetch = spec_.input.prefetch;
+  pipeline_options_ = po;
+  if (load_data) {
+    StatusOr<std::unique_ptr<InputPipeline>> p = InputPipeline::Create(train_data_, po);
+    if (!p.ok()) return p.status().WithPrefix("input");
+    pipeline_ = std::move(p).value();
+  }
+  std::vector<Tensor> out;
+  FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
+  if (!initial_values_.empty()) {
+    FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
+    std::map<std::string, const Tensor*> by_name;
+    for (const auto& [name, t] : initial_values_) by_name[name] = &t;
+    for (const std::string& v : graph_.model_variables) {
+      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+      FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
+    }
+    initial_values_.clear();
+  }
+  started_ = true;
+  return Status();
+}
+
+std::unique_ptr<TrainingJob> TrainingJob::Unstarted() const {
+  return std::unique_ptr<TrainingJob>(new TrainingJob(spec_, options_, graph_));
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(graph_.model_variables.size());
+  for (const std::string& v : graph_.model_variables) {
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
+    out.emplace_back(v, std::move(t));
+  }
+  return out;
+}
+
+StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariable(const std::string& name) const {
+  std::shared_ptr<const Graph> g = train_session_->graph();
+  const Node* n = g->FindNode(name);
+  if (n == nullptr || n->op() != "Variable") return NotFound("no variable '" + name + "'", name);
+  std::string container, shared_name;
+  if (auto it = n->attrs().find("container"); it != n->attrs().end()) container = it->second.s();
+  if (auto it = n->attrs().find("shared_name"); it != n->attrs().end()) shared_name = it->second.s();
+  return train_session_->resource_manager()->Lookup<Variable>(container,
+                                                               shared_name.empty() ? name : shared_name);
+}
+
+StatusOr<JobSnapshot> TrainingJob::Snapshot() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  JobSnapshot s;
+  s.step = step_;
+  if (pipeline_) s.position = pipeline_->position();
+  s.seed = spec_.seed;
+  s.variables.reserve(graph_.variables.size());
+  for (const std::string& v : graph_.variables) {
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+    // Shares the buffer; the variable copies it before its next write.
+    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
+    s.variables.emplace_back(v, std::move(t));
+  }
+  FS_ASSIGN_OR_RETURN(s.kernel_states, train_session_->ExportKernelStates());
+  return s;
+}
+
+Status TrainingJob::Restore(const JobSnapshot& snapshot) {
+  if (!started_) return FailedPrecondition("the job has not started");
+  if (snapshot.seed != spec_.seed) {
+    return FailedPrecondition("the checkpoint was taken with seed " + std::to_string(snapshot.seed) +
+                              " but the job has seed " + std::to_string(spec_.seed));
+  }
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : snapshot.variables) by_name[name] = &t;
+  std::vector<std::pair<std::shared_ptr<Variable>, const Tensor*>> assign;
+  for (const std::string& v : graph_.variables) {
+    auto it = by_name.find(v);
+    if (it == by_name.end()) {
+      return InvalidArgument("the checkpoint has no value for variable '" + v + "'", v);
+    }
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
+    const Tensor& t = *it->second;
+    if (t.dtype() != var->dtype() || !var->declared_shape().IsCompatibleWith(t.shape())) {
+      return InvalidArgument("variable '" + v + "' is " + std::string(DataTypeName(var->dtype())) +
+                                 var->declared_shape().ToString() + " but the checkpoint holds " +
+                                 std::string(DataTypeName(t.dtype())) + t.shape().ToString(),
+                             v);
+    }
+    assign.emplace_back(std::move(var), &t);
+  }
+  std::unique_ptr<InputPipeline> pipeline;
+  if (pipeline_) {
+    StatusOr<std::unique_ptr<InputPipeline>> p =
+        InputPipeline::Create(train_data_, pipeline_options_, snapshot.position);
+    if (!p.ok()) return p.status().WithPrefix("checkpoint: input position");
+    pipeline = std::move(p).value();
+  }
+  for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
+  FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
+  if (pipeline) {
+    pipeline_->Cancel();
+    pipeline_ = std::move(pipeline);
+  }
+  step_ = snapshot.step;
+  done_ = step_ >= total_steps();
+  return Status();
+}
+
+Status CheckInitialValues(const TrainingGraph& graph,
+                          const std::vector<std::pair<std::string, Tensor>>& values,
+                          const std::string& what) {
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph.graph));
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : values) by_name[name] = &t;
+  for (const std::string& v : graph.model_variables) {
+    const Node* n = g.FindNode(v);
+    if (n == nullptr) continue;
+    auto it = by_name.find(v);
+    if (it == by_name.end()) {
+      return InvalidArgument(what + ": the checkpoint has no variable '" + v + "'", v);
+    }
+    const Tensor& t = *it->second;
+    DataType want = n->output_type(0);
+    const PartialShape& shape = n->output_shape(0);
+    if (t.dtype() != want || !shape.IsCompatibleWith(t.shape())) {
+      return InvalidArgument(what + ": variable '" + v + "' is " + std::string(DataTypeName(want)) +
+                                 shape.ToString() + " in this graph but " +
+                                 std::string(DataTypeName(t.dtype())) + t.shape().ToString() +
+                                 " in the checkpoint",
+                             v);
+    }
+  }
+  return Status();
+}
+
+std::string EncodeSnapshotMetadata(const JobSnapshot& s) {
+  nlohmann::json j;
+  j["format"] = "flowstate.job_snapshot.v1";
+  j["step"] = s.step;
+  j["epoch"] = s.position.epoch;
+  j["offset"] = s.position.offset;
+  j["seed"] = std::to_string(s.seed);  // uint64: as a string, JSON numbers lose bits
+  nlohmann::json k = nlohmann::json::object();
+  for (const auto& [node, state] : s.kernel_states) k[node] = api::Base64Encode(state);
+  j["kernel_states"] = std::move(k);
+  return j.dump();
+}
+
+Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s) {
+  // An imported checkpoint's metadata is client data like any request body.
+  FS_RETURN_IF_ERROR(api::CheckJsonDepth(text, "checkpoint metadata"));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [](const std::string& why) {
+    return InvalidArgument("checkpoint metadata: " + why);
+  };
+  if (!j.is_object() || j.value("format", "") != "flowstate.job_snapshot.v1") {
+    return bad("not a flowstate job snapshot (format flowstate.job_snapshot.v1)");
+  }
+  for (const char* f : {"step", "epoch", "offset"}) {
+    if (!j.contains(f) || !j[f].is_number_integer()) return bad(std::string(f) + " must be an integer");
+  }
+  if (!j.contains("seed") || !j["seed"].is_string()) return bad("seed must be a string");
+  s->step = j["step"].get<int64_t>();
+  s->position.epoch = j["epoch"].get<int64_t>();
+  s->position.offset = j["offset"].get<int64_t>();
+  try {
+    s->seed = std::stoull(j["seed"].get<std::string>());
+  } catch (...) {
+    return bad("seed is not a number");
+  }
+  s->kernel_states.clear();
+  if (j.contains("kernel_states")) {
+    if (!j["kernel_states"].is_object()) return bad("kernel_states must be an object");
+    for (const auto& [node, v] : j["kernel_states"].items()) {
+      if (!v.is_string()) return bad("kernel_states." + node + " must be a string");
+      std::string b64 = v.get<std::string>();
+      StatusOr<size_t> n = api::Base64DecodedSize(b64);
+      if (!n.ok()) return bad("kernel_states." + node + ": " + n.status().message());
+      std::string bytes(*n, '\0');
+      FS_RETURN_IF_ERROR(api::Base64Decode(b64, bytes.data(), bytes.size()));
+      s->kernel_states[node] = std::move(bytes);
+    }
+  }
+  return Status();
+}
+
+std::vector<std::string> TrainingJob::DeviceNames() const {
+  std::vector<std::string> out;
+  for (const std::string& spec : spec_.devices) {
+    StatusOr<DeviceName> d = DeviceName::Parse(spec);
+    if (!d.ok()) continue;  // checked by Create
+    std::vector<Device*> m = options_.devices->Matching(*d);
+    if (!m.empty() && std::find(out.begin(), out.end(), m.front()->name()) == out.end()) {
+      out.push_back(m.front()->name());
+    }
+  }
+  if (out.empty()) out.push_back(options_.devices->default_device()->name());
+  return out;
+}
+
+int64_t TrainingJob::steps_per_epoch() const {
+  if (pipeline_) return pipeline_->batches_per_epoch();
+  int64_t n = train_data_.num_examples(), b = spec_.input.batch_size;
+  return spec_.input.drop_remainder ? n / b : (n + b - 1) / b;
+}
+
+int64_t TrainingJob::total_steps() const {
+  int64_t total = steps_per_epoch() * spec_.input.epochs;
+  if (spec_.max_steps) total = std::min(total, *spec_.max_steps);
+  return total;
+}
+
+StatusOr<StepResult> TrainingJob::Step() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  if (done_) return FailedPrecondition("the job has finished");
+  if (!pipeline_) return FailedPrecondition("the job was started without its data");
+  StatusOr<Batch> b = pipeline_->Next();
+  if (!b.ok()) return b.status();
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  feeds.reserve(b->components.size());
+  for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
+  std::vector<Tensor> out;
+  Status run = train_session_->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
+  StepResult r;
+  if (!run.ok()) {
+    if (std::find(graph_.numerics_checks.begin(), graph_.numerics_checks.end(), run.node()) ==
+        graph_.numerics_checks.end()) {
+      return run;
+    }
+    // A NaN/Inf loss or gradient: the batch is used, no update applied.
+    std::string what = run.message();
+    if (size_t k = what.find("(CheckNumerics): "); what.starts_with("node '") && k != std::string::npos) {
+      what = what.substr(k + 17);
+    }
+    what = "step " + std::to_string(step_ + 1) + ": " + what;
+    if (spec_.on_nan == OnNan::kFail) {
+      ++step_;
+      done_ = true;
+      return InvalidArgument(what + "; no update was applied and the job fails (on_nan \"fail\"; "
+                                    "\"skip_step\" skips such steps)",
+                             run.node());
+    }
+    r.skipped = true;
+    r.nan_message = what + "; the step was skipped";
+    out.assign(1, Tensor::Scalar<double>(std::nan("")));
+  }
+  r.step = ++step_;
+  r.epoch = b->epoch;
+  r.loss = out[0].ElementAsDouble(0);
+  r.examples = b->size;
+  r.epoch_end = pipeline_->position().epoch != b->epoch;
+  r.done = step_ >= total_steps();
+  done_ = r.done;
+  return r;
+}
+
+bool TrainingJob::IsNanError(const Status& s) const {
+  return !s.ok() && s.code() == Code::kInvalidArgument &&
+         std::find(graph_.numerics_checks.begin(), graph_.numerics_checks.end(), s.node()) !=
+             graph_.numerics_checks.end();
+}
+
+StatusOr<std::map<std::string, double>> TrainingJob::Evaluate() {
+  if (!started_) return FailedPrecondition("the job has not started");
+  if (!spec_.eval) return FailedPrecondition("the job has no eval section");
+  InputPipelineOptions po;
+  po.batch_size = spec_.eval->batch_size;
+  po.shuffle = false;
+  po.epochs = 1;
+  po.prefetch = 2;
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputPipeline> p, InputPipeline::Create(eval_data_, po));
+  const std::vector<std::string>& metrics = spec_.eval->metrics;
+  std::vector<double> sums(metrics.size(), 0.0);
+  int64_t seen = 0;
+  for (;;) {
+    StatusOr<Batch> b = p->Next();
+    if (!b.ok()) {
+      if (b.status().code() == Code::kOutOfRange) break;
+      return b.status();
+    }
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
+    std::vector<Tensor> out;
+    FS_RETURN_IF_ERROR(eval_session_->Run(feeds, metrics, {}, &out));
+    for (size_t i = 0; i < metrics.size(); ++i) sums[i] += out[i].ElementAsDouble(0) * double(b->size);
+    seen += b->size;
+  }
+  std::map<std::string, double> result;
+  for (size_t i = 0; i < metrics.size(); ++i) result[metrics[i]] = seen ? sums[i] / double(seen) : 0.0;
+  return result;
+}
+
+Status TrainingJob::Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                            const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+  if (!started_) return FailedPrecondition("the job has not started");
+  return eval_session_->Run(inputs, fetches, {}, outputs);
+}
+
+}  // namespace flowstate

@@ -1,0 +1,188 @@
+// TrainingJob: one training job from JobSpec to trained variables — the code
+// `flowstate train` runs in-process and the server's job manager runs on its
+// device pool.
+//
+// Create() validates the whole job (graph, loss, optimizer, data files and
+// their agreement with the placeholders) and builds the training graph on
+// the server side: the client's forward graph, its gradients, the
+// optimizer's updates and slots, and the variables' initializers. Every
+// gradient reaches the optimizer through a CheckNumerics (after the loss's),
+// so a step with a NaN/Inf loss or gradient applies no update (on_nan).
+// Start() loads the data and initializes the variables; then each Step() runs
+// one training step, Evaluate() computes the eval metrics over the eval set.
+//
+// Thread safety: one thread drives a job at a time (Step, Evaluate); the
+// accessors of Progress are safe from any thread.
+#ifndef FLOWSTATE_JOBS_TRAINING_JOB_H_
+#define FLOWSTATE_JOBS_TRAINING_JOB_H_
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "devices/device_pool.h"
+#include "graph/attr_value.h"
+#include "graph/status.h"
+#include "scheduler/session.h"
+#include "api/job_spec.h"
+#include "graph/training_graph.h"
+#include "state/dataset.h"
+#include "state/input_pipeline.h"
+
+namespace flowstate {
+
+class ThreadPool;
+class Variable;
+
+// Builds the training graph of a parsed job (graph/training_graph.h) after
+// the job-level checks: replicas, that data files feed placeholders, device
+// strings. Errors name the JSON path or the node ("loss: node 'nope' is not
+// in the graph").
+StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job);
+
+struct TrainingJobOptions {
+  std::string data_root = "/usr/share/datasets";
+  DevicePool* devices = nullptr;      // required
+  ThreadPool* inter_op_pool = nullptr;  // null: the sessions own one
+  int inter_op_threads = 1;
+  // SessionOptions::max_shape_bytes of the job's training graph, checked by
+  // Create (0: no limit).
+  int64_t max_shape_bytes = 0;
+};
+
+struct StepResult {
+  int64_t step = 0;    // steps done so far, this one included
+  int64_t epoch = 0;   // the epoch the step belongs to (0-based)
+  double loss = 0;
+  int64_t examples = 0;
+  bool epoch_end = false;  // this step finished an epoch
+  bool done = false;       // no more steps: the last epoch (or max_steps) is done
+  // on_nan "skip_step": the loss or a gradient was NaN/Inf and the step's
+  // update was not applied (loss is NaN then); nan_message says which and
+  // names the step ("step 7: the loss is NaN; the step was skipped").
+  bool skipped = false;
+  std::string nan_message;
+};
+
+// A consistent snapshot of a job, taken between steps: everything a fresh
+// TrainingJob of the same spec needs to continue the same run (same data
+// order, same random streams, bit for bit on one thread). Tensors share the
+// variables' buffers; variables copy on write, so a later step never
+// changes a snapshot. Value type.
+struct JobSnapshot {
+  int64_t step = 0;  // steps done when it was taken
+  // Every variable of TrainingGraph::variables (model, slots, global step),
+  // by node name, in that order.
+  std::vector<std::pair<std::string, Tensor>> variables;
+  PipelinePosition position;  // of the batch the next step trains on
+  uint64_t seed = 0;          // the job's seed (the position is only valid with it)
+  // Kernels' states outside the variables (random streams), by node name:
+  // Session::ExportKernelStates of the training session.
+  std::map<std::string, std::string> kernel_states;
+};
+
+// The non-tensor part of a snapshot (step, position, seed, kernel states) as
+// the opaque metadata bytes of a checkpoint (JSON text, kernel states in
+// base64), and back. Decode: INVALID_ARGUMENT when the text is not one.
+std::string EncodeSnapshotMetadata(const JobSnapshot& s);
+Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s);
+
+// Checks that `values` hold every model variable of `graph` with its dtype
+// and a shape it allows (extra tensors are ignored): what `init_from` needs.
+// INVALID_ARGUMENT naming the variable otherwise; `what` prefixes messages.
+Status CheckInitialValues(const TrainingGraph& graph,
+                          const std::vector<std::pair<std::string, Tensor>>& values,
+                          const std::string& what);
+
+class TrainingJob {
+ public:
+  static StatusOr<std::unique_ptr<TrainingJob>> Create(const JobSpec& spec,
+                                                       const TrainingJobOptions& options);
+  ~TrainingJob();
+
+  // Loads the datasets, creates the sessions, initializes the variables.
+  // Without `load_data` (serving predictions of a finished job) no data is
+  // read: Step() and Evaluate() then fail, Predict() and Restore() work.
+  Status Start(bool load_data = true);
+  // One training step. FAILED_PRECONDITION before Start() or after done.
+  // A NaN/Inf loss or gradient applies no update; with on_nan "fail" it is
+  // an INVALID_ARGUMENT naming the step and the tensor (IsNanError), and
+  // the job is done; with "skip_step" a StepResult with `skipped`.
+  StatusOr<StepResult> Step();
+  // Whether a Step() error is the on_nan "fail" one.
+  bool IsNanError(const Status& s) const;
+  // Each eval metric's mean over the eval set (weighted by batch size).
+  StatusOr<std::map<std::string, double>> Evaluate();
+  bool has_eval() const { return spec_.eval.has_value(); }
+  // Runs `fetches` of the inference graph with the current variables.
+  Status Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+
+  // The job's state between steps. FAILED_PRECONDITION before Start();
+  // must not run concurrently with Step().
+  StatusOr<JobSnapshot> Snapshot();
+  // Continues from `snapshot` (a snapshot of a job of the same spec):
+  // replaces every variable, the step count, the input position and the
+  // kernels' random states. REQUIRES: Start() done, no Step() running.
+  // INVALID_ARGUMENT naming the variable for a missing one or a dtype or
+  // shape that does not fit; FAILED_PRECONDITION for another seed. On error
+  // the job must not be stepped further (variables may be half restored).
+  Status Restore(const JobSnapshot& snapshot);
+  // Model variables Start() assigns after the initializers (fine-tuning
+  // from another job's checkpoint); checked with CheckInitialValues there.
+  void SetInitialValues(std::vector<std::pair<std::string, Tensor>> values) {
+    initial_values_ = std::move(values);
+  }
+
+  // A new, unstarted job of the same spec, options and training graph: no
+  // data, no sessions, no variables (what a finished job keeps, so that it
+  // can be started again without data to serve predictions).
+  std::unique_ptr<TrainingJob> Unstarted() const;
+  // The current values of the model's variables (TrainingGraph::
+  // model_variables, no slots), sharing their buffers.
+  // FAILED_PRECONDITION before Start().
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> ModelValues();
+
+  const JobSpec& spec() const { return spec_; }
+  // The full names of the devices the job runs on: each of spec().devices
+  // resolved to its first matching device of the pool, or the pool's
+  // default device.
+  std::vector<std::string> DeviceNames() const;
+  const TrainingGraph& graph() const { return graph_; }
+  int64_t steps_per_epoch() const;
+  // Total steps the job will run (epochs * steps per epoch, capped by max_steps).
+  int64_t total_steps() const;
+  int64_t step() const { return step_; }
+  int64_t train_examples() const { return train_data_.num_examples(); }
+  Session* train_session() { return train_session_.get(); }
+  InputPipeline* pipeline() { return pipeline_.get(); }
+
+ private:
+  TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph);
+  StatusOr<Dataset> Load(const DataSpec& data, const std::string& path) const;
+  StatusOr<std::shared_ptr<Variable>> FindVariable(const std::string& name) const;
+
+  JobSpec spec_;
+  TrainingJobOptions options_;
+  TrainingGraph graph_;
+  Dataset train_data_;
+  Dataset eval_data_;
+  std::unique_ptr<Session> train_session_;
+  std::unique_ptr<Session> eval_session_;
+  std::unique_ptr<InputPipeline> pipeline_;
+  InputPipelineOptions pipeline_options_;
+  std::vector<std::pair<std::string, Tensor>> initial_values_;
+  int64_t step_ = 0;
+  bool started_ = false;
+  bool done_ = false;
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_JOBS_TRAINING_JOB_H_

@@ -1,0 +1,47 @@
+// PRIVATE to the tests of JobManager over a checkpoint store
+// (job_lifecycle_test.cc, job_persistence_test.cc): JobStoreFixture owns a
+// temporary directory (data/points.csv as the data root; db/ for the Store
+// the test opens itself into store_) and the managers a test makes
+// (managers_). TearDown ends the managers first, then closes the store,
+// then removes the directory. One fixture object per test, used from the
+// test's thread.
+#ifndef FLOWSTATE_TESTS_JOBS_JOB_STORE_FIXTURE_H_
+#define FLOWSTATE_TESTS_JOBS_JOB_STORE_FIXTURE_H_
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoints/store.h"
+#include "jobs/job_manager.h"
+#include "tests/server/server_test_util.h"
+
+namespace flowstate::server_test {
+
+class JobStoreFixture : public ::testing::Test {
+ protected:
+  // `dir_prefix` names the test's temporary directory (FreshTestDir).
+  explicit JobStoreFixture(std::string dir_prefix) : dir_prefix_(std::move(dir_prefix)) {}
+
+  void SetUp() override { dir_ = FreshTestDirWithPoints(dir_prefix_); }
+  void TearDown() override {
+    managers_.clear();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<checkpoints::Store> store_;
+  std::vector<std::unique_ptr<JobManager>> managers_;
+
+ private:
+  std::string dir_prefix_;
+};
+
+}  // namespace flowstate::server_test
+
+#endif  // FLOWSTATE_TESTS_JOBS_JOB_STORE_FIXTURE_H_
