@@ -38,8 +38,9 @@ class DeviceFactory {
                                int count, std::vector<std::unique_ptr<Device>>* devices) = 0;
 };
 
-// ALREADY_EXISTS when `type` has a factory; INVALID_ARGUMENT for a type
-// that is not a device-name identifier (letters, digits, '_').
+// ALREADY_EXISTS when `type` has a factory; INVALID_ARGUMENT for a null
+// factory or a type that is not an upper-case device-type name (letters,
+// digits, '_', starting with a letter: device names upper-case their type).
 Status RegisterDeviceFactory(const std::string& type, std::unique_ptr<DeviceFactory> factory);
 // The factory for `type`, or nullptr.
 DeviceFactory* FindDeviceFactory(const std::string& type);

@@ -47,6 +47,7 @@ Status RegisterDeviceFactory(const std::string& type, std::unique_ptr<DeviceFact
   for (const auto& [t, f] : r->factories) {
     if (t == type) return AlreadyExists("a device factory for " + type + " is already registered");
   }
+  if (factory == nullptr) return InvalidArgument("a null device factory for " + type);
   r->factories.emplace_back(type, std::move(factory));
   return Status();
 }

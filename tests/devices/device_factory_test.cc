@@ -61,6 +61,8 @@ TEST(DeviceFactory, RegistrationChecksTheTypeName) {
   EXPECT_EQ(RegisterDeviceFactory("gpu", nullptr).code(), Code::kInvalidArgument);
   EXPECT_EQ(RegisterDeviceFactory("", nullptr).code(), Code::kInvalidArgument);
   EXPECT_EQ(RegisterDeviceFactory("A-B", nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(RegisterDeviceFactory("NULLDEV", nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(FindDeviceFactory("NULLDEV"), nullptr);
 }
 
 }  // namespace
