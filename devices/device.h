@@ -1,7 +1,10 @@
 // Device: one place kernels run — a logical CPU device with its own
-// intra-op thread pool, or (when built with CUDA) a GPU. A Device owns its
-// allocator, which tracks the bytes in use and their peak (a CPU device's
-// also caches freed blocks for reuse: devices/caching_allocator.h).
+// intra-op thread pool, or an accelerator with its own memory. A Device owns
+// its allocator, which tracks the bytes in use and their peak (a CPU
+// device's also caches freed blocks for reuse: devices/caching_allocator.h),
+// and its DeviceContext, through which tensors move between its memory and
+// the host (devices/device_context.h). Each device type registers a factory
+// (devices/device_factory.h); the pool creates devices through them.
 //
 // Devices are created by a DevicePool and live as long as it. All methods
 // are thread-safe: kernels of concurrent steps share a device.
@@ -18,6 +21,14 @@
 #include "graph/allocator.h"
 
 namespace flowstate {
+
+class DeviceContext;  // devices/device_context.h
+
+// Where the bytes of a tensor live. A host-memory device (CPU) has only
+// kHost; an accelerator's kernels read and write kDevice memory, except the
+// arguments they declare in host memory (KernelDef::HostMemory: shapes,
+// axes, sizes).
+enum class MemoryType : uint8_t { kDevice = 0, kHost = 1 };
 
 // Wraps an allocator to count bytes in use, the peak and allocations, and to
 // refuse allocations past an optional limit. bytes_in_use is what tensors
@@ -51,10 +62,22 @@ class Device {
   // The full name, e.g. "/job:localhost/replica:0/task:0/device:CPU:0".
   const std::string& name() const { return name_; }
   const DeviceName& parsed_name() const { return parsed_; }
-  // "CPU" or "GPU".
+  // The registered device type: "CPU", "GPU", ...
   const std::string& type() const { return parsed_.type; }
 
   virtual Allocator* allocator() = 0;
+  // kHost when this device's tensors live in host memory (the default, for
+  // CPU devices); kDevice when they live in memory host code must not touch
+  // (an accelerator's), so that crossing to another device type or to a
+  // host-memory argument takes a copy through device_context().
+  virtual MemoryType memory_type() const { return MemoryType::kHost; }
+  // Where this device's kernels allocate the outputs they declare in host
+  // memory. The default, right for host-memory devices: allocator().
+  virtual Allocator* host_allocator() { return allocator(); }
+  // Copies between this device's memory and the host; owned by the device,
+  // never null. The default, right for host-memory devices, shares buffers
+  // instead of copying (HostDeviceContext).
+  virtual DeviceContext* device_context();
   // Threads available to one kernel (the intra-op pool's size).
   virtual int num_threads() const = 0;
   // Runs fn(begin, end) over disjoint ranges covering [0, n), in parallel on

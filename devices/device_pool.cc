@@ -1,31 +1,120 @@
 #include "devices/device_pool.h"
 
-#include <thread>
+#include <algorithm>
+#include <cctype>
+#include <mutex>
 
-#include "devices/cpu/cpu_device.h"
+#include "devices/device_factory.h"
 
 namespace flowstate {
+namespace {
+
+struct FactoryRegistry {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::unique_ptr<DeviceFactory>>> factories;  // GUARDED_BY(mu)
+};
+
+FactoryRegistry* Factories() {
+  // The CPU device's factory is installed on first use; calling into its
+  // file from here (rather than from a static initializer there) keeps the
+  // linker from dropping it out of the static library.
+  static FactoryRegistry* r = [] {
+    auto* reg = new FactoryRegistry();
+    reg->factories.emplace_back("CPU", internal::NewCpuDeviceFactory());
+    return reg;
+  }();
+  return r;
+}
+
+bool ValidTypeName(const std::string& t) {
+  if (t.empty() || !std::isupper(static_cast<unsigned char>(t[0]))) return false;
+  for (char c : t) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (!std::isupper(u) && !std::isdigit(u) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status RegisterDeviceFactory(const std::string& type, std::unique_ptr<DeviceFactory> factory) {
+  if (!ValidTypeName(type)) {
+    return InvalidArgument("device type '" + type +
+                           "' must be upper-case letters, digits and '_', starting with a letter");
+  }
+  FactoryRegistry* r = Factories();
+  std::lock_guard<std::mutex> l(r->mu);
+  for (const auto& [t, f] : r->factories) {
+    if (t == type) return AlreadyExists("a device factory for " + type + " is already registered");
+  }
+  if (factory == nullptr) return InvalidArgument("a null device factory for " + type);
+  r->factories.emplace_back(type, std::move(factory));
+  return Status();
+}
+
+DeviceFactory* FindDeviceFactory(const std::string& type) {
+  FactoryRegistry* r = Factories();
+  std::lock_guard<std::mutex> l(r->mu);
+  for (const auto& [t, f] : r->factories) {
+    if (t == type) return f.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> RegisteredDeviceTypes() {
+  FactoryRegistry* r = Factories();
+  std::lock_guard<std::mutex> l(r->mu);
+  std::vector<std::string> out;
+  for (const auto& [t, f] : r->factories) {
+    if (t == "CPU") out.insert(out.begin(), t);
+    else out.push_back(t);
+  }
+  return out;
+}
 
 DevicePool::~DevicePool() = default;
 
 StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolOptions& o) {
-  if (o.num_cpu_devices < 1) return InvalidArgument("num_cpu_devices must be >= 1");
-  if (o.intra_op_threads < 0) return InvalidArgument("intra_op_threads must be >= 0");
-  int threads = o.intra_op_threads;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  std::unique_ptr<DevicePool> pool(new DevicePool());
-  for (int i = 0; i < o.num_cpu_devices; ++i) {
-    DeviceName n;
-    n.job = o.job;
-    n.replica = 0;
-    n.task = o.task;
-    n.type = "CPU";
-    n.id = i;
-    pool->owned_.push_back(std::make_unique<CpuDevice>(n, threads, o.cpu_memory_limit_bytes,
-                                                         o.cpu_cache_bytes));
-    pool->devices_.push_back(pool->owned_.back().get());
+  std::vector<std::string> types = RegisteredDeviceTypes();
+  for (const auto& [type, count] : o.device_counts) {
+    if (std::find(types.begin(), types.end(), type) == types.end()) {
+      std::string known;
+      for (const std::string& t : types) known += (known.empty() ? "" : ", ") + t;
+      return InvalidArgument("device type '" + type + "' is not registered (registered: " +
+                             known + ")");
+    }
+    if (count < 0) return InvalidArgument("device count for " + type + " must be >= 0");
   }
+  std::unique_ptr<DevicePool> pool(new DevicePool());
+  for (const std::string& type : types) {
+    DeviceFactory* factory = FindDeviceFactory(type);
+    auto it = o.device_counts.find(type);
+    int count = it != o.device_counts.end() ? it->second : factory->DefaultCount(o);
+    if (type == "CPU" && count < 1) return InvalidArgument("num_cpu_devices must be >= 1");
+    if (count == 0) continue;
+    DeviceName base;
+    base.job = o.job;
+    base.replica = 0;
+    base.task = o.task;
+    base.type = type;
+    size_t before = pool->owned_.size();
+    FS_RETURN_IF_ERROR(factory->CreateDevices(o, base, count, &pool->owned_));
+    if (pool->owned_.size() != before + size_t(count)) {
+      return Internal("the " + type + " device factory made " +
+                      std::to_string(pool->owned_.size() - before) + " devices, not " +
+                      std::to_string(count));
+    }
+  }
+  for (const auto& d : pool->owned_) pool->devices_.push_back(d.get());
   return pool;
+}
+
+std::vector<std::string> DevicePool::device_types() const {
+  std::vector<std::string> out;
+  for (Device* d : devices_) {
+    if (std::find(out.begin(), out.end(), d->type()) == out.end()) out.push_back(d->type());
+  }
+  return out;
 }
 
 std::vector<Device*> DevicePool::Matching(const DeviceName& spec) const {

@@ -1,9 +1,12 @@
-// DevicePool: the devices of this process (CPU devices, and GPUs when built
-// with CUDA), created once from options and shared by every session and job.
-// Owns its devices; immutable after Create(), so thread-safe.
+// DevicePool: the devices of this process, created once from options and
+// shared by every session and job: the CPU devices first, then those of
+// every other registered device type (devices/device_factory.h), in
+// registration order. Owns its devices; immutable after Create(), so
+// thread-safe.
 #ifndef FLOWSTATE_DEVICES_DEVICE_POOL_H_
 #define FLOWSTATE_DEVICES_DEVICE_POOL_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,6 +30,11 @@ struct DevicePoolOptions {
   int64_t cpu_cache_bytes = -1;
   std::string job = "localhost";
   int task = 0;
+  // Devices per registered type, e.g. {"GPU", 2}; a type left out gets its
+  // factory's default (CPU: num_cpu_devices; a test-only type: none). A
+  // "CPU" entry overrides num_cpu_devices. INVALID_ARGUMENT for a type that
+  // is not registered.
+  std::map<std::string, int> device_counts;
 };
 
 class DevicePool {
@@ -35,6 +43,8 @@ class DevicePool {
   ~DevicePool();
 
   const std::vector<Device*>& devices() const { return devices_; }
+  // The device types present, in pool order ("CPU" first).
+  std::vector<std::string> device_types() const;
   // The first CPU device.
   Device* default_device() const { return devices_.front(); }
   // Devices matching a full or partial spec, in pool order.

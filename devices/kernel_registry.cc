@@ -22,7 +22,56 @@ static std::string Describe(const KernelDef& d) {
   return s;
 }
 
+namespace {
+
+bool HasArg(const std::vector<ArgDef>& args, const std::string& name) {
+  for (const ArgDef& a : args) {
+    if (a.name == name) return true;
+  }
+  return false;
+}
+
+// How many tensors argument `a` of `node` stands for (attrs resolved).
+int ArgCount(const ArgDef& a, const NodeDef& node) {
+  if (!a.number_attr.empty()) {
+    auto it = node.attrs.find(a.number_attr);
+    return it != node.attrs.end() && it->second.kind() == AttrKind::kInt ? int(it->second.i()) : 0;
+  }
+  if (!a.type_list_attr.empty()) {
+    auto it = node.attrs.find(a.type_list_attr);
+    return it != node.attrs.end() && it->second.kind() == AttrKind::kTypeList
+               ? int(it->second.types().size())
+               : 0;
+  }
+  return 1;
+}
+
+// kDevice for every tensor, then kHost for those of the host-memory args.
+std::vector<MemoryType> ArgMemory(const std::vector<ArgDef>& args, const NodeDef& node, int n,
+                                  const std::vector<std::string>& host_args) {
+  std::vector<MemoryType> out(std::max(n, 0), MemoryType::kDevice);
+  int pos = 0;
+  for (const ArgDef& a : args) {
+    int count = ArgCount(a, node);
+    bool host = std::find(host_args.begin(), host_args.end(), a.name) != host_args.end();
+    for (int k = 0; k < count && pos < n; ++k, ++pos) {
+      if (host) out[pos] = MemoryType::kHost;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Status KernelRegistry::Register(const KernelDef& def, KernelFactory factory) {
+  if (const OpDef* op = OpRegistry::Global()->Find(def.op); op != nullptr) {
+    for (const std::string& arg : def.host_memory_args) {
+      if (!HasArg(op->inputs, arg) && !HasArg(op->outputs, arg)) {
+        return InvalidArgument("kernel " + Describe(def) + ": HostMemory(\"" + arg +
+                               "\") names no input or output of " + def.op);
+      }
+    }
+  }
   std::lock_guard<std::mutex> l(mu_);
   auto range = kernels_.equal_range(def.op);
   for (auto it = range.first; it != range.second; ++it) {
@@ -82,6 +131,10 @@ StatusOr<std::unique_ptr<OpKernel>> KernelRegistry::CreateKernel(
   }
   OpKernelConstruction c(&node, &op, device, resource_mgr, std::move(input_types),
                          std::move(output_types));
+  if (device->memory_type() != MemoryType::kHost) {
+    c.set_memory_types(ArgMemory(op.inputs, node, c.num_inputs(), e->def.host_memory_args),
+                       ArgMemory(op.outputs, node, c.num_outputs(), e->def.host_memory_args));
+  }
   std::unique_ptr<OpKernel> k = e->factory(&c);
   if (!c.status().ok()) {
     const Status& s = c.status();
@@ -89,6 +142,23 @@ StatusOr<std::unique_ptr<OpKernel>> KernelRegistry::CreateKernel(
                   node.name);
   }
   return k;
+}
+
+MemoryTypes KernelRegistry::MemoryTypesFor(const NodeDef& node, const OpDef& op,
+                                           const Device& device, int num_inputs,
+                                           int num_outputs) const {
+  MemoryTypes m;
+  if (device.memory_type() == MemoryType::kHost) {
+    m.inputs.assign(num_inputs, MemoryType::kHost);
+    m.outputs.assign(num_outputs, MemoryType::kHost);
+    return m;
+  }
+  const Entry* e = Find(node, device.type());
+  static const std::vector<std::string> kNone;
+  const std::vector<std::string>& host = e != nullptr ? e->def.host_memory_args : kNone;
+  m.inputs = ArgMemory(op.inputs, node, num_inputs, host);
+  m.outputs = ArgMemory(op.outputs, node, num_outputs, host);
+  return m;
 }
 
 std::vector<KernelDef> KernelRegistry::ListKernels() const {

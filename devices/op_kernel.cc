@@ -74,7 +74,9 @@ OpKernel::OpKernel(OpKernelConstruction* c)
     : name_(c->def().name),
       op_(c->def().op),
       input_types_(c->input_types()),
-      output_types_(c->output_types()) {}
+      output_types_(c->output_types()),
+      input_memory_types_(c->input_memory_types()),
+      output_memory_types_(c->output_memory_types()) {}
 
 Status OpKernel::SaveState(std::string* state) const {
   state->clear();
@@ -102,7 +104,10 @@ void AsyncOpKernel::Compute(OpKernelContext* ctx) {
 }
 
 Status OpKernelContext::allocate_output(int i, const TensorShape& shape, Tensor** out) {
-  StatusOr<Tensor> t = Tensor::Allocate(allocator(), p_.kernel->output_type(i), shape);
+  // Empty memory types: a host-memory device, where both allocators agree.
+  const std::vector<MemoryType>& types = p_.kernel->output_memory_types();
+  Allocator* a = !types.empty() && types[i] == MemoryType::kHost ? host_allocator() : allocator();
+  StatusOr<Tensor> t = Tensor::Allocate(a, p_.kernel->output_type(i), shape);
   if (!t.ok()) {
     SetStatus(t.status());
     return t.status();
@@ -119,7 +124,8 @@ Status OpKernelContext::forward_input_or_allocate_output(std::initializer_list<i
   for (int i : candidates) {
     Tensor& in = p_.inputs[i].tensor;
     if (p_.inputs[i].ref == nullptr && in.dtype() == want &&
-        in.num_elements() == shape.num_elements() && in.RefCountIsOne()) {
+        in.num_elements() == shape.num_elements() && in.RefCountIsOne() &&
+        p_.kernel->input_memory_type(i) == p_.kernel->output_memory_type(output)) {
       StatusOr<Tensor> r = in.Reshaped(shape);
       p_.outputs[output].tensor = std::move(r).value();
       in = Tensor();

@@ -13,6 +13,12 @@
 // owns exclusively while it runs; an input whose buffer is referenced by no
 // one else may be forwarded to an output (forward_input_or_allocate_output),
 // which is how element-wise ops update in place.
+//
+// On an accelerator (Device::memory_type() kDevice) a kernel's tensors live
+// in device memory except the arguments its registration declares in host
+// memory (KernelDef::HostMemory); allocate_output follows that declaration,
+// and the runtime delivers host-memory inputs in host memory. On a CPU every
+// argument is in host memory and nothing of this costs anything.
 #ifndef FLOWSTATE_DEVICES_OP_KERNEL_H_
 #define FLOWSTATE_DEVICES_OP_KERNEL_H_
 
@@ -88,6 +94,22 @@ class OpKernelConstruction {
   DataType output_type(int i) const { return output_types_[i]; }
   const std::vector<DataType>& input_types() const { return input_types_; }
   const std::vector<DataType>& output_types() const { return output_types_; }
+  // Where input/output i lives: kHost on a host-memory device, else as the
+  // kernel's registration declares (KernelDef::HostMemory).
+  MemoryType input_memory_type(int i) const {
+    return input_memory_types_.empty() ? MemoryType::kHost : input_memory_types_[i];
+  }
+  MemoryType output_memory_type(int i) const {
+    return output_memory_types_.empty() ? MemoryType::kHost : output_memory_types_[i];
+  }
+  // Set by KernelRegistry::CreateKernel before the kernel is built; empty
+  // vectors (the default) mean every argument is in host memory.
+  void set_memory_types(std::vector<MemoryType> inputs, std::vector<MemoryType> outputs) {
+    input_memory_types_ = std::move(inputs);
+    output_memory_types_ = std::move(outputs);
+  }
+  const std::vector<MemoryType>& input_memory_types() const { return input_memory_types_; }
+  const std::vector<MemoryType>& output_memory_types() const { return output_memory_types_; }
 
   // Attribute lookups; a failure is recorded in status() and also returned.
   Status GetAttr(std::string_view name, int64_t* v);
@@ -112,6 +134,8 @@ class OpKernelConstruction {
   ResourceMgr* resource_mgr_;
   std::vector<DataType> input_types_;
   std::vector<DataType> output_types_;
+  std::vector<MemoryType> input_memory_types_;   // empty: all kHost
+  std::vector<MemoryType> output_memory_types_;  // empty: all kHost
   Status status_;
 };
 
@@ -148,12 +172,24 @@ class OpKernel {
   int num_outputs() const { return int(output_types_.size()); }
   DataType input_type(int i) const { return input_types_[i]; }
   DataType output_type(int i) const { return output_types_[i]; }
+  // Where input/output i lives (OpKernelConstruction::input_memory_type).
+  MemoryType input_memory_type(int i) const {
+    return input_memory_types_.empty() ? MemoryType::kHost : input_memory_types_[i];
+  }
+  MemoryType output_memory_type(int i) const {
+    return output_memory_types_.empty() ? MemoryType::kHost : output_memory_types_[i];
+  }
+  // Empty on a host-memory device (every argument kHost).
+  const std::vector<MemoryType>& input_memory_types() const { return input_memory_types_; }
+  const std::vector<MemoryType>& output_memory_types() const { return output_memory_types_; }
 
  private:
   std::string name_;
   std::string op_;
   std::vector<DataType> input_types_;
   std::vector<DataType> output_types_;
+  std::vector<MemoryType> input_memory_types_;   // empty: all kHost
+  std::vector<MemoryType> output_memory_types_;  // empty: all kHost
 };
 
 class AsyncOpKernel : public OpKernel {
@@ -191,17 +227,22 @@ class OpKernelContext {
   OpKernel& kernel() const { return *p_.kernel; }
   Device* device() const { return p_.device; }
   Allocator* allocator() const { return p_.device->allocator(); }
+  // Where host-memory outputs and scratch go (Device::host_allocator()).
+  Allocator* host_allocator() const { return p_.device->host_allocator(); }
+  DeviceContext* device_context() const { return p_.device->device_context(); }
   int64_t step_id() const { return p_.step_id; }
   ResourceMgr* resource_manager() const { return p_.resource_manager; }
   Rendezvous* rendezvous() const { return p_.rendezvous; }
   CallFrame* call_frame() const { return p_.call_frame; }
   CancellationManager* cancellation() const { return p_.cancellation; }
 
-  // Allocates output i on the device; RESOURCE_EXHAUSTED is also recorded
-  // in status(). *out stays owned by the context.
+  // Allocates output i in its memory (the device's, or the host's for an
+  // output declared in host memory); RESOURCE_EXHAUSTED is also recorded in
+  // status(). *out stays owned by the context.
   Status allocate_output(int i, const TensorShape& shape, Tensor** out);
-  // Reuses the buffer of one of `candidates` (inputs of the output's dtype
-  // and element count that nobody else references) or allocates.
+  // Reuses the buffer of one of `candidates` (inputs of the output's dtype,
+  // element count and memory type that nobody else references) or
+  // allocates.
   Status forward_input_or_allocate_output(std::initializer_list<int> candidates, int output,
                                           const TensorShape& shape, Tensor** out);
   // A scratch tensor from the device allocator.

@@ -118,8 +118,13 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool
       }
       std::string where = s.ToString().empty() ? "on any device of this server"
                                                : "on any device matching '" + s.ToString() + "'";
+      std::string have;
+      for (const std::string& t : kernels->DeviceTypesFor(m.op())) {
+        have += (have.empty() ? "" : ", ") + t;
+      }
       return InvalidArgument("node '" + m.name() + "': no kernel for op " + m.op() + types + " " +
-                                 where,
+                                 where + " (" + m.op() + " has kernels for: " +
+                                 (have.empty() ? "no device type" : have) + ")",
                              m.name());
     }
     chosen[root] = pick;
@@ -140,7 +145,39 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
   }
   std::vector<GraphPartition> parts(devices.size());
   for (size_t p = 0; p < devices.size(); ++p) parts[p].device = devices[p];
-  if (devices.size() == 1) {
+
+  // Where each argument lives; only looked up when a device has its own
+  // memory (empty otherwise, and for the nodes of host-memory devices).
+  bool all_host = true;
+  for (Device* d : devices) all_host = all_host && d->memory_type() == MemoryType::kHost;
+  std::vector<MemoryTypes> mem;
+  auto out_on_host = [&](int node, int out) {
+    return mem.empty() || mem[node].outputs.empty() || mem[node].outputs[out] == MemoryType::kHost;
+  };
+  auto in_on_host = [&](int node, int in) {
+    return mem.empty() || mem[node].inputs.empty() || mem[node].inputs[in] == MemoryType::kHost;
+  };
+  bool crosses_memory = false;  // an edge within one device changes memory
+  if (!all_host) {
+    mem.resize(g.num_nodes());
+    KernelRegistry* kernels = KernelRegistry::Global();
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      const Node& n = g.node(i);
+      if (placement[i]->memory_type() == MemoryType::kHost) continue;
+      mem[i] = kernels->MemoryTypesFor(n.def(), n.op_def(), *placement[i], n.num_inputs(),
+                                       n.num_outputs());
+    }
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      for (int k = 0; k < g.node(i).num_inputs(); ++k) {
+        const Endpoint& e = g.node(i).input(k);
+        if (placement[e.node] == placement[i] &&
+            out_on_host(e.node, e.output) != in_on_host(i, k)) {
+          crosses_memory = true;
+        }
+      }
+    }
+  }
+  if (devices.size() == 1 && !crosses_memory) {
     parts[0].graph = g.ToGraphDef();
     for (NodeDef& n : parts[0].graph.nodes) n.device = devices[0]->name();
     return parts;
@@ -152,8 +189,6 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     taken.insert(base);
     return base;
   };
-  // (producer tensor or control source, consumer partition) -> name of the _Recv.
-  std::map<std::tuple<int, int, int, std::string>, std::string> recvs;
   std::vector<NodeDef> defs(g.num_nodes());
   for (int i = 0; i < g.num_nodes(); ++i) {
     defs[i] = g.node(i).def();
@@ -161,27 +196,56 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     defs[i].inputs.clear();
   }
 
+  // Adds (once) the node that copies tensor (src, out) between its device's
+  // memory and the host, on that device.
+  std::map<std::tuple<int, int, bool>, std::string> copies;
+  auto copy_for = [&](int src, int out, bool to_host) -> std::string {
+    auto key = std::make_tuple(src, out, to_host);
+    auto it = copies.find(key);
+    if (it != copies.end()) return it->second;
+    const Node& s = g.node(src);
+    std::string tensor = TensorId{s.name(), out}.ToString();
+    NodeDef copy;
+    copy.name = unique((to_host ? "_copy_to_host/" : "_copy_to_device/") + tensor);
+    copy.op = to_host ? "_CopyToHost" : "_CopyToDevice";
+    copy.inputs.push_back(tensor);
+    copy.attrs["T"] = AttrValue(s.output_type(out));
+    copy.device = placement[src]->name();
+    copies[key] = copy.name;
+    parts[index[placement[src]]].graph.nodes.push_back(std::move(copy));
+    return copies[key];
+  };
+
+  // (producer tensor or control source, consumer partition, send deps, host
+  // memory at the consumer) -> name of the _Recv.
+  std::map<std::tuple<int, int, int, std::string, bool>, std::string> recvs;
   // Adds (once) the Send/Recv pair for tensor (src, out) into partition
-  // `dst_part`. `send_deps` become control inputs of the _Send.
-  std::function<std::string(int, int, int, bool, const std::vector<std::string>&)> recv_for;
+  // `dst_part`, delivered in host memory when `recv_host` (which matters
+  // only on a device with its own memory). `send_deps` become control
+  // inputs of the _Send.
+  std::function<std::string(int, int, int, bool, const std::vector<std::string>&, bool)> recv_for;
   recv_for = [&](int src, int out, int dst_part, bool control,
-                 const std::vector<std::string>& send_deps) -> std::string {
+                 const std::vector<std::string>& send_deps, bool recv_host) -> std::string {
     std::string deps_key;
     for (const std::string& d : send_deps) deps_key += d + ",";
-    auto key = std::make_tuple(src, control ? -1 : out, dst_part, deps_key);
+    auto key = std::make_tuple(src, control ? -1 : out, dst_part, deps_key, recv_host);
     auto it = recvs.find(key);
     if (it != recvs.end()) return it->second;
     const Node& s = g.node(src);
     Device* sd = placement[src];
     Device* dd = devices[dst_part];
+    const bool sd_own = sd->memory_type() != MemoryType::kHost;
+    const bool dd_own = dd->memory_type() != MemoryType::kHost;
     std::string tensor = TensorId{s.name(), out}.ToString();
     DataType dtype = s.num_outputs() > out ? s.output_type(out) : DataType::kBool;
     PartialShape shape = s.num_outputs() > out ? s.output_shape(out) : PartialShape();
+    bool send_host = control || out_on_host(src, out);
     if (control) {
-      // A dummy scalar that exists after `src` ran.
+      // A dummy scalar that exists after `src` ran (in host memory, so that
+      // no copy is made for it).
       NodeDef dummy;
       dummy.name = unique("_ctrl/" + s.name());
-      dummy.op = "Const";
+      dummy.op = sd_own ? "_HostConst" : "Const";
       dummy.attrs["value"] = AttrValue(Tensor::Scalar<bool>(true));
       dummy.attrs["dtype"] = AttrValue(DataType::kBool);
       dummy.inputs.push_back("^" + s.name());
@@ -193,6 +257,9 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     }
     std::string rendezvous_key =
         CreateRendezvousKey(sd->name(), ProcessIncarnation(), dd->name(), tensor);
+    // The same tensor may go to one accelerator twice: in its memory and in
+    // host memory.
+    if (dd_own && recv_host) rendezvous_key += ";host";
     NodeDef send;
     send.name = unique("_send/" + tensor + "/" + std::to_string(dst_part));
     send.op = "_Send";
@@ -202,6 +269,7 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     send.attrs["key"] = AttrValue(rendezvous_key);
     send.attrs["send_device"] = AttrValue(sd->name());
     send.attrs["recv_device"] = AttrValue(dd->name());
+    if (sd_own && send_host) send.attrs["host_memory"] = AttrValue(true);
     send.device = sd->name();
     parts[index[sd]].graph.nodes.push_back(std::move(send));
     NodeDef recv;
@@ -211,6 +279,7 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     recv.attrs["key"] = AttrValue(rendezvous_key);
     recv.attrs["send_device"] = AttrValue(sd->name());
     recv.attrs["recv_device"] = AttrValue(dd->name());
+    if (dd_own && recv_host) recv.attrs["host_memory"] = AttrValue(true);
     recv.attrs["shape"] = AttrValue(shape);
     recv.device = dd->name();
     recvs[key] = recv.name;
@@ -223,8 +292,13 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     int my = index[placement[i]];
     for (int k = 0; k < n.num_inputs(); ++k) {
       const Endpoint& e = n.input(k);
+      const bool want_host = in_on_host(i, k);
       if (placement[e.node] == placement[i]) {
-        defs[i].inputs.push_back(TensorId{g.node(e.node).name(), e.output}.ToString());
+        if (out_on_host(e.node, e.output) == want_host) {
+          defs[i].inputs.push_back(TensorId{g.node(e.node).name(), e.output}.ToString());
+        } else {
+          defs[i].inputs.push_back(copy_for(e.node, e.output, want_host));
+        }
       } else {
         // A variable is read when the _Send runs, so the consumer's control
         // dependencies must hold for the _Send too.
@@ -232,18 +306,19 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
         if (g.node(e.node).output_is_ref(e.output)) {
           int src_part = index[placement[e.node]];
           for (int c : n.control_inputs()) {
-            deps.push_back(placement[c] == placement[e.node] ? g.node(c).name()
-                                                              : recv_for(c, 0, src_part, true, {}));
+            deps.push_back(placement[c] == placement[e.node]
+                               ? g.node(c).name()
+                               : recv_for(c, 0, src_part, true, {}, true));
           }
         }
-        defs[i].inputs.push_back(recv_for(e.node, e.output, my, false, deps));
+        defs[i].inputs.push_back(recv_for(e.node, e.output, my, false, deps, want_host));
       }
     }
     for (int c : n.control_inputs()) {
       if (placement[c] == placement[i]) {
         defs[i].inputs.push_back("^" + g.node(c).name());
       } else {
-        defs[i].inputs.push_back("^" + recv_for(c, 0, my, true, {}));
+        defs[i].inputs.push_back("^" + recv_for(c, 0, my, true, {}, true));
       }
     }
   }

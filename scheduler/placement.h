@@ -32,9 +32,14 @@ struct GraphPartition {
 
 // Splits `graph` by `placement`. Every data edge between devices becomes
 // _Send (on the producer's device) -> _Recv (on the consumer's), one pair
-// per (tensor, consumer device); a control edge between devices becomes a
-// _Send of a dummy scalar after the producer and a control input on the
-// _Recv'd value. Partitions come in pool order of their devices.
+// per (tensor, consumer device, consumer wants host memory); a control edge
+// between devices becomes a _Send of a dummy scalar after the producer and a
+// control input on the _Recv'd value. Where a device has its own memory
+// (Device::memory_type), the pair's `host_memory` attrs say which end is in
+// host memory (arguments its kernels declare HostMemory), and an edge within
+// one such device whose ends are in different memories gets a _CopyToHost or
+// _CopyToDevice node. Graphs on host-memory devices only get none of this.
+// Partitions come in the order their devices first appear in the graph.
 StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& graph,
                                                      const std::vector<Device*>& placement);
 

@@ -2,8 +2,19 @@
 // and fetched tensors through its CallFrame; _Send and _Recv carry tensors
 // between the partitions of a step through its Rendezvous. _Recv is
 // asynchronous: it never holds a thread while it waits.
+//
+// The rendezvous holds host tensors only. On a device with its own memory a
+// _Send copies its tensor to the host first and a _Recv copies into the
+// device, through the device's DeviceContext, unless their `host_memory`
+// attr says that end is in host memory; _CopyToDevice and _CopyToHost
+// convert between memories on one device; _HostConst is a host-memory
+// constant on any device. On host-memory devices (CPU) _Send and _Recv are
+// the plain kernels: no copy, no extra work.
 #include <mutex>
+#include <set>
 
+#include "devices/device_context.h"
+#include "devices/device_factory.h"
 #include "devices/kernel_registry.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/rendezvous.h"
@@ -55,25 +66,104 @@ class SendOp final : public OpKernel {
   std::string key_;
 };
 
+// A _Send on a device with its own memory whose tensor is there: copies it
+// to the host, then sends the copy.
+class CopyingSendOp final : public AsyncOpKernel {
+ public:
+  explicit CopyingSendOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("key", &key_); }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    FS_OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
+                         Internal("a _Send outside a multi-device step"), done);
+    ctx->device_context()->CopyDeviceToHost(
+        ctx->input(0), [this, ctx, done](const Status& s, Tensor host) {
+          Status sent = s.ok() ? ctx->rendezvous()->Send(key_, host) : s;
+          if (!sent.ok()) ctx->SetStatus(sent);
+          done();
+        });
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string key_;
+};
+
+bool OnDeviceMemory(OpKernelConstruction* c) {
+  bool host = false;
+  if (c->device()->memory_type() == MemoryType::kHost) return false;
+  c->GetAttr("host_memory", &host);
+  return !host;
+}
+
+std::unique_ptr<OpKernel> MakeSend(OpKernelConstruction* c) {
+  if (OnDeviceMemory(c)) return std::make_unique<CopyingSendOp>(c);
+  return std::make_unique<SendOp>(c);
+}
+
 class RecvOp final : public AsyncOpKernel {
  public:
-  explicit RecvOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("key", &key_); }
+  explicit RecvOp(OpKernelConstruction* c) : AsyncOpKernel(c), to_device_(OnDeviceMemory(c)) {
+    c->GetAttr("key", &key_);
+  }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     FS_OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
                          Internal("a _Recv outside a multi-device step"), done);
-    ctx->rendezvous()->RecvAsync(key_, [ctx, done](const Status& s, const Tensor& t) {
-      if (s.ok()) {
-        ctx->set_output(0, t);
-      } else {
+    ctx->rendezvous()->RecvAsync(key_, [this, ctx, done](const Status& s, const Tensor& t) {
+      if (!s.ok()) {
         ctx->SetStatus(s);
+        done();
+      } else if (!to_device_) {
+        ctx->set_output(0, t);
+        done();
+      } else {
+        ctx->device_context()->CopyHostToDevice(t, [ctx, done](const Status& c, Tensor d) {
+          if (c.ok()) {
+            ctx->set_output(0, std::move(d));
+          } else {
+            ctx->SetStatus(c);
+          }
+          done();
+        });
       }
-      done();
     });
   }
   bool IsExpensive() const override { return false; }
 
  private:
   std::string key_;
+  bool to_device_;  // the tensor arrives on the host and is wanted on the device
+};
+
+// _CopyToDevice (kToHost false) and _CopyToHost (kToHost true).
+template <bool kToHost>
+class CopyOp final : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto finish = [ctx, done](const Status& s, Tensor t) {
+      if (s.ok()) {
+        ctx->set_output(0, std::move(t));
+      } else {
+        ctx->SetStatus(s);
+      }
+      done();
+    };
+    if (kToHost) {
+      ctx->device_context()->CopyDeviceToHost(ctx->input(0), std::move(finish));
+    } else {
+      ctx->device_context()->CopyHostToDevice(ctx->input(0), std::move(finish));
+    }
+  }
+  bool IsExpensive() const override { return false; }
+};
+
+class HostConstOp final : public OpKernel {
+ public:
+  explicit HostConstOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("value", &value_); }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  Tensor value_;
 };
 
 void Must(const KernelDef& def, KernelFactory f) {
@@ -85,15 +175,28 @@ void Must(const KernelDef& def, KernelFactory f) {
 namespace scheduler {
 
 void RegisterRuntimeKernels() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  // Once per device type; a type registered after an earlier call gets its
+  // kernels on the next one.
+  static std::mutex mu;
+  static std::set<std::string>* done = new std::set<std::string>();
+  std::lock_guard<std::mutex> l(mu);
+  for (const std::string& type : RegisteredDeviceTypes()) {
+    if (!done->insert(type).second) continue;
     for (DataType t : AllDataTypes()) {
-      Must(KernelDef("_Arg").TypeConstraint("T", t), MakeKernel<ArgOp>);
-      Must(KernelDef("_Retval").TypeConstraint("T", t), MakeKernel<RetvalOp>);
-      Must(KernelDef("_Send").TypeConstraint("T", t), MakeKernel<SendOp>);
-      Must(KernelDef("_Recv").TypeConstraint("T", t), MakeKernel<RecvOp>);
+      auto def = [&](const char* op) {
+        KernelDef d(op);
+        d.Device(type).TypeConstraint(op == std::string("_HostConst") ? "dtype" : "T", t);
+        return d;
+      };
+      Must(def("_Arg").HostMemory("output"), MakeKernel<ArgOp>);
+      Must(def("_Retval").HostMemory("input"), MakeKernel<RetvalOp>);
+      Must(def("_Send"), MakeSend);
+      Must(def("_Recv"), MakeKernel<RecvOp>);
+      Must(def("_CopyToDevice").HostMemory("input"), MakeKernel<CopyOp<false>>);
+      Must(def("_CopyToHost").HostMemory("output"), MakeKernel<CopyOp<true>>);
+      Must(def("_HostConst").HostMemory("output"), MakeKernel<HostConstOp>);
     }
-  });
+  }
 }
 
 }  // namespace scheduler

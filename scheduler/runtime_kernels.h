@@ -1,6 +1,8 @@
-// Registers the kernels of _Arg, _Retval, _Send and _Recv (and, through
-// state::RegisterKernels, those of state/) with KernelRegistry::Global().
-// Idempotent and thread-safe; Session::Create calls it.
+// Registers the kernels of the runtime's ops (_Arg, _Retval, _Send, _Recv,
+// _CopyToDevice, _CopyToHost, _HostConst) with KernelRegistry::Global(), for
+// every registered device type (devices/device_factory.h); a type registered
+// later gets them on the next call. Idempotent and thread-safe;
+// Session::Create calls it.
 #ifndef FLOWSTATE_SCHEDULER_RUNTIME_KERNELS_H_
 #define FLOWSTATE_SCHEDULER_RUNTIME_KERNELS_H_
 

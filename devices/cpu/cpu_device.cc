@@ -4,6 +4,9 @@
 #include <unsupported/Eigen/CXX11/ThreadPool>
 
 #include <algorithm>
+#include <thread>
+
+#include "devices/device_factory.h"
 
 namespace flowstate {
 
@@ -62,6 +65,34 @@ void CpuDevice::ParallelFor(int64_t n, int64_t cost_per_unit,
 
 std::string CpuDevice::Description() const {
   return "CPU, " + std::to_string(num_threads_) + " intra-op thread(s)";
+}
+
+namespace {
+
+// num_cpu_devices logical CPUs, each with intra_op_threads threads and the
+// options' memory limit and cache bound.
+class CpuDeviceFactory final : public DeviceFactory {
+ public:
+  int DefaultCount(const DevicePoolOptions& o) const override { return o.num_cpu_devices; }
+  Status CreateDevices(const DevicePoolOptions& o, const DeviceName& base, int count,
+                       std::vector<std::unique_ptr<Device>>* devices) override {
+    if (o.intra_op_threads < 0) return InvalidArgument("intra_op_threads must be >= 0");
+    int threads = o.intra_op_threads;
+    if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    for (int i = 0; i < count; ++i) {
+      DeviceName n = base;
+      n.id = i;
+      devices->push_back(
+          std::make_unique<CpuDevice>(n, threads, o.cpu_memory_limit_bytes, o.cpu_cache_bytes));
+    }
+    return Status();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceFactory> internal::NewCpuDeviceFactory() {
+  return std::make_unique<CpuDeviceFactory>();
 }
 
 }  // namespace flowstate

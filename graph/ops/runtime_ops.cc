@@ -1,6 +1,7 @@
 // Ops the runtime inserts into executable graphs: arguments and return
-// values of a step, and the Send/Recv pairs that carry a tensor between
-// devices. Their names start with '_' and they are not listed to clients.
+// values of a step, the Send/Recv pairs that carry a tensor between
+// devices, and the copies between an accelerator's memory and the host.
+// Their names start with '_' and they are not listed to clients.
 #include "graph/ops/register_ops.h"
 
 namespace flowstate::internal {
@@ -28,20 +29,48 @@ void RegisterRuntimeOps(OpRegistry* r) {
                       .Attr("key: string")
                       .Attr("send_device: string")
                       .Attr("recv_device: string")
+                      .Attr("host_memory: bool = false")
                       .SetShapeFn(shape_fns::NoOutputs)
-                      .Doc("Hands a tensor to the step's rendezvous under `key`."));
+                      .Doc("Hands a tensor to the step's rendezvous under `key`, in host "
+                           "memory: on a device with its own memory the tensor is copied "
+                           "to the host first unless `host_memory` says it is there."));
   MustRegister(r, OpDefBuilder("_Recv")
                       .Output("tensor: T")
                       .Attr("T: type")
                       .Attr("key: string")
                       .Attr("send_device: string")
                       .Attr("recv_device: string")
+                      .Attr("host_memory: bool = false")
                       .Attr("shape: shape = ?")
                       .SetShapeFn([](InferenceContext* c) {
                         c->set_output(0, c->GetAttr("shape").shape());
                         return Status();
                       })
-                      .Doc("Waits for the tensor sent under `key` in this step."));
+                      .Doc("Waits for the tensor sent under `key` in this step; on a device "
+                           "with its own memory copies it there unless `host_memory` asks "
+                           "for it in host memory."));
+  MustRegister(r, OpDefBuilder("_CopyToDevice")
+                      .Input("input: T")
+                      .Output("output: T")
+                      .Attr("T: type")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("Copies a host-memory tensor into its device's memory."));
+  MustRegister(r, OpDefBuilder("_CopyToHost")
+                      .Input("input: T")
+                      .Output("output: T")
+                      .Attr("T: type")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("Copies a tensor from its device's memory into host memory."));
+  MustRegister(r, OpDefBuilder("_HostConst")
+                      .Output("output: dtype")
+                      .Attr("value: tensor")
+                      .Attr("dtype: type")
+                      .SetShapeFn([](InferenceContext* c) {
+                        c->set_output(0, PartialShape(c->GetAttr("value").tensor().shape()));
+                        return Status();
+                      })
+                      .Doc("A constant in host memory on any device (the partitioner's "
+                           "trigger for a control edge out of a device with its own memory)."));
 }
 
 }  // namespace flowstate::internal
