@@ -105,14 +105,17 @@ void JobManager::PublishLocked(Job* job, JobEvent::Kind kind, const std::string&
   }
 }
 
-void JobManager::SetStateLocked(Job* job, JobState s, const std::string& error) {
-  JobState from = job->state;
-  if (from == s) return;
+void JobManager::TransitionLocked(Job* job, JobAction action, const std::string& error) {
+  const JobState from = job->state;
+  const std::optional<JobState> to = JobStateMachine::Next(from, action);
+  if (!to) return;
+  const JobState s = *to;
   job->state = s;
+  if (s != JobState::kRunning) job->requested.reset();
   if (!error.empty()) job->error = error;
   if (s == JobState::kRunning && job->started_at == 0) job->started_at = Now();
   if (IsTerminal(s)) job->finished_at = Now();
-  if (IsTerminal(s) || s == JobState::kPaused || s == JobState::kQueued) {
+  if (from == JobState::kRunning) {
     if (job->holds_slot) {
       job->holds_slot = false;
       --running_;
@@ -141,7 +144,7 @@ void JobManager::AdmitLocked() {
     job->holds_slot = true;
     ++running_;
     ready_.push_back(id);
-    SetStateLocked(job, JobState::kRunning);
+    TransitionLocked(job, JobAction::kAdmit);
     work_cv_.notify_one();
   }
 }
@@ -244,16 +247,14 @@ Status JobManager::Cancel(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  if (IsTerminal(job->state)) {
-    return FailedPrecondition("job '" + id + "' is already " + std::string(JobStateName(job->state)));
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kCancel, id));
+  if (job->busy) {  // applied when its current step ends
+    job->requested = JobStateMachine::Merge(job->requested, JobAction::kCancel);
+    return Status();
   }
-  if (job->busy) {
-    job->cancel_requested = true;  // applied when its current step ends
-  } else {
-    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
-    if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
-    SetStateLocked(job, JobState::kCancelled);
-  }
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+  if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
+  TransitionLocked(job, JobAction::kCancel);
   return Status();
 }
 
@@ -262,17 +263,14 @@ Status JobManager::Pause(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  if (job->state != JobState::kQueued && job->state != JobState::kRunning) {
-    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
-                              "; only queued or running jobs can be paused");
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kPause, id));
+  if (job->busy) {  // applied when its current step ends
+    job->requested = JobStateMachine::Merge(job->requested, JobAction::kPause);
+    return Status();
   }
-  if (job->busy) {
-    job->pause_requested = true;
-  } else {
-    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
-    if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
-    SetStateLocked(job, JobState::kPaused);
-  }
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+  if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
+  TransitionLocked(job, JobAction::kPause);
   return Status();
 }
 
@@ -281,16 +279,13 @@ Status JobManager::Resume(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  if (job->state != JobState::kPaused) {
-    if (job->pause_requested) {  // paused but its step has not ended yet
-      job->pause_requested = false;
-      return Status();
-    }
-    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
-                              "; only paused jobs can be resumed");
+  if (job->requested == JobAction::kPause) {  // paused but its step has not ended yet
+    job->requested.reset();
+    return Status();
   }
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kResume, id));
   queued_.push_back(id);
-  SetStateLocked(job, JobState::kQueued);
+  TransitionLocked(job, JobAction::kResume);
   return Status();
 }
 
@@ -392,13 +387,11 @@ void JobManager::WorkerLoop() {
     job->busy = false;
     checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
     if (job->state == JobState::kRunning) {
-      if (job->cancel_requested) {
-        if (job->started && job->step != job->snapshot_step) SnapshotLocked(job.get(), job, "cancel");
-        SetStateLocked(job.get(), JobState::kCancelled);
-      } else if (job->pause_requested) {
-        job->pause_requested = false;
-        if (job->started && job->step != job->snapshot_step) SnapshotLocked(job.get(), job, "pause");
-        SetStateLocked(job.get(), JobState::kPaused);
+      if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {
+        if (job->started && job->step != job->snapshot_step) {
+          SnapshotLocked(job.get(), job, a == JobAction::kCancel ? "cancel" : "pause");
+        }
+        TransitionLocked(job.get(), *a);
       } else {
         ready_.push_back(id);  // round-robin: to the back of the line
         work_cv_.notify_one();
@@ -415,7 +408,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     Status s = StartRunner(j, /*load_data=*/true, &restored);
     std::lock_guard<std::mutex> l(mu_);
     if (!s.ok()) {
-      SetStateLocked(j, JobState::kFailed, s.ToString());
+      TransitionLocked(j, JobAction::kFail, s.ToString());
       return;
     }
     j->started = true;
@@ -447,7 +440,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     std::unique_lock<std::mutex> l(mu_);
     j->eval_pending = false;
     if (!m.ok()) {
-      SetStateLocked(j, JobState::kFailed, "evaluation: " + m.status().ToString());
+      TransitionLocked(j, JobAction::kFail, "evaluation: " + m.status().ToString());
       return;
     }
     j->metrics = *m;
@@ -456,7 +449,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     if (j->finish_after_eval) {
       uint64_t seq = SnapshotLocked(j, job, "final");
       if (seq) WaitForWriteLocked(l, j, seq);
-      SetStateLocked(j, JobState::kSucceeded);
+      TransitionLocked(j, JobAction::kSucceed);
     }
     return;
   }
@@ -468,10 +461,10 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
       PublishLocked(j, JobEvent::Kind::kNan, r.status().message());
       if (options_.observer) options_.observer->OnNan(InfoLocked(*j), false);
-      SetStateLocked(j, JobState::kFailed, r.status().message());
+      TransitionLocked(j, JobAction::kFail, r.status().message());
       return;
     }
-    SetStateLocked(j, JobState::kFailed, "step " + std::to_string(j->step + 1) + ": " +
+    TransitionLocked(j, JobAction::kFail, "step " + std::to_string(j->step + 1) + ": " +
                                              r.status().ToString());
     return;
   }
@@ -503,7 +496,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   } else if (r->done) {
     uint64_t seq = SnapshotLocked(j, job, "final");
     if (seq) WaitForWriteLocked(l, j, seq);
-    SetStateLocked(j, JobState::kSucceeded);
+    TransitionLocked(j, JobAction::kSucceed);
     return;
   }
   if (options_.store == nullptr) return;

@@ -77,6 +77,7 @@
 #include "graph/tensor.h"
 #include "api/job_spec.h"
 #include "api/views.h"
+#include "jobs/job_state.h"
 
 namespace flowstate {
 
@@ -261,7 +262,12 @@ class JobManager {
   // checkpoint when it has one (or init_from values). Without the lock.
   Status StartRunner(Job* job, bool load_data, int64_t* restored_step);
   void AdmitLocked();
-  void SetStateLocked(Job* job, JobState s, const std::string& error = "");
+  // Moves `job` along the transition table (jobs/job_state.h): publishes,
+  // persists and observes the change, frees its slot when it leaves
+  // RUNNING, releases it when it finishes, then admits queued jobs.
+  // REQUIRES: the table allows `action` (JobStateMachine::Check); a refused
+  // one changes nothing.
+  void TransitionLocked(Job* job, JobAction action, const std::string& error = "");
   void PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message = "");
   JobInfo InfoLocked(const Job& job) const;
   // Runs one unit of work (start, a step, an evaluation) of `job`, without
