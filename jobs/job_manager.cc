@@ -118,7 +118,7 @@ void JobManager::TransitionLocked(Job* job, JobAction action, const std::string&
   if (from == JobState::kRunning) {
     if (job->holds_slot) {
       job->holds_slot = false;
-      --running_;
+      for (int d : job->devices) --devices_[d].holding;
     }
     ready_.erase(std::remove(ready_.begin(), ready_.end(), job->id), ready_.end());
   }
@@ -133,20 +133,62 @@ void JobManager::TransitionLocked(Job* job, JobAction action, const std::string&
   AdmitLocked();
 }
 
-// Moves queued jobs into free running slots, oldest first.
+std::vector<int> JobManager::DeviceSlotsLocked(const Job& job) {
+  std::vector<std::string> names;
+  if (job.runner) names = job.runner->DeviceNames();
+  if (names.empty()) names.push_back(options_.devices->default_device()->name());
+  std::vector<int> out;
+  for (const std::string& n : names) {
+    auto it = std::find_if(devices_.begin(), devices_.end(), [&](const DeviceLoad& d) { return d.name == n; });
+    if (it == devices_.end()) it = devices_.insert(devices_.end(), DeviceLoad{n});
+    out.push_back(int(it - devices_.begin()));
+  }
+  return out;
+}
+
+// One pass over the queue in submission order: a job is admitted when each
+// of its devices holds fewer than max_running jobs and no earlier queued job
+// waits for it (FIFO per device); a job that must wait reserves its devices
+// for the rest of the pass.
 void JobManager::AdmitLocked() {
-  while (running_ < options_.max_running && !queued_.empty()) {
-    std::string id = queued_.front();
-    queued_.pop_front();
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second->state != JobState::kQueued) continue;
-    Job* job = it->second.get();
+  if (admitting_) return;  // TransitionLocked(kAdmit) below calls back
+  admitting_ = true;
+  for (DeviceLoad& d : devices_) d.reserved = false;
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    auto jt = jobs_.find(*it);
+    if (jt == jobs_.end() || jt->second->state != JobState::kQueued) {
+      it = queued_.erase(it);
+      continue;
+    }
+    Job* job = jt->second.get();
+    if (job->devices.empty()) job->devices = DeviceSlotsLocked(*job);
+    bool fits = true;
+    for (int d : job->devices) fits = fits && !devices_[d].reserved && devices_[d].holding < options_.max_running;
+    if (!fits) {
+      for (int d : job->devices) devices_[d].reserved = true;
+      ++it;
+      continue;
+    }
+    std::string id = *it;
+    it = queued_.erase(it);
     job->holds_slot = true;
-    ++running_;
+    for (int d : job->devices) ++devices_[d].holding;
     ready_.push_back(id);
     TransitionLocked(job, JobAction::kAdmit);
     work_cv_.notify_one();
   }
+  admitting_ = false;
+}
+
+std::deque<std::string>::iterator JobManager::PickReadyLocked() {
+  if (slices_in_flight_ == 0) return ready_.begin();  // every device is idle
+  for (auto it = ready_.begin(); it != ready_.end(); ++it) {
+    const Job& j = *jobs_.at(*it);
+    bool idle = true;
+    for (int d : j.devices) idle = idle && devices_[d].stepping == 0;
+    if (idle) return it;
+  }
+  return ready_.begin();  // all busy: plain round robin
 }
 
 StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
@@ -376,15 +418,20 @@ void JobManager::WorkerLoop() {
   while (true) {
     work_cv_.wait(l, [&] { return stopping_ || !ready_.empty(); });
     if (stopping_) return;
-    std::string id = ready_.front();
-    ready_.pop_front();
+    auto pick = PickReadyLocked();
+    std::string id = std::move(*pick);
+    ready_.erase(pick);
     std::shared_ptr<Job> job = jobs_.at(id);
     if (job->state != JobState::kRunning || job->busy) continue;
     job->busy = true;
+    for (int d : job->devices) ++devices_[d].stepping;  // fixed since its admission
+    ++slices_in_flight_;
     l.unlock();
     RunSlice(job);
     l.lock();
     job->busy = false;
+    for (int d : job->devices) --devices_[d].stepping;
+    --slices_in_flight_;
     checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
     if (job->state == JobState::kRunning) {
       if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {

@@ -109,7 +109,10 @@ struct JobManager::Job {
   JobState state = JobState::kQueued;
   std::string error;
   bool started = false;        // runner->Start() succeeded
-  bool holds_slot = false;     // counted in running_
+  bool holds_slot = false;     // counted in the holding of each of `devices`
+  // Its devices, as indices into JobManager::devices_ (filled when it is
+  // first considered for admission, from TrainingJob::DeviceNames()).
+  std::vector<int> devices;
   bool busy = false;           // a worker is running a slice of it
   bool eval_pending = false;   // evaluate before the next step
   bool finish_after_eval = false;
