@@ -482,10 +482,9 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     PublishLocked(j, JobEvent::Kind::kState);
     return;
   }
-  if (j->eval_pending) {
+  if (j->loop.next() == TrainingLoop::Next::kEvaluate) {
     StatusOr<std::map<std::string, double>> m = j->runner->Evaluate();
     std::unique_lock<std::mutex> l(mu_);
-    j->eval_pending = false;
     if (!m.ok()) {
       TransitionLocked(j, JobAction::kFail, "evaluation: " + m.status().ToString());
       return;
@@ -493,7 +492,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     j->metrics = *m;
     PublishLocked(j, JobEvent::Kind::kEval);
     PersistLocked(*j, true);
-    if (j->finish_after_eval) {
+    if (j->loop.AfterEvaluate() == TrainingLoop::Next::kFinish) {
       uint64_t seq = SnapshotLocked(j, job, "final");
       if (seq) WaitForWriteLocked(l, j, seq);
       TransitionLocked(j, JobAction::kSucceed);
@@ -535,12 +534,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     PublishLocked(j, JobEvent::Kind::kStep);
   }
   if (now - j->last_persist >= std::chrono::seconds(1)) PersistLocked(*j, false);
-  const auto& ev = j->spec.eval;
-  bool eval_due = ev && ((r->epoch_end && (r->epoch + 1) % ev->every_epochs == 0) || r->done);
-  if (eval_due) {
-    j->eval_pending = true;
-    j->finish_after_eval = r->done;
-  } else if (r->done) {
+  if (j->loop.AfterStep(j->spec.eval, *r) == TrainingLoop::Next::kFinish) {
     uint64_t seq = SnapshotLocked(j, job, "final");
     if (seq) WaitForWriteLocked(l, j, seq);
     TransitionLocked(j, JobAction::kSucceed);

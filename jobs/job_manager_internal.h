@@ -25,6 +25,7 @@
 
 #include "checkpoints/store.h"
 #include "jobs/job_state.h"
+#include "jobs/training_loop.h"
 #include "jobs/training_job.h"
 
 namespace flowstate {
@@ -114,8 +115,7 @@ struct JobManager::Job {
   // first considered for admission, from TrainingJob::DeviceNames()).
   std::vector<int> devices;
   bool busy = false;           // a worker is running a slice of it
-  bool eval_pending = false;   // evaluate before the next step
-  bool finish_after_eval = false;
+  TrainingLoop loop;           // its next slice: a step, an evaluation, or finish
   // A pause or cancel asked while its step runs (busy), applied by the
   // worker when the step ends; reset when the job leaves RUNNING.
   std::optional<JobAction> requested;
