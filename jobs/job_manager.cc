@@ -139,7 +139,8 @@ std::vector<int> JobManager::DeviceSlotsLocked(const Job& job) {
   if (names.empty()) names.push_back(options_.devices->default_device()->name());
   std::vector<int> out;
   for (const std::string& n : names) {
-    auto it = std::find_if(devices_.begin(), devices_.end(), [&](const DeviceLoad& d) { return d.name == n; });
+    auto it = std::find_if(devices_.begin(), devices_.end(),
+                           [&](const DeviceLoad& d) { return d.name == n; });
     if (it == devices_.end()) it = devices_.insert(devices_.end(), DeviceLoad{n});
     out.push_back(int(it - devices_.begin()));
   }
@@ -163,7 +164,9 @@ void JobManager::AdmitLocked() {
     Job* job = jt->second.get();
     if (job->devices.empty()) job->devices = DeviceSlotsLocked(*job);
     bool fits = true;
-    for (int d : job->devices) fits = fits && !devices_[d].reserved && devices_[d].holding < options_.max_running;
+    for (int d : job->devices) {
+      fits = fits && !devices_[d].reserved && devices_[d].holding < options_.max_running;
+    }
     if (!fits) {
       for (int d : job->devices) devices_[d].reserved = true;
       ++it;

@@ -50,7 +50,8 @@ Status JobStateMachine::Check(JobState from, JobAction action, const std::string
   if (Next(from, action)) return Status();
   const std::string is = "job '" + id + "' is " + std::string(JobStateName(from));
   switch (action) {
-    case A::kCancel: return FailedPrecondition("job '" + id + "' is already " + std::string(JobStateName(from)));
+    case A::kCancel:
+      return FailedPrecondition("job '" + id + "' is already " + std::string(JobStateName(from)));
     case A::kPause: return FailedPrecondition(is + "; only queued or running jobs can be paused");
     case A::kResume: return FailedPrecondition(is + "; only paused jobs can be resumed");
     case A::kAdmit: return FailedPrecondition(is + "; only queued jobs can be admitted");

@@ -50,7 +50,8 @@ class JobAdmissionTest : public server_test::JobStoreFixture {
   }
 
   // Waits (at most 60 s) until `pred` holds for the job; returns its info.
-  static JobInfo WaitFor(JobManager* m, const std::string& id, const std::function<bool(const JobInfo&)>& pred) {
+  static JobInfo WaitFor(JobManager* m, const std::string& id,
+                         const std::function<bool(const JobInfo&)>& pred) {
     auto deadline = std::chrono::steady_clock::now() + 60s;
     for (;;) {
       JobInfo j = m->Get(id).value();
@@ -106,7 +107,8 @@ TEST_F(JobAdmissionTest, QueuedJobsKeepTheirOrderPerDevice) {
   JobInfo w = m->Submit(wide).value();
   JobInfo later = m->Submit(JobOn("CPU:1", 1, "later")).value();
   EXPECT_EQ(JobStateName(m->Get(w.id).value().state), "QUEUED");
-  EXPECT_EQ(JobStateName(m->Get(later.id).value().state), "QUEUED") << "CPU:1 is kept for the earlier wide job";
+  EXPECT_EQ(JobStateName(m->Get(later.id).value().state), "QUEUED")
+      << "CPU:1 is kept for the earlier wide job";
   ASSERT_TRUE(m->Cancel(a).ok());
   for (const std::string& id : {w.id, later.id}) {
     JobInfo done = WaitFor(m, id, [](const JobInfo& j) { return IsTerminal(j.state); });

@@ -94,7 +94,8 @@ class JobStateManagerTest : public server_test::JobStoreFixture {
   }
 
   // Waits (at most 60 s) until `pred` holds for the job; returns its info.
-  static JobInfo WaitFor(JobManager* m, const std::string& id, const std::function<bool(const JobInfo&)>& pred) {
+  static JobInfo WaitFor(JobManager* m, const std::string& id,
+                         const std::function<bool(const JobInfo&)>& pred) {
     auto deadline = std::chrono::steady_clock::now() + 60s;
     for (;;) {
       JobInfo j = m->Get(id).value();

@@ -148,7 +148,8 @@ TEST_F(TrainingLoopJobTest, TheManagerEvaluatesWhereTheTrainCommandsLoopDoes) {
   }
   EXPECT_EQ(manager_steps, direct_steps);
   ASSERT_EQ(done.metrics.count("loss"), 1u);
-  EXPECT_NEAR(done.metrics.at("loss"), direct_metrics.at("loss"), 1e-6) << "the same run, the same final evaluation";
+  EXPECT_NEAR(done.metrics.at("loss"), direct_metrics.at("loss"), 1e-6)
+      << "the same run, the same final evaluation";
 }
 
 }  // namespace
