@@ -16,6 +16,7 @@
 #include "api/job_spec.h"
 #include "cli/progress.h"
 #include "jobs/training_job.h"
+#include "jobs/training_loop.h"
 
 namespace flowstate {
 namespace {
@@ -132,8 +133,16 @@ int TrainCommand(int argc, char** argv) {
   std::map<std::string, double> metrics;
   int64_t last_epoch = 0;
   int64_t skipped = 0;  // NaN/Inf steps (on_nan "skip_step")
-  bool evaluated_last = false;
-  for (;;) {
+  TrainingLoop loop;  // the job manager's loop: the same evaluations
+  while (loop.next() != TrainingLoop::Next::kFinish) {
+    if (loop.next() == TrainingLoop::Next::kEvaluate) {
+      StatusOr<std::map<std::string, double>> m = j.Evaluate();
+      if (!m.ok()) return Fail(1, "evaluation", m.status());
+      metrics = *m;
+      progress.Metrics(last_epoch, epochs, metrics);
+      loop.AfterEvaluate();
+      continue;
+    }
     auto t0 = Clock::now();
     StatusOr<StepResult> r = j.Step();
     if (!r.ok()) {
@@ -154,21 +163,7 @@ int TrainCommand(int argc, char** argv) {
     double eta = r->step > 0 ? train_seconds / double(r->step) * double(total - r->step) : NAN;
     int64_t in_epoch = (r->step - 1) % per_epoch + 1;
     progress.Update(r->epoch, epochs, in_epoch, per_epoch, r->loss, rate, eta);
-    evaluated_last = false;
-    if (r->epoch_end && j.has_eval() && (r->epoch + 1) % spec->eval->every_epochs == 0) {
-      StatusOr<std::map<std::string, double>> m = j.Evaluate();
-      if (!m.ok()) return Fail(1, "evaluation", m.status());
-      metrics = *m;
-      progress.Metrics(r->epoch, epochs, metrics);
-      evaluated_last = true;
-    }
-    if (r->done) break;
-  }
-  if (j.has_eval() && !evaluated_last) {
-    StatusOr<std::map<std::string, double>> m = j.Evaluate();
-    if (!m.ok()) return Fail(1, "evaluation", m.status());
-    metrics = *m;
-    progress.Metrics(last_epoch, epochs, metrics);
+    loop.AfterStep(spec->eval, *r);
   }
   double final_loss = 0;
   for (double l : recent) final_loss += l;

@@ -108,17 +108,20 @@ void JobManager::PublishLocked(Job* job, JobEvent::Kind kind, const std::string&
   }
 }
 
-void JobManager::SetStateLocked(Job* job, JobState s, const std::string& error) {
-  JobState from = job->state;
-  if (from == s) return;
+void JobManager::TransitionLocked(Job* job, JobAction action, const std::string& error) {
+  const JobState from = job->state;
+  const std::optional<JobState> to = JobStateMachine::Next(from, action);
+  if (!to) return;
+  const JobState s = *to;
   job->state = s;
+  if (s != JobState::kRunning) job->requested.reset();
   if (!error.empty()) job->error = error;
   if (s == JobState::kRunning && job->started_at == 0) job->started_at = Now();
   if (IsTerminal(s)) job->finished_at = Now();
-  if (IsTerminal(s) || s == JobState::kPaused || s == JobState::kQueued) {
+  if (from == JobState::kRunning) {
     if (job->holds_slot) {
       job->holds_slot = false;
-      --running_;
+      for (int d : job->devices) --devices_[d].holding;
     }
     ready_.erase(std::remove(ready_.begin(), ready_.end(), job->id), ready_.end());
   }
@@ -133,20 +136,65 @@ void JobManager::SetStateLocked(Job* job, JobState s, const std::string& error) 
   AdmitLocked();
 }
 
-// Moves queued jobs into free running slots, oldest first.
+std::vector<int> JobManager::DeviceSlotsLocked(const Job& job) {
+  std::vector<std::string> names;
+  if (job.runner) names = job.runner->DeviceNames();
+  if (names.empty()) names.push_back(options_.devices->default_device()->name());
+  std::vector<int> out;
+  for (const std::string& n : names) {
+    auto it = std::find_if(devices_.begin(), devices_.end(),
+                           [&](const DeviceLoad& d) { return d.name == n; });
+    if (it == devices_.end()) it = devices_.insert(devices_.end(), DeviceLoad{n});
+    out.push_back(int(it - devices_.begin()));
+  }
+  return out;
+}
+
+// One pass over the queue in submission order: a job is admitted when each
+// of its devices holds fewer than max_running jobs and no earlier queued job
+// waits for it (FIFO per device); a job that must wait reserves its devices
+// for the rest of the pass.
 void JobManager::AdmitLocked() {
-  while (running_ < options_.max_running && !queued_.empty()) {
-    std::string id = queued_.front();
-    queued_.pop_front();
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second->state != JobState::kQueued) continue;
-    Job* job = it->second.get();
+  if (admitting_) return;  // TransitionLocked(kAdmit) below calls back
+  admitting_ = true;
+  for (DeviceLoad& d : devices_) d.reserved = false;
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    auto jt = jobs_.find(*it);
+    if (jt == jobs_.end() || jt->second->state != JobState::kQueued) {
+      it = queued_.erase(it);
+      continue;
+    }
+    Job* job = jt->second.get();
+    if (job->devices.empty()) job->devices = DeviceSlotsLocked(*job);
+    bool fits = true;
+    for (int d : job->devices) {
+      fits = fits && !devices_[d].reserved && devices_[d].holding < options_.max_running;
+    }
+    if (!fits) {
+      for (int d : job->devices) devices_[d].reserved = true;
+      ++it;
+      continue;
+    }
+    std::string id = *it;
+    it = queued_.erase(it);
     job->holds_slot = true;
-    ++running_;
+    for (int d : job->devices) ++devices_[d].holding;
     ready_.push_back(id);
-    SetStateLocked(job, JobState::kRunning);
+    TransitionLocked(job, JobAction::kAdmit);
     work_cv_.notify_one();
   }
+  admitting_ = false;
+}
+
+std::deque<std::string>::iterator JobManager::PickReadyLocked() {
+  if (slices_in_flight_ == 0) return ready_.begin();  // every device is idle
+  for (auto it = ready_.begin(); it != ready_.end(); ++it) {
+    const Job& j = *jobs_.at(*it);
+    bool idle = true;
+    for (int d : j.devices) idle = idle && devices_[d].stepping == 0;
+    if (idle) return it;
+  }
+  return ready_.begin();  // all busy: plain round robin
 }
 
 StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
@@ -247,16 +295,14 @@ Status JobManager::Cancel(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  if (IsTerminal(job->state)) {
-    return FailedPrecondition("job '" + id + "' is already " + std::string(JobStateName(job->state)));
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kCancel, id));
+  if (job->busy) {  // applied when its current step ends
+    job->requested = JobStateMachine::Merge(job->requested, JobAction::kCancel);
+    return Status();
   }
-  if (job->busy) {
-    job->cancel_requested = true;  // applied when its current step ends
-  } else {
-    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
-    if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
-    SetStateLocked(job, JobState::kCancelled);
-  }
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+  if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
+  TransitionLocked(job, JobAction::kCancel);
   return Status();
 }
 
@@ -265,17 +311,14 @@ Status JobManager::Pause(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  if (job->state != JobState::kQueued && job->state != JobState::kRunning) {
-    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
-                              "; only queued or running jobs can be paused");
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kPause, id));
+  if (job->busy) {  // applied when its current step ends
+    job->requested = JobStateMachine::Merge(job->requested, JobAction::kPause);
+    return Status();
   }
-  if (job->busy) {
-    job->pause_requested = true;
-  } else {
-    queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
-    if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
-    SetStateLocked(job, JobState::kPaused);
-  }
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
+  if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
+  TransitionLocked(job, JobAction::kPause);
   return Status();
 }
 
@@ -284,16 +327,13 @@ Status JobManager::Resume(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  if (job->state != JobState::kPaused) {
-    if (job->pause_requested) {  // paused but its step has not ended yet
-      job->pause_requested = false;
-      return Status();
-    }
-    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
-                              "; only paused jobs can be resumed");
+  if (job->requested == JobAction::kPause) {  // paused but its step has not ended yet
+    job->requested.reset();
+    return Status();
   }
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kResume, id));
   queued_.push_back(id);
-  SetStateLocked(job, JobState::kQueued);
+  TransitionLocked(job, JobAction::kResume);
   return Status();
 }
 
@@ -384,24 +424,27 @@ void JobManager::WorkerLoop() {
   while (true) {
     work_cv_.wait(l, [&] { return stopping_ || !ready_.empty(); });
     if (stopping_) return;
-    std::string id = ready_.front();
-    ready_.pop_front();
+    auto pick = PickReadyLocked();
+    std::string id = std::move(*pick);
+    ready_.erase(pick);
     std::shared_ptr<Job> job = jobs_.at(id);
     if (job->state != JobState::kRunning || job->busy) continue;
     job->busy = true;
+    for (int d : job->devices) ++devices_[d].stepping;  // fixed since its admission
+    ++slices_in_flight_;
     l.unlock();
     RunSlice(job);
     l.lock();
     job->busy = false;
+    for (int d : job->devices) --devices_[d].stepping;
+    --slices_in_flight_;
     checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
     if (job->state == JobState::kRunning) {
-      if (job->cancel_requested) {
-        if (job->started && job->step != job->snapshot_step) SnapshotLocked(job.get(), job, "cancel");
-        SetStateLocked(job.get(), JobState::kCancelled);
-      } else if (job->pause_requested) {
-        job->pause_requested = false;
-        if (job->started && job->step != job->snapshot_step) SnapshotLocked(job.get(), job, "pause");
-        SetStateLocked(job.get(), JobState::kPaused);
+      if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {
+        if (job->started && job->step != job->snapshot_step) {
+          SnapshotLocked(job.get(), job, a == JobAction::kCancel ? "cancel" : "pause");
+        }
+        TransitionLocked(job.get(), *a);
       } else {
         ready_.push_back(id);  // round-robin: to the back of the line
         work_cv_.notify_one();
@@ -418,7 +461,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     Status s = StartRunner(j, /*load_data=*/true, &restored);
     std::lock_guard<std::mutex> l(mu_);
     if (!s.ok()) {
-      SetStateLocked(j, JobState::kFailed, s.ToString());
+      TransitionLocked(j, JobAction::kFail, s.ToString());
       return;
     }
     j->started = true;
@@ -445,21 +488,20 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     PublishLocked(j, JobEvent::Kind::kState);
     return;
   }
-  if (j->eval_pending) {
+  if (j->loop.next() == TrainingLoop::Next::kEvaluate) {
     StatusOr<std::map<std::string, double>> m = j->runner->Evaluate();
     std::unique_lock<std::mutex> l(mu_);
-    j->eval_pending = false;
     if (!m.ok()) {
-      SetStateLocked(j, JobState::kFailed, "evaluation: " + m.status().ToString());
+      TransitionLocked(j, JobAction::kFail, "evaluation: " + m.status().ToString());
       return;
     }
     j->metrics = *m;
     PublishLocked(j, JobEvent::Kind::kEval);
     PersistLocked(*j, true);
-    if (j->finish_after_eval) {
+    if (j->loop.AfterEvaluate() == TrainingLoop::Next::kFinish) {
       uint64_t seq = SnapshotLocked(j, job, "final");
       if (seq) WaitForWriteLocked(l, j, seq);
-      SetStateLocked(j, JobState::kSucceeded);
+      TransitionLocked(j, JobAction::kSucceed);
     }
     return;
   }
@@ -471,10 +513,10 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
       PublishLocked(j, JobEvent::Kind::kNan, r.status().message());
       if (options_.observer) options_.observer->OnNan(InfoLocked(*j), false);
-      SetStateLocked(j, JobState::kFailed, r.status().message());
+      TransitionLocked(j, JobAction::kFail, r.status().message());
       return;
     }
-    SetStateLocked(j, JobState::kFailed, "step " + std::to_string(j->step + 1) + ": " +
+    TransitionLocked(j, JobAction::kFail, "step " + std::to_string(j->step + 1) + ": " +
                                              r.status().ToString());
     return;
   }
@@ -498,15 +540,10 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     PublishLocked(j, JobEvent::Kind::kStep);
   }
   if (now - j->last_persist >= std::chrono::seconds(1)) PersistLocked(*j, false);
-  const auto& ev = j->spec.eval;
-  bool eval_due = ev && ((r->epoch_end && (r->epoch + 1) % ev->every_epochs == 0) || r->done);
-  if (eval_due) {
-    j->eval_pending = true;
-    j->finish_after_eval = r->done;
-  } else if (r->done) {
+  if (j->loop.AfterStep(j->spec.eval, *r) == TrainingLoop::Next::kFinish) {
     uint64_t seq = SnapshotLocked(j, job, "final");
     if (seq) WaitForWriteLocked(l, j, seq);
-    SetStateLocked(j, JobState::kSucceeded);
+    TransitionLocked(j, JobAction::kSucceed);
     return;
   }
   if (options_.store == nullptr) return;

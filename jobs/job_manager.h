@@ -3,12 +3,22 @@
 // and predictions with a job's current variables.
 //
 // States: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, and PAUSED
-// (from QUEUED or RUNNING; resume returns it to the queue). At most
-// `max_running` jobs hold their sessions and data at once; the others wait
-// QUEUED in submission order. Running jobs share the workers step by step in
-// round-robin order, so each makes progress at the same rate whatever its
-// step cost. A job whose step fails is FAILED with the error; the server and
-// the other jobs go on.
+// (from QUEUED or RUNNING; resume returns it to the queue); the allowed
+// transitions are the table of jobs/job_state.h.
+//
+// Admission is per device: a job runs on the devices it asked for
+// (TrainingJob::DeviceNames(); the pool's default device when it named
+// none), and at most `max_running` jobs hold their sessions and data on
+// each device at once. The others wait QUEUED in submission order per
+// device: a job that waits keeps later jobs off its devices, while a job on
+// another device (CPU:1 behind a full CPU:0) is admitted at once. Running
+// jobs share the workers step by step in round-robin order, so each makes
+// progress at the same rate whatever its step cost; a free worker prefers
+// the next job whose devices have no step in flight, so that jobs on
+// different devices step at the same time when there are workers for them.
+// With one device (the default) this is plain FIFO admission of
+// `max_running` jobs and plain round robin. A job whose step fails is
+// FAILED with the error; the server and the other jobs go on.
 //
 // Events: every state change, every evaluation, and step summaries at most
 // `max_step_events_per_second` per job, delivered to subscribers (SSE, gRPC
@@ -77,6 +87,7 @@
 #include "graph/tensor.h"
 #include "api/job_spec.h"
 #include "api/views.h"
+#include "jobs/job_state.h"
 
 namespace flowstate {
 
@@ -116,7 +127,7 @@ struct CheckpointRequestResult {
 struct JobManagerOptions {
   DevicePool* devices = nullptr;   // required
   std::string data_root = "/usr/share/datasets";
-  int max_running = 2;             // jobs holding sessions at once
+  int max_running = 2;             // jobs holding sessions at once, per device
   int workers = 1;                 // threads that run steps
   int inter_op_threads = 1;        // per job session
   double max_step_events_per_second = 10;
@@ -260,8 +271,18 @@ class JobManager {
   // Starts a job whose runner has not started: restores the latest
   // checkpoint when it has one (or init_from values). Without the lock.
   Status StartRunner(Job* job, bool load_data, int64_t* restored_step);
+  // Admits queued jobs into free slots on their devices (the rule above).
   void AdmitLocked();
-  void SetStateLocked(Job* job, JobState s, const std::string& error = "");
+  // The index in devices_ of each of the job's devices.
+  std::vector<int> DeviceSlotsLocked(const Job& job);
+  // The next job of ready_ for a free worker (REQUIRES: ready_ not empty).
+  std::deque<std::string>::iterator PickReadyLocked();
+  // Moves `job` along the transition table (jobs/job_state.h): publishes,
+  // persists and observes the change, frees its slot when it leaves
+  // RUNNING, releases it when it finishes, then admits queued jobs.
+  // REQUIRES: the table allows `action` (JobStateMachine::Check); a refused
+  // one changes nothing.
+  void TransitionLocked(Job* job, JobAction action, const std::string& error = "");
   void PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message = "");
   JobInfo InfoLocked(const Job& job) const;
   // Runs one unit of work (start, a step, an evaluation) of `job`, without
@@ -282,7 +303,16 @@ class JobManager {
   std::vector<std::string> order_;                    // GUARDED_BY(mu_)
   std::deque<std::string> queued_;                    // GUARDED_BY(mu_): waiting for a slot
   std::deque<std::string> ready_;                     // GUARDED_BY(mu_): running, round-robin
-  int running_ = 0;                                   // GUARDED_BY(mu_): jobs holding a slot
+  // Occupancy of each device jobs have asked for (Job::devices indexes it).
+  struct DeviceLoad {
+    std::string name;
+    int holding = 0;        // RUNNING jobs holding a slot on it
+    int stepping = 0;       // slices in flight on it
+    bool reserved = false;  // during AdmitLocked: an earlier queued job waits for it
+  };
+  std::vector<DeviceLoad> devices_;                   // GUARDED_BY(mu_)
+  int slices_in_flight_ = 0;                          // GUARDED_BY(mu_)
+  bool admitting_ = false;                            // GUARDED_BY(mu_)
   int64_t next_id_ = 1;                               // GUARDED_BY(mu_)
   bool stopping_ = false;                             // GUARDED_BY(mu_)
   std::unique_ptr<ThreadPool> inter_op_pool_;

@@ -24,6 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoints/store.h"
+#include "jobs/job_state.h"
+#include "jobs/training_loop.h"
 #include "jobs/training_job.h"
 
 namespace flowstate {
@@ -86,15 +88,20 @@ struct JobManager::Job {
   // A finished job's model values when no checkpoint holds its last step
   // (ReleaseLocked); Predict starts the runner with them.
   std::vector<std::pair<std::string, Tensor>> final_values;
+  // Changed only by JobManager::TransitionLocked, along the table of
+  // jobs/job_state.h (and set from a stored record by Recover).
   JobState state = JobState::kQueued;
   std::string error;
   bool started = false;        // runner->Start() succeeded
-  bool holds_slot = false;     // counted in running_
+  bool holds_slot = false;     // counted in the holding of each of `devices`
+  // Its devices, as indices into JobManager::devices_ (filled when it is
+  // first considered for admission, from TrainingJob::DeviceNames()).
+  std::vector<int> devices;
   bool busy = false;           // a worker is running a slice of it
-  bool eval_pending = false;   // evaluate before the next step
-  bool finish_after_eval = false;
-  bool pause_requested = false;
-  bool cancel_requested = false;
+  TrainingLoop loop;           // its next slice: a step, an evaluation, or finish
+  // A pause or cancel asked while its step runs (busy), applied by the
+  // worker when the step ends; reset when the job leaves RUNNING.
+  std::optional<JobAction> requested;
   int64_t epoch = 0, step = 0, total_steps = 0;
   double loss = 0, train_seconds = 0;
   int64_t examples = 0;
