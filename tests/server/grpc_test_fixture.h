@@ -189,11 +189,15 @@ class GrpcServerTest : public ::testing::Test {
   }
 
   // All events of a Watch, and its final status.
-  grpc::Status WatchAll(const std::string& id, std::vector<pb::JobEvent>* events) {
+  // `history`: replay the job's notable events first (a job that fails
+  // before the stream subscribes still shows its "nan" event).
+  grpc::Status WatchAll(const std::string& id, std::vector<pb::JobEvent>* events,
+                        bool history = false) {
     grpc::ClientContext ctx;
     Deadline(&ctx, seconds(60));
     pb::WatchJobRequest req;
     req.set_job_id(id);
+    req.set_history(history);
     auto reader = jobs_->Watch(&ctx, req);
     pb::JobEvent e;
     while (reader->Read(&e)) events->push_back(e);
