@@ -14,6 +14,7 @@
 
 #include "api/views_json.h"
 #include "jobs/job_manager_internal.h"
+#include "jobs/job_state.h"
 
 namespace flowstate {
 
@@ -251,7 +252,7 @@ Status JobManager::Recover() {
     // A resume of this process is reported anew (the history keeps the old ones).
     if (!IsTerminal(job->state)) job->resumed_from_step = -1;
     if (!problem.empty() && !IsTerminal(job->state)) {
-      job->state = JobState::kFailed;
+      job->state = JobStateMachine::Next(job->state, JobAction::kFail).value_or(JobState::kFailed);
       job->error = "the job could not be reloaded after a restart: " + problem;
       job->finished_at = Now();
     }
@@ -289,7 +290,8 @@ Status JobManager::Recover() {
     if (jobs_.count(job->id)) continue;
     next_id_ = std::max(next_id_, IdNumber(job->id, "job-") + 1);
     if (job->state == JobState::kRunning) {
-      job->state = JobState::kQueued;  // back to RUNNING when admitted
+      // Back to QUEUED (RUNNING again when admitted), as the table says.
+      job->state = JobStateMachine::Next(job->state, JobAction::kRequeue).value_or(JobState::kQueued);
       resume.push_back(job->id);
     } else if (job->state == JobState::kQueued) {
       queue.push_back(job->id);
