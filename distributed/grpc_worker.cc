@@ -1,0 +1,277 @@
+#include "distributed/grpc_worker.h"
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "api/proto_convert.h"
+#include "scheduler/call_frame.h"
+
+namespace flowstate::distributed_internal {
+namespace {
+
+template <class Req, class Resp>
+struct Call {
+  ::grpc::ClientContext ctx;
+  Req req;
+  Resp resp;
+};
+
+class RemoteGraph final : public RegisteredGraph {
+ public:
+  std::string handle;
+  std::vector<int> args;  // the _Arg indices of the partition
+};
+
+class GrpcRemoteWorker final : public Worker {
+ public:
+  explicit GrpcRemoteWorker(RemoteWorkerOptions o) : o_(std::move(o)) {}
+
+  ~GrpcRemoteWorker() override {
+    ::grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::min(o_.rpc_timeout_s, 2.0)));
+    wpb::CloseSessionRequest req;
+    wpb::CloseSessionResponse resp;
+    req.set_session_handle(o_.session_handle);
+    o_.stub->CloseSession(&ctx, req, &resp);  // best effort: a dead task has nothing to close
+  }
+
+  StatusOr<RegisteredGraph*> RegisterGraph(RegisterGraphRequest request) override {
+    auto g = std::make_unique<RemoteGraph>();
+    for (const NodeDef& n : request.graph.nodes) {
+      if (n.op != "_Arg") continue;
+      auto it = n.attrs.find("index");
+      if (it != n.attrs.end()) g->args.push_back(int(it->second.i()));
+    }
+    ::grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
+    wpb::RegisterGraphRequest req;
+    wpb::RegisterGraphResponse resp;
+    req.set_session_handle(o_.session_handle);
+    req.set_device(request.device);
+    req.set_expected_incarnation(request.incarnation);
+    proto_convert::GraphToProto(request.graph, req.mutable_graph());
+    ::grpc::Status s = o_.stub->RegisterGraph(&ctx, req, &resp);
+    if (!s.ok()) return CallFailed(o_.task, "RegisterGraph", s);
+    FS_RETURN_IF_ERROR(WithTask(o_.task, StatusFromProto(resp.status())));
+    g->handle = resp.graph_handle();
+    return g.release();
+  }
+
+  void DeregisterGraph(RegisteredGraph* graph) override {
+    std::unique_ptr<RemoteGraph> g(static_cast<RemoteGraph*>(graph));
+    ::grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::min(o_.rpc_timeout_s, 2.0)));
+    wpb::DeregisterGraphRequest req;
+    wpb::DeregisterGraphResponse resp;
+    req.set_session_handle(o_.session_handle);
+    req.set_graph_handle(g->handle);
+    o_.stub->DeregisterGraph(&ctx, req, &resp);  // best effort
+  }
+
+  void RunGraph(RegisteredGraph* graph, const RunGraphArgs& args, StatusCallback done) override {
+    const auto* g = static_cast<const RemoteGraph*>(graph);
+    using RunCall = Call<wpb::RunGraphRequest, wpb::RunGraphResponse>;
+    auto call = std::make_shared<RunCall>();
+    call->ctx.set_deadline(DeadlineIn(o_.step_timeout_s));
+    call->req.set_session_handle(o_.session_handle);
+    call->req.set_graph_handle(g->handle);
+    call->req.set_step_id(args.step_id);
+    CallFrame* frame = args.call_frame;
+    if (frame != nullptr) {
+      call->req.set_num_rets(int(frame->rets().size()));
+      for (int i : g->args) {
+        if (i < 0 || i >= frame->num_args()) continue;
+        wpb::IndexedTensor* a = call->req.add_args();
+        a->set_index(i);
+        EncodeTensor(frame->arg(i), a->mutable_tensor());
+      }
+    }
+    const std::string task = o_.task;
+    o_.stub->async()->RunGraph(
+        &call->ctx, &call->req, &call->resp,
+        [call, frame, task, done = std::move(done)](::grpc::Status s) {
+          if (!s.ok()) {
+            done(CallFailed(task, "RunGraph", s));
+            return;
+          }
+          Status st = WithTask(task, StatusFromProto(call->resp.status()));
+          if (st.ok() && frame != nullptr) {
+            for (const wpb::IndexedTensor& r : call->resp.rets()) {
+              if (r.index() < 0 || r.index() >= int(frame->rets().size())) {
+                st = Internal(task + ": result " + std::to_string(r.index()) + " out of range");
+                break;
+              }
+              StatusOr<Tensor> t = DecodeTensor(r.tensor(), "rets[" + std::to_string(r.index()) + "]");
+              if (!t.ok()) {
+                st = WithTask(task, t.status());
+                break;
+              }
+              frame->set_ret(r.index(), std::move(t).value());
+            }
+          }
+          done(st);
+        });
+  }
+
+  void AbortStep(int64_t step_id, const Status& status) override {
+    using AbortCall = Call<wpb::AbortStepRequest, wpb::AbortStepResponse>;
+    auto call = std::make_shared<AbortCall>();
+    call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
+    call->req.set_step_id(step_id);
+    call->req.set_session_handle(o_.session_handle);
+    call->req.set_reason(status.message());
+    StatusToProto(status.ok() ? Cancelled("the step was aborted") : status,
+                  call->req.mutable_status());
+    o_.stub->async()->AbortStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
+  }
+
+  void CleanupStep(int64_t step_id) override {
+    using CleanupCall = Call<wpb::CleanupStepRequest, wpb::CleanupStepResponse>;
+    auto call = std::make_shared<CleanupCall>();
+    call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
+    call->req.set_step_id(step_id);
+    call->req.set_session_handle(o_.session_handle);
+    o_.stub->async()->CleanupStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
+  }
+
+  StatusOr<std::map<std::string, std::string>> ExportKernelStates() override {
+    return std::map<std::string, std::string>();
+  }
+  Status ImportKernelStates(const std::map<std::string, std::string>& states) override {
+    if (states.empty()) return Status();
+    return Unimplemented(o_.task + ": kernel states of another task cannot be imported");
+  }
+  void ClearKernelStates() override {}
+
+ private:
+  RemoteWorkerOptions o_;
+};
+
+// --- The rendezvous.
+
+class DistributedRendezvous final : public Rendezvous {
+ public:
+  DistributedRendezvous(int64_t step_id, std::string self_task, StubFor stub_for, double timeout_s)
+      : core_(std::make_shared<Core>()) {
+    core_->step_id = step_id;
+    core_->self_task = std::move(self_task);
+    core_->stub_for = std::move(stub_for);
+    core_->timeout_s = timeout_s;
+  }
+  ~DistributedRendezvous() override { StartAbort(Cancelled("the step ended")); }
+
+  Status Send(const std::string& key, const Tensor& value) override {
+    return core_->local.Send(key, value);
+  }
+
+  void RecvAsync(const std::string& key, DoneCallback done) override {
+    const std::string src_task = TaskOfDevice(std::string_view(key).substr(0, key.find(';')));
+    if (src_task.empty() || src_task == core_->self_task) {
+      core_->local.RecvAsync(key, std::move(done));
+      return;
+    }
+    std::shared_ptr<wpb::Worker::Stub> stub = core_->stub_for(src_task);
+    if (stub == nullptr) {
+      done(Internal("tensor '" + key + "' comes from " + src_task + ", which is not in the cluster"),
+           Tensor());
+      return;
+    }
+    auto pull = std::make_shared<Pull>();
+    pull->done = std::move(done);
+    pull->ctx.set_deadline(DeadlineIn(core_->timeout_s));
+    pull->req.set_step_id(core_->step_id);
+    pull->req.set_rendezvous_key(key);
+    Status aborted;
+    {
+      std::lock_guard<std::mutex> l(core_->mu);
+      if (!core_->aborted.ok()) {
+        aborted = core_->aborted;
+      } else {
+        core_->pending.emplace(pull.get(), pull);
+      }
+    }
+    if (!aborted.ok()) {
+      pull->done(aborted, Tensor());
+      return;
+    }
+    std::weak_ptr<Core> weak = core_;
+    stub->async()->RecvTensor(
+        &pull->ctx, &pull->req, &pull->resp, [weak, pull, src_task](::grpc::Status s) {
+          // Whoever takes the pull out of `pending` calls its done: this
+          // answer or StartAbort.
+          if (std::shared_ptr<Core> core = weak.lock()) {
+            std::lock_guard<std::mutex> l(core->mu);
+            if (core->pending.erase(pull.get()) == 0) return;
+          } else {
+            return;  // the rendezvous aborted it when it went away
+          }
+          if (!s.ok()) {
+            pull->done(CallFailed(src_task, "RecvTensor", s), Tensor());
+            return;
+          }
+          Status st = WithTask(src_task, StatusFromProto(pull->resp.status()));
+          if (!st.ok()) {
+            pull->done(st, Tensor());
+            return;
+          }
+          StatusOr<Tensor> t = DecodeTensor(pull->resp.tensor(), pull->req.rendezvous_key());
+          if (!t.ok()) {
+            pull->done(WithTask(src_task, t.status()), Tensor());
+            return;
+          }
+          pull->resp.Clear();  // the bytes are in the tensor now
+          pull->done(Status(), *t);
+        });
+  }
+
+  void StartAbort(const Status& status) override {
+    const Status abort = status.ok() ? Cancelled("aborted") : status;
+    core_->local.StartAbort(abort);
+    std::unordered_map<Pull*, std::shared_ptr<Pull>> pending;
+    {
+      std::lock_guard<std::mutex> l(core_->mu);
+      if (!core_->aborted.ok()) return;
+      core_->aborted = abort;
+      pending.swap(core_->pending);
+    }
+    for (auto& [p, pull] : pending) {
+      pull->ctx.TryCancel();
+      pull->done(abort, Tensor());
+    }
+  }
+
+ private:
+  struct Pull {
+    ::grpc::ClientContext ctx;
+    wpb::RecvTensorRequest req;
+    wpb::RecvTensorResponse resp;
+    DoneCallback done;
+  };
+  struct Core {
+    int64_t step_id = 0;
+    std::string self_task;
+    StubFor stub_for;
+    double timeout_s = 0;
+    LocalRendezvous local;
+    std::mutex mu;
+    Status aborted;                                             // GUARDED_BY(mu)
+    std::unordered_map<Pull*, std::shared_ptr<Pull>> pending;   // GUARDED_BY(mu)
+  };
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options) {
+  return std::make_unique<GrpcRemoteWorker>(std::move(options));
+}
+
+std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
+                                                     StubFor stub_for, double timeout_s) {
+  return std::make_shared<DistributedRendezvous>(step_id, std::move(self_task),
+                                                 std::move(stub_for), timeout_s);
+}
+
+}  // namespace flowstate::distributed_internal
