@@ -48,6 +48,7 @@ class Cluster::Impl {
     ClusterTaskInfo info;
     std::chrono::steady_clock::time_point last;
     std::shared_ptr<wpb::Worker::Stub> stub;  // null for this task
+    std::shared_ptr<::grpc::GenericStub> generic;
     std::vector<std::shared_ptr<RemoteDevice>> remote_devices;
   };
 
@@ -72,6 +73,11 @@ class Cluster::Impl {
   std::shared_ptr<wpb::Worker::Stub> StubFor(const std::string& task) const {
     auto it = by_name.find(task);
     return it == by_name.end() ? nullptr : tasks[it->second].stub;
+  }
+  TaskStubs StubsFor(const std::string& task) const {
+    auto it = by_name.find(task);
+    if (it == by_name.end()) return {};
+    return {tasks[it->second].stub, tasks[it->second].generic};
   }
 
   void Round();
@@ -214,8 +220,11 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
                                     st.bytes_in_use});
         }
       } else {
-        t.stub = wpb::Worker::NewStub(NewWorkerChannel(addresses[i], options.heartbeat_interval_s > 0 ? options.heartbeat_interval_s : 1.0,
-                                                       options.heartbeat_deadline_s));
+        std::shared_ptr<::grpc::Channel> channel = NewWorkerChannel(
+            addresses[i], options.heartbeat_interval_s > 0 ? options.heartbeat_interval_s : 1.0,
+            options.heartbeat_deadline_s);
+        t.stub = wpb::Worker::NewStub(channel);
+        t.generic = std::make_shared<::grpc::GenericStub>(channel);
       }
       impl->by_name[t.info.name] = impl->tasks.size();
       impl->tasks.push_back(std::move(t));
@@ -226,7 +235,7 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   const double timeout = options.step_timeout_s;
   impl->rendezvous = std::make_unique<RendezvousMgr>([raw, self, timeout](int64_t step_id) {
     return NewDistributedRendezvous(
-        step_id, self, [raw](const std::string& task) { return raw->StubFor(task); }, timeout);
+        step_id, self, [raw](const std::string& task) { return raw->StubsFor(task); }, timeout);
   });
   std::unique_ptr<Cluster> c(new Cluster(std::move(impl)));
   if (options.heartbeat_interval_s > 0) {

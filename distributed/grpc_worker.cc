@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/proto_convert.h"
+#include "distributed/tensor_wire.h"
 #include "scheduler/call_frame.h"
 
 namespace flowstate::distributed_internal {
@@ -172,8 +173,8 @@ class DistributedRendezvous final : public Rendezvous {
       core_->local.RecvAsync(key, std::move(done));
       return;
     }
-    std::shared_ptr<wpb::Worker::Stub> stub = core_->stub_for(src_task);
-    if (stub == nullptr) {
+    TaskStubs stubs = core_->stub_for(src_task);
+    if (stubs.generic == nullptr) {
       done(Internal("tensor '" + key + "' comes from " + src_task + ", which is not in the cluster"),
            Tensor());
       return;
@@ -181,8 +182,14 @@ class DistributedRendezvous final : public Rendezvous {
     auto pull = std::make_shared<Pull>();
     pull->done = std::move(done);
     pull->ctx.set_deadline(DeadlineIn(core_->timeout_s));
-    pull->req.set_step_id(core_->step_id);
-    pull->req.set_rendezvous_key(key);
+    {
+      wpb::RecvTensorRequest req;
+      req.set_step_id(core_->step_id);
+      req.set_rendezvous_key(key);
+      ::grpc::Slice s(req.SerializeAsString());
+      pull->req = ::grpc::ByteBuffer(&s, 1);
+      pull->key = key;
+    }
     Status aborted;
     {
       std::lock_guard<std::mutex> l(core_->mu);
@@ -197,8 +204,9 @@ class DistributedRendezvous final : public Rendezvous {
       return;
     }
     std::weak_ptr<Core> weak = core_;
-    stub->async()->RecvTensor(
-        &pull->ctx, &pull->req, &pull->resp, [weak, pull, src_task](::grpc::Status s) {
+    stubs.generic->UnaryCall(
+        &pull->ctx, "/flowstate.worker.v1.Worker/RecvTensor", ::grpc::StubOptions(), &pull->req,
+        &pull->resp, [weak, pull, src_task](::grpc::Status s) {
           // Whoever takes the pull out of `pending` calls its done: this
           // answer or StartAbort.
           if (std::shared_ptr<Core> core = weak.lock()) {
@@ -211,17 +219,12 @@ class DistributedRendezvous final : public Rendezvous {
             pull->done(CallFailed(src_task, "RecvTensor", s), Tensor());
             return;
           }
-          Status st = WithTask(src_task, StatusFromProto(pull->resp.status()));
-          if (!st.ok()) {
-            pull->done(st, Tensor());
-            return;
-          }
-          StatusOr<Tensor> t = DecodeTensor(pull->resp.tensor(), pull->req.rendezvous_key());
+          StatusOr<Tensor> t = DecodeRecvTensorResponse(pull->resp, pull->key);
+          pull->resp.Clear();  // the bytes are in the tensor now
           if (!t.ok()) {
             pull->done(WithTask(src_task, t.status()), Tensor());
             return;
           }
-          pull->resp.Clear();  // the bytes are in the tensor now
           pull->done(Status(), *t);
         });
   }
@@ -245,8 +248,9 @@ class DistributedRendezvous final : public Rendezvous {
  private:
   struct Pull {
     ::grpc::ClientContext ctx;
-    wpb::RecvTensorRequest req;
-    wpb::RecvTensorResponse resp;
+    ::grpc::ByteBuffer req;
+    ::grpc::ByteBuffer resp;
+    std::string key;
     DoneCallback done;
   };
   struct Core {

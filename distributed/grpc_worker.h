@@ -25,13 +25,21 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "distributed/wire.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/worker.h"
 
 namespace flowstate::distributed_internal {
 
-using StubFor = std::function<std::shared_ptr<wpb::Worker::Stub>(const std::string& task)>;
+// The stubs of one task: the Worker service's, and a generic one for the
+// RecvTensor calls whose messages are encoded by hand (tensor_wire.h).
+struct TaskStubs {
+  std::shared_ptr<wpb::Worker::Stub> worker;
+  std::shared_ptr<::grpc::GenericStub> generic;
+};
+using StubFor = std::function<TaskStubs(const std::string& task)>;
 
 struct RemoteWorkerOptions {
   std::string task;  // "/job:worker/task:2"

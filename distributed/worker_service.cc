@@ -10,6 +10,7 @@
 
 #include "api/proto_convert.h"
 #include "distributed/cluster.h"
+#include "distributed/tensor_wire.h"
 #include "distributed/wire.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
@@ -83,7 +84,10 @@ struct WorkerSession {
 
 }  // namespace
 
-class WorkerService::Impl final : public wpb::Worker::CallbackService {
+// RecvTensor is a raw method: its response is encoded by hand, pointing at
+// the tensor's bytes (tensor_wire.h).
+class WorkerService::Impl final
+    : public wpb::Worker::WithRawCallbackMethod_RecvTensor<wpb::Worker::CallbackService> {
  public:
   Impl(Cluster* cluster, const WorkerServiceOptions& o)
       : cluster_(cluster), pool_(o.inter_op_threads) {
@@ -299,9 +303,19 @@ class WorkerService::Impl final : public wpb::Worker::CallbackService {
   }
 
   ::grpc::ServerUnaryReactor* RecvTensor(::grpc::CallbackServerContext* ctx,
-                                         const wpb::RecvTensorRequest* req,
-                                         wpb::RecvTensorResponse* resp) override {
+                                         const ::grpc::ByteBuffer* request,
+                                         ::grpc::ByteBuffer* resp) override {
     auto [r, p] = NewCall();
+    wpb::RecvTensorRequest parsed;
+    {
+      ::grpc::Slice whole;
+      if (!request->DumpToSingleSlice(&whole).ok() ||
+          !parsed.ParseFromArray(whole.begin(), int(whole.size()))) {
+        Answer(p, ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "malformed RecvTensorRequest"));
+        return r;
+      }
+    }
+    const wpb::RecvTensorRequest* req = &parsed;
     Cluster* c = cluster_.load();
     if (c == nullptr) {
       Answer(p, NotReady());
@@ -311,8 +325,8 @@ class WorkerService::Impl final : public wpb::Worker::CallbackService {
     const std::string& key = req->rendezvous_key();
     if (TaskOfDevice(std::string_view(key).substr(0, key.find(';'))) != task) {
       Answer(p, ::grpc::Status::OK, [&] {
-        StatusToProto(InvalidArgument(task + ": tensor '" + key + "' is not sent by this task"),
-                      resp->mutable_status());
+        *resp = EncodeRecvTensorResponse(
+            InvalidArgument(task + ": tensor '" + key + "' is not sent by this task"), Tensor());
       });
       return r;
     }
@@ -322,13 +336,7 @@ class WorkerService::Impl final : public wpb::Worker::CallbackService {
     }
     std::shared_ptr<Rendezvous> rendezvous = c->rendezvous_mgr()->Find(req->step_id());
     rendezvous->RecvAsync(key, [this, p = p, resp, task](const Status& st, const Tensor& t) {
-      Reply(p, [&] {
-        if (st.ok()) {
-          EncodeTensor(t, resp->mutable_tensor());
-        } else {
-          StatusToProto(WithTask(task, st), resp->mutable_status());
-        }
-      });
+      Reply(p, [&] { *resp = EncodeRecvTensorResponse(WithTask(task, st), t); });
     });
     return r;
   }

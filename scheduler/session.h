@@ -4,9 +4,11 @@
 //
 // A Session is the master of its steps. The first Run of a signature
 // (feeds, fetches, targets) prunes, places and partitions the graph and
-// registers each partition with the Worker of its device's task (worker.h;
-// here always the session's LocalWorker, which builds the executors and owns
-// the kernels); later Runs of the same signature reuse that executable. A
+// registers each partition with the Worker of its device's task (worker.h:
+// the session's LocalWorker, which builds the executors and owns the
+// kernels, for this process's devices; in a cluster, SessionOptions::remote,
+// a worker of another task over RPC for that task's devices); later Runs of
+// the same signature reuse that executable. A
 // step takes one id from the StepIdSource and runs on every partition at
 // once; the first error aborts it on every worker. Extend() adds nodes
 // without invalidating cached executables. Variables and other state live
