@@ -179,8 +179,7 @@ class DistributedRendezvous final : public Rendezvous {
            Tensor());
       return;
     }
-    auto pull = std::make_shared<Pull>();
-    pull->done = std::move(done);
+    auto pull = std::make_shared<Pull>(core_, src_task, key, std::move(done));
     pull->ctx.set_deadline(DeadlineIn(core_->timeout_s));
     {
       wpb::RecvTensorRequest req;
@@ -188,7 +187,6 @@ class DistributedRendezvous final : public Rendezvous {
       req.set_rendezvous_key(key);
       ::grpc::Slice s(req.SerializeAsString());
       pull->req = ::grpc::ByteBuffer(&s, 1);
-      pull->key = key;
     }
     Status aborted;
     {
@@ -203,30 +201,7 @@ class DistributedRendezvous final : public Rendezvous {
       pull->done(aborted, Tensor());
       return;
     }
-    std::weak_ptr<Core> weak = core_;
-    stubs.generic->UnaryCall(
-        &pull->ctx, "/flowstate.worker.v1.Worker/RecvTensor", ::grpc::StubOptions(), &pull->req,
-        &pull->resp, [weak, pull, src_task](::grpc::Status s) {
-          // Whoever takes the pull out of `pending` calls its done: this
-          // answer or StartAbort.
-          if (std::shared_ptr<Core> core = weak.lock()) {
-            std::lock_guard<std::mutex> l(core->mu);
-            if (core->pending.erase(pull.get()) == 0) return;
-          } else {
-            return;  // the rendezvous aborted it when it went away
-          }
-          if (!s.ok()) {
-            pull->done(CallFailed(src_task, "RecvTensor", s), Tensor());
-            return;
-          }
-          StatusOr<Tensor> t = DecodeRecvTensorResponse(pull->resp, pull->key);
-          pull->resp.Clear();  // the bytes are in the tensor now
-          if (!t.ok()) {
-            pull->done(WithTask(src_task, t.status()), Tensor());
-            return;
-          }
-          pull->done(Status(), *t);
-        });
+    pull->Start(pull, stubs.generic.get());
   }
 
   void StartAbort(const Status& status) override {
@@ -246,12 +221,68 @@ class DistributedRendezvous final : public Rendezvous {
   }
 
  private:
-  struct Pull {
+  struct Core;
+  // One pull: a RecvTensorStream call whose chunks go straight into the
+  // tensor. It keeps itself alive (self) until gRPC is done with it.
+  struct Pull final : ::grpc::ClientBidiReactor<::grpc::ByteBuffer, ::grpc::ByteBuffer> {
+    Pull(const std::shared_ptr<Core>& core, std::string task, const std::string& key,
+         DoneCallback d)
+        : core(core), task(std::move(task)), receiver(key), done(std::move(d)) {}
+
+    void Start(const std::shared_ptr<Pull>& me, ::grpc::GenericStub* stub) {
+      self = me;
+      stub->PrepareBidiStreamingCall(&ctx, "/flowstate.worker.v1.Worker/RecvTensorStream",
+                                     ::grpc::StubOptions(), this);
+      StartWriteLast(&req, ::grpc::WriteOptions());
+      StartRead(&chunk);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // the stream ended: OnDone follows
+      Status s = receiver.Add(chunk);
+      chunk.Clear();
+      if (!s.ok()) {
+        error = s;
+        ctx.TryCancel();
+        return;
+      }
+      StartRead(&chunk);
+    }
+    void OnDone(const ::grpc::Status& s) override {
+      std::shared_ptr<Pull> me = std::move(self);  // alive until this returns
+      // Whoever takes the pull out of `pending` calls its done: this end of
+      // the call or StartAbort.
+      std::shared_ptr<Core> c = core.lock();
+      if (c == nullptr) return;  // the rendezvous aborted it when it went away
+      {
+        std::lock_guard<std::mutex> l(c->mu);
+        if (c->pending.erase(this) == 0) return;
+      }
+      if (!error.ok()) {
+        done(WithTask(task, error), Tensor());
+        return;
+      }
+      if (!s.ok()) {
+        done(CallFailed(task, "RecvTensorStream", s), Tensor());
+        return;
+      }
+      StatusOr<Tensor> t = receiver.Finish();
+      if (!t.ok()) {
+        done(WithTask(task, t.status()), Tensor());
+        return;
+      }
+      done(Status(), *t);
+    }
+
+    std::weak_ptr<Core> core;
+    std::string task;
     ::grpc::ClientContext ctx;
     ::grpc::ByteBuffer req;
-    ::grpc::ByteBuffer resp;
-    std::string key;
+    ::grpc::ByteBuffer chunk;
+    ChunkReceiver receiver;
+    Status error;  // a malformed chunk, or the status a failed receive carried
     DoneCallback done;
+    std::shared_ptr<Pull> self;
   };
   struct Core {
     int64_t step_id = 0;

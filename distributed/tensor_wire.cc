@@ -233,4 +233,131 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
   return out;
 }
 
+::grpc::ByteBuffer EncodeChunkStatus(const Status& status) {
+  wpb::RecvTensorChunk c;
+  StatusToProto(status, c.mutable_status());
+  ::grpc::Slice s(c.SerializeAsString());
+  return ::grpc::ByteBuffer(&s, 1);
+}
+
+::grpc::ByteBuffer EncodeTensorChunk(const Tensor& t, size_t offset, size_t n) {
+  std::string head;
+  if (offset == 0) {
+    const std::string_view dtype = DataTypeName(t.dtype());
+    PutTag(&head, 2, kLen);
+    PutVarint(&head, dtype.size());
+    head.append(dtype);
+    std::string shape;
+    for (int i = 0; i < t.rank(); ++i) PutVarint(&shape, uint64_t(t.dim(i)));
+    if (!shape.empty()) {
+      PutTag(&head, 3, kLen);
+      PutVarint(&head, shape.size());
+      head += shape;
+    }
+    PutTag(&head, 4, kVarint);
+    PutVarint(&head, t.TotalBytes());
+  }
+  PutTag(&head, 5, kVarint);
+  PutVarint(&head, offset);
+  PutTag(&head, 6, kLen);
+  PutVarint(&head, n);
+  ::grpc::Slice slices[2] = {::grpc::Slice(head), ::grpc::Slice()};
+  if (n == 0) return ::grpc::ByteBuffer(slices, 1);
+  auto* keep = new Tensor(t);  // released by gRPC with the slice
+  slices[1] = ::grpc::Slice(static_cast<char*>(const_cast<void*>(keep->raw_data())) + offset, n,
+                            ReleaseTensor, keep);
+  return ::grpc::ByteBuffer(slices, 2);
+}
+
+Status ChunkReceiver::Add(const ::grpc::ByteBuffer& chunk) {
+  std::vector<::grpc::Slice> slices;
+  if (!chunk.Dump(&slices).ok()) return Malformed(what_, "unreadable chunk");
+  Reader r(slices);
+  std::string dtype_name;
+  std::vector<int64_t> dims;
+  uint64_t total = 0, offset = 0;
+  bool have_total = false;
+  while (!r.done()) {
+    uint64_t tag, len;
+    if (!r.Varint(&tag)) return Malformed(what_, "truncated tag");
+    const int field = int(tag >> 3), type = int(tag & 7);
+    if (type == kVarint) {
+      uint64_t v;
+      if (!r.Varint(&v)) return Malformed(what_, "truncated varint");
+      if (field == 3) dims.push_back(int64_t(v));
+      if (field == 4) {
+        total = v;
+        have_total = true;
+      }
+      if (field == 5) offset = v;
+      continue;
+    }
+    if (type != kLen) return Malformed(what_, "unexpected wire type " + std::to_string(type));
+    if (!r.Varint(&len)) return Malformed(what_, "truncated length");
+    if (field == 1) {
+      std::string bytes(len, '\0');
+      if (!r.Bytes(bytes.data(), len)) return Malformed(what_, "truncated status");
+      wpb::StepStatus st;
+      if (!st.ParseFromString(bytes)) return Malformed(what_, "bad status");
+      FS_RETURN_IF_ERROR(StatusFromProto(st));
+    } else if (field == 2) {
+      dtype_name.resize(len);
+      if (!r.Bytes(dtype_name.data(), len)) return Malformed(what_, "truncated dtype");
+    } else if (field == 3) {
+      const size_t end = r.position() + len;
+      while (r.position() < end) {
+        uint64_t d;
+        if (!r.Varint(&d)) return Malformed(what_, "truncated shape");
+        dims.push_back(int64_t(d));
+      }
+    } else if (field == 6) {
+      if (!have_header_) {
+        // The header fields come before the data in the first chunk.
+        if (!have_total) return Malformed(what_, "data before the tensor's header");
+        StatusOr<DataType> dtype = DataTypeFromString(dtype_name);
+        if (!dtype.ok()) return Malformed(what_, "no valid dtype");
+        StatusOr<TensorShape> shape = TensorShape::Make(dims);
+        if (!shape.ok()) return Malformed(what_, shape.status().message());
+        StatusOr<Tensor> t = Tensor::Allocate(HostAllocator(), *dtype, *shape);
+        if (!t.ok()) return t.status();
+        if (t->TotalBytes() != total) {
+          return Malformed(what_, "total_bytes " + std::to_string(total) + " for a tensor of " +
+                                      std::to_string(t->TotalBytes()));
+        }
+        tensor_ = std::move(t).value();
+        total_ = total;
+        have_header_ = true;
+      }
+      if (offset != received_ || len > total_ - received_) {
+        return Malformed(what_, "a chunk at " + std::to_string(offset) + " of " +
+                                    std::to_string(len) + " bytes, expected one at " +
+                                    std::to_string(received_) + " of at most " +
+                                    std::to_string(total_ - received_));
+      }
+      if (!r.Bytes(static_cast<char*>(tensor_.raw_data()) + offset, len)) {
+        return Malformed(what_, "truncated data");
+      }
+      received_ += len;
+    } else if (!r.Bytes(nullptr, len)) {
+      return Malformed(what_, "truncated field");
+    }
+  }
+  return Status();
+}
+
+StatusOr<Tensor> ChunkReceiver::Finish() {
+  if (!have_header_) return Malformed(what_, "the stream ended before the tensor's header");
+  if (received_ != total_) {
+    return Malformed(what_, "the stream ended after " + std::to_string(received_) + " of " +
+                                std::to_string(total_) + " bytes");
+  }
+  if (tensor_.dtype() == DataType::kBool) {
+    const auto* b = static_cast<const uint8_t*>(tensor_.raw_data());
+    for (size_t i = 0; i < total_; ++i) {
+      if (b[i] > 1) return Malformed(what_, "a bool that is not 0 or 1");
+    }
+  }
+  return std::move(tensor_);
+}
+
 }  // namespace flowstate::distributed_internal

@@ -10,6 +10,8 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <string>
+
 #include "graph/status.h"
 #include "graph/tensor.h"
 
@@ -21,6 +23,34 @@ namespace flowstate::distributed_internal {
 // The tensor of a response; the status it carries when not OK;
 // INVALID_ARGUMENT for a malformed one (naming `what`).
 StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std::string_view what);
+
+// RecvTensorStream's chunks (RecvTensorChunk): bytes [offset, offset + n)
+// of `t`, the first (offset 0) with the dtype, shape and total size; the
+// data slice points at the tensor's bytes. A failed receive: one chunk with
+// the status.
+::grpc::ByteBuffer EncodeTensorChunk(const Tensor& t, size_t offset, size_t n);
+::grpc::ByteBuffer EncodeChunkStatus(const Status& status);
+// The size of the chunks the worker service sends.
+constexpr size_t kChunkBytes = size_t(4) << 20;
+
+// Puts a tensor together from its chunks as they arrive: the first
+// allocates it, every chunk is copied straight into it. Not thread-safe.
+class ChunkReceiver {
+ public:
+  explicit ChunkReceiver(std::string what) : what_(std::move(what)) {}
+  // INVALID_ARGUMENT for a malformed chunk or one out of place; the status
+  // a failed receive carries.
+  Status Add(const ::grpc::ByteBuffer& chunk);
+  // The tensor, once every byte came; INVALID_ARGUMENT otherwise.
+  StatusOr<Tensor> Finish();
+
+ private:
+  std::string what_;
+  bool have_header_ = false;
+  Tensor tensor_;
+  size_t total_ = 0;
+  size_t received_ = 0;
+};
 
 }  // namespace flowstate::distributed_internal
 

@@ -61,6 +61,9 @@ std::shared_ptr<::grpc::Channel> NewWorkerChannel(const std::string& address, do
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, std::max(100, int(keepalive_s * 1000)));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(100, int(keepalive_timeout_s * 1000)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A receive window of a few chunks from the start (tensor_wire.h's
+  // kChunkBytes), instead of growing it from 64 KiB.
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Reconnect soon after a task comes back (the default backoff grows to 2 min).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

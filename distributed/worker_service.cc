@@ -26,9 +26,17 @@ using namespace distributed_internal;  // NOLINT: this library's private helpers
 
 namespace {
 
+// A call that waits for its work; Shutdown answers those still waiting.
+struct Waiting {
+  virtual ~Waiting() = default;
+  // Ends the call with `s` unless it was answered (or started answering).
+  virtual void Abandon(const ::grpc::Status& s) = 0;
+};
+
 // A unary call answered later, exactly once: by its work, by its
 // cancellation or by Shutdown, whichever comes first.
-struct Pending {
+struct Pending final : Waiting {
+  void Abandon(const ::grpc::Status& s) override;
   std::mutex mu;
   bool finished = false;  // GUARDED_BY(mu)
   ::grpc::ServerUnaryReactor* reactor = nullptr;
@@ -47,6 +55,79 @@ bool Answer(const std::shared_ptr<Pending>& p, const ::grpc::Status& s,
   return true;
 }
 
+void Pending::Abandon(const ::grpc::Status& s) {
+  std::lock_guard<std::mutex> l(mu);
+  if (finished) return;
+  finished = true;
+  reactor->Finish(s);
+}
+
+// RecvTensorStream: waits for the tensor (holding no thread), then writes it
+// in chunks of kChunkBytes, each pointing at the tensor's bytes, one after
+// the other; deletes itself when the call is done.
+class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer> {
+ public:
+  struct State final : Waiting {
+    std::mutex mu;
+    bool finished = false;  // GUARDED_BY(mu): waiting is over (Finish called or writing)
+    StreamSender* reactor = nullptr;
+    void Abandon(const ::grpc::Status& s) override {
+      std::lock_guard<std::mutex> l(mu);
+      if (finished) return;
+      finished = true;
+      reactor->Finish(s);
+    }
+  };
+  StreamSender() : state_(std::make_shared<State>()) { state_->reactor = this; }
+  const std::shared_ptr<State>& state() const { return state_; }
+
+  // The rendezvous answered: write the tensor (or the error) unless the call
+  // ended while it waited.
+  static void Begin(const std::shared_ptr<State>& st, const Status& s, const Tensor& t) {
+    std::lock_guard<std::mutex> l(st->mu);
+    if (st->finished) return;
+    st->finished = true;
+    StreamSender* self = st->reactor;
+    if (!s.ok()) {
+      self->error_ = true;
+      self->buf_ = EncodeChunkStatus(s);
+      self->StartWrite(&self->buf_);
+      return;
+    }
+    self->tensor_ = t;
+    self->WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    buf_.Clear();
+    if (!ok) {
+      Finish(::grpc::Status(::grpc::StatusCode::CANCELLED, "the receiver went away"));
+    } else if (error_ || offset_ >= tensor_.TotalBytes()) {
+      tensor_ = Tensor();
+      Finish(::grpc::Status::OK);
+    } else {
+      WriteNext();
+    }
+  }
+  void OnCancel() override { state_->Abandon(::grpc::Status(::grpc::StatusCode::CANCELLED, "cancelled")); }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    const size_t n = std::min(kChunkBytes, tensor_.TotalBytes() - offset_);
+    buf_ = EncodeTensorChunk(tensor_, offset_, n);
+    offset_ += n;
+    if (n == 0) offset_ = 1;  // an empty tensor: its header chunk is the last
+    StartWrite(&buf_);
+  }
+
+  std::shared_ptr<State> state_;
+  Tensor tensor_;
+  size_t offset_ = 0;
+  bool error_ = false;
+  ::grpc::ByteBuffer buf_;
+};
+
 class Reactor final : public ::grpc::ServerUnaryReactor {
  public:
   explicit Reactor(std::shared_ptr<Pending> p) : p_(std::move(p)) { p_->reactor = this; }
@@ -63,6 +144,7 @@ class Reactor final : public ::grpc::ServerUnaryReactor {
 
 // One master session's state on this task.
 struct WorkerSession {
+  std::shared_ptr<ThreadPool> pool;  // outlives the worker
   std::shared_ptr<ResourceMgr> resources;
   std::unique_ptr<LocalWorker> worker;
   std::mutex mu;
@@ -84,27 +166,34 @@ struct WorkerSession {
 
 }  // namespace
 
-// RecvTensor is a raw method: its response is encoded by hand, pointing at
-// the tensor's bytes (tensor_wire.h).
+// RecvTensor and RecvTensorStream are raw methods: their messages are
+// encoded by hand, pointing at the tensor's bytes (tensor_wire.h).
 class WorkerService::Impl final
-    : public wpb::Worker::WithRawCallbackMethod_RecvTensor<wpb::Worker::CallbackService> {
+    : public wpb::Worker::WithRawCallbackMethod_RecvTensorStream<
+          wpb::Worker::WithRawCallbackMethod_RecvTensor<wpb::Worker::CallbackService>> {
  public:
   Impl(Cluster* cluster, const WorkerServiceOptions& o)
-      : cluster_(cluster), pool_(o.inter_op_threads) {
+      : cluster_(cluster), pool_(std::make_shared<ThreadPool>(o.inter_op_threads)) {
     scheduler::RegisterRuntimeKernels();
     state::RegisterKernels();
   }
 
   std::atomic<Cluster*> cluster_;
-  ThreadPool pool_;
+  std::shared_ptr<ThreadPool> pool_;  // shared with the worker sessions
   std::unique_ptr<::grpc::Server> server_;
 
-  std::mutex mu_;
-  bool shutdown_ = false;                                                 // GUARDED_BY(mu_)
-  std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;       // GUARDED_BY(mu_)
-  std::unordered_set<std::shared_ptr<Pending>> pending_;                  // GUARDED_BY(mu_)
-  int partitions_running_ = 0;                                            // GUARDED_BY(mu_)
-  std::condition_variable idle_cv_;
+  // What the callbacks of calls in flight touch; shared with them, so that
+  // one that comes late (a rendezvous aborted when the cluster goes away)
+  // finds it alive.
+  struct Shared {
+    std::mutex mu;
+    bool shutdown = false;                                 // GUARDED_BY(mu)
+    std::unordered_set<std::shared_ptr<Waiting>> pending;  // GUARDED_BY(mu): calls waiting
+    int partitions_running = 0;                            // GUARDED_BY(mu)
+    std::condition_variable idle_cv;
+  };
+  std::shared_ptr<Shared> sh_ = std::make_shared<Shared>();
+  std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;  // GUARDED_BY(sh_->mu)
 
   // A reactor for `ctx`'s call, tracked until answered (Shutdown answers it).
   std::pair<Reactor*, std::shared_ptr<Pending>> NewCall() {
@@ -112,35 +201,35 @@ class WorkerService::Impl final
     auto* r = new Reactor(p);
     return {r, p};
   }
-  bool Track(const std::shared_ptr<Pending>& p) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (shutdown_) return false;
-    pending_.insert(p);
+  static bool Track(Shared& sh, const std::shared_ptr<Waiting>& p) {
+    std::lock_guard<std::mutex> l(sh.mu);
+    if (sh.shutdown) return false;
+    sh.pending.insert(p);
     return true;
   }
-  void Untrack(const std::shared_ptr<Pending>& p) {
-    std::lock_guard<std::mutex> l(mu_);
-    pending_.erase(p);
+  static void Untrack(Shared& sh, const std::shared_ptr<Waiting>& p) {
+    std::lock_guard<std::mutex> l(sh.mu);
+    sh.pending.erase(p);
   }
   // Answers and forgets a tracked call; after Shutdown, UNAVAILABLE.
-  void Reply(const std::shared_ptr<Pending>& p, const std::function<void()>& fill) {
+  static void Reply(Shared& sh, const std::shared_ptr<Pending>& p, const std::function<void()>& fill) {
     bool down;
     {
-      std::lock_guard<std::mutex> l(mu_);
-      down = shutdown_;
-      pending_.erase(p);
+      std::lock_guard<std::mutex> l(sh.mu);
+      down = sh.shutdown;
+      sh.pending.erase(p);
     }
     Answer(p, down ? ShuttingDown() : ::grpc::Status::OK, fill);
   }
 
   std::shared_ptr<WorkerSession> FindSession(const std::string& handle) {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(sh_->mu);
     auto it = sessions_.find(handle);
     return it == sessions_.end() ? nullptr : it->second;
   }
 
   std::shared_ptr<WorkerSession> GetOrCreateSession(Cluster* c, const std::string& handle) {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(sh_->mu);
     std::shared_ptr<WorkerSession>& s = sessions_[handle];
     if (s == nullptr) {
       s = std::make_shared<WorkerSession>();
@@ -148,7 +237,8 @@ class WorkerService::Impl final
       LocalWorkerOptions o;
       o.devices = c->devices();
       o.resources = s->resources.get();
-      o.inter_op_pool = &pool_;
+      o.inter_op_pool = pool_.get();
+      s->pool = pool_;
       o.rendezvous_mgr = c->rendezvous_mgr();
       s->worker = std::make_unique<LocalWorker>(o);
     }
@@ -257,13 +347,13 @@ class WorkerService::Impl final
     auto frame = std::make_shared<CallFrame>(std::move(args), req->num_rets());
     const int64_t step = req->step_id();
     {
-      std::lock_guard<std::mutex> l(mu_);
-      if (shutdown_) {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) {
         Answer(p, ShuttingDown());
         return r;
       }
-      pending_.insert(p);
-      ++partitions_running_;
+      sh_->pending.insert(p);
+      ++sh_->partitions_running;
     }
     {
       std::lock_guard<std::mutex> l(s->mu);
@@ -280,8 +370,8 @@ class WorkerService::Impl final
     RunGraphArgs a;
     a.step_id = step;
     a.call_frame = frame.get();
-    s->worker->RunGraph(g, a, [this, p = p, s, frame, resp, step, task](const Status& st) {
-      Reply(p, [&] {
+    s->worker->RunGraph(g, a, [sh = sh_, p = p, s, frame, resp, step, task](const Status& st) {
+      Reply(*sh, p, [&] {
         StatusToProto(WithTask(task, st), resp->mutable_status());
         if (!st.ok()) return;
         std::vector<Tensor>& rets = frame->rets();
@@ -296,8 +386,8 @@ class WorkerService::Impl final
         std::lock_guard<std::mutex> l(s->mu);
         s->running.erase(s->running.find(step));
       }
-      std::lock_guard<std::mutex> l(mu_);
-      if (--partitions_running_ == 0) idle_cv_.notify_all();
+      std::lock_guard<std::mutex> l(sh->mu);
+      if (--sh->partitions_running == 0) sh->idle_cv.notify_all();
     });
     return r;
   }
@@ -330,15 +420,50 @@ class WorkerService::Impl final
       });
       return r;
     }
-    if (!Track(p)) {
+    if (!Track(*sh_, p)) {
       Answer(p, ShuttingDown());
       return r;
     }
     std::shared_ptr<Rendezvous> rendezvous = c->rendezvous_mgr()->Find(req->step_id());
-    rendezvous->RecvAsync(key, [this, p = p, resp, task](const Status& st, const Tensor& t) {
-      Reply(p, [&] { *resp = EncodeRecvTensorResponse(WithTask(task, st), t); });
+    rendezvous->RecvAsync(key, [sh = sh_, p = p, resp, task](const Status& st, const Tensor& t) {
+      Reply(*sh, p, [&] { *resp = EncodeRecvTensorResponse(WithTask(task, st), t); });
     });
     return r;
+  }
+
+  ::grpc::ServerWriteReactor<::grpc::ByteBuffer>* RecvTensorStream(
+      ::grpc::CallbackServerContext* ctx, const ::grpc::ByteBuffer* request) override {
+    auto* sender = new StreamSender();
+    std::shared_ptr<StreamSender::State> st = sender->state();
+    wpb::RecvTensorRequest req;
+    ::grpc::Slice whole;
+    if (!request->DumpToSingleSlice(&whole).ok() ||
+        !req.ParseFromArray(whole.begin(), int(whole.size()))) {
+      st->Abandon(::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "malformed RecvTensorRequest"));
+      return sender;
+    }
+    Cluster* c = cluster_.load();
+    if (c == nullptr) {
+      st->Abandon(NotReady());
+      return sender;
+    }
+    const std::string task = c->local_task();
+    const std::string& key = req.rendezvous_key();
+    if (TaskOfDevice(std::string_view(key).substr(0, key.find(';'))) != task) {
+      StreamSender::Begin(st, InvalidArgument(task + ": tensor '" + key + "' is not sent by this task"),
+                          Tensor());
+      return sender;
+    }
+    if (!Track(*sh_, st)) {
+      st->Abandon(ShuttingDown());
+      return sender;
+    }
+    std::shared_ptr<Rendezvous> rendezvous = c->rendezvous_mgr()->Find(req.step_id());
+    rendezvous->RecvAsync(key, [sh = sh_, st, task](const Status& s, const Tensor& t) {
+      Untrack(*sh, st);
+      StreamSender::Begin(st, WithTask(task, s), t);
+    });
+    return sender;
   }
 
   ::grpc::ServerUnaryReactor* AbortStep(::grpc::CallbackServerContext* ctx,
@@ -380,7 +505,7 @@ class WorkerService::Impl final
     auto* r = ctx->DefaultReactor();
     std::shared_ptr<WorkerSession> s;  // destroyed outside the lock (its last step may hold it)
     {
-      std::lock_guard<std::mutex> l(mu_);
+      std::lock_guard<std::mutex> l(sh_->mu);
       auto it = sessions_.find(req->session_handle());
       if (it != sessions_.end()) {
         s = std::move(it->second);
@@ -398,8 +523,8 @@ class WorkerService::Impl final
     Cluster* c = cluster_.load();
     bool down;
     {
-      std::lock_guard<std::mutex> l(mu_);
-      down = shutdown_;
+      std::lock_guard<std::mutex> l(sh_->mu);
+      down = sh_->shutdown;
     }
     if (c == nullptr || down) {
       r->Finish(c == nullptr ? NotReady() : ShuttingDown());
@@ -423,18 +548,18 @@ class WorkerService::Impl final
   }
 
   void Shutdown() {
-    std::unordered_set<std::shared_ptr<Pending>> pending;
+    std::unordered_set<std::shared_ptr<Waiting>> pending;
     std::vector<std::shared_ptr<WorkerSession>> sessions;
     {
-      std::lock_guard<std::mutex> l(mu_);
-      if (shutdown_) return;
-      shutdown_ = true;
-      pending.swap(pending_);
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) return;
+      sh_->shutdown = true;
+      pending.swap(sh_->pending);
       for (auto& [h, s] : sessions_) sessions.push_back(s);
     }
     // Every call in flight fails UNAVAILABLE (the master reports the task
     // as gone), then the partitions still running are aborted.
-    for (const auto& p : pending) Answer(p, ShuttingDown());
+    for (const auto& p : pending) p->Abandon(ShuttingDown());
     const Status abort = Unavailable("the task is shutting down");
     for (auto& s : sessions) {
       std::vector<int64_t> steps;
@@ -450,8 +575,8 @@ class WorkerService::Impl final
     {
       // Kernels that ignore cancellation may run on; give up waiting after
       // a while rather than hang the shutdown (they hold what they use).
-      std::unique_lock<std::mutex> l(mu_);
-      idle_cv_.wait_for(l, std::chrono::seconds(10), [&] { return partitions_running_ == 0; });
+      std::unique_lock<std::mutex> l(sh_->mu);
+      sh_->idle_cv.wait_for(l, std::chrono::seconds(10), [&] { return sh_->partitions_running == 0; });
     }
     if (server_ != nullptr) server_->Wait();
   }
@@ -462,7 +587,7 @@ WorkerService::WorkerService(Cluster* cluster, const WorkerServiceOptions& optio
 
 WorkerService::~WorkerService() {
   Shutdown();
-  std::lock_guard<std::mutex> l(impl_->mu_);
+  std::lock_guard<std::mutex> l(impl_->sh_->mu);
   impl_->sessions_.clear();
 }
 
@@ -499,7 +624,7 @@ StatusOr<int> WorkerService::Start(const std::string& host, int port) {
 void WorkerService::Shutdown() { impl_->Shutdown(); }
 
 int WorkerService::num_sessions() const {
-  std::lock_guard<std::mutex> l(impl_->mu_);
+  std::lock_guard<std::mutex> l(impl_->sh_->mu);
   return int(impl_->sessions_.size());
 }
 
