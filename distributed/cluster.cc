@@ -49,6 +49,7 @@ class Cluster::Impl {
     std::chrono::steady_clock::time_point last;
     std::shared_ptr<wpb::Worker::Stub> stub;  // null for this task
     std::shared_ptr<::grpc::GenericStub> generic;
+    std::shared_ptr<CallTracker> tracker = std::make_shared<CallTracker>();
     std::vector<std::shared_ptr<RemoteDevice>> remote_devices;
   };
 
@@ -77,7 +78,7 @@ class Cluster::Impl {
   TaskStubs StubsFor(const std::string& task) const {
     auto it = by_name.find(task);
     if (it == by_name.end()) return {};
-    return {tasks[it->second].stub, tasks[it->second].generic};
+    return {tasks[it->second].stub, tasks[it->second].generic, tasks[it->second].tracker};
   }
 
   void Round();
@@ -95,6 +96,7 @@ void Cluster::Impl::Round() {
   std::lock_guard<std::mutex> round(round_mu);
   struct Probe {
     size_t index;
+    uint64_t mark;  // the calls to the task started before this round
     ::grpc::ClientContext ctx;
     wpb::GetStatusRequest req;
     wpb::GetStatusResponse resp;
@@ -105,6 +107,7 @@ void Cluster::Impl::Round() {
     if (tasks[i].stub == nullptr) continue;
     auto p = std::make_unique<Probe>();
     p->index = i;
+    p->mark = tasks[i].tracker->Mark();
     p->ctx.set_deadline(DeadlineIn(options.heartbeat_deadline_s));
     // A task that is back answers even while the channel waits to reconnect.
     p->ctx.set_wait_for_ready(true);
@@ -135,6 +138,7 @@ void Cluster::Impl::Round() {
     if (!p->status.ok()) {
       t.info.state = ClusterTaskInfo::State::kUnreachable;
       t.info.last_error = CallFailed(t.info.name, "GetStatus", p->status).message();
+      t.tracker->CancelBefore(p->mark, "GetStatus: " + p->status.error_message());
       continue;
     }
     const wpb::GetStatusResponse& r = p->resp;
@@ -308,6 +312,7 @@ StatusOr<std::unique_ptr<Worker>> Cluster::NewWorker(const std::string& task,
   RemoteWorkerOptions o;
   o.task = task;
   o.stub = std::move(stub);
+  o.tracker = impl_->StubsFor(task).tracker;
   o.session_handle = session_handle;
   o.rpc_timeout_s = impl_->options.rpc_timeout_s;
   o.step_timeout_s = impl_->options.step_timeout_s;

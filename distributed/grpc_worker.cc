@@ -10,6 +10,47 @@
 #include "scheduler/call_frame.h"
 
 namespace flowstate::distributed_internal {
+
+uint64_t CallTracker::Add(::grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> l(mu_);
+  calls_[next_] = ctx;
+  return next_++;
+}
+
+std::string CallTracker::Remove(uint64_t token) {
+  std::lock_guard<std::mutex> l(mu_);
+  calls_.erase(token);
+  auto it = cancelled_.find(token);
+  if (it == cancelled_.end()) return "";
+  std::string reason = std::move(it->second);
+  cancelled_.erase(it);
+  return reason;
+}
+
+uint64_t CallTracker::Mark() {
+  std::lock_guard<std::mutex> l(mu_);
+  return next_;
+}
+
+void CallTracker::CancelBefore(uint64_t mark, const std::string& reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = calls_.begin(); it != calls_.end() && it->first < mark;) {
+    it->second->TryCancel();  // under the lock: Remove comes before the context goes
+    cancelled_[it->first] = reason;
+    it = calls_.erase(it);
+  }
+}
+
+Status TrackedCallFailed(CallTracker* tracker, uint64_t token, const std::string& task,
+                         std::string_view rpc, const ::grpc::Status& s) {
+  std::string reason = tracker != nullptr ? tracker->Remove(token) : "";
+  if (!reason.empty()) {
+    return Unavailable(task + " is unavailable: " + std::string(rpc) +
+                       " was cancelled because the task stopped answering heartbeats (" + reason + ")");
+  }
+  return CallFailed(task, rpc, s);
+}
+
 namespace {
 
 template <class Req, class Resp>
@@ -47,14 +88,17 @@ class GrpcRemoteWorker final : public Worker {
     }
     ::grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
+    ctx.set_wait_for_ready(true);
     wpb::RegisterGraphRequest req;
     wpb::RegisterGraphResponse resp;
     req.set_session_handle(o_.session_handle);
     req.set_device(request.device);
     req.set_expected_incarnation(request.incarnation);
     proto_convert::GraphToProto(request.graph, req.mutable_graph());
+    const uint64_t token = o_.tracker->Add(&ctx);
     ::grpc::Status s = o_.stub->RegisterGraph(&ctx, req, &resp);
-    if (!s.ok()) return CallFailed(o_.task, "RegisterGraph", s);
+    if (!s.ok()) return TrackedCallFailed(o_.tracker.get(), token, o_.task, "RegisterGraph", s);
+    o_.tracker->Remove(token);
     FS_RETURN_IF_ERROR(WithTask(o_.task, StatusFromProto(resp.status())));
     g->handle = resp.graph_handle();
     return g.release();
@@ -76,6 +120,7 @@ class GrpcRemoteWorker final : public Worker {
     using RunCall = Call<wpb::RunGraphRequest, wpb::RunGraphResponse>;
     auto call = std::make_shared<RunCall>();
     call->ctx.set_deadline(DeadlineIn(o_.step_timeout_s));
+    call->ctx.set_wait_for_ready(true);
     call->req.set_session_handle(o_.session_handle);
     call->req.set_graph_handle(g->handle);
     call->req.set_step_id(args.step_id);
@@ -90,13 +135,16 @@ class GrpcRemoteWorker final : public Worker {
       }
     }
     const std::string task = o_.task;
+    std::shared_ptr<CallTracker> tracker = o_.tracker;
+    const uint64_t token = tracker->Add(&call->ctx);
     o_.stub->async()->RunGraph(
         &call->ctx, &call->req, &call->resp,
-        [call, frame, task, done = std::move(done)](::grpc::Status s) {
+        [call, frame, task, tracker, token, done = std::move(done)](::grpc::Status s) {
           if (!s.ok()) {
-            done(CallFailed(task, "RunGraph", s));
+            done(TrackedCallFailed(tracker.get(), token, task, "RunGraph", s));
             return;
           }
+          tracker->Remove(token);
           Status st = WithTask(task, StatusFromProto(call->resp.status()));
           if (st.ok() && frame != nullptr) {
             for (const wpb::IndexedTensor& r : call->resp.rets()) {
@@ -181,6 +229,8 @@ class DistributedRendezvous final : public Rendezvous {
     }
     auto pull = std::make_shared<Pull>(core_, src_task, key, std::move(done));
     pull->ctx.set_deadline(DeadlineIn(core_->timeout_s));
+    pull->ctx.set_wait_for_ready(true);
+    pull->tracker = stubs.tracker;
     {
       wpb::RecvTensorRequest req;
       req.set_step_id(core_->step_id);
@@ -231,6 +281,7 @@ class DistributedRendezvous final : public Rendezvous {
 
     void Start(const std::shared_ptr<Pull>& me, ::grpc::GenericStub* stub) {
       self = me;
+      if (tracker) token = tracker->Add(&ctx);
       stub->PrepareBidiStreamingCall(&ctx, "/flowstate.worker.v1.Worker/RecvTensorStream",
                                      ::grpc::StubOptions(), this);
       StartWriteLast(&req, ::grpc::WriteOptions());
@@ -250,6 +301,7 @@ class DistributedRendezvous final : public Rendezvous {
     }
     void OnDone(const ::grpc::Status& s) override {
       std::shared_ptr<Pull> me = std::move(self);  // alive until this returns
+      std::string cancelled_for = tracker ? tracker->Remove(token) : "";
       // Whoever takes the pull out of `pending` calls its done: this end of
       // the call or StartAbort.
       std::shared_ptr<Core> c = core.lock();
@@ -263,7 +315,11 @@ class DistributedRendezvous final : public Rendezvous {
         return;
       }
       if (!s.ok()) {
-        done(CallFailed(task, "RecvTensorStream", s), Tensor());
+        done(cancelled_for.empty()
+                 ? CallFailed(task, "RecvTensorStream", s)
+                 : Unavailable(task + " is unavailable: RecvTensorStream was cancelled because "
+                                      "the task stopped answering heartbeats (" + cancelled_for + ")"),
+             Tensor());
         return;
       }
       StatusOr<Tensor> t = receiver.Finish();
@@ -282,6 +338,8 @@ class DistributedRendezvous final : public Rendezvous {
     ChunkReceiver receiver;
     Status error;  // a malformed chunk, or the status a failed receive carried
     DoneCallback done;
+    std::shared_ptr<CallTracker> tracker;
+    uint64_t token = 0;
     std::shared_ptr<Pull> self;
   };
   struct Core {

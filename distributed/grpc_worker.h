@@ -22,7 +22,9 @@
 #define FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -33,17 +35,48 @@
 
 namespace flowstate::distributed_internal {
 
+// The calls in flight to one task that wait for it (RegisterGraph,
+// RunGraph, RecvTensorStream: they wait for a connection rather than fail
+// on the first refused connect, so a task that is starting or reconnecting
+// is not reported dead). What bounds them is the heartbeat: a round that
+// began after a call started and finds the task unreachable cancels the
+// call, which then fails UNAVAILABLE naming the task and why. Thread-safe.
+class CallTracker {
+ public:
+  // Registers a call; returns its token (for Remove).
+  uint64_t Add(::grpc::ClientContext* ctx);
+  // Forgets it; the reason it was cancelled for ("" if it was not).
+  std::string Remove(uint64_t token);
+  // Where the calls started so far end (for CancelBefore).
+  uint64_t Mark();
+  // Cancels the calls registered before `mark`, for `reason`.
+  void CancelBefore(uint64_t mark, const std::string& reason);
+
+ private:
+  std::mutex mu_;
+  uint64_t next_ = 1;                                      // GUARDED_BY(mu_)
+  std::map<uint64_t, ::grpc::ClientContext*> calls_;       // GUARDED_BY(mu_)
+  std::map<uint64_t, std::string> cancelled_;              // GUARDED_BY(mu_)
+};
+
+// The failure of a call tracked as `token`: UNAVAILABLE naming the task and,
+// when the heartbeat cancelled it, why.
+Status TrackedCallFailed(CallTracker* tracker, uint64_t token, const std::string& task,
+                         std::string_view rpc, const ::grpc::Status& s);
+
 // The stubs of one task: the Worker service's, and a generic one for the
 // RecvTensor calls whose messages are encoded by hand (tensor_wire.h).
 struct TaskStubs {
   std::shared_ptr<wpb::Worker::Stub> worker;
   std::shared_ptr<::grpc::GenericStub> generic;
+  std::shared_ptr<CallTracker> tracker;
 };
 using StubFor = std::function<TaskStubs(const std::string& task)>;
 
 struct RemoteWorkerOptions {
   std::string task;  // "/job:worker/task:2"
   std::shared_ptr<wpb::Worker::Stub> stub;
+  std::shared_ptr<CallTracker> tracker;
   std::string session_handle;
   double rpc_timeout_s = 10;
   double step_timeout_s = 3600;

@@ -145,6 +145,17 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
     return p;
   }();
   FS_ASSIGN_OR_RETURN(std::vector<Device*> placement, std::move(placed));
+  if (remote != nullptr) {
+    // Fed and fetched tensors of other tasks cross as _Send/_Recv pairs to
+    // this task (RecvTensor streams them, any size, without copies), not in
+    // the RunGraph messages: the call frame's _Args and _Retvals run here.
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      const std::string& op = g.node(i).op();
+      if ((op == "_Arg" || op == "_Retval") && dynamic_cast<RemoteDevice*>(placement[i])) {
+        placement[i] = default_device_;
+      }
+    }
+  }
   FS_ASSIGN_OR_RETURN(std::vector<GraphPartition> parts,
                       PartitionGraph(g, placement, remote ? remote->local_incarnation() : 0));
   auto exe = std::make_shared<Executable>();

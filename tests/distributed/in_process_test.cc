@@ -229,7 +229,9 @@ TEST(DistributedInProcess, PartialSpecAndColocationAcrossTasks) {
   Status st = RunWithin(s.get(), 30, {}, {"set"}, {}, &out, &stats);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(out[0].scalar<float>(), 16.0f);
-  EXPECT_EQ(stats.num_partitions, 2);  // task 1 and task 2's CPU:1 (the fetch's _Retval goes with it)
+  // Task 1, task 2's CPU:1, and task 0 (the master), where fetched values
+  // are delivered.
+  EXPECT_EQ(stats.num_partitions, 3);
 }
 
 TEST(DistributedInProcess, StoppedTaskIsUnavailableThenRestartedTaskRunsAgain) {
