@@ -91,7 +91,9 @@ void NullStep(int n, const bench::TimingOptions& timing) {
   Scope root;
   std::vector<std::string> targets;
   for (int i = 0; i < n; ++i) {
-    targets.push_back("c" + std::to_string(i));
+    std::string name = "c";
+    name += std::to_string(i);  // not "c" + ...: g++ 12 warns falsely (-Wrestrict) at -O3
+    targets.push_back(std::move(name));
     ops::Const(root.WithOpName(targets.back()).WithDevice(Cpu(i)), 1.0f);
   }
   SessionOptions so;

@@ -598,8 +598,6 @@ void WorkerService::Attach(Cluster* cluster) {
 
 void WorkerService::RegisterOn(::grpc::ServerBuilder* builder) {
   builder->RegisterService(impl_.get());
-  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder->SetMaxSendMessageSize(kMaxMessageBytes);
   // Clients ping every heartbeat interval, also between calls.
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 50);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
@@ -612,6 +610,8 @@ StatusOr<int> WorkerService::Start(const std::string& host, int port) {
   int selected = 0;
   const std::string address = host + ":" + std::to_string(port);
   builder.AddListeningPort(address, ::grpc::InsecureServerCredentials(), &selected);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   RegisterOn(&builder);
   impl_->server_ = builder.BuildAndStart();
   if (impl_->server_ == nullptr || selected == 0) {

@@ -54,10 +54,14 @@ class WorkerService {
 
   // Sets the cluster once (a later call is ignored).
   void Attach(Cluster* cluster);
-  // Adds the service to `builder` and sets what it needs server-wide: no
-  // message size limit below 2 GiB, keepalive pings from clients allowed.
+  // Adds the service to `builder` and sets what it needs server-wide:
+  // keepalive pings from clients (every heartbeat interval, also between
+  // calls). Tensors cross in 4 MiB chunks (RecvTensorStream) and RunGraph
+  // carries none in a cluster session, so the server's message limit only
+  // bounds a partition's graph (its constants): leave the host's limit.
   void RegisterOn(::grpc::ServerBuilder* builder);
-  // Serves on its own server at host:port (0: a free port); returns the port.
+  // Serves on its own server at host:port (0: a free port; message limits
+  // raised to 2 GiB); returns the port.
   StatusOr<int> Start(const std::string& host, int port);
   // See above. Idempotent.
   void Shutdown();
