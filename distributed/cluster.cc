@@ -1,5 +1,7 @@
 #include "distributed/cluster.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -195,6 +197,10 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
       spec.self.index >= int(job->second.size())) {
     return InvalidArgument("task: " + TaskName(spec.self) + " is not a task of the cluster");
   }
+  if (options.tune_malloc) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->self_name = TaskName(spec.self);
@@ -237,9 +243,17 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   Impl* raw = impl.get();
   const std::string self = impl->self_name;
   const double timeout = options.step_timeout_s;
-  impl->rendezvous = std::make_unique<RendezvousMgr>([raw, self, timeout](int64_t step_id) {
+  DevicePool* pool = options.devices;
+  impl->rendezvous = std::make_unique<RendezvousMgr>([raw, self, timeout, pool](int64_t step_id) {
     return NewDistributedRendezvous(
-        step_id, self, [raw](const std::string& task) { return raw->StubsFor(task); }, timeout);
+        step_id, self, [raw](const std::string& task) { return raw->StubsFor(task); },
+        // A received tensor is allocated from its device's (host-memory)
+        // allocator: counted against its limit, and its freed blocks reused.
+        [pool](std::string_view device) -> Allocator* {
+          Device* d = pool->FindByName(device);
+          return d == nullptr ? nullptr : d->host_allocator();
+        },
+        timeout);
   });
   std::unique_ptr<Cluster> c(new Cluster(std::move(impl)));
   if (options.heartbeat_interval_s > 0) {

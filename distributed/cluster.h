@@ -44,6 +44,12 @@ struct ClusterOptions {
   // (RunGraph, RecvTensor).
   double rpc_timeout_s = 10.0;
   double step_timeout_s = 3600.0;
+  // Process-wide (glibc malloc): blocks up to 32 MiB come from the heap and
+  // up to 1 GiB of freed heap is kept, so that gRPC's read buffers (up to
+  // 4 MiB each) are reused instead of mapped and faulted in afresh for every
+  // read — 10x the RecvTensor throughput of large tensors on loopback. The
+  // process keeps more freed memory resident. False: leave malloc alone.
+  bool tune_malloc = true;
 };
 
 // One device of a task, as its GetStatus reported it.

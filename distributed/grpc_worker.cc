@@ -202,8 +202,10 @@ class GrpcRemoteWorker final : public Worker {
 
 class DistributedRendezvous final : public Rendezvous {
  public:
-  DistributedRendezvous(int64_t step_id, std::string self_task, StubFor stub_for, double timeout_s)
+  DistributedRendezvous(int64_t step_id, std::string self_task, StubFor stub_for,
+                        AllocatorFor allocator_for, double timeout_s)
       : core_(std::make_shared<Core>()) {
+    core_->allocator_for = std::move(allocator_for);
     core_->step_id = step_id;
     core_->self_task = std::move(self_task);
     core_->stub_for = std::move(stub_for);
@@ -227,7 +229,12 @@ class DistributedRendezvous final : public Rendezvous {
            Tensor());
       return;
     }
-    auto pull = std::make_shared<Pull>(core_, src_task, key, std::move(done));
+    // "<src>;<incarnation>;<dst>;<name>": the tensor lands in dst's memory.
+    std::string_view dst = key;
+    for (int i = 0; i < 2 && dst.find(';') != std::string_view::npos; ++i) dst.remove_prefix(dst.find(';') + 1);
+    dst = dst.substr(0, dst.find(';'));
+    Allocator* allocator = core_->allocator_for ? core_->allocator_for(dst) : nullptr;
+    auto pull = std::make_shared<Pull>(core_, src_task, key, allocator, std::move(done));
     pull->ctx.set_deadline(DeadlineIn(core_->timeout_s));
     pull->ctx.set_wait_for_ready(true);
     pull->tracker = stubs.tracker;
@@ -276,8 +283,8 @@ class DistributedRendezvous final : public Rendezvous {
   // tensor. It keeps itself alive (self) until gRPC is done with it.
   struct Pull final : ::grpc::ClientBidiReactor<::grpc::ByteBuffer, ::grpc::ByteBuffer> {
     Pull(const std::shared_ptr<Core>& core, std::string task, const std::string& key,
-         DoneCallback d)
-        : core(core), task(std::move(task)), receiver(key), done(std::move(d)) {}
+         Allocator* allocator, DoneCallback d)
+        : core(core), task(std::move(task)), receiver(key, allocator), done(std::move(d)) {}
 
     void Start(const std::shared_ptr<Pull>& me, ::grpc::GenericStub* stub) {
       self = me;
@@ -346,6 +353,7 @@ class DistributedRendezvous final : public Rendezvous {
     int64_t step_id = 0;
     std::string self_task;
     StubFor stub_for;
+    AllocatorFor allocator_for;
     double timeout_s = 0;
     LocalRendezvous local;
     std::mutex mu;
@@ -362,9 +370,11 @@ std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options) {
 }
 
 std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
-                                                     StubFor stub_for, double timeout_s) {
+                                                     StubFor stub_for, AllocatorFor allocator_for,
+                                                     double timeout_s) {
   return std::make_shared<DistributedRendezvous>(step_id, std::move(self_task),
-                                                 std::move(stub_for), timeout_s);
+                                                 std::move(stub_for), std::move(allocator_for),
+                                                 timeout_s);
 }
 
 }  // namespace flowstate::distributed_internal

@@ -86,8 +86,11 @@ std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options);
 
 // `self_task`: this task's name; `stub_for` gives the stub of another task
 // (null: not in the cluster).
+// The allocator a tensor received for a device lands in (null: the host's).
+using AllocatorFor = std::function<Allocator*(std::string_view device)>;
 std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
-                                                     StubFor stub_for, double timeout_s);
+                                                     StubFor stub_for, AllocatorFor allocator_for,
+                                                     double timeout_s);
 
 }  // namespace flowstate::distributed_internal
 

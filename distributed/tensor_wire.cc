@@ -318,7 +318,8 @@ Status ChunkReceiver::Add(const ::grpc::ByteBuffer& chunk) {
         if (!dtype.ok()) return Malformed(what_, "no valid dtype");
         StatusOr<TensorShape> shape = TensorShape::Make(dims);
         if (!shape.ok()) return Malformed(what_, shape.status().message());
-        StatusOr<Tensor> t = Tensor::Allocate(HostAllocator(), *dtype, *shape);
+        StatusOr<Tensor> t = Tensor::Allocate(
+            allocator_ != nullptr ? allocator_ : HostAllocator(), *dtype, *shape);
         if (!t.ok()) return t.status();
         if (t->TotalBytes() != total) {
           return Malformed(what_, "total_bytes " + std::to_string(total) + " for a tensor of " +

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "graph/allocator.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 
@@ -37,7 +38,9 @@ constexpr size_t kChunkBytes = size_t(4) << 20;
 // allocates it, every chunk is copied straight into it. Not thread-safe.
 class ChunkReceiver {
  public:
-  explicit ChunkReceiver(std::string what) : what_(std::move(what)) {}
+  // The tensor is allocated from `allocator` (not owned; null: the host's).
+  ChunkReceiver(std::string what, Allocator* allocator)
+      : what_(std::move(what)), allocator_(allocator) {}
   // INVALID_ARGUMENT for a malformed chunk or one out of place; the status
   // a failed receive carries.
   Status Add(const ::grpc::ByteBuffer& chunk);
@@ -46,6 +49,7 @@ class ChunkReceiver {
 
  private:
   std::string what_;
+  Allocator* allocator_;
   bool have_header_ = false;
   Tensor tensor_;
   size_t total_ = 0;

@@ -267,7 +267,11 @@ class WorkerService::Impl final
       go.max_tensor_bytes = size_t(kMaxMessageBytes);
       FS_ASSIGN_OR_RETURN(GraphDef graph, proto_convert::GraphFromProto(req->graph(), "graph", go));
       std::shared_ptr<WorkerSession> s = GetOrCreateSession(c, req->session_handle());
-      FS_ASSIGN_OR_RETURN(RegisteredGraph * g, s->worker->RegisterGraph({req->device(), std::move(graph)}));
+      RegisterGraphRequest r;
+      r.device = req->device();
+      r.graph = std::move(graph);
+      r.session = req->session_handle();
+      FS_ASSIGN_OR_RETURN(RegisteredGraph * g, s->worker->RegisterGraph(std::move(r)));
       std::lock_guard<std::mutex> l(s->mu);
       std::string handle = "graph-" + std::to_string(s->next_graph++);
       s->graphs[handle] = g;

@@ -73,7 +73,9 @@ TEST(TensorWire, RefusesMalformedResponses) {
   for (size_t n = 0; n < good.size(); ++n) {
     StatusOr<Tensor> t = DecodeRecvTensorResponse(Split(good.substr(0, n), 4), "key");
     EXPECT_FALSE(t.ok()) << n;
-    if (!t.ok()) EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << n;
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << n;
+    }
   }
   // Content of the wrong size for the shape.
   wpb::RecvTensorResponse r;
@@ -92,6 +94,62 @@ TEST(TensorWire, RefusesMalformedResponses) {
   r.mutable_tensor()->set_dtype("uint8");
   r.mutable_tensor()->set_shape(0, -3);
   EXPECT_FALSE(DecodeRecvTensorResponse(Split(r.SerializeAsString(), 100), "k").ok());
+}
+
+TEST(TensorWire, ChunksPutTheTensorBackTogether) {
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(i) * 0.5f;
+  Tensor t = Tensor::FromVector<float>(values, TensorShape({10, 100}));
+  const size_t total = t.TotalBytes();
+  ChunkReceiver r("key", nullptr);
+  for (size_t off = 0; off < total; off += 1000) {
+    // Through protobuf's bytes too: each chunk is a RecvTensorChunk.
+    ::grpc::ByteBuffer chunk = EncodeTensorChunk(t, off, std::min<size_t>(1000, total - off));
+    wpb::RecvTensorChunk parsed;
+    ASSERT_TRUE(parsed.ParseFromString(Flatten(chunk)));
+    EXPECT_EQ(parsed.offset(), int64_t(off));
+    if (off == 0) {
+      EXPECT_EQ(parsed.total_bytes(), int64_t(total));
+    }
+    Status st = r.Add(Split(Flatten(chunk), 7));
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  StatusOr<Tensor> back = r.Finish();
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(TensorsEqual(*back, t));
+
+  // An empty tensor is one header chunk.
+  ChunkReceiver empty("key", nullptr);
+  Tensor none = Tensor::FromVector<float>({});
+  ASSERT_TRUE(empty.Add(EncodeTensorChunk(none, 0, 0)).ok());
+  ASSERT_TRUE(empty.Finish().ok());
+}
+
+TEST(TensorWire, ChunksOutOfPlaceOrMissingAreRefused) {
+  Tensor t = Tensor::FromVector<float>({1, 2, 3, 4});
+  {
+    ChunkReceiver r("k", nullptr);
+    EXPECT_FALSE(r.Add(EncodeTensorChunk(t, 8, 8)).ok());  // no header yet
+  }
+  {
+    ChunkReceiver r("k", nullptr);
+    ASSERT_TRUE(r.Add(EncodeTensorChunk(t, 0, 8)).ok());
+    Status skip = r.Add(EncodeTensorChunk(t, 12, 4));  // a gap
+    EXPECT_EQ(skip.code(), Code::kInvalidArgument);
+    EXPECT_NE(skip.message().find("k"), std::string::npos);
+  }
+  {
+    ChunkReceiver r("k", nullptr);
+    ASSERT_TRUE(r.Add(EncodeTensorChunk(t, 0, 8)).ok());
+    StatusOr<Tensor> early = r.Finish();  // the stream ended half way
+    EXPECT_FALSE(early.ok());
+  }
+  {
+    ChunkReceiver r("k", nullptr);
+    Status s = r.Add(EncodeChunkStatus(Aborted("/job:worker/task:1: step aborted", "n")));
+    EXPECT_EQ(s.code(), Code::kAborted);
+    EXPECT_EQ(s.node(), "n");
+  }
 }
 
 }  // namespace
