@@ -71,6 +71,7 @@ class GrpcRemoteWorker final : public Worker {
   explicit GrpcRemoteWorker(RemoteWorkerOptions o) : o_(std::move(o)) {}
 
   ~GrpcRemoteWorker() override {
+    FlushCleanups();
     ::grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::min(o_.rpc_timeout_s, 2.0)));
     wpb::CloseSessionRequest req;
@@ -124,6 +125,11 @@ class GrpcRemoteWorker final : public Worker {
     call->req.set_session_handle(o_.session_handle);
     call->req.set_graph_handle(g->handle);
     call->req.set_step_id(args.step_id);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (int64_t s : to_clean_) call->req.add_cleanup_step_ids(s);
+      to_clean_.clear();
+    }
     CallFrame* frame = args.call_frame;
     if (frame != nullptr) {
       call->req.set_num_rets(int(frame->rets().size()));
@@ -177,12 +183,12 @@ class GrpcRemoteWorker final : public Worker {
   }
 
   void CleanupStep(int64_t step_id) override {
-    using CleanupCall = Call<wpb::CleanupStepRequest, wpb::CleanupStepResponse>;
-    auto call = std::make_shared<CleanupCall>();
-    call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
-    call->req.set_step_id(step_id);
-    call->req.set_session_handle(o_.session_handle);
-    o_.stub->async()->CleanupStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      to_clean_.push_back(step_id);
+      if (to_clean_.size() < kMaxDeferredCleanups) return;
+    }
+    FlushCleanups();
   }
 
   StatusOr<std::map<std::string, std::string>> ExportKernelStates() override {
@@ -195,7 +201,27 @@ class GrpcRemoteWorker final : public Worker {
   void ClearKernelStates() override {}
 
  private:
+  // Sends the deferred cleanups now, as one CleanupStep call.
+  void FlushCleanups() {
+    std::vector<int64_t> steps;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      steps.swap(to_clean_);
+    }
+    if (steps.empty()) return;
+    using CleanupCall = Call<wpb::CleanupStepRequest, wpb::CleanupStepResponse>;
+    auto call = std::make_shared<CleanupCall>();
+    call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
+    call->req.set_step_id(steps[0]);
+    for (size_t i = 1; i < steps.size(); ++i) call->req.add_more_step_ids(steps[i]);
+    call->req.set_session_handle(o_.session_handle);
+    o_.stub->async()->CleanupStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
+  }
+
+  static constexpr size_t kMaxDeferredCleanups = 64;
   RemoteWorkerOptions o_;
+  std::mutex mu_;
+  std::vector<int64_t> to_clean_;  // GUARDED_BY(mu_): steps ended, not yet forgotten there
 };
 
 // --- The rendezvous.

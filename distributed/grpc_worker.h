@@ -7,8 +7,11 @@
 // or did not answer) gives UNAVAILABLE naming the task; the engine's errors
 // of the task come back as the task reported them (prefixed with its name).
 // RunGraph ships the call frame's arguments its partition reads (its _Arg
-// indices) and writes back the results it produced. The destructor closes
-// the session on the task (best effort, within rpc_timeout_s).
+// indices) and writes back the results it produced. CleanupStep is batched:
+// the steps to forget ride on the next RunGraph to the task (or go as one
+// CleanupStep call once kMaxDeferredCleanups wait), which saves a call per
+// task per step; the destructor sends what is left and closes the session
+// on the task (best effort, within rpc_timeout_s).
 //
 // DistributedRendezvous: one step's rendezvous on one task. Sends are kept
 // here (a local table) and served to other tasks by the worker service's

@@ -222,6 +222,12 @@ class WorkerService::Impl final
     Answer(p, down ? ShuttingDown() : ::grpc::Status::OK, fill);
   }
 
+  // Forgets a step that ended on every task.
+  static void Cleanup(Cluster* c, WorkerSession* s, int64_t step) {
+    if (s != nullptr) s->worker->CleanupStep(step);
+    c->rendezvous_mgr()->Cleanup(step);
+  }
+
   std::shared_ptr<WorkerSession> FindSession(const std::string& handle) {
     std::lock_guard<std::mutex> l(sh_->mu);
     auto it = sessions_.find(handle);
@@ -317,6 +323,7 @@ class WorkerService::Impl final
       Answer(p, ::grpc::Status::OK, [&] { StatusToProto(WithTask(task, st), resp->mutable_status()); });
     };
     std::shared_ptr<WorkerSession> s = FindSession(req->session_handle());
+    for (int64_t done_step : req->cleanup_step_ids()) Cleanup(c, s.get(), done_step);
     RegisteredGraph* g = nullptr;
     if (s != nullptr) {
       std::lock_guard<std::mutex> l(s->mu);
@@ -494,10 +501,9 @@ class WorkerService::Impl final
     auto* r = ctx->DefaultReactor();
     Cluster* c = cluster_.load();
     if (c != nullptr) {
-      if (std::shared_ptr<WorkerSession> s = FindSession(req->session_handle())) {
-        s->worker->CleanupStep(req->step_id());
-      }
-      c->rendezvous_mgr()->Cleanup(req->step_id());
+      std::shared_ptr<WorkerSession> s = FindSession(req->session_handle());
+      Cleanup(c, s.get(), req->step_id());
+      for (int64_t step : req->more_step_ids()) Cleanup(c, s.get(), step);
     }
     r->Finish(c == nullptr ? NotReady() : ::grpc::Status::OK);
     return r;

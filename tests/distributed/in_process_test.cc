@@ -12,6 +12,7 @@
 
 #include "graph/ops.h"
 #include "graph/scope.h"
+#include "scheduler/rendezvous.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/distributed/test_ops.h"
 
@@ -66,6 +67,25 @@ TEST(DistributedInProcess, ArithmeticChainAcrossTasks) {
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(stats.cache_hit);
   EXPECT_TRUE(TensorsEqual(out[0], Tensor::FromVector<float>({-4, -12, -24})));
+
+  // Every task forgets the steps (their rendezvous) once they ended: the
+  // cleanups ride on later calls, and the rest go when the session closes.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(RunWithin(s.get(), 30, {{"x", Tensor::FromVector<float>({1})}}, {"d"}, {}, &out).ok());
+  }
+  EXPECT_LE(cluster.task(1).cluster->rendezvous_mgr()->num_steps(), 64 + 1);
+  s.reset();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto held = [&] {
+    int n = 0;
+    for (int t = 0; t < 3; ++t) n += cluster.task(t).cluster->rendezvous_mgr()->num_steps();
+    return n;
+  };
+  while (held() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(cluster.task(1).service->num_sessions(), 0);  // closed with the session
 }
 
 TEST(DistributedInProcess, FanOutFanInAndControlEdges) {
