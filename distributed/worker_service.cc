@@ -262,6 +262,13 @@ class WorkerService::Impl final
       r->Finish(NotReady());
       return r;
     }
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) {
+        r->Finish(ShuttingDown());
+        return r;
+      }
+    }
     const std::string task = c->local_task();
     Status st = [&]() -> Status {
       if (req->expected_incarnation() != 0 && req->expected_incarnation() != c->local_incarnation()) {

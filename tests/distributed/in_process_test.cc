@@ -12,6 +12,7 @@
 
 #include "graph/ops.h"
 #include "graph/scope.h"
+#include "distributed/wire.h"
 #include "scheduler/rendezvous.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/distributed/test_ops.h"
@@ -348,6 +349,68 @@ TEST(DistributedInProcess, HeartbeatsReportTasksUpAndDown) {
   EXPECT_GT(c->generation(), generation);
   EXPECT_GE(tasks[2].seconds_since_heartbeat, 0.0);
   EXPECT_LT(tasks[2].seconds_since_heartbeat, 5.0);
+}
+
+TEST(DistributedInProcess, RecvTensorServesSentTensorsAndAnswersAborts) {
+  // The unary RecvTensor, as a plain protobuf peer calls it.
+  namespace wpb = ::flowstate::worker::v1;
+  LocalCluster cluster(2);
+  Cluster* c1 = cluster.task(1).cluster.get();
+  const std::string key = CreateRendezvousKey(kT1, c1->local_incarnation(), kT0, "t");
+  Tensor sent = Tensor::FromVector<float>({1, 2, 3}, TensorShape({3}));
+  ASSERT_TRUE(c1->rendezvous_mgr()->Find(7)->Send(key, sent).ok());
+  auto stub = wpb::Worker::NewStub(
+      ::grpc::CreateChannel(cluster.Address(1), ::grpc::InsecureChannelCredentials()));
+  auto recv = [&](int64_t step, const std::string& k, wpb::RecvTensorResponse* resp) {
+    ::grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    wpb::RecvTensorRequest req;
+    req.set_step_id(step);
+    req.set_rendezvous_key(k);
+    return stub->RecvTensor(&ctx, req, resp);
+  };
+  wpb::RecvTensorResponse resp;
+  ASSERT_TRUE(recv(7, key, &resp).ok());
+  EXPECT_EQ(resp.status().code(), 0) << resp.status().message();
+  EXPECT_EQ(resp.tensor().dtype(), "float32");
+  EXPECT_EQ(resp.tensor().content().size(), 12u);
+
+  // A key this task never sends for: INVALID_ARGUMENT naming the task.
+  const std::string foreign = CreateRendezvousKey(kT2, 5, kT0, "t");
+  ASSERT_TRUE(recv(7, foreign, &resp).ok());
+  EXPECT_EQ(resp.status().code(), int(Code::kInvalidArgument));
+  EXPECT_NE(resp.status().message().find("/job:worker/task:1"), std::string::npos);
+
+  // One that waits answers at once when the step is aborted, with the abort.
+  const std::string later = CreateRendezvousKey(kT1, c1->local_incarnation(), kT0, "never");
+  auto waiting = std::async(std::launch::async, [&] {
+    wpb::RecvTensorResponse r;
+    ::grpc::Status s = recv(8, later, &r);
+    return std::make_pair(s, r);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    ::grpc::ClientContext ctx;
+    wpb::AbortStepRequest req;
+    wpb::AbortStepResponse r;
+    req.set_step_id(8);
+    req.mutable_status()->set_code(int(Code::kAborted));
+    req.mutable_status()->set_message("/job:worker/task:0: stop");
+    ASSERT_TRUE(stub->AbortStep(&ctx, req, &r).ok());
+  }
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto [status, r] = waiting.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(r.status().code(), int(Code::kAborted));
+  EXPECT_EQ(r.status().message(), "/job:worker/task:0: stop");
+  for (int64_t step : {7, 8}) {
+    ::grpc::ClientContext ctx;
+    wpb::CleanupStepRequest req;
+    wpb::CleanupStepResponse cr;
+    req.set_step_id(step);
+    ASSERT_TRUE(stub->CleanupStep(&ctx, req, &cr).ok());
+  }
+  EXPECT_EQ(c1->rendezvous_mgr()->num_steps(), 0);
 }
 
 }  // namespace
