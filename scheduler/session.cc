@@ -310,7 +310,8 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   Status status;
   if (exe->parts.size() == 1) {
     const Executable::Part& part = exe->parts[0];
-    status = Attribute(part.worker->RunGraphSync(part.graph, a), part.worker);
+    status = part.worker->RunGraphSync(part.graph, a);
+    if (!status.ok()) status = Attribute(status, part.worker);
     part.worker->CleanupStep(step);
   } else {
     // Every partition at once; the first error aborts the step everywhere.
@@ -320,7 +321,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     Status first_error;
     for (const Executable::Part& part : exe->parts) {
       part.worker->RunGraph(part.graph, a, [&, worker = part.worker](const Status& result) {
-        const Status s = Attribute(result, worker);
+        const Status s = result.ok() ? result : Attribute(result, worker);
         bool first = false;
         if (!s.ok()) {
           std::lock_guard<std::mutex> l(mu);
