@@ -14,6 +14,7 @@
 #include "distributed/wire.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/step_id.h"
+#include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
 
 namespace flowstate {
@@ -59,6 +60,9 @@ class Cluster::Impl {
   std::string self_name;
   uint64_t incarnation = 0;
   RandomStepIds step_ids;
+  // Hands pulled tensors to their _Recvs (declared before the rendezvous:
+  // it outlives them).
+  std::unique_ptr<ThreadPool> delivery;
   std::unique_ptr<RendezvousMgr> rendezvous;
 
   mutable std::mutex mu;
@@ -244,7 +248,9 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   const std::string self = impl->self_name;
   const double timeout = options.step_timeout_s;
   DevicePool* pool = options.devices;
-  impl->rendezvous = std::make_unique<RendezvousMgr>([raw, self, timeout, pool](int64_t step_id) {
+  impl->delivery = std::make_unique<ThreadPool>(0);
+  ThreadPool* delivery = impl->delivery.get();
+  impl->rendezvous = std::make_unique<RendezvousMgr>([raw, self, timeout, pool, delivery](int64_t step_id) {
     return NewDistributedRendezvous(
         step_id, self, [raw](const std::string& task) { return raw->StubsFor(task); },
         // A received tensor is allocated from its device's (host-memory)
@@ -253,7 +259,7 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
           Device* d = pool->FindByName(device);
           return d == nullptr ? nullptr : d->host_allocator();
         },
-        timeout);
+        delivery, timeout);
   });
   std::unique_ptr<Cluster> c(new Cluster(std::move(impl)));
   if (options.heartbeat_interval_s > 0) {

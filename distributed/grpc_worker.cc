@@ -229,8 +229,9 @@ class GrpcRemoteWorker final : public Worker {
 class DistributedRendezvous final : public Rendezvous {
  public:
   DistributedRendezvous(int64_t step_id, std::string self_task, StubFor stub_for,
-                        AllocatorFor allocator_for, double timeout_s)
+                        AllocatorFor allocator_for, ThreadPool* delivery, double timeout_s)
       : core_(std::make_shared<Core>()) {
+    core_->delivery = delivery;
     core_->allocator_for = std::move(allocator_for);
     core_->step_id = step_id;
     core_->self_task = std::move(self_task);
@@ -343,24 +344,28 @@ class DistributedRendezvous final : public Rendezvous {
         std::lock_guard<std::mutex> l(c->mu);
         if (c->pending.erase(this) == 0) return;
       }
+      Status result;
+      Tensor value;
       if (!error.ok()) {
-        done(WithTask(task, error), Tensor());
+        result = WithTask(task, error);
+      } else if (!s.ok()) {
+        result = cancelled_for.empty()
+                     ? CallFailed(task, "RecvTensorStream", s)
+                     : Unavailable(task + " is unavailable: RecvTensorStream was cancelled because "
+                                          "the task stopped answering heartbeats (" + cancelled_for + ")");
+      } else {
+        StatusOr<Tensor> t = receiver.Finish();
+        if (t.ok()) {
+          value = std::move(t).value();
+        } else {
+          result = WithTask(task, t.status());
+        }
+      }
+      if (c->delivery == nullptr) {
+        done(result, value);
         return;
       }
-      if (!s.ok()) {
-        done(cancelled_for.empty()
-                 ? CallFailed(task, "RecvTensorStream", s)
-                 : Unavailable(task + " is unavailable: RecvTensorStream was cancelled because "
-                                      "the task stopped answering heartbeats (" + cancelled_for + ")"),
-             Tensor());
-        return;
-      }
-      StatusOr<Tensor> t = receiver.Finish();
-      if (!t.ok()) {
-        done(WithTask(task, t.status()), Tensor());
-        return;
-      }
-      done(Status(), *t);
+      c->delivery->Schedule([d = std::move(done), result, value] { d(result, value); });
     }
 
     std::weak_ptr<Core> core;
@@ -380,6 +385,7 @@ class DistributedRendezvous final : public Rendezvous {
     std::string self_task;
     StubFor stub_for;
     AllocatorFor allocator_for;
+    ThreadPool* delivery = nullptr;
     double timeout_s = 0;
     LocalRendezvous local;
     std::mutex mu;
@@ -397,10 +403,10 @@ std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options) {
 
 std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
                                                      StubFor stub_for, AllocatorFor allocator_for,
-                                                     double timeout_s) {
+                                                     ThreadPool* delivery, double timeout_s) {
   return std::make_shared<DistributedRendezvous>(step_id, std::move(self_task),
                                                  std::move(stub_for), std::move(allocator_for),
-                                                 timeout_s);
+                                                 delivery, timeout_s);
 }
 
 }  // namespace flowstate::distributed_internal

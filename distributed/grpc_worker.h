@@ -34,6 +34,7 @@
 
 #include "distributed/wire.h"
 #include "scheduler/rendezvous.h"
+#include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
 
 namespace flowstate::distributed_internal {
@@ -91,9 +92,13 @@ std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options);
 // (null: not in the cluster).
 // The allocator a tensor received for a device lands in (null: the host's).
 using AllocatorFor = std::function<Allocator*(std::string_view device)>;
+// A pulled tensor is handed to its _Recv on `delivery` (not owned; must
+// outlive the rendezvous and the calls in flight), not on gRPC's thread: the
+// executor may run the kernels the tensor makes ready on that thread, and
+// gRPC's threads must stay free to answer heartbeats.
 std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
                                                      StubFor stub_for, AllocatorFor allocator_for,
-                                                     double timeout_s);
+                                                     ThreadPool* delivery, double timeout_s);
 
 }  // namespace flowstate::distributed_internal
 

@@ -144,7 +144,6 @@ class Reactor final : public ::grpc::ServerUnaryReactor {
 
 // One master session's state on this task.
 struct WorkerSession {
-  std::shared_ptr<ThreadPool> pool;  // outlives the worker
   std::shared_ptr<ResourceMgr> resources;
   std::unique_ptr<LocalWorker> worker;
   std::mutex mu;
@@ -166,20 +165,29 @@ struct WorkerSession {
 
 }  // namespace
 
-// RecvTensor and RecvTensorStream are raw methods: their messages are
-// encoded by hand, pointing at the tensor's bytes (tensor_wire.h).
-class WorkerService::Impl final
-    : public wpb::Worker::WithRawCallbackMethod_RecvTensorStream<
-          wpb::Worker::WithRawCallbackMethod_RecvTensor<wpb::Worker::CallbackService>> {
+// Every method is a callback method (no thread waits on a call) except
+// GetStatus, the heartbeat, which is synchronous: served by the server's
+// own threads, it is answered even while kernels that a partition started
+// on a callback thread run long. RecvTensor and RecvTensorStream are raw:
+// their messages are encoded by hand, pointing at the tensor's bytes
+// (tensor_wire.h).
+using WorkerBase = wpb::Worker::WithRawCallbackMethod_RecvTensorStream<
+    wpb::Worker::WithRawCallbackMethod_RecvTensor<wpb::Worker::WithCallbackMethod_RegisterGraph<
+        wpb::Worker::WithCallbackMethod_DeregisterGraph<wpb::Worker::WithCallbackMethod_RunGraph<
+            wpb::Worker::WithCallbackMethod_AbortStep<wpb::Worker::WithCallbackMethod_CleanupStep<
+                wpb::Worker::WithCallbackMethod_CloseSession<wpb::Worker::Service>>>>>>>>;
+
+class WorkerService::Impl final : public WorkerBase {
  public:
   Impl(Cluster* cluster, const WorkerServiceOptions& o)
-      : cluster_(cluster), pool_(std::make_shared<ThreadPool>(o.inter_op_threads)) {
+      : cluster_(cluster), pool_(std::make_unique<ThreadPool>(o.inter_op_threads)) {
     scheduler::RegisterRuntimeKernels();
     state::RegisterKernels();
   }
 
   std::atomic<Cluster*> cluster_;
-  std::shared_ptr<ThreadPool> pool_;  // shared with the worker sessions
+  // Runs the partitions; destroyed (joined) last, after the partitions ended.
+  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<::grpc::Server> server_;
 
   // What the callbacks of calls in flight touch; shared with them, so that
@@ -244,7 +252,6 @@ class WorkerService::Impl final
       o.devices = c->devices();
       o.resources = s->resources.get();
       o.inter_op_pool = pool_.get();
-      s->pool = pool_;
       o.rendezvous_mgr = c->rendezvous_mgr();
       s->worker = std::make_unique<LocalWorker>(o);
     }
@@ -388,6 +395,9 @@ class WorkerService::Impl final
     RunGraphArgs a;
     a.step_id = step;
     a.call_frame = frame.get();
+    // Started on gRPC's thread (a hop to the pool costs a wake-up per
+    // partition per step); GetStatus is served by other threads, so a long
+    // kernel here never delays a heartbeat.
     s->worker->RunGraph(g, a, [sh = sh_, p = p, s, frame, resp, step, task](const Status& st) {
       Reply(*sh, p, [&] {
         StatusToProto(WithTask(task, st), resp->mutable_status());
@@ -533,20 +543,15 @@ class WorkerService::Impl final
     return r;
   }
 
-  ::grpc::ServerUnaryReactor* GetStatus(::grpc::CallbackServerContext* ctx,
-                                        const wpb::GetStatusRequest*,
-                                        wpb::GetStatusResponse* resp) override {
-    auto* r = ctx->DefaultReactor();
+  ::grpc::Status GetStatus(::grpc::ServerContext*, const wpb::GetStatusRequest*,
+                           wpb::GetStatusResponse* resp) override {
     Cluster* c = cluster_.load();
     bool down;
     {
       std::lock_guard<std::mutex> l(sh_->mu);
       down = sh_->shutdown;
     }
-    if (c == nullptr || down) {
-      r->Finish(c == nullptr ? NotReady() : ShuttingDown());
-      return r;
-    }
+    if (c == nullptr || down) return c == nullptr ? NotReady() : ShuttingDown();
     resp->set_job(c->spec().self.job);
     resp->set_task_index(c->spec().self.index);
     resp->set_incarnation(c->local_incarnation());
@@ -560,8 +565,7 @@ class WorkerService::Impl final
       a->set_memory_limit_bytes(st.bytes_limit);
       a->set_bytes_in_use(st.bytes_in_use);
     }
-    r->Finish(::grpc::Status::OK);
-    return r;
+    return ::grpc::Status::OK;
   }
 
   void Shutdown() {
@@ -604,8 +608,14 @@ WorkerService::WorkerService(Cluster* cluster, const WorkerServiceOptions& optio
 
 WorkerService::~WorkerService() {
   Shutdown();
-  std::lock_guard<std::mutex> l(impl_->sh_->mu);
-  impl_->sessions_.clear();
+  std::map<std::string, std::shared_ptr<WorkerSession>> sessions;
+  {
+    std::lock_guard<std::mutex> l(impl_->sh_->mu);
+    sessions.swap(impl_->sessions_);
+  }
+  sessions.clear();
+  // Joins the pool's threads: what they hold of the partitions goes first.
+  impl_->pool_.reset();
 }
 
 void WorkerService::Attach(Cluster* cluster) {
