@@ -11,6 +11,10 @@ int TrainCommand(int argc, char** argv);
 // flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR] ...
 int ServeCommand(int argc, char** argv);
 
+// flowstate worker [--config FILE] [--grpc ADDR] [--cluster JSON] [--task TYPE:INDEX] ...
+// (`serve` for a host that only computes: the gRPC port alone)
+int WorkerCommand(int argc, char** argv);
+
 // flowstate checkpoints list JOB | export JOB STEP FILE | import FILE [--data-dir DIR]
 int CheckpointsCommand(int argc, char** argv);
 

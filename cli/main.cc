@@ -1,4 +1,4 @@
-// The `flowstate` binary: subcommands train, serve, checkpoints, and the
+// The `flowstate` binary: subcommands train, serve, worker, checkpoints, and the
 // client commands jobs and run.
 #include <cstdio>
 #include <cstring>
@@ -12,6 +12,7 @@ constexpr const char* kUsage =
     "usage: flowstate <command> [args]\n"
     "commands:\n"
     "  serve            run the training service (flowstate serve --help)\n"
+    "  worker           run a task of a cluster that only computes (flowstate worker --help)\n"
     "  train JOB.json   run a training job in-process (flowstate train --help)\n"
     "  checkpoints      list, export, import checkpoints of a data directory\n"
     "  jobs             submit, list, get, watch, cancel jobs of a server (flowstate jobs --help)\n"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "train") return flowstate::TrainCommand(argc - 2, argv + 2);
   if (cmd == "serve") return flowstate::ServeCommand(argc - 2, argv + 2);
+  if (cmd == "worker") return flowstate::WorkerCommand(argc - 2, argv + 2);
   if (cmd == "checkpoints") return flowstate::CheckpointsCommand(argc - 2, argv + 2);
   if (cmd == "jobs") return flowstate::JobsCommand(argc - 2, argv + 2);
   if (cmd == "run") return flowstate::RunCommand(argc - 2, argv + 2);
