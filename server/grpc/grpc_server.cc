@@ -484,16 +484,20 @@ class GrpcServerImpl final : public GrpcServer {
     for (const auto& hook : options.builder_hooks) hook(builder);
     cq_ = builder.AddCompletionQueue();
     server_ = builder.BuildAndStart();
-    std::string failed = server_ == nullptr || port_ == 0 ? options.address : "";
+    // gRPC starts no server when one address fails; name them all then.
+    std::string failed = server_ == nullptr || port_ == 0 ? "'" + options.address + "'" : "";
+    for (size_t i = 0; server_ == nullptr && i < extra_ports.size(); ++i) {
+      failed += " or '" + options.extra_addresses[i] + "'";
+    }
     for (size_t i = 0; failed.empty() && i < extra_ports.size(); ++i) {
-      if (extra_ports[i] == 0) failed = options.extra_addresses[i];
+      if (extra_ports[i] == 0) failed = "'" + options.extra_addresses[i] + "'";
     }
     if (!failed.empty()) {
       if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
       server_.reset();
       cq_->Shutdown();
       DrainQueue();
-      return Unavailable("cannot listen on '" + failed + "'");
+      return Unavailable("cannot listen on " + failed);
     }
     if (!options.public_api) {
       cq_thread_ = std::thread([this] { DrainQueue(); });
