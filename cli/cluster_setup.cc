@@ -80,7 +80,7 @@ ClusterSpec ClusterRuntime::spec() const {
   return spec_;
 }
 
-Status ClusterRuntime::Start(int grpc_port, DevicePool* devices) {
+Status ClusterRuntime::Start(int grpc_port, DevicePool* devices, const std::atomic<bool>* cancel) {
   ClusterSpec spec = this->spec();
   if (!spec.registry.empty()) {
     std::string listen_host = HostOf(cfg_.grpc.address);
@@ -91,7 +91,8 @@ Status ClusterRuntime::Start(int grpc_port, DevicePool* devices) {
                  spec.self.index, spec.num_tasks(), spec.self.index == 0 ? spec.registry.c_str() : advertise.c_str(),
                  spec.registry.c_str());
     const auto timeout = std::chrono::milliseconds(int64_t(cfg_.cluster_options.join_timeout_seconds * 1000));
-    FS_ASSIGN_OR_RETURN(spec, JoinCluster(spec, advertise, registry_.get(), timeout));
+    FS_ASSIGN_OR_RETURN(spec, JoinCluster(spec, advertise, registry_.get(), timeout,
+                                          std::chrono::milliseconds(100), cancel));
     std::lock_guard<std::mutex> l(mu_);
     spec_ = spec;
   }

@@ -19,6 +19,7 @@
 #ifndef FLOWSTATE_CLI_CLUSTER_SETUP_H_
 #define FLOWSTATE_CLI_CLUSTER_SETUP_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -55,8 +56,9 @@ class ClusterRuntime {
   // Once the gRPC server listens on `grpc_port`: completes the spec (a
   // MASTER_* cluster waits, at most cluster_options.join_timeout_seconds,
   // for every rank to join task 0's registry) and starts the runtime over
-  // this task's `devices`. DEADLINE_EXCEEDED naming the missing ranks.
-  Status Start(int grpc_port, DevicePool* devices);
+  // this task's `devices`. DEADLINE_EXCEEDED naming the missing ranks;
+  // CANCELLED soon after `cancel` (may be null) turns true.
+  Status Start(int grpc_port, DevicePool* devices, const std::atomic<bool>* cancel = nullptr);
 
   // The complete spec after Start (before: as given); thread-safe.
   ClusterSpec spec() const;

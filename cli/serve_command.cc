@@ -297,13 +297,30 @@ int RunServer(int argc, char** argv, Mode mode) {
   }
   // The cluster's runtime: a MASTER_* cluster first learns its tasks'
   // addresses from task 0's registry (within cluster_options.join_timeout_seconds).
+  // A signal meanwhile stops the wait (a pod deleted while its world assembles).
+  std::atomic<bool> cancel{false};
   if (cluster != nullptr) {
-    if (Status cs = cluster->Start((*grpc)->port(), devices->get()); !cs.ok()) {
+    Status cs;
+    std::thread starter([&] { cs = cluster->Start((*grpc)->port(), devices->get(), &cancel); });
+    std::atomic<bool> started{false};
+    std::thread watcher([&] {
+      const timespec tick{0, 100 * 1000 * 1000};
+      while (!started.load()) {
+        if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+          cancel = true;
+          break;
+        }
+      }
+    });
+    starter.join();
+    started = true;
+    watcher.join();
+    if (!cs.ok()) {
       std::fprintf(stderr, "%s: %s\n", name, cs.ToString().c_str());
       if (*http != nullptr) (*http)->Stop();
       (*grpc)->Stop();
       service.Shutdown();
-      return 1;
+      return cancel.load() ? 0 : 1;
     }
     std::fprintf(stderr, "%s: task %s of a cluster of %d task(s)\n", name,
                  spec->self.DeviceNamePrefix().c_str(), cluster->spec().num_tasks());
@@ -340,8 +357,8 @@ int RunServer(int argc, char** argv, Mode mode) {
     }
   });
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  int sig = SIGTERM;
+  if (!cancel.load()) sigwait(&signals, &sig);  // (else it came while the cluster assembled)
   std::fprintf(stderr, "%s: %s received, shutting down\n", name, sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (*http != nullptr) (*http)->Stop();
   (*grpc)->Stop();

@@ -92,7 +92,7 @@ StatusOr<ClusterRegistry::Members> ClusterRegistry::Join(int world_size, int ran
 
 StatusOr<ClusterSpec> JoinCluster(const ClusterSpec& partial, const std::string& advertise,
                                   ClusterRegistry* local, std::chrono::milliseconds timeout,
-                                  std::chrono::milliseconds poll) {
+                                  std::chrono::milliseconds poll, const std::atomic<bool>* cancel) {
   if (partial.registry.empty()) return partial;
   auto it = partial.jobs.find(partial.self.job);
   if (it == partial.jobs.end()) return InvalidArgument("RANK: this task's job is not in the cluster");
@@ -149,6 +149,10 @@ StatusOr<ClusterSpec> JoinCluster(const ClusterSpec& partial, const std::string&
       if (last.complete) break;
     } else if (is_zero) {
       return m.status();
+    }
+    if (cancel != nullptr && cancel->load()) {
+      return Cancelled("stopped while waiting for the cluster to assemble (rank " + std::to_string(rank) +
+                       " of WORLD_SIZE=" + std::to_string(world) + ")");
     }
     if (std::chrono::steady_clock::now() + poll >= deadline) {
       const double secs = double(timeout.count()) / 1000.0;

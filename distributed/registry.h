@@ -14,6 +14,7 @@
 #ifndef FLOWSTATE_DISTRIBUTED_REGISTRY_H_
 #define FLOWSTATE_DISTRIBUTED_REGISTRY_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -66,9 +67,12 @@ class ClusterRegistry {
 // join (or that task 0's registry could not be reached, with gRPC's error);
 // INVALID_ARGUMENT as the registry answers it. The result passes
 // ValidateClusterSpec. A spec without a registry is returned as it is.
+// `cancel` (may be null), once true, ends the wait with CANCELLED within
+// about one `poll` (a process told to stop while it waits).
 StatusOr<ClusterSpec> JoinCluster(const ClusterSpec& partial, const std::string& advertise,
                                   ClusterRegistry* local, std::chrono::milliseconds timeout,
-                                  std::chrono::milliseconds poll = std::chrono::milliseconds(100));
+                                  std::chrono::milliseconds poll = std::chrono::milliseconds(100),
+                                  const std::atomic<bool>* cancel = nullptr);
 
 // The host this task advertises to the others: `configured` when set
 // (cluster_options.advertise_host), else $POD_IP (Kubernetes' downward API),

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -119,6 +120,20 @@ TEST(Registry, BadJoinsAreRefused) {
   ASSERT_TRUE(r.registry.Join(2, 1, "h:2").ok());
   EXPECT_EQ(r.registry.members().addresses[1], "h:2");
   EXPECT_TRUE(r.registry.members().complete);
+}
+
+TEST(Registry, CancelEndsTheWait) {
+  RegistryServer r(2);
+  std::atomic<bool> cancel{false};
+  std::future<StatusOr<ClusterSpec>> zero = std::async(std::launch::async, [&] {
+    return JoinCluster(Partial(r.address(), 2, 0), "", &r.registry, milliseconds(30000), milliseconds(20), &cancel);
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  cancel = true;
+  ASSERT_EQ(zero.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  StatusOr<ClusterSpec> s = zero.get();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kCancelled) << s.status().ToString();
 }
 
 TEST(Registry, AdvertisedHost) {

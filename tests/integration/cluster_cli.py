@@ -13,6 +13,7 @@ them (the built binary, child processes with deadlines):
   are named /job:worker/replica:0/task:0/...; a worker has no REST port;
 - a MASTER_* task 0 whose world does not assemble exits 1 within its
   join timeout, naming the missing rank;
+- a task told to stop (SIGTERM) while it waits for its world stops at once;
 - a static cluster (--cluster, --task) names the devices after the task.
 
   tests/integration/cluster_cli.py --flowstate build/flowstate
@@ -227,6 +228,27 @@ def join_timeout(flowstate, tmp):
     expect(time.time() - t0 < 15, "join timeout: within its deadline")
 
 
+def sigterm_while_joining(flowstate, tmp):
+    env = base_env()
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2", "RANK": "1"})
+    log = open(os.path.join(tmp, "sigterm.log"), "w+")
+    p = subprocess.Popen([flowstate, "worker", "--grpc", "127.0.0.1:0"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.time() + 30
+    while time.time() < deadline and "joining the cluster" not in open(log.name).read():
+        time.sleep(0.05)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    expect(p.returncode == 0 and time.time() - t0 < 5,
+           "SIGTERM while joining: stops at once (rc %s in %.1f s)" % (p.returncode, time.time() - t0))
+    expect("CANCELLED" in open(log.name).read(), "SIGTERM while joining: says it stopped waiting")
+
+
 def static_cluster(flowstate, tmp):
     g = free_port()
     cluster = json.dumps({"ps": ["127.0.0.1:%d" % free_port()], "worker": ["127.0.0.1:%d" % g]})
@@ -255,6 +277,7 @@ def main():
         bad_input(a.flowstate, tmp)
         master_cluster(a.flowstate, tmp)
         join_timeout(a.flowstate, tmp)
+        sigterm_while_joining(a.flowstate, tmp)
         static_cluster(a.flowstate, tmp)
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
