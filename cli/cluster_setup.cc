@@ -13,23 +13,29 @@ namespace flowstate {
 
 StatusOr<ClusterSpec> ResolveClusterSpec(const config::ServerConfig& cfg,
                                          const char* (*getenv)(const char*)) {
+  const bool type_set = !cfg.task.type.empty(), index_set = cfg.task.index != -1;
+  const int index = int(std::clamp<int64_t>(cfg.task.index, -(int64_t{1} << 30), int64_t{1} << 30));
   ClusterSpec spec;
   if (!cfg.cluster.empty()) {
     spec.jobs = cfg.cluster;
     spec.self.job = cfg.task.type;
-    spec.self.index = int(std::clamp<int64_t>(cfg.task.index, -(int64_t{1} << 30), int64_t{1} << 30));
+    spec.self.index = index;
+    if (type_set && !index_set) {
+      return InvalidArgument("task.index: required with a cluster (this task's index in job '" +
+                             cfg.task.type + "')");
+    }
     FS_RETURN_IF_ERROR(ValidateClusterSpec(spec, "cluster", "task"));
     return spec;
   }
   FS_ASSIGN_OR_RETURN(spec, ClusterSpecFromEnvironment(getenv));
-  if (!cfg.task.type.empty() || cfg.task.index != 0) {
+  if (type_set || index_set) {
     if (spec.empty()) {
-      return InvalidArgument("task: given (" + cfg.task.type + ":" + std::to_string(cfg.task.index) +
+      return InvalidArgument("task: given (type '" + cfg.task.type + "', index " + std::to_string(cfg.task.index) +
                              ") but there is no cluster (no `cluster` in the configuration, no "
                              "TF_CONFIG, no MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK)");
     }
-    if (!cfg.task.type.empty()) spec.self.job = cfg.task.type;
-    spec.self.index = int(std::clamp<int64_t>(cfg.task.index, -(int64_t{1} << 30), int64_t{1} << 30));
+    if (type_set) spec.self.job = cfg.task.type;
+    if (index_set) spec.self.index = index;
     FS_RETURN_IF_ERROR(ValidateClusterSpec(spec, "cluster", "task"));
   }
   return spec;

@@ -10,9 +10,11 @@
 //   3. MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK (distributed/cluster_spec.h,
 //      "MASTER_* rule": the other tasks' addresses come from task 0's
 //      registry once the gRPC server listens).
-// A `task` in the configuration also overrides the task of 2 and 3 (one
-// TF_CONFIG or ConfigMap for all pods, each pod's index from its own
-// environment). No cluster anywhere: a single process, job "localhost".
+// A `task` in the configuration also overrides the task of 2 and 3, its
+// type and its index each when set (index -1: not set): one TF_CONFIG for
+// all pods, each pod's index from its own environment (FLOWSTATE_TASK_INDEX).
+// With the configuration's own cluster both are required. No cluster
+// anywhere: a single process, job "localhost" (a `task` then is an error).
 //
 // ClusterRuntime is prepared and started by the command's main thread;
 // spec() and View() may be called from any thread.

@@ -261,6 +261,7 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(json_depth >= 1 && json_depth <= 10000,
               "limits.max_json_depth: must be in [1, 10000]"),
         Check(c->limits.max_event_streams >= 1, "limits.max_event_streams: must be >= 1"),
+        Check(c->task.index >= -1, "task.index: must be >= 0 (-1: not set)"),
         Check(c->cluster_options.heartbeat_interval_seconds > 0,
               "cluster_options.heartbeat_interval_seconds: must be > 0"),
         Check(c->cluster_options.heartbeat_deadline_seconds > c->cluster_options.heartbeat_interval_seconds,
@@ -375,6 +376,7 @@ StatusOr<std::string> LoadServerConfig(const std::vector<std::string>& args,
       std::string e = SetFromText(merged, "task.type", t.substr(0, colon), "--task");
       if (e.empty()) e = SetFromText(merged, "task.index", t.substr(colon + 1), "--task");
       if (!e.empty()) return Fail(e);
+      if (merged["task"]["index"].get<int64_t>() < 0) return Fail("--task " + t + ": the index must be >= 0");
       continue;
     }
     if (a == "--set") {

@@ -105,8 +105,8 @@ struct ServerConfig {
   // the configuration (TF_CONFIG or MASTER_* may still give one).
   std::map<std::string, std::vector<std::string>> cluster;
   struct Task {
-    std::string type;   // "": not set here
-    int64_t index = 0;  // range-checked against the cluster, not here
+    std::string type;    // "": not set here
+    int64_t index = -1;  // -1: not set here; range-checked against the cluster, not here
   } task;
   struct ClusterOptions {
     // How often each task tells the others it is up, and how long without a

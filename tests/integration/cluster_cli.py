@@ -111,7 +111,12 @@ def bad_input(flowstate, tmp):
             "task.index: 2 is out of range: job 'worker' has 2 task(s)")
     refused(flowstate, tmp, "negative index", "worker",
             ["--cluster", json.dumps({"worker": ["a:1", "b:1"]}), "--task", "worker:-1"], {},
-            "task.index: -1")
+            "--task worker:-1: the index must be >= 0")
+    refused(flowstate, tmp, "task without index", "serve",
+            ["--cluster", json.dumps({"worker": ["a:1", "b:1"]}), "--set", "task.type=worker"], {},
+            "task.index: required with a cluster")
+    refused(flowstate, tmp, "task without a cluster", "serve", ["--task", "worker:0"], {},
+            "task: given (type 'worker', index 0) but there is no cluster")
     refused(flowstate, tmp, "unknown task type", "serve",
             ["--cluster", json.dumps({"worker": ["a:1"]}), "--task", "chief:0"], {},
             "task.type: 'chief' is not a job of the cluster (jobs: worker)")
@@ -120,8 +125,10 @@ def bad_input(flowstate, tmp):
         json.dump({"cluster": {"worker": ["a:70000"]}, "task": {"type": "worker", "index": 0}}, f)
     refused(flowstate, tmp, "port out of range in the config file", "serve", ["--config", conf], {},
             "cluster.worker[0]: address 'a:70000' has a port out of range (1..65535)")
+    # TF_CONFIG wins over MASTER_* (valid here): its error is the one named.
     refused(flowstate, tmp, "TF_CONFIG index out of range", "serve", [],
-            {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 5}})},
+            {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 5}}),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "0"},
             "TF_CONFIG.task.index: 5 is out of range")
     refused(flowstate, tmp, "TF_CONFIG duplicate", "worker", [],
             {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}})},
@@ -250,11 +257,14 @@ def sigterm_while_joining(flowstate, tmp):
 
 
 def static_cluster(flowstate, tmp):
+    """The configuration's cluster wins over TF_CONFIG and MASTER_* (both
+    malformed here, so using either would fail)."""
     g = free_port()
     cluster = json.dumps({"ps": ["127.0.0.1:%d" % free_port()], "worker": ["127.0.0.1:%d" % g]})
     p, f = start(flowstate, tmp, "static", "serve",
                  ["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:%d" % g, "--data-dir", os.path.join(tmp, "ds"),
-                  "--cluster", cluster, "--task", "worker:0"], {})
+                  "--cluster", cluster, "--task", "worker:0"],
+                 {"TF_CONFIG": "{not json", "MASTER_ADDR": "x", "WORLD_SIZE": "two"})
     try:
         ports = wait_ports(p, f, "static cluster")
         if ports is None:
@@ -269,6 +279,28 @@ def static_cluster(flowstate, tmp):
         stop([p])
 
 
+def task_from_config_over_tf_config(flowstate, tmp):
+    """One TF_CONFIG for every task, each task's index from its own
+    environment (FLOWSTATE_TASK_INDEX), as a Kubernetes pod gets it."""
+    g0, g1 = free_port(), free_port()
+    tf = {"cluster": {"worker": ["127.0.0.1:%d" % g0, "127.0.0.1:%d" % g1]}, "task": {"type": "worker", "index": 0}}
+    p, f = start(flowstate, tmp, "tfindex", "serve",
+                 ["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:%d" % g1, "--data-dir", os.path.join(tmp, "dt")],
+                 {"TF_CONFIG": json.dumps(tf), "FLOWSTATE_TASK_INDEX": "1"})
+    try:
+        ports = wait_ports(p, f, "TF_CONFIG with FLOWSTATE_TASK_INDEX")
+        if ports is None:
+            return
+        c = get_json(ports["http"], "/v1/cluster")
+        expect([t["index"] for t in c["tasks"] if t["is_self"]] == [1],
+               "TF_CONFIG + FLOWSTATE_TASK_INDEX=1: this task is worker 1")
+        d = get_json(ports["http"], "/v1/devices")
+        expect(d["devices"][0]["name"].startswith("/job:worker/replica:0/task:1/"),
+               "TF_CONFIG + FLOWSTATE_TASK_INDEX=1: devices of task 1")
+    finally:
+        stop([p])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flowstate", required=True)
@@ -279,6 +311,7 @@ def main():
         join_timeout(a.flowstate, tmp)
         sigterm_while_joining(a.flowstate, tmp)
         static_cluster(a.flowstate, tmp)
+        task_from_config_over_tf_config(a.flowstate, tmp)
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
         return 1

@@ -27,7 +27,7 @@ TEST(ConfigCluster, NoClusterByDefault) {
   ServerConfig c = DefaultConfig();
   EXPECT_TRUE(c.cluster.empty());
   EXPECT_EQ(c.task.type, "");
-  EXPECT_EQ(c.task.index, 0);
+  EXPECT_EQ(c.task.index, -1);  // not set
   EXPECT_EQ(c.cluster_options.heartbeat_interval_seconds, 1);
   EXPECT_EQ(c.cluster_options.heartbeat_deadline_seconds, 5);
   EXPECT_EQ(c.cluster_options.step_deadline_seconds, 0);
@@ -112,6 +112,12 @@ TEST(ConfigCluster, BadEnvironmentAndFlagsNameTheSource) {
   r = LoadServerConfig({"--task", "worker:one"}, Env({}), &c);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "--task: 'task.index' expects an integer, got 'one'");
+  r = LoadServerConfig({"--task", "worker:-1"}, Env({}), &c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--task worker:-1: the index must be >= 0");
+  r = LoadServerConfig({}, Env({{"FLOWSTATE_TASK_INDEX", "-2"}}), &c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "task.index: must be >= 0 (-1: not set)");
   r = LoadServerConfig({"--cluster"}, Env({}), &c);
   ASSERT_FALSE(r.ok());
   r = LoadServerConfig({}, Env({{"FLOWSTATE_TASK_INDEX", "x"}}), &c);
