@@ -63,13 +63,16 @@ StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterS
   rt->spec_ = spec;
   rt->cfg_ = cfg;
   if (!spec.registry.empty() && spec.self.index == 0) {
-    // Task 0 of a MASTER_* cluster: the registry, at MASTER_PORT on every
-    // interface unless the gRPC address already is that port.
+    // Task 0 of a MASTER_* cluster: the registry, also at MASTER_PORT on the
+    // gRPC address's host (the same interfaces as the rest of the gRPC API)
+    // unless the gRPC address already is that port.
     rt->registry_ = std::make_unique<ClusterRegistry>(spec.num_tasks());
     ClusterRegistry* registry = rt->registry_.get();
     go->builder_hooks.push_back([registry](::grpc::ServerBuilder& b) { b.RegisterService(registry->service()); });
     const std::string master_port = PortOf(spec.registry);
-    if (PortOf(go->address) != master_port) go->extra_addresses.push_back("0.0.0.0:" + master_port);
+    if (PortOf(cfg.grpc.address) != master_port) {
+      go->extra_addresses.push_back(HostOf(cfg.grpc.address) + ":" + master_port);
+    }
   }
   // LEAD: the worker service goes on this server here, before it starts
   // (h13-runtime's distributed/worker_service.h):

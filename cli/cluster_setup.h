@@ -49,7 +49,8 @@ class ClusterRuntime {
  public:
   // Before the gRPC server is built: puts the cluster's services on it
   // (`go`'s builder_hooks; task 0 of a MASTER_* cluster also serves the
-  // registry and listens on MASTER_PORT). REQUIRES: !spec.empty().
+  // registry and listens on MASTER_PORT, on cfg.grpc.address's host).
+  // REQUIRES: !spec.empty().
   static StatusOr<std::unique_ptr<ClusterRuntime>> Prepare(const ClusterSpec& spec,
                                                            const config::ServerConfig& cfg,
                                                            GrpcServerOptions* go);
