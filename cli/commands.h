@@ -21,6 +21,9 @@ int CheckpointsCommand(int argc, char** argv);
 // flowstate jobs submit FILE | list | get ID | watch ID | cancel ID [--server URL] [--token T]
 int JobsCommand(int argc, char** argv);
 
+// flowstate cluster [--json] [--server URL] [--token T]: GET /v1/cluster
+int ClusterCommand(int argc, char** argv);
+
 // flowstate run GRAPH.json --feed NAME=JSON --fetch NAME ... [--server URL] [--token T]
 int RunCommand(int argc, char** argv);
 

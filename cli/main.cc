@@ -1,5 +1,5 @@
 // The `flowstate` binary: subcommands train, serve, worker, checkpoints, and the
-// client commands jobs and run.
+// client commands jobs, run and cluster.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,7 +16,8 @@ constexpr const char* kUsage =
     "  train JOB.json   run a training job in-process (flowstate train --help)\n"
     "  checkpoints      list, export, import checkpoints of a data directory\n"
     "  jobs             submit, list, get, watch, cancel jobs of a server (flowstate jobs --help)\n"
-    "  run GRAPH.json   run a graph once on a server (flowstate run --help)\n";
+    "  run GRAPH.json   run a graph once on a server (flowstate run --help)\n"
+    "  cluster          the tasks of a server's cluster (flowstate cluster --help)\n";
 
 }  // namespace
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   if (cmd == "checkpoints") return flowstate::CheckpointsCommand(argc - 2, argv + 2);
   if (cmd == "jobs") return flowstate::JobsCommand(argc - 2, argv + 2);
   if (cmd == "run") return flowstate::RunCommand(argc - 2, argv + 2);
+  if (cmd == "cluster") return flowstate::ClusterCommand(argc - 2, argv + 2);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;

@@ -212,6 +212,13 @@ def master_cluster(flowstate, tmp):
         expect(any(x["name"].startswith("/job:worker/replica:0/task:0/") for x in d["devices"]),
                "MASTER_*: GET /v1/devices names task 0's devices")
         expect(accepts(master), "MASTER_*: task 0 listens on MASTER_PORT")
+        out = subprocess.run([flowstate, "cluster", "--server", "http://127.0.0.1:%d" % ports0["http"]],
+                             capture_output=True, text=True, timeout=30)
+        lines = out.stdout.splitlines()
+        expect(out.returncode == 0 and len(lines) == 3 and lines[0].startswith(
+                   "/job:worker/replica:0/task:0  127.0.0.1:%d  UP  incarnation " % master) and
+               lines[0].endswith("(self)") and "/job:worker/replica:0/task:2  " + want[2] in lines[2],
+               "flowstate cluster: one line per task (%r)" % out.stdout)
     finally:
         stop(procs)
     for p in procs:
