@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -149,6 +150,25 @@ StatusOr<std::string> ReadString(const Json& v, const JsonPath& path);
 StatusOr<DataType> ReadDataType(const Json& v, const JsonPath& path);
 // A partial shape: [2, -1] (null or "?" for a dim), or null / "?".
 StatusOr<PartialShape> ReadPartialShape(const Json& v, const JsonPath& path);
+
+// Members of an object by key, for documents with optional fields (a job
+// spec, a stored job view). Absent or null leaves *out as it is (its
+// default); with `required`, absence is "<path>.<key>: is required". Type
+// errors: "<path>.<key>: expected a string (an integer, a number, a bool),
+// got <value>". Integers accept integral floats; below `min_value` is
+// "must be >= <min_value>". Numbers must be JSON numbers (no "NaN").
+Status ReadStringField(const Json& object, const JsonPath& path, std::string_view key,
+                       std::string* out, bool required = false);
+Status ReadIntField(const Json& object, const JsonPath& path, std::string_view key, int64_t* out,
+                    int64_t min_value = std::numeric_limits<int64_t>::min(),
+                    bool required = false);
+Status ReadNumberField(const Json& object, const JsonPath& path, std::string_view key,
+                       double* out);
+Status ReadNumberField(const Json& object, const JsonPath& path, std::string_view key,
+                       std::optional<double>* out);
+Status ReadBoolField(const Json& object, const JsonPath& path, std::string_view key, bool* out);
+Status ReadBoolField(const Json& object, const JsonPath& path, std::string_view key,
+                     std::optional<bool>* out);
 
 // Tensors, graphs and named tensor maps held in a parsed document.
 StatusOr<Tensor> TensorFromJson(const Json& v, std::optional<DataType> dtype,

@@ -342,6 +342,59 @@ StatusOr<std::string> ReadString(const Json& v, const JsonPath& path) {
   return v.get<std::string>();
 }
 
+Status ReadStringField(const Json& object, const JsonPath& path, std::string_view key,
+                       std::string* out, bool required) {
+  const Json* v = FindField(object, key);
+  if (v == nullptr) return required ? PathError(path.Key(key), "is required") : Status();
+  FS_ASSIGN_OR_RETURN(*out, ReadString(*v, path.Key(key)));
+  return Status();
+}
+
+Status ReadIntField(const Json& object, const JsonPath& path, std::string_view key, int64_t* out,
+                    int64_t min_value, bool required) {
+  const Json* v = FindField(object, key);
+  if (v == nullptr) return required ? PathError(path.Key(key), "is required") : Status();
+  FS_ASSIGN_OR_RETURN(int64_t i, ReadInt(*v, path.Key(key), "an integer"));
+  if (i < min_value) return PathError(path.Key(key), "must be >= " + std::to_string(min_value));
+  *out = i;
+  return Status();
+}
+
+Status ReadNumberField(const Json& object, const JsonPath& path, std::string_view key,
+                       double* out) {
+  const Json* v = FindField(object, key);
+  if (v == nullptr) return Status();
+  if (!v->is_number()) return PathError(path.Key(key), "expected a number, got " + DescribeValue(*v));
+  *out = v->get<double>();
+  return Status();
+}
+
+Status ReadNumberField(const Json& object, const JsonPath& path, std::string_view key,
+                       std::optional<double>* out) {
+  double d = 0;
+  if (FindField(object, key) == nullptr) return Status();
+  FS_RETURN_IF_ERROR(ReadNumberField(object, path, key, &d));
+  *out = d;
+  return Status();
+}
+
+Status ReadBoolField(const Json& object, const JsonPath& path, std::string_view key, bool* out) {
+  const Json* v = FindField(object, key);
+  if (v == nullptr) return Status();
+  if (!v->is_boolean()) return PathError(path.Key(key), "expected a bool, got " + DescribeValue(*v));
+  *out = v->get<bool>();
+  return Status();
+}
+
+Status ReadBoolField(const Json& object, const JsonPath& path, std::string_view key,
+                     std::optional<bool>* out) {
+  bool b = false;
+  if (FindField(object, key) == nullptr) return Status();
+  FS_RETURN_IF_ERROR(ReadBoolField(object, path, key, &b));
+  *out = b;
+  return Status();
+}
+
 StatusOr<DataType> ReadDataType(const Json& v, const JsonPath& path) {
   if (!v.is_string()) return PathError(path, "expected a dtype name, got " + DescribeValue(v));
   StatusOr<DataType> t = DataTypeFromString(v.get_ref<const std::string&>());

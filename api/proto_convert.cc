@@ -9,6 +9,7 @@
 #include <map>
 
 #include "api/json_codec.h"
+#include "api/views_json.h"
 #include "graph/graph.h"
 
 namespace flowstate::proto_convert {
@@ -585,6 +586,25 @@ void DeviceToProto(const DeviceInfo& device, pb::Device* proto) {
   m->set_bytes_cached(device.bytes_cached);
   proto->set_running_jobs(device.running_jobs);
   for (const std::string& j : device.jobs) proto->add_jobs(j);
+}
+
+void ClusterToProto(const ClusterInfo& cluster, double now, pb::GetClusterResponse* proto) {
+  for (const TaskInfo& t : cluster.tasks) {
+    pb::Task* p = proto->add_tasks();
+    p->set_job(t.job);
+    p->set_index(t.index);
+    p->set_name(t.name());
+    p->set_address(t.address);
+    p->set_state(std::string(TaskStateName(t.state)));
+    if (t.incarnation != 0) p->set_incarnation(FormatIncarnation(t.incarnation));
+    if (t.last_heartbeat > 0) {
+      SecondsToTimestamp(t.last_heartbeat, p->mutable_last_heartbeat());
+      p->set_heartbeat_age_seconds(std::max(0.0, std::round((now - t.last_heartbeat) * 1000) / 1000));
+    }
+    p->set_is_self(t.is_self);
+    p->set_error(t.error);
+    for (const DeviceInfo& d : t.devices) DeviceToProto(d, p->add_devices());
+  }
 }
 
 // ---------------------------------------------------------------------------

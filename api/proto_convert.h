@@ -98,6 +98,9 @@ void JobEventToProto(const JobEvent& event, pb::JobEvent* proto);
 void CheckpointToProto(const JobCheckpointInfo& c, pb::JobCheckpoint* proto);
 void OpToProto(const OpInfo& op, pb::Op* proto);
 void DeviceToProto(const DeviceInfo& device, pb::Device* proto);
+// `now`: seconds since the epoch, the time of the view (heartbeat ages), as
+// api/views_json.h's ClusterInfoToJson.
+void ClusterToProto(const ClusterInfo& cluster, double now, pb::GetClusterResponse* proto);
 // Seconds since the epoch, rounded to milliseconds as REST prints them.
 void SecondsToTimestamp(double seconds, ::google::protobuf::Timestamp* proto);
 

@@ -30,4 +30,16 @@ std::string_view JobEventKindName(JobEvent::Kind k) {
   return "state";
 }
 
+std::string_view TaskStateName(TaskState s) {
+  switch (s) {
+    case TaskState::kUp: return "UP";
+    case TaskState::kUnreachable: return "UNREACHABLE";
+  }
+  return "UNREACHABLE";
+}
+
+std::string TaskInfo::name() const {
+  return "/job:" + job + "/replica:0/task:" + std::to_string(index);
+}
+
 }  // namespace flowstate

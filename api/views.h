@@ -1,6 +1,6 @@
 // The views of the service's objects that every frontend reads: a job
 // (state, progress, metrics, checkpoint, error), its events and checkpoints,
-// an op of the registry, a device of the pool. One plain struct each: the job
+// an op of the registry, a device of the pool, a task of the cluster. One plain struct each: the job
 // manager and the service fill them, and the REST JSON (api/views_json.h),
 // the protobuf messages (api/proto_convert.h), the stored job record and the
 // CLI all read these, so a field is added in one place.
@@ -105,6 +105,35 @@ struct DeviceInfo {
   int64_t bytes_cached = 0;  // freed buffers kept for reuse by the device pool
   int running_jobs = 0;            // RUNNING jobs on the device
   std::vector<std::string> jobs;   // their ids, in submission order
+};
+
+// A task's health as the cluster sees it: UP while its heartbeats arrive
+// within the deadline (cluster_options.heartbeat_deadline_seconds),
+// UNREACHABLE after.
+enum class TaskState { kUp, kUnreachable };
+std::string_view TaskStateName(TaskState s);  // "UP", "UNREACHABLE"
+
+// One task of the cluster, as GET /v1/cluster reports it.
+struct TaskInfo {
+  std::string job;  // "worker"; "localhost" without a cluster
+  int index = 0;
+  std::string address;  // "host:port" of its gRPC port ("" when unknown)
+  TaskState state = TaskState::kUp;
+  // Random and non-zero per process: a new value means the task restarted
+  // (scheduler/rendezvous.h, ProcessIncarnation). 0: not known yet.
+  uint64_t incarnation = 0;
+  // When this task last heard from it (seconds since the epoch; 0: never).
+  // For this task itself: the time of the view.
+  double last_heartbeat = 0;
+  std::vector<DeviceInfo> devices;  // names carry the task: /job:worker/replica:0/task:1/...
+  bool is_self = false;             // the task that answered
+  std::string error;                // UNREACHABLE: why ("" otherwise)
+  // "/job:worker/replica:0/task:1": the prefix of its devices' names.
+  std::string name() const;
+};
+
+struct ClusterInfo {
+  std::vector<TaskInfo> tasks;  // by job name, then index
 };
 
 }  // namespace flowstate

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -104,6 +105,25 @@ Json DeviceJson(const DeviceInfo& d) {
                      {"bytes_cached", d.bytes_cached}};
   o["running_jobs"] = d.running_jobs;
   o["jobs"] = d.jobs;
+  return o;
+}
+
+Json TaskJson(const TaskInfo& t, double now) {
+  Json devices = Json::array();
+  for (const DeviceInfo& d : t.devices) devices.push_back(DeviceJson(d));
+  Json o = Json::object();
+  o["job"] = t.job;
+  o["index"] = t.index;
+  o["name"] = t.name();
+  o["address"] = t.address;
+  o["state"] = std::string(TaskStateName(t.state));
+  o["incarnation"] = t.incarnation != 0 ? Json(FormatIncarnation(t.incarnation)) : Json(nullptr);
+  o["last_heartbeat"] = Time(t.last_heartbeat);
+  o["heartbeat_age_seconds"] =
+      t.last_heartbeat > 0 ? Json(std::max(0.0, std::round((now - t.last_heartbeat) * 1000) / 1000)) : Json(nullptr);
+  o["is_self"] = t.is_self;
+  o["error"] = t.error;
+  o["devices"] = std::move(devices);
   return o;
 }
 
@@ -378,7 +398,79 @@ StatusOr<DeviceInfo> DeviceFrom(const Json& v, const std::string& path) {
   return d;
 }
 
+StatusOr<TaskInfo> TaskFrom(const Json& v, const std::string& path) {
+  FS_RETURN_IF_ERROR(CheckObject(v, path, "a task (an object)"));
+  TaskInfo t;
+  FS_RETURN_IF_ERROR(ReadString(v, path, "job", &t.job));
+  int64_t index = 0;
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "index", &index));
+  t.index = int(index);
+  FS_RETURN_IF_ERROR(ReadString(v, path, "address", &t.address));
+  std::string state = "UP";
+  FS_RETURN_IF_ERROR(ReadString(v, path, "state", &state));
+  StatusOr<TaskState> st = TaskStateFromName(state);
+  if (!st.ok()) return InvalidArgument(Key(path, "state") + ": " + st.status().message());
+  t.state = *st;
+  if (const Json* inc = Field(v, "incarnation"); inc != nullptr && !inc->is_null()) {
+    if (!inc->is_string()) return Expected(Key(path, "incarnation"), "a string of 16 hex digits", *inc);
+    StatusOr<uint64_t> i = ParseIncarnation(inc->get<std::string>());
+    if (!i.ok()) return InvalidArgument(Key(path, "incarnation") + ": " + i.status().message());
+    t.incarnation = *i;
+  }
+  FS_RETURN_IF_ERROR(ReadTime(v, path, "last_heartbeat", &t.last_heartbeat));
+  FS_RETURN_IF_ERROR(ReadBool(v, path, "is_self", &t.is_self));
+  FS_RETURN_IF_ERROR(ReadString(v, path, "error", &t.error));
+  if (const Json* ds = Field(v, "devices")) {
+    const std::string dpath = Key(path, "devices");
+    if (!ds->is_array()) return Expected(dpath, "a list", *ds);
+    for (size_t i = 0; i < ds->size(); ++i) {
+      StatusOr<DeviceInfo> d = DeviceFrom((*ds)[i], Index(dpath, i));
+      if (!d.ok()) return d.status();
+      t.devices.push_back(std::move(*d));
+    }
+  }
+  return t;
+}
+
 }  // namespace
+
+std::string ClusterInfoToJson(const ClusterInfo& cluster, double now) {
+  Json tasks = Json::array();
+  for (const TaskInfo& t : cluster.tasks) tasks.push_back(TaskJson(t, now));
+  return Dump(Json{{"tasks", std::move(tasks)}});
+}
+
+StatusOr<ClusterInfo> ClusterInfoFromJson(std::string_view json) {
+  StatusOr<std::vector<TaskInfo>> tasks = ListFrom<TaskInfo>(json, "tasks", TaskFrom);
+  if (!tasks.ok()) return tasks.status();
+  ClusterInfo c;
+  c.tasks = std::move(*tasks);
+  return c;
+}
+
+StatusOr<TaskState> TaskStateFromName(std::string_view name) {
+  for (TaskState s : {TaskState::kUp, TaskState::kUnreachable}) {
+    if (TaskStateName(s) == name) return s;
+  }
+  return InvalidArgument("unknown task state '" + std::string(name) + "' (expected UP or UNREACHABLE)");
+}
+
+std::string FormatIncarnation(uint64_t incarnation) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(incarnation));
+  return buf;
+}
+
+StatusOr<uint64_t> ParseIncarnation(std::string_view hex) {
+  if (hex.size() != 16) return InvalidArgument("'" + std::string(hex) + "' is not 16 hex digits");
+  uint64_t v = 0;
+  for (char c : hex) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return InvalidArgument("'" + std::string(hex) + "' is not 16 hex digits");
+    v = v << 4 | uint64_t(d);
+  }
+  return v;
+}
 
 std::string JobInfoToJson(const JobInfo& job) { return Dump(JobJson(job)); }
 

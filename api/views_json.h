@@ -1,7 +1,7 @@
 // JSON renderings of the service's introspection and job types, exactly as
 // server/API.md gives them: a job (GET /v1/jobs/{id}, each event of
 // /v1/jobs/{id}/events), the job list, the op registry (GET /v1/ops) and the
-// device pool (GET /v1/devices). The REST frontend writes them; the CLI
+// device pool (GET /v1/devices), the cluster (GET /v1/cluster). The REST frontend writes them; the CLI
 // client and the tests read them back.
 //
 //   {"job_id": "job-3", "name": "fashion-mlp", "state": "RUNNING",
@@ -86,6 +86,23 @@ StatusOr<std::vector<OpInfo>> OpInfoListFromJson(std::string_view json);
 std::string DeviceInfoToJson(const DeviceInfo& device);
 std::string DeviceInfoListToJson(const std::vector<DeviceInfo>& devices);
 StatusOr<std::vector<DeviceInfo>> DeviceInfoListFromJson(std::string_view json);
+
+// GET /v1/cluster:
+//   {"tasks": [{"job": "worker", "index": 1, "name": "/job:worker/replica:0/task:1",
+//               "address": "10.0.0.2:50051", "state": "UP" | "UNREACHABLE",
+//               "incarnation": "9f1c3e5a7b2d4c60" (16 hex digits; null: not known),
+//               "last_heartbeat": RFC 3339 or null, "heartbeat_age_seconds": 0.4 or null
+//               (seconds between the last heartbeat and `now`), "is_self": false,
+//               "error": "", "devices": [device, ...]}, ...]}
+// `now` is seconds since the epoch (the time of the view).
+std::string ClusterInfoToJson(const ClusterInfo& cluster, double now);
+StatusOr<ClusterInfo> ClusterInfoFromJson(std::string_view json);
+// TaskState from its name ("UP"); INVALID_ARGUMENT for another string.
+StatusOr<TaskState> TaskStateFromName(std::string_view name);
+// An incarnation as 16 lower-case hex digits, and back (INVALID_ARGUMENT
+// for anything else).
+std::string FormatIncarnation(uint64_t incarnation);
+StatusOr<uint64_t> ParseIncarnation(std::string_view hex);
 
 // JobState from its name ("RUNNING"); INVALID_ARGUMENT for another string.
 StatusOr<JobState> JobStateFromName(std::string_view name);

@@ -1,4 +1,4 @@
-// `flowstate jobs ...` and `flowstate run ...`: the command-line client of a
+// `flowstate jobs ...`, `flowstate run ...` and `flowstate cluster`: the command-line client of a
 // running `flowstate serve`, over its REST API (server/API.md) with a
 // synchronous Boost.Beast client. Each command opens one keep-alive
 // connection, makes its requests on it and exits: 0 success, 1 a failure
@@ -477,6 +477,63 @@ int JobsCommand(int argc, char** argv) {
       std::printf("%s\n", json_out ? ParseOk(r).dump(2).c_str() : Summary(job).c_str());
     } else {
       return Watch(client, positional[0]);
+    }
+  } catch (const Failure& f) {
+    std::fprintf(stderr, "flowstate: %s\n", f.message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+constexpr const char* kClusterUsage =
+    "usage: flowstate cluster [--json] [--server URL] [--token T]\n"
+    "The tasks of the server's cluster (GET /v1/cluster): name, address, state,\n"
+    "incarnation, last heartbeat, devices; the server's own task is marked \"self\".\n";
+
+int ClusterCommand(int argc, char** argv) {
+  Common c;
+  std::string error;
+  if (!ParseCommon(argc, argv, &c, &error)) return Usage(kClusterUsage, error);
+  if (WantsHelp(c.args)) {
+    std::fputs(kClusterUsage, stdout);
+    return 0;
+  }
+  bool json_out = false;
+  for (const std::string& a : c.args) {
+    if (a != "--json") return Usage(kClusterUsage, "cluster: unexpected argument '" + a + "'");
+    json_out = true;
+  }
+  std::optional<Endpoint> ep = ParseUrl(c.server, &error);
+  if (!ep) return Usage(kClusterUsage, error);
+  Client client(*ep, c.token);
+  try {
+    Response r = client.Do(http::verb::get, "/v1/cluster");
+    Json j = ParseOk(r);
+    if (json_out) {
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    StatusOr<ClusterInfo> cluster = ClusterInfoFromJson(r.body);
+    if (!cluster.ok()) throw Failure{"the server's cluster is not one: " + cluster.status().message()};
+    const Json& tasks = j["tasks"];
+    for (size_t i = 0; i < cluster->tasks.size(); ++i) {
+      const TaskInfo& t = cluster->tasks[i];
+      // "/job:worker/replica:0/task:1  10.0.0.2:50051  UP  incarnation 5a0c…  heartbeat 0.4 s ago  1 device(s)"
+      std::string line = t.name() + "  " + (t.address.empty() ? "-" : t.address) + "  " +
+                         std::string(TaskStateName(t.state));
+      line += "  incarnation " + (t.incarnation != 0 ? FormatIncarnation(t.incarnation) : std::string("-"));
+      const Json& age = tasks[i]["heartbeat_age_seconds"];
+      char buf[64];
+      if (age.is_number()) {
+        std::snprintf(buf, sizeof(buf), "  heartbeat %.1f s ago", age.get<double>());
+        line += buf;
+      } else {
+        line += "  never heard from";
+      }
+      line += "  " + std::to_string(t.devices.size()) + " device(s)";
+      if (t.is_self) line += "  (self)";
+      if (!t.error.empty()) line += "  error: " + t.error;
+      std::printf("%s\n", line.c_str());
     }
   } catch (const Failure& f) {
     std::fprintf(stderr, "flowstate: %s\n", f.message.c_str());

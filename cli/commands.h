@@ -11,11 +11,18 @@ int TrainCommand(int argc, char** argv);
 // flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR] ...
 int ServeCommand(int argc, char** argv);
 
+// flowstate worker [--config FILE] [--grpc ADDR] [--cluster JSON] [--task TYPE:INDEX] ...
+// (`serve` for a host that only computes: the gRPC port alone)
+int WorkerCommand(int argc, char** argv);
+
 // flowstate checkpoints list JOB | export JOB STEP FILE | import FILE [--data-dir DIR]
 int CheckpointsCommand(int argc, char** argv);
 
 // flowstate jobs submit FILE | list | get ID | watch ID | cancel ID [--server URL] [--token T]
 int JobsCommand(int argc, char** argv);
+
+// flowstate cluster [--json] [--server URL] [--token T]: GET /v1/cluster
+int ClusterCommand(int argc, char** argv);
 
 // flowstate run GRAPH.json --feed NAME=JSON --fetch NAME ... [--server URL] [--token T]
 int RunCommand(int argc, char** argv);

@@ -1,4 +1,6 @@
-// `flowstate serve`: the long-running training service.
+// `flowstate serve`: the long-running training service; `flowstate worker`:
+// the same server for a host that only computes (gRPC port only: no REST,
+// no public Sessions/Jobs/Ops, no store), a task of a cluster.
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "checkpoints/store.h"
 #include "config/config.h"
 #include "devices/device_pool.h"
+#include "cli/cluster_setup.h"
 #include "cli/commands.h"
 #include "server/grpc/grpc_server.h"
 #include "server/rest/http_server.h"
@@ -31,8 +34,21 @@ namespace {
 constexpr const char* kUsage =
     "usage: flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR]\n"
     "                       [--data-root DIR] [--set section.key=VALUE] [--port-file FILE]\n"
+    "                       [--cluster JSON] [--task TYPE:INDEX]\n"
     "Defaults come from the embedded config/flowstate.json, then the file, then\n"
-    "FLOWSTATE_<SECTION>_<KEY> environment variables, then flags.\n";
+    "FLOWSTATE_<SECTION>_<KEY> environment variables, then flags.\n"
+    "A cluster: `cluster` and `task` in the configuration (--cluster\n"
+    "'{\"worker\": [\"10.0.0.1:50051\", \"10.0.0.2:50051\"]}' --task worker:0), else\n"
+    "TF_CONFIG, else MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK; devices are then named\n"
+    "/job:<type>/replica:0/task:<index>/device:..., and GET /v1/cluster lists the tasks.\n";
+
+constexpr const char* kWorkerUsage =
+    "usage: flowstate worker [--config FILE] [--grpc ADDR] [--set section.key=VALUE]\n"
+    "                        [--port-file FILE] [--cluster JSON] [--task TYPE:INDEX]\n"
+    "A task of a cluster that only computes: the gRPC port alone (the worker service,\n"
+    "Devices, Cluster, health), no REST API, no jobs, no store. Configured as\n"
+    "`flowstate serve` (flowstate serve --help); the cluster comes from `cluster` and\n"
+    "`task`, TF_CONFIG or MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, and is required.\n";
 
 // The machine's physical memory in bytes, or the cgroup's memory limit when
 // that is smaller (a container); 0 when unknown.
@@ -80,20 +96,23 @@ void RaiseOpenFileLimit(int max_connections) {
   }
 }
 
-}  // namespace
+enum class Mode { kServe, kWorker };
 
-int ServeCommand(int argc, char** argv) {
+int RunServer(int argc, char** argv, Mode mode) {
+  const bool worker = mode == Mode::kWorker;
+  const char* const name = worker ? "flowstate worker" : "flowstate serve";
+  const char* const usage = worker ? kWorkerUsage : kUsage;
   std::vector<std::string> args;
   std::string port_file;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
+      std::fputs(usage, stdout);
       return 0;
     }
     if (a == "--port-file") {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "flowstate serve: --port-file needs a file\n");
+        std::fprintf(stderr, "%s: --port-file needs a file\n", name);
         return 2;
       }
       port_file = argv[++i];
@@ -104,19 +123,33 @@ int ServeCommand(int argc, char** argv) {
   config::ServerConfig cfg;
   StatusOr<std::string> loaded = config::LoadServerConfig(args, [](const char* n) { return std::getenv(n); }, &cfg);
   if (!loaded.ok()) {
-    std::fprintf(stderr, "flowstate serve: %s\n%s", loaded.status().message().c_str(), kUsage);
+    std::fprintf(stderr, "%s: %s\n%s", name, loaded.status().message().c_str(), usage);
+    return 2;
+  }
+
+  // The cluster, checked in full before anything starts or listens.
+  StatusOr<ClusterSpec> spec = ResolveClusterSpec(cfg);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s: bad cluster spec: %s\n", name, spec.status().message().c_str());
+    return 2;
+  }
+  if (worker && spec->empty()) {
+    std::fprintf(stderr,
+                 "%s: no cluster: give `cluster` and `task` (--cluster, --task), TF_CONFIG, or "
+                 "MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK\n",
+                 name);
     return 2;
   }
 
   // Before anything reads client JSON.
   if (Status s = api::SetMaxJsonDepth(cfg.limits.max_json_depth); !s.ok()) {
-    std::fprintf(stderr, "flowstate serve: limits.max_json_depth: %s\n", s.message().c_str());
+    std::fprintf(stderr, "%s: limits.max_json_depth: %s\n", name, s.message().c_str());
     return 2;
   }
 
   // Before any thread starts or anything uses gRPC.
   if (Status s = SetGrpcPollStrategy(cfg.grpc.poll_strategy); !s.ok()) {
-    std::fprintf(stderr, "flowstate serve: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name, s.ToString().c_str());
     return 2;
   }
 
@@ -132,6 +165,10 @@ int ServeCommand(int argc, char** argv) {
   DevicePoolOptions dpo;
   dpo.num_cpu_devices = cfg.devices.cpu_devices;
   dpo.intra_op_threads = cfg.devices.intra_op_threads;
+  if (!spec->empty()) {  // devices named /job:<job>/replica:0/task:<index>/...
+    dpo.job = spec->self.job;
+    dpo.task = spec->self.index;
+  }
   // What tensors may hold in all: devices.memory_limit_bytes, else a share
   // of the machine's (or the container's) memory; each CPU device gets an
   // equal part.
@@ -142,11 +179,24 @@ int ServeCommand(int argc, char** argv) {
   dpo.cpu_memory_limit_bytes = memory_limit / std::max(1, cfg.devices.cpu_devices);
   StatusOr<std::unique_ptr<DevicePool>> devices = DevicePool::Create(dpo);
   if (!devices.ok()) {
-    std::fprintf(stderr, "flowstate serve: %s\n", devices.status().ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name, devices.status().ToString().c_str());
     return 1;
+  }
+  // The cluster's services on the gRPC server (before it starts) and its
+  // view for GET /v1/cluster.
+  GrpcServerOptions go;
+  std::unique_ptr<ClusterRuntime> cluster;
+  if (!spec->empty()) {
+    StatusOr<std::unique_ptr<ClusterRuntime>> rt = ClusterRuntime::Prepare(*spec, cfg, &go);
+    if (!rt.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name, rt.status().ToString().c_str());
+      return 1;
+    }
+    cluster = std::move(*rt);
   }
   // The durable store: one per data directory; a second server on the same
   // directory is refused here (RocksDB's lock), before anything is served.
+  // (`flowstate worker` keeps nothing: no store, no jobs to recover.)
   checkpoints::StoreOptions sto;
   if (const char* f = std::getenv("FLOWSTATE_TEST_FAIL_WRITES_FILE"); f != nullptr && *f != '\0') {
     // Test hook (disk errors): while this file exists, every write of the
@@ -154,12 +204,13 @@ int ServeCommand(int argc, char** argv) {
     std::string path = f;
     sto.fail_writes = [path] { return ::access(path.c_str(), F_OK) == 0; };
   }
-  StatusOr<std::unique_ptr<checkpoints::Store>> store = checkpoints::Store::Open(cfg.data_dir, sto);
+  StatusOr<std::unique_ptr<checkpoints::Store>> store = std::unique_ptr<checkpoints::Store>();
+  if (!worker) store = checkpoints::Store::Open(cfg.data_dir, sto);
   if (!store.ok()) {
-    std::fprintf(stderr, "flowstate serve: %s\n", store.status().message().c_str());
+    std::fprintf(stderr, "%s: %s\n", name, store.status().message().c_str());
     return 1;
   }
-  if (Status ws = (*store)->WriteStatus(); !ws.ok()) {
+  if (Status ws = worker ? Status() : (*store)->WriteStatus(); !ws.ok()) {
     // A full disk: served read-only; writes resume once there is room.
     std::fprintf(stderr, "flowstate serve: warning: %s\n", ws.ToString().c_str());
   }
@@ -180,14 +231,20 @@ int ServeCommand(int argc, char** argv) {
   so.jobs.retention_seconds = double(cfg.jobs.retention_seconds);
   so.jobs.observer = metrics.job_observer();
   so.jobs.store = store->get();
+  if (cluster != nullptr) {
+    so.task_job = spec->self.job;
+    so.task_index = spec->self.index;
+    ClusterRuntime* rt = cluster.get();
+    so.cluster = [rt] { return rt->View(); };
+  }
   Service service(so);
-  if (Status rs = service.jobs().Recover(); !rs.ok()) {
-    std::fprintf(stderr, "flowstate serve: reloading the jobs of %s: %s\n", cfg.data_dir.c_str(),
+  if (Status rs = worker ? Status() : service.jobs().Recover(); !rs.ok()) {
+    std::fprintf(stderr, "%s: reloading the jobs of %s: %s\n", name, cfg.data_dir.c_str(),
                  rs.ToString().c_str());
     return 1;
   }
   if (size_t n = service.jobs().List().size(); n > 0) {
-    std::fprintf(stderr, "flowstate serve: reloaded %zu job(s) from %s\n", n, cfg.data_dir.c_str());
+    std::fprintf(stderr, "%s: reloaded %zu job(s) from %s\n", name, n, cfg.data_dir.c_str());
   }
   metrics.SetScrapeHook([&service](Metrics* m) {
     for (const auto& [state, n] : service.jobs().CountByState()) {
@@ -195,7 +252,7 @@ int ServeCommand(int argc, char** argv) {
     }
     m->SetQueueDepth(service.jobs().queue_depth());
     m->SetEventStreams(service.num_event_streams());
-    for (const DeviceInfo& d : service.ListDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use), double(d.bytes_cached));
+    for (const DeviceInfo& d : service.ListLocalDevices()) m->SetDeviceMemory(d.name, double(d.bytes_in_use), double(d.bytes_cached));
   });
 
   RaiseOpenFileLimit(cfg.http.max_connections);
@@ -215,12 +272,13 @@ int ServeCommand(int argc, char** argv) {
   ho.inline_below_us = cfg.http.inline_below_us;
   ho.spin_us = cfg.http.spin_us;
   ho.server_timing = cfg.http.server_timing;
-  StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(&service, &metrics, ho);
+  StatusOr<std::unique_ptr<HttpServer>> http = std::unique_ptr<HttpServer>();
+  if (!worker) http = HttpServer::Start(&service, &metrics, ho);
   if (!http.ok()) {
-    std::fprintf(stderr, "flowstate serve: http: %s\n", http.status().message().c_str());
+    std::fprintf(stderr, "%s: http: %s\n", name, http.status().message().c_str());
     return 1;
   }
-  GrpcServerOptions go;
+  go.public_api = !worker;
   go.address = cfg.grpc.address;
   go.max_message_bytes = cfg.grpc.max_message_bytes;
   go.max_concurrent_streams = cfg.grpc.max_concurrent_streams;
@@ -233,18 +291,54 @@ int ServeCommand(int argc, char** argv) {
   go.server_timing = cfg.grpc.server_timing;
   StatusOr<std::unique_ptr<GrpcServer>> grpc = GrpcServer::Start(&service, &metrics, go);
   if (!grpc.ok()) {
-    std::fprintf(stderr, "flowstate serve: grpc: %s\n", grpc.status().message().c_str());
-    (*http)->Stop();
+    std::fprintf(stderr, "%s: grpc: %s\n", name, grpc.status().message().c_str());
+    if (*http != nullptr) (*http)->Stop();
     return 1;
   }
+  // The cluster's runtime: a MASTER_* cluster first learns its tasks'
+  // addresses from task 0's registry (within cluster_options.join_timeout_seconds).
+  // A signal meanwhile stops the wait (a pod deleted while its world assembles).
+  std::atomic<bool> cancel{false};
+  if (cluster != nullptr) {
+    Status cs;
+    std::thread starter([&] { cs = cluster->Start((*grpc)->port(), devices->get(), &cancel); });
+    std::atomic<bool> started{false};
+    std::thread watcher([&] {
+      const timespec tick{0, 100 * 1000 * 1000};
+      while (!started.load()) {
+        if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+          cancel = true;
+          break;
+        }
+      }
+    });
+    starter.join();
+    started = true;
+    watcher.join();
+    if (!cs.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name, cs.ToString().c_str());
+      if (*http != nullptr) (*http)->Stop();
+      (*grpc)->Stop();
+      service.Shutdown();
+      return cancel.load() ? 0 : 1;
+    }
+    std::fprintf(stderr, "%s: task %s of a cluster of %d task(s)\n", name,
+                 spec->self.DeviceNamePrefix().c_str(), cluster->spec().num_tasks());
+  }
+  const int http_port = *http != nullptr ? (*http)->port() : 0;
   std::string host = cfg.http.address.substr(0, cfg.http.address.rfind(':'));
   std::string ghost = cfg.grpc.address.substr(0, cfg.grpc.address.rfind(':'));
-  std::fprintf(stderr, "flowstate serve: http://%s:%d  grpc %s:%d  data root %s  %s\n", host.c_str(),
-               (*http)->port(), ghost.c_str(), (*grpc)->port(), cfg.data_root.c_str(),
-               cfg.auth.tokens.empty() ? "no auth" : "bearer-token auth");
+  if (worker) {
+    std::fprintf(stderr, "%s: grpc %s:%d  %s\n", name, ghost.c_str(), (*grpc)->port(),
+                 cfg.auth.tokens.empty() ? "no auth" : "bearer-token auth");
+  } else {
+    std::fprintf(stderr, "%s: http://%s:%d  grpc %s:%d  data root %s  %s\n", name, host.c_str(), http_port,
+                 ghost.c_str(), (*grpc)->port(), cfg.data_root.c_str(),
+                 cfg.auth.tokens.empty() ? "no auth" : "bearer-token auth");
+  }
   if (!port_file.empty()) {
     std::ofstream f(port_file + ".tmp");
-    f << "{\"http\": " << (*http)->port() << ", \"grpc\": " << (*grpc)->port() << "}\n";
+    f << "{\"http\": " << http_port << ", \"grpc\": " << (*grpc)->port() << "}\n";
     f.close();
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
@@ -263,10 +357,10 @@ int ServeCommand(int argc, char** argv) {
     }
   });
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::fprintf(stderr, "flowstate serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  (*http)->Stop();
+  int sig = SIGTERM;
+  if (!cancel.load()) sigwait(&signals, &sig);  // (else it came while the cluster assembled)
+  std::fprintf(stderr, "%s: %s received, shutting down\n", name, sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (*http != nullptr) (*http)->Stop();
   (*grpc)->Stop();
   {
     std::lock_guard<std::mutex> l(reaper_mu);
@@ -275,8 +369,14 @@ int ServeCommand(int argc, char** argv) {
   }
   reaper.join();
   service.Shutdown();  // running steps finish; jobs stop between steps and are checkpointed
-  std::fprintf(stderr, "flowstate serve: stopped\n");
+  std::fprintf(stderr, "%s: stopped\n", name);
   return 0;
 }
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) { return RunServer(argc, argv, Mode::kServe); }
+
+int WorkerCommand(int argc, char** argv) { return RunServer(argc, argv, Mode::kWorker); }
 
 }  // namespace flowstate

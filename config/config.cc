@@ -26,6 +26,23 @@ std::string TypeName(const json& j) {
   return "null";
 }
 
+// `cluster`: {"<job>": ["host:port", ...]} (or null: none). Returns an
+// error naming the path, or "".
+std::string CheckClusterJson(const json& v, const std::string& path) {
+  if (v.is_null()) return "";
+  if (!v.is_object()) return path + ": expected an object {\"<job>\": [\"host:port\", ...]}, got " + TypeName(v);
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string p = path + "." + it.key();
+    if (!it->is_array()) return p + ": expected a list of \"host:port\" strings, got " + TypeName(*it);
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!(*it)[i].is_string()) {
+        return p + "[" + std::to_string(i) + "]: expected a \"host:port\" string, got " + TypeName((*it)[i]);
+      }
+    }
+  }
+  return "";
+}
+
 // Overlays `src` onto `dst` (whose shape is the default's), checking keys
 // and types. Returns an error naming the path, or "".
 std::string Merge(json& dst, const json& src, const std::string& path) {
@@ -35,6 +52,12 @@ std::string Merge(json& dst, const json& src, const std::string& path) {
     auto d = dst.find(it.key());
     if (d == dst.end()) return p + ": unknown key";
     const json& v = it.value();
+    if (p == "cluster") {
+      std::string e = CheckClusterJson(v, p);
+      if (!e.empty()) return e;
+      *d = v.is_null() ? json::object() : v;
+      continue;
+    }
     if (d->is_object()) {
       std::string e = Merge(*d, v, p);
       if (!e.empty()) return e;
@@ -110,6 +133,16 @@ std::string SetFromText(json& root, const std::string& path, const std::string& 
   return "";
 }
 
+// `cluster` from JSON text (an environment variable or flag).
+std::string SetClusterFromText(json& root, const std::string& text, const std::string& source) {
+  json v = json::parse(text, nullptr, false);
+  if (v.is_discarded()) return source + ": not valid JSON (expected {\"<job>\": [\"host:port\", ...]})";
+  std::string e = CheckClusterJson(v, source);
+  if (!e.empty()) return e;
+  root["cluster"] = v.is_null() ? json::object() : v;
+  return "";
+}
+
 void Leaves(const json& j, const std::string& path, std::vector<std::string>* out) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string p = path.empty() ? it.key() : path + "." + it.key();
@@ -174,6 +207,15 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->auth.tokens = j["auth"]["tokens"].get<std::vector<std::string>>();
   c->auth.open_routes = j["auth"]["open_routes"].get<std::vector<std::string>>();
   c->log.requests = j["log"]["requests"];
+  c->cluster = j["cluster"].get<std::map<std::string, std::vector<std::string>>>();
+  c->task.type = j["task"]["type"];
+  c->task.index = j["task"]["index"];
+  const json& co = j["cluster_options"];
+  c->cluster_options.heartbeat_interval_seconds = co["heartbeat_interval_seconds"];
+  c->cluster_options.heartbeat_deadline_seconds = co["heartbeat_deadline_seconds"];
+  c->cluster_options.step_deadline_seconds = co["step_deadline_seconds"];
+  c->cluster_options.join_timeout_seconds = co["join_timeout_seconds"];
+  c->cluster_options.advertise_host = co["advertise_host"];
   for (const std::string& e :
        {Check(!c->http.address.empty(), "http.address: must not be empty"),
         Check(c->http.threads >= 1, "http.threads: must be >= 1"),
@@ -218,7 +260,21 @@ std::string Convert(const json& j, ServerConfig* c) {
         // api::kMaxJsonDepthCeiling (config/ sees no api/ header).
         Check(json_depth >= 1 && json_depth <= 10000,
               "limits.max_json_depth: must be in [1, 10000]"),
-        Check(c->limits.max_event_streams >= 1, "limits.max_event_streams: must be >= 1")}) {
+        Check(c->limits.max_event_streams >= 1, "limits.max_event_streams: must be >= 1"),
+        Check(c->task.index >= -1, "task.index: must be >= 0 (-1: not set)"),
+        Check(c->cluster_options.heartbeat_interval_seconds > 0,
+              "cluster_options.heartbeat_interval_seconds: must be > 0"),
+        Check(c->cluster_options.heartbeat_deadline_seconds > c->cluster_options.heartbeat_interval_seconds,
+              "cluster_options.heartbeat_deadline_seconds: must be > "
+              "cluster_options.heartbeat_interval_seconds (a deadline of one interval or less "
+              "reports a healthy task down)"),
+        Check(c->cluster_options.step_deadline_seconds >= 0,
+              "cluster_options.step_deadline_seconds: must be >= 0 (0: no limit)"),
+        Check(c->cluster_options.join_timeout_seconds > 0,
+              "cluster_options.join_timeout_seconds: must be > 0"),
+        Check(c->cluster_options.advertise_host.find_first_of(" \t:/") == std::string::npos,
+              "cluster_options.advertise_host: a host name or IPv4 address, without port, "
+              "spaces or '/'")}) {
     if (!e.empty()) return e;
   }
   return "";
@@ -274,6 +330,10 @@ StatusOr<std::string> LoadServerConfig(const std::vector<std::string>& args,
     std::string e = Merge(merged, src, "");
     if (!e.empty()) return Fail(file + ": " + e);
   }
+  if (const char* v = getenv("FLOWSTATE_CLUSTER"); v != nullptr && *v != '\0') {
+    std::string e = SetClusterFromText(merged, v, "FLOWSTATE_CLUSTER");
+    if (!e.empty()) return Fail(e);
+  }
   std::vector<std::string> leaves;
   Leaves(json::parse(DefaultConfigJson()), "", &leaves);
   for (const std::string& leaf : leaves) {
@@ -302,12 +362,31 @@ StatusOr<std::string> LoadServerConfig(const std::vector<std::string>& args,
       }
     }
     if (matched) continue;
+    if (a == "--cluster") {
+      if (i + 1 >= args.size()) return Fail("--cluster needs a JSON object {\"<job>\": [\"host:port\", ...]}");
+      std::string e = SetClusterFromText(merged, args[++i], "--cluster");
+      if (!e.empty()) return Fail(e);
+      continue;
+    }
+    if (a == "--task") {
+      if (i + 1 >= args.size()) return Fail("--task needs TYPE:INDEX (worker:1)");
+      const std::string t = args[++i];
+      const size_t colon = t.rfind(':');
+      if (colon == std::string::npos || colon == 0) return Fail("--task " + t + ": expected TYPE:INDEX (worker:1)");
+      std::string e = SetFromText(merged, "task.type", t.substr(0, colon), "--task");
+      if (e.empty()) e = SetFromText(merged, "task.index", t.substr(colon + 1), "--task");
+      if (!e.empty()) return Fail(e);
+      if (merged["task"]["index"].get<int64_t>() < 0) return Fail("--task " + t + ": the index must be >= 0");
+      continue;
+    }
     if (a == "--set") {
       if (i + 1 >= args.size()) return Fail("--set needs section.key=value");
       std::string kv = args[++i];
       size_t eq = kv.find('=');
       if (eq == std::string::npos) return Fail("--set " + kv + ": expected section.key=value");
-      std::string e = SetFromText(merged, kv.substr(0, eq), kv.substr(eq + 1), "--set");
+      std::string e = kv.substr(0, eq) == "cluster"
+                          ? SetClusterFromText(merged, kv.substr(eq + 1), "--set cluster")
+                          : SetFromText(merged, kv.substr(0, eq), kv.substr(eq + 1), "--set");
       if (!e.empty()) return Fail(e);
       continue;
     }

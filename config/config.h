@@ -9,6 +9,15 @@
 //   4. flags: --http ADDR, --grpc ADDR, --data-dir DIR, --data-root DIR, and
 //      --set section.key=VALUE for any key.
 //
+// The cluster (`cluster`, `task`): `cluster` is the one key whose members
+// the default does not list: {"<job>": ["host:port", ...], ...}, from the
+// file, FLOWSTATE_CLUSTER (that JSON object) or --cluster JSON; `task` is
+// {"type", "index"} (FLOWSTATE_TASK_TYPE, FLOWSTATE_TASK_INDEX, --task
+// TYPE:INDEX). Here only their JSON types are checked; what makes a cluster
+// valid (addresses, duplicates, the task in range) is checked by
+// distributed/cluster_spec.h where `flowstate serve` builds the spec, which
+// also falls back to TF_CONFIG and MASTER_* when `cluster` is empty.
+//
 // A key the default does not have is an error naming it (a typo must not be
 // ignored), as is a value of the wrong JSON type. config/ depends on nothing
 // of Flowstate's (DESIGN.md), so errors are plain strings.
@@ -19,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -91,6 +101,29 @@ struct ServerConfig {
   struct Log {
     bool requests = false;
   } log;
+  // Job name -> its tasks' gRPC addresses, by index; empty: no cluster in
+  // the configuration (TF_CONFIG or MASTER_* may still give one).
+  std::map<std::string, std::vector<std::string>> cluster;
+  struct Task {
+    std::string type;    // "": not set here
+    int64_t index = -1;  // -1: not set here; range-checked against the cluster, not here
+  } task;
+  struct ClusterOptions {
+    // How often each task tells the others it is up, and how long without a
+    // word before a task is reported UNREACHABLE (and its steps fail).
+    double heartbeat_interval_seconds = 1;
+    double heartbeat_deadline_seconds = 5;
+    // The longest one step across tasks may run before it is aborted
+    // everywhere with DEADLINE_EXCEEDED; 0: no limit.
+    double step_deadline_seconds = 0;
+    // MASTER_* clusters: how long a task waits for all WORLD_SIZE ranks to
+    // join task 0's registry before it gives up (exit 1).
+    double join_timeout_seconds = 120;
+    // The host other tasks reach this one at (MASTER_* clusters); "":
+    // $POD_IP, else the gRPC address's host unless a wildcard, else the
+    // hostname (distributed/registry.h, AdvertisedHost).
+    std::string advertise_host;
+  } cluster_options;
 };
 
 // The embedded default configuration, as JSON text and parsed.

@@ -39,7 +39,7 @@ void JobManager::Shutdown() {
     // Every started, unfinished job gets a checkpoint of where it stopped.
     for (const std::string& id : order_) {
       std::shared_ptr<Job> job = jobs_.at(id);
-      if (job->started && !IsTerminal(job->state) && job->step != job->snapshot_step) {
+      if (job->started && !IsTerminal(job->info.state) && job->info.step != job->snapshot_step) {
         SnapshotLocked(job.get(), job, "shutdown");
       }
     }
@@ -49,35 +49,18 @@ void JobManager::Shutdown() {
   writer_.join();  // after the queued writes
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [id, job] : jobs_) {
-    if (!IsTerminal(job->state)) PersistLocked(*job, true);
+    if (!IsTerminal(job->info.state)) PersistLocked(*job, true);
   }
 }
 
 JobInfo JobManager::InfoLocked(const Job& j) const {
-  JobInfo i;
-  i.id = j.id;
+  JobInfo i = j.info;
   i.name = j.spec.name;
-  i.state = j.state;
-  i.epoch = j.epoch;
   i.epochs = j.spec.input.epochs;
-  i.step = j.step;
-  i.total_steps = j.total_steps;
-  i.loss = j.loss;
   i.examples_per_sec = j.train_seconds > 0 ? double(j.examples) / j.train_seconds : 0;
-  i.metrics = j.metrics;
-  i.error = j.error;
-  i.created = j.created;
-  i.started = j.started_at;
-  i.finished = j.finished_at;
-  i.checkpoint_step = j.checkpoint_step;
-  i.checkpoint_time = j.checkpoint_time;
-  i.checkpoint_bytes = j.checkpoint_bytes;
-  i.checkpoint_failures = j.checkpoint_failures;
-  i.checkpoint_error = j.checkpoint_error;
-  i.resumed_from_step = j.resumed_from_step;
-  i.skipped_steps = j.skipped_steps;
-  if (!IsTerminal(j.state) && j.step > 0 && j.total_steps >= j.step && j.train_seconds > 0) {
-    i.eta_seconds = j.train_seconds / double(j.step) * double(j.total_steps - j.step);
+  i.eta_seconds = -1;
+  if (!IsTerminal(i.state) && i.step > 0 && i.total_steps >= i.step && j.train_seconds > 0) {
+    i.eta_seconds = j.train_seconds / double(i.step) * double(i.total_steps - i.step);
   }
   return i;
 }
@@ -95,7 +78,7 @@ void JobManager::PublishLocked(Job* job, JobEvent::Kind kind, const std::string&
   e.time = Now();
   e.message = message;
   RememberLocked(job, e);
-  bool terminal = IsTerminal(job->state) && kind == JobEvent::Kind::kState;
+  bool terminal = IsTerminal(job->info.state) && kind == JobEvent::Kind::kState;
   auto& subs = job->subscribers;
   for (auto it = subs.begin(); it != subs.end();) {
     std::shared_ptr<Stream> s = it->lock();
@@ -109,21 +92,21 @@ void JobManager::PublishLocked(Job* job, JobEvent::Kind kind, const std::string&
 }
 
 void JobManager::TransitionLocked(Job* job, JobAction action, const std::string& error) {
-  const JobState from = job->state;
+  const JobState from = job->info.state;
   const std::optional<JobState> to = JobStateMachine::Next(from, action);
   if (!to) return;
   const JobState s = *to;
-  job->state = s;
+  job->info.state = s;
   if (s != JobState::kRunning) job->requested.reset();
-  if (!error.empty()) job->error = error;
-  if (s == JobState::kRunning && job->started_at == 0) job->started_at = Now();
-  if (IsTerminal(s)) job->finished_at = Now();
+  if (!error.empty()) job->info.error = error;
+  if (s == JobState::kRunning && job->info.started == 0) job->info.started = Now();
+  if (IsTerminal(s)) job->info.finished = Now();
   if (from == JobState::kRunning) {
     if (job->holds_slot) {
       job->holds_slot = false;
       for (int d : job->devices) --devices_[d].holding;
     }
-    ready_.erase(std::remove(ready_.begin(), ready_.end(), job->id), ready_.end());
+    ready_.erase(std::remove(ready_.begin(), ready_.end(), job->info.id), ready_.end());
   }
   if (IsTerminal(s) && job->runner && job->runner->pipeline()) job->runner->pipeline()->Cancel();
   PublishLocked(job, JobEvent::Kind::kState);
@@ -160,7 +143,7 @@ void JobManager::AdmitLocked() {
   for (DeviceLoad& d : devices_) d.reserved = false;
   for (auto it = queued_.begin(); it != queued_.end();) {
     auto jt = jobs_.find(*it);
-    if (jt == jobs_.end() || jt->second->state != JobState::kQueued) {
+    if (jt == jobs_.end() || jt->second->info.state != JobState::kQueued) {
       it = queued_.erase(it);
       continue;
     }
@@ -227,20 +210,20 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   std::lock_guard<std::mutex> l(mu_);
   if (stopping_) return Unavailable("the server is shutting down");
   auto job = std::make_shared<Job>();
-  job->id = "job-" + std::to_string(next_id_++);
+  job->info.id = "job-" + std::to_string(next_id_++);
   job->spec = std::move(spec);
   job->spec_json = job_json;
   job->runner = std::move(runner);
-  job->created = Now();
+  job->info.created = Now();
   job->init_values_set = init_values_set;
   if (options_.store != nullptr) {
-    Status st = options_.store->PutRecord(Store::Kind::kGraphs, job->id, job_json);
+    Status st = options_.store->PutRecord(Store::Kind::kGraphs, job->info.id, job_json);
     if (!st.ok()) return Unavailable("the job could not be stored: " + st.ToString());
     PersistLocked(*job, true);
   }
-  jobs_[job->id] = job;
-  order_.push_back(job->id);
-  queued_.push_back(job->id);
+  jobs_[job->info.id] = job;
+  order_.push_back(job->info.id);
+  queued_.push_back(job->info.id);
   if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), JobState::kQueued);
   JobInfo info = InfoLocked(*job);
   AdmitLocked();
@@ -266,7 +249,7 @@ std::map<std::string, std::vector<std::string>> JobManager::RunningJobsByDevice(
   std::map<std::string, std::vector<std::string>> out;
   for (const std::string& id : order_) {
     const Job& j = *jobs_.at(id);
-    if (j.state != JobState::kRunning || j.runner == nullptr) continue;
+    if (j.info.state != JobState::kRunning || j.runner == nullptr) continue;
     for (const std::string& d : j.runner->DeviceNames()) out[d].push_back(id);
   }
   return out;
@@ -275,7 +258,7 @@ std::map<std::string, std::vector<std::string>> JobManager::RunningJobsByDevice(
 int JobManager::queue_depth() const {
   std::lock_guard<std::mutex> l(mu_);
   int n = 0;
-  for (const auto& [id, j] : jobs_) n += j->state == JobState::kQueued;
+  for (const auto& [id, j] : jobs_) n += j->info.state == JobState::kQueued;
   return n;
 }
 
@@ -286,7 +269,7 @@ std::map<JobState, int> JobManager::CountByState() const {
                      JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
     out[s] = 0;
   }
-  for (const auto& [id, j] : jobs_) out[j->state]++;
+  for (const auto& [id, j] : jobs_) out[j->info.state]++;
   return out;
 }
 
@@ -295,13 +278,13 @@ Status JobManager::Cancel(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kCancel, id));
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kCancel, id));
   if (job->busy) {  // applied when its current step ends
     job->requested = JobStateMachine::Merge(job->requested, JobAction::kCancel);
     return Status();
   }
   queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
-  if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
+  if (job->started && job->info.step != job->snapshot_step) SnapshotLocked(job, it->second, "cancel");
   TransitionLocked(job, JobAction::kCancel);
   return Status();
 }
@@ -311,13 +294,13 @@ Status JobManager::Pause(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
-  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kPause, id));
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kPause, id));
   if (job->busy) {  // applied when its current step ends
     job->requested = JobStateMachine::Merge(job->requested, JobAction::kPause);
     return Status();
   }
   queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
-  if (job->started && job->step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
+  if (job->started && job->info.step != job->snapshot_step) SnapshotLocked(job, it->second, "pause");
   TransitionLocked(job, JobAction::kPause);
   return Status();
 }
@@ -331,7 +314,7 @@ Status JobManager::Resume(const std::string& id) {
     job->requested.reset();
     return Status();
   }
-  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->state, JobAction::kResume, id));
+  FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kResume, id));
   queued_.push_back(id);
   TransitionLocked(job, JobAction::kResume);
   return Status();
@@ -352,12 +335,12 @@ Status JobManager::Predict(const std::string& id,
     // A finished job (released, or reloaded after a restart) predicts with
     // the variables of its final checkpoint or the model values it kept,
     // loaded on first use.
-    lazy_start = !job->started && !job->inference_ready && IsTerminal(job->state) &&
+    lazy_start = !job->started && !job->inference_ready && IsTerminal(job->info.state) &&
                  runner != nullptr &&
                  ((options_.store != nullptr && job->restore_on_start) || !job->final_values.empty());
     if (!job->started && !job->inference_ready && !lazy_start) {
       return FailedPrecondition("job '" + id + "' has no trained variables yet (it is " +
-                                std::string(JobStateName(job->state)) + ")");
+                                std::string(JobStateName(job->info.state)) + ")");
     }
   }
   if (lazy_start) FS_RETURN_IF_ERROR(LoadFinished(job, runner));
@@ -378,9 +361,9 @@ Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shar
   if (kept) runner->SetInitialValues(std::move(values));
   int64_t restored = -1;
   Status st = StartRunner(job.get(), /*load_data=*/false, &restored);
-  if (!st.ok()) return st.WithPrefix("job '" + job->id + "': loading its variables");
+  if (!st.ok()) return st.WithPrefix("job '" + job->info.id + "': loading its variables");
   if (restored < 0 && !kept) {
-    return FailedPrecondition("job '" + job->id + "' has no checkpoint to predict with");
+    return FailedPrecondition("job '" + job->info.id + "' has no checkpoint to predict with");
   }
   std::lock_guard<std::mutex> l(mu_);
   job->inference_ready = true;
@@ -400,7 +383,7 @@ StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& i
   e.kind = JobEvent::Kind::kState;
   e.info = InfoLocked(*job);
   e.time = Now();
-  stream->Push(e, IsTerminal(job->state));
+  stream->Push(e, IsTerminal(job->info.state));
   job->subscribers.push_back(stream);
   // The caller owns a handle that keeps the stream alive.
   struct Handle final : JobEventStream {
@@ -428,7 +411,7 @@ void JobManager::WorkerLoop() {
     std::string id = std::move(*pick);
     ready_.erase(pick);
     std::shared_ptr<Job> job = jobs_.at(id);
-    if (job->state != JobState::kRunning || job->busy) continue;
+    if (job->info.state != JobState::kRunning || job->busy) continue;
     job->busy = true;
     for (int d : job->devices) ++devices_[d].stepping;  // fixed since its admission
     ++slices_in_flight_;
@@ -439,9 +422,9 @@ void JobManager::WorkerLoop() {
     for (int d : job->devices) --devices_[d].stepping;
     --slices_in_flight_;
     checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
-    if (job->state == JobState::kRunning) {
+    if (job->info.state == JobState::kRunning) {
       if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {
-        if (job->started && job->step != job->snapshot_step) {
+        if (job->started && job->info.step != job->snapshot_step) {
           SnapshotLocked(job.get(), job, a == JobAction::kCancel ? "cancel" : "pause");
         }
         TransitionLocked(job.get(), *a);
@@ -465,18 +448,18 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       return;
     }
     j->started = true;
-    j->total_steps = j->runner->total_steps();
+    j->info.total_steps = j->runner->total_steps();
     j->snapshot_at = std::chrono::steady_clock::now();
     if (j->restore_on_start) {
       j->restore_on_start = false;
-      j->step = j->runner->step();
+      j->info.step = j->runner->step();
       j->snapshot_step = restored;
       if (restored >= 0) {
-        j->resumed_from_step = restored;
+        j->info.resumed_from_step = restored;
         PublishLocked(j, JobEvent::Kind::kResume,
                       "resumed from the checkpoint at step " + std::to_string(restored));
       } else if (j->was_running) {
-        j->resumed_from_step = 0;
+        j->info.resumed_from_step = 0;
         PublishLocked(j, JobEvent::Kind::kResume,
                       "restarted from step 0: no checkpoint had been written");
       } else {
@@ -495,7 +478,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       TransitionLocked(j, JobAction::kFail, "evaluation: " + m.status().ToString());
       return;
     }
-    j->metrics = *m;
+    j->info.metrics = *m;
     PublishLocked(j, JobEvent::Kind::kEval);
     PersistLocked(*j, true);
     if (j->loop.AfterEvaluate() == TrainingLoop::Next::kFinish) {
@@ -516,18 +499,18 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       TransitionLocked(j, JobAction::kFail, r.status().message());
       return;
     }
-    TransitionLocked(j, JobAction::kFail, "step " + std::to_string(j->step + 1) + ": " +
+    TransitionLocked(j, JobAction::kFail, "step " + std::to_string(j->info.step + 1) + ": " +
                                              r.status().ToString());
     return;
   }
-  j->step = r->step;
-  j->epoch = r->epoch;
+  j->info.step = r->step;
+  j->info.epoch = r->epoch;
   if (r->skipped) {  // on_nan "skip_step": the loss stays the last finite one
-    ++j->skipped_steps;
+    ++j->info.skipped_steps;
     PublishLocked(j, JobEvent::Kind::kNan, r->nan_message);
     if (options_.observer) options_.observer->OnNan(InfoLocked(*j), true);
   } else {
-    j->loss = r->loss;
+    j->info.loss = r->loss;
   }
   j->train_seconds += secs;
   j->examples += r->examples;

@@ -23,9 +23,9 @@ using Json = nlohmann::json;
 using checkpoints::Store;
 
 bool JobManager::CheckpointDueLocked(const Job& j) const {
-  if (options_.store == nullptr || !j.started || j.step == j.snapshot_step) return false;
+  if (options_.store == nullptr || !j.started || j.info.step == j.snapshot_step) return false;
   const CheckpointSpec& c = j.spec.checkpoint;
-  if (c.every_steps > 0 && j.step - std::max<int64_t>(j.snapshot_step, 0) >= c.every_steps) return true;
+  if (c.every_steps > 0 && j.info.step - std::max<int64_t>(j.snapshot_step, 0) >= c.every_steps) return true;
   if (c.every_seconds > 0 &&
       std::chrono::duration<double>(std::chrono::steady_clock::now() - j.snapshot_at).count() >=
           c.every_seconds) {
@@ -38,11 +38,11 @@ uint64_t JobManager::SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, c
   if (options_.store == nullptr || !job->runner || !(job->started || job->inference_ready)) return 0;
   StatusOr<JobSnapshot> s = job->runner->Snapshot();
   if (!s.ok()) {
-    ++job->checkpoint_failures;
-    job->checkpoint_error = s.status().ToString();
+    ++job->info.checkpoint_failures;
+    job->info.checkpoint_error = s.status().ToString();
     PublishLocked(job, JobEvent::Kind::kCheckpoint,
-                  "checkpoint at step " + std::to_string(job->step) + " (" + reason +
-                      ") failed: " + job->checkpoint_error);
+                  "checkpoint at step " + std::to_string(job->info.step) + " (" + reason +
+                      ") failed: " + job->info.checkpoint_error);
     if (options_.observer) options_.observer->OnCheckpoint(InfoLocked(*job), 0, 0, false);
     return 0;
   }
@@ -95,10 +95,10 @@ void JobManager::WriterLoop() {
     int64_t bytes = 0;
     for (const auto& t : w.snapshot.tensors) bytes += int64_t(t.value.TotalBytes());
     auto t0 = std::chrono::steady_clock::now();
-    Status st = options_.store->WriteCheckpoint(job->id, w.snapshot);
+    Status st = options_.store->WriteCheckpoint(job->info.id, w.snapshot);
     std::string retention;
     if (st.ok()) {
-      Status r = options_.store->RetainLatest(job->id, std::max(1, keep));
+      Status r = options_.store->RetainLatest(job->info.id, std::max(1, keep));
       if (!r.ok()) retention = "; older checkpoints were kept: " + r.ToString();
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -108,26 +108,26 @@ void JobManager::WriterLoop() {
     job->last_write_done = w.seq;
     std::string what = "checkpoint at step " + std::to_string(w.step) + " (" + w.reason + ")";
     if (st.ok()) {
-      job->checkpoint_step = w.step;
-      job->checkpoint_time = Now();
-      job->checkpoint_bytes = bytes;
-      job->checkpoint_error.clear();
+      job->info.checkpoint_step = w.step;
+      job->info.checkpoint_time = Now();
+      job->info.checkpoint_bytes = bytes;
+      job->info.checkpoint_error.clear();
       char ms[32];
       std::snprintf(ms, sizeof ms, "%.1f ms", secs * 1e3);
       PublishLocked(job, JobEvent::Kind::kCheckpoint,
                     what + " written: " + HumanBytes(bytes) + " in " + ms + retention);
     } else {
-      ++job->checkpoint_failures;
-      job->checkpoint_error = st.ToString();
-      std::string previous = job->checkpoint_step >= 0
-                                 ? "; the checkpoint at step " + std::to_string(job->checkpoint_step) +
+      ++job->info.checkpoint_failures;
+      job->info.checkpoint_error = st.ToString();
+      std::string previous = job->info.checkpoint_step >= 0
+                                 ? "; the checkpoint at step " + std::to_string(job->info.checkpoint_step) +
                                        " is still the latest"
                                  : "";
       PublishLocked(job, JobEvent::Kind::kCheckpoint, what + " failed: " + st.ToString() + previous);
     }
     PersistLocked(*job, true);
     if (options_.observer) options_.observer->OnCheckpoint(InfoLocked(*job), secs, bytes, st.ok());
-    if (job->pending_writes == 0 && IsTerminal(job->state)) EnforceRetentionLocked();
+    if (job->pending_writes == 0 && IsTerminal(job->info.state)) EnforceRetentionLocked();
     checkpoint_cv_.notify_all();
   }
 }
@@ -143,11 +143,11 @@ Status JobManager::StartRunner(Job* job, bool load_data, int64_t* restored_step)
   }
   if (restore) {
     // The newest checkpoint that reads back whole; a damaged one is skipped.
-    StatusOr<std::vector<checkpoints::CheckpointInfo>> list = options_.store->ListCheckpoints(job->id);
+    StatusOr<std::vector<checkpoints::CheckpointInfo>> list = options_.store->ListCheckpoints(job->info.id);
     if (!list.ok()) return list.status().WithPrefix("listing the job's checkpoints");
     std::string damaged;
     for (auto it = list->rbegin(); it != list->rend() && !ckpt; ++it) {
-      StatusOr<checkpoints::Snapshot> s = options_.store->ReadCheckpoint(job->id, it->step);
+      StatusOr<checkpoints::Snapshot> s = options_.store->ReadCheckpoint(job->info.id, it->step);
       if (s.ok()) {
         ckpt = std::move(s).value();
       } else {
@@ -183,7 +183,7 @@ void JobManager::PersistLocked(Job& j, bool sync) {
   record.history.assign(j.history.begin(), j.history.end());
   // Best effort: a record that cannot be written now is written again at
   // the job's next change; the checkpoints are what a restart relies on.
-  Status st = options_.store->PutRecord(Store::Kind::kJobs, j.id, JobRecordToJson(record), sync);
+  Status st = options_.store->PutRecord(Store::Kind::kJobs, j.info.id, JobRecordToJson(record), sync);
   j.last_persist = std::chrono::steady_clock::now();
   (void)st;
 }
@@ -196,33 +196,18 @@ Status JobManager::Recover() {
   std::vector<std::shared_ptr<Job>> loaded;
   for (const auto& [id, text] : records) {
     auto job = std::make_shared<Job>();
-    job->id = id;
+    job->info.id = id;
     std::string problem;
     std::optional<JobState> state;
     StatusOr<JobRecord> record = JobRecordFromJson(text);
     if (!record.ok()) {
       problem = "its record is malformed: " + record.status().message();
     } else {
-      const JobInfo& r = record->info;
-      state = r.state;
-      job->error = r.error;
-      job->epoch = r.epoch;
-      job->step = r.step;
-      job->total_steps = r.total_steps;
-      job->loss = r.loss;
+      job->info = record->info;
+      job->info.id = id;
+      state = record->info.state;
       job->train_seconds = record->train_seconds;
       job->examples = record->examples;
-      job->metrics = r.metrics;
-      job->created = r.created;
-      job->started_at = r.started;
-      job->finished_at = r.finished;
-      job->checkpoint_step = r.checkpoint_step;
-      job->checkpoint_time = r.checkpoint_time;
-      job->checkpoint_bytes = r.checkpoint_bytes;
-      job->checkpoint_failures = r.checkpoint_failures;
-      job->checkpoint_error = r.checkpoint_error;
-      job->resumed_from_step = r.resumed_from_step;
-      job->skipped_steps = r.skipped_steps;
     }
     auto doc = docs.find(id);
     if (problem.empty() && doc == docs.end()) problem = "its job document is missing";
@@ -247,14 +232,14 @@ Status JobManager::Recover() {
       }
     }
     job->restore_on_start = true;
-    job->state = state.value_or(JobState::kFailed);
-    job->was_running = job->state == JobState::kRunning || job->state == JobState::kPaused;
+    job->info.state = state.value_or(JobState::kFailed);
+    job->was_running = job->info.state == JobState::kRunning || job->info.state == JobState::kPaused;
     // A resume of this process is reported anew (the history keeps the old ones).
-    if (!IsTerminal(job->state)) job->resumed_from_step = -1;
-    if (!problem.empty() && !IsTerminal(job->state)) {
-      job->state = JobStateMachine::Next(job->state, JobAction::kFail).value_or(JobState::kFailed);
-      job->error = "the job could not be reloaded after a restart: " + problem;
-      job->finished_at = Now();
+    if (!IsTerminal(job->info.state)) job->info.resumed_from_step = -1;
+    if (!problem.empty() && !IsTerminal(job->info.state)) {
+      job->info.state = JobStateMachine::Next(job->info.state, JobAction::kFail).value_or(JobState::kFailed);
+      job->info.error = "the job could not be reloaded after a restart: " + problem;
+      job->info.finished = Now();
     }
     // The history, as far as it was stored, each event with the job as
     // reloaded (name, epochs) in the event's state, step and epoch.
@@ -272,8 +257,8 @@ Status JobManager::Recover() {
     loaded.push_back(job);
   }
   std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) {
-    int64_t na = IdNumber(a->id, "job-"), nb = IdNumber(b->id, "job-");
-    return na != nb ? na < nb : a->id < b->id;
+    int64_t na = IdNumber(a->info.id, "job-"), nb = IdNumber(b->info.id, "job-");
+    return na != nb ? na < nb : a->info.id < b->info.id;
   });
   StatusOr<std::string> imports = options_.store->GetRecord(Store::Kind::kMeta, kImportCounterKey);
   StatusOr<std::string> job_ids = options_.store->GetRecord(Store::Kind::kMeta, kJobCounterKey);
@@ -287,19 +272,19 @@ Status JobManager::Recover() {
   }
   std::deque<std::string> resume, queue;
   for (const auto& job : loaded) {
-    if (jobs_.count(job->id)) continue;
-    next_id_ = std::max(next_id_, IdNumber(job->id, "job-") + 1);
-    if (job->state == JobState::kRunning) {
+    if (jobs_.count(job->info.id)) continue;
+    next_id_ = std::max(next_id_, IdNumber(job->info.id, "job-") + 1);
+    if (job->info.state == JobState::kRunning) {
       // Back to QUEUED (RUNNING again when admitted), as the table says.
-      job->state = JobStateMachine::Next(job->state, JobAction::kRequeue).value_or(JobState::kQueued);
-      resume.push_back(job->id);
-    } else if (job->state == JobState::kQueued) {
-      queue.push_back(job->id);
+      job->info.state = JobStateMachine::Next(job->info.state, JobAction::kRequeue).value_or(JobState::kQueued);
+      resume.push_back(job->info.id);
+    } else if (job->info.state == JobState::kQueued) {
+      queue.push_back(job->info.id);
     }
-    jobs_[job->id] = job;
-    order_.push_back(job->id);
+    jobs_[job->info.id] = job;
+    order_.push_back(job->info.id);
     PersistLocked(*job, true);
-    if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), job->state);
+    if (options_.observer) options_.observer->OnStateChange(InfoLocked(*job), job->info.state);
   }
   queued_.insert(queued_.begin(), queue.begin(), queue.end());
   queued_.insert(queued_.begin(), resume.begin(), resume.end());
@@ -312,9 +297,9 @@ void JobManager::ReleaseLocked(Job* job) {
   if (!job->runner) return;
   // A checkpoint of the last step, written or being written, is what
   // Predict loads; without one the model values stay (the only copy).
-  const bool covered = options_.store != nullptr && job->snapshot_step == job->step &&
+  const bool covered = options_.store != nullptr && job->snapshot_step == job->info.step &&
                        job->snapshot_step >= 0 &&
-                       (job->checkpoint_step == job->step || job->pending_writes > 0);
+                       (job->info.checkpoint_step == job->info.step || job->pending_writes > 0);
   if (!covered && (job->started || job->inference_ready)) {
     StatusOr<std::vector<std::pair<std::string, Tensor>>> v = job->runner->ModelValues();
     if (v.ok()) job->final_values = std::move(v).value();
@@ -362,8 +347,8 @@ Status JobManager::Delete(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   std::shared_ptr<Job> job = it->second;
-  if (!IsTerminal(job->state)) {
-    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->state)) +
+  if (!IsTerminal(job->info.state)) {
+    return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->info.state)) +
                               "; only finished jobs can be deleted (cancel it first)");
   }
   checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
@@ -382,7 +367,7 @@ int JobManager::EnforceRetentionLocked() {
   if (max_finished <= 0 && max_age <= 0) return 0;
   std::vector<std::pair<double, std::string>> finished;  // (finished at, id)
   for (const auto& [id, j] : jobs_) {
-    if (IsTerminal(j->state)) finished.emplace_back(j->finished_at, id);
+    if (IsTerminal(j->info.state)) finished.emplace_back(j->info.finished, id);
   }
   std::sort(finished.begin(), finished.end(), std::greater<>());  // newest first
   const double now = Now();
@@ -404,12 +389,12 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   std::shared_ptr<Job> job = it->second;
-  if (!job->started && !job->inference_ready && IsTerminal(job->state) && job->runner) {
+  if (!job->started && !job->inference_ready && IsTerminal(job->info.state) && job->runner) {
     // A finished job released its variables: its final checkpoint is the
     // one asked for; without one, its kept values are loaded to take it.
     checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
-    if (job->restore_on_start && job->checkpoint_step == job->step && job->checkpoint_step >= 0) {
-      return CheckpointRequestResult{job->step, true};
+    if (job->restore_on_start && job->info.checkpoint_step == job->info.step && job->info.checkpoint_step >= 0) {
+      return CheckpointRequestResult{job->info.step, true};
     }
     if (!job->final_values.empty()) {
       std::shared_ptr<TrainingJob> runner = job->runner;
@@ -421,29 +406,29 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
   }
   if (!job->started && !job->inference_ready) {
     return FailedPrecondition("job '" + id + "' has no variables to checkpoint yet (it is " +
-                              std::string(JobStateName(job->state)) + ")");
+                              std::string(JobStateName(job->info.state)) + ")");
   }
   if (job->busy) {
     // Taken by the worker right after the step it is running.
     uint64_t ticket = ++job->checkpoint_ticket;
     bool served = checkpoint_cv_.wait_for(l, std::chrono::seconds(120), [&] {
-      return job->served_ticket >= ticket || (!job->busy && job->state != JobState::kRunning);
+      return job->served_ticket >= ticket || (!job->busy && job->info.state != JobState::kRunning);
     });
     if (job->served_ticket >= ticket) return CheckpointRequestResult{job->served_step, false};
     if (!served) return DeadlineExceeded("job '" + id + "' did not reach the end of its step in time");
-    if (!job->busy && job->state != JobState::kRunning && job->checkpoint_ticket > job->served_ticket) {
+    if (!job->busy && job->info.state != JobState::kRunning && job->checkpoint_ticket > job->served_ticket) {
       job->checkpoint_ticket = job->served_ticket;  // withdrawn: handled below, the job is idle
     }
   }
   if (job->busy) return Unavailable("job '" + id + "' is busy; try again");
   uint64_t seq = SnapshotLocked(job.get(), job, "on demand");
-  if (seq == 0) return Internal("the snapshot failed: " + job->checkpoint_error);
+  if (seq == 0) return Internal("the snapshot failed: " + job->info.checkpoint_error);
   int64_t step = job->snapshot_step;
-  if (job->state == JobState::kRunning) return CheckpointRequestResult{step, false};
+  if (job->info.state == JobState::kRunning) return CheckpointRequestResult{step, false};
   WaitForWriteLocked(l, job.get(), seq);
-  if (job->checkpoint_step != step || !job->checkpoint_error.empty()) {
+  if (job->info.checkpoint_step != step || !job->info.checkpoint_error.empty()) {
     return Unavailable("the checkpoint at step " + std::to_string(step) +
-                       " could not be written: " + job->checkpoint_error);
+                       " could not be written: " + job->info.checkpoint_error);
   }
   return CheckpointRequestResult{step, true};
 }

@@ -79,7 +79,12 @@ inline Status NoStore() {
 }  // namespace job_manager_internal
 
 struct JobManager::Job {
-  std::string id;
+  // The job as GET /v1/jobs/{id} shows it, but for what InfoLocked derives
+  // (examples_per_sec, eta_seconds): one copy of each field, stored in the
+  // record as it is. info.state changes only by JobManager::TransitionLocked,
+  // along the table of jobs/job_state.h (and is set from a stored record by
+  // Recover).
+  JobInfo info;
   JobSpec spec;
   std::string spec_json;  // as submitted
   // Shared with Predict calls in flight, so that releasing a finished job
@@ -88,10 +93,6 @@ struct JobManager::Job {
   // A finished job's model values when no checkpoint holds its last step
   // (ReleaseLocked); Predict starts the runner with them.
   std::vector<std::pair<std::string, Tensor>> final_values;
-  // Changed only by JobManager::TransitionLocked, along the table of
-  // jobs/job_state.h (and set from a stored record by Recover).
-  JobState state = JobState::kQueued;
-  std::string error;
   bool started = false;        // runner->Start() succeeded
   bool holds_slot = false;     // counted in the holding of each of `devices`
   // Its devices, as indices into JobManager::devices_ (filled when it is
@@ -102,11 +103,9 @@ struct JobManager::Job {
   // A pause or cancel asked while its step runs (busy), applied by the
   // worker when the step ends; reset when the job leaves RUNNING.
   std::optional<JobAction> requested;
-  int64_t epoch = 0, step = 0, total_steps = 0;
-  double loss = 0, train_seconds = 0;
+  // The totals the training rate is computed from, over every run.
+  double train_seconds = 0;
   int64_t examples = 0;
-  std::map<std::string, double> metrics;
-  double created = 0, started_at = 0, finished_at = 0;
   std::chrono::steady_clock::time_point last_step_event{};
   std::vector<std::weak_ptr<Stream>> subscribers;
   // Durability.
@@ -115,11 +114,6 @@ struct JobManager::Job {
   bool init_values_set = false;   // init_from values handed to the runner
   bool inference_ready = false;   // started without data to serve predictions
   std::mutex start_mu;            // serializes that lazy start
-  int64_t checkpoint_step = -1, checkpoint_bytes = 0, checkpoint_failures = 0;
-  double checkpoint_time = 0;
-  std::string checkpoint_error;
-  int64_t resumed_from_step = -1;
-  int64_t skipped_steps = 0;
   int64_t snapshot_step = -1;  // of the newest snapshot taken (written or not)
   std::chrono::steady_clock::time_point snapshot_at{};
   int pending_writes = 0;      // snapshots queued or being written

@@ -10,6 +10,7 @@
 #include "checkpoints/store.h"
 #include "devices/kernel_registry.h"
 #include "graph/op_def.h"
+#include "scheduler/rendezvous.h"
 #include "scheduler/session.h"
 #include "scheduler/thread_pool.h"
 #include "state/tensor_store.h"
@@ -226,6 +227,43 @@ std::vector<OpInfo> Service::ListOps() const {
 }
 
 std::vector<DeviceInfo> Service::ListDevices() const {
+  if (!options_.cluster) return ListLocalDevices();
+  std::vector<DeviceInfo> out;
+  for (TaskInfo& t : GetCluster().tasks) {
+    for (DeviceInfo& d : t.devices) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+ClusterInfo Service::GetCluster() const {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ClusterInfo c;
+  if (options_.cluster) c = options_.cluster();
+  TaskInfo* self = nullptr;
+  for (TaskInfo& t : c.tasks) {
+    if (t.is_self) self = &t;
+  }
+  for (TaskInfo& t : c.tasks) {
+    if (self == nullptr && t.job == options_.task_job && t.index == options_.task_index) self = &t;
+  }
+  if (self == nullptr) {
+    c.tasks.emplace_back();
+    self = &c.tasks.back();
+    self->job = options_.task_job;
+    self->index = options_.task_index;
+    self->address = options_.task_address;
+  }
+  self->is_self = true;
+  self->state = TaskState::kUp;
+  self->error.clear();
+  self->incarnation = ProcessIncarnation();
+  self->last_heartbeat = now;
+  self->devices = ListLocalDevices();
+  return c;
+}
+
+std::vector<DeviceInfo> Service::ListLocalDevices() const {
   std::vector<DeviceInfo> out;
   std::map<std::string, std::vector<std::string>> running = jobs_->RunningJobsByDevice();
   for (Device* d : options_.devices->devices()) {

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,19 @@ struct ServiceOptions {
   // its shape is known before it runs (SessionOptions::max_shape_bytes).
   int64_t max_shape_bytes = int64_t{1} << 30;
   JobManagerOptions jobs;  // devices, data_root, max_shape_bytes are filled in from above
+  // This task: its job and index in the cluster ("localhost", 0 without
+  // one; `devices` are named after them) and its gRPC address.
+  std::string task_job = "localhost";
+  int task_index = 0;
+  std::string task_address;
+  // The cluster view (GET /v1/cluster, GET /v1/devices): every task of the
+  // cluster as the distributed runtime sees it (state, incarnation, last
+  // heartbeat, devices), called on each request from any thread. Null: no
+  // cluster, the view is this process alone (task_job/task_index, UP, the
+  // process incarnation). Either way the task marked is_self (or, when none
+  // is, the one that is task_job/task_index) gets this process's own live
+  // device view and incarnation.
+  std::function<ClusterInfo()> cluster;
 };
 
 
@@ -91,7 +105,13 @@ class Service {
 
   // --- Introspection.
   std::vector<OpInfo> ListOps() const;
+  // The devices of every task of the cluster (this process's alone without
+  // one), each name carrying its task, by task then pool order.
   std::vector<DeviceInfo> ListDevices() const;
+  // This process's own devices (what its device pool holds and runs).
+  std::vector<DeviceInfo> ListLocalDevices() const;
+  // The tasks of the cluster (ServiceOptions::cluster).
+  ClusterInfo GetCluster() const;
   // Ready to serve (the store is open, workers are running).
   bool Ready() const;
 

@@ -321,6 +321,23 @@ class DevicesService final : public pb::Devices::Service {
   Frontend* f_;
 };
 
+class ClusterService final : public pb::Cluster::Service {
+ public:
+  explicit ClusterService(Frontend* f) : f_(f) {}
+  ::grpc::Status Get(ServerContext* ctx, const pb::GetClusterRequest*,
+                     pb::GetClusterResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Cluster/Get", [&]() -> Status {
+      const double now =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      proto_convert::ClusterToProto(f_->service().GetCluster(), now, resp);
+      return Status();
+    });
+  }
+
+ private:
+  Frontend* f_;
+};
+
 class OpsService final : public pb::Ops::Service {
  public:
   explicit OpsService(Frontend* f) : f_(f) {}
@@ -430,6 +447,7 @@ class GrpcServerImpl final : public GrpcServer {
         sessions_(&frontend_),
         jobs_(&frontend_),
         devices_(&frontend_),
+        cluster_(&frontend_),
         ops_(&frontend_) {}
 
   ~GrpcServerImpl() override { Stop(); }
@@ -451,17 +469,42 @@ class GrpcServerImpl final : public GrpcServer {
       builder.SetResourceQuota(quota_);
     }
     builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&sessions_);
-    builder.RegisterService(&jobs_);
+    std::vector<int> extra_ports(options.extra_addresses.size(), 0);
+    for (size_t i = 0; i < options.extra_addresses.size(); ++i) {
+      builder.AddListeningPort(options.extra_addresses[i], ::grpc::InsecureServerCredentials(),
+                               &extra_ports[i]);
+    }
+    if (options.public_api) {
+      builder.RegisterService(&sessions_);
+      builder.RegisterService(&jobs_);
+      builder.RegisterService(&ops_);
+    }
     builder.RegisterService(&devices_);
-    builder.RegisterService(&ops_);
+    builder.RegisterService(&cluster_);
+    for (const auto& hook : options.builder_hooks) hook(builder);
     cq_ = builder.AddCompletionQueue();
     server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port_ == 0) {
+    // gRPC starts no server when one address fails; name them all then.
+    std::string failed = server_ == nullptr || port_ == 0 ? "'" + options.address + "'" : "";
+    for (size_t i = 0; server_ == nullptr && i < extra_ports.size(); ++i) {
+      failed += " or '" + options.extra_addresses[i] + "'";
+    }
+    for (size_t i = 0; failed.empty() && i < extra_ports.size(); ++i) {
+      if (extra_ports[i] == 0) failed = "'" + options.extra_addresses[i] + "'";
+    }
+    if (!failed.empty()) {
+      if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
       server_.reset();
       cq_->Shutdown();
       DrainQueue();
-      return Unavailable("cannot listen on '" + options.address + "'");
+      return Unavailable("cannot listen on " + failed);
+    }
+    if (!options.public_api) {
+      cq_thread_ = std::thread([this] { DrainQueue(); });
+      if (::grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+        health->SetServingStatus(true);
+      }
+      return Status();
     }
     // The first call of each step method; each asks for the next.
     new AsyncUnaryCall<pb::RunSessionRequest, pb::RunSessionResponse>(
@@ -535,6 +578,7 @@ class GrpcServerImpl final : public GrpcServer {
   SessionsService sessions_;
   JobsService jobs_;
   DevicesService devices_;
+  ClusterService cluster_;
   OpsService ops_;
   std::mutex stop_mu_;
   ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes

@@ -1,5 +1,5 @@
 // GrpcServer: the gRPC frontend — api/flowstate.proto's Sessions, Jobs (with
-// the server-streaming Watch), Devices and Ops services over the same
+// the server-streaming Watch), Devices, Cluster and Ops services over the same
 // Service as the REST frontend, plus the standard health service and server
 // reflection, and bearer-token auth (UNAUTHENTICATED without it; the rule
 // of server/auth.h, the REST frontend's too). Jobs/Watch holds no thread
@@ -10,11 +10,16 @@
 #define FLOWSTATE_SERVER_GRPC_GRPC_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "graph/status.h"
+
+namespace grpc {
+class ServerBuilder;
+}  // namespace grpc
 
 namespace flowstate {
 
@@ -49,6 +54,17 @@ struct GrpcServerOptions {
   // the call reached it), "handler" (the method's work), "total" (from the
   // call's arrival on the completion queue to its answer).
   bool server_timing = true;
+  // false (`flowstate worker`, a host that only computes): of the public
+  // services only the introspection ones, Devices and Cluster, plus health,
+  // reflection and what builder_hooks add; no Sessions, Jobs or Ops.
+  bool public_api = true;
+  // More addresses to listen on, each refused like `address` when it cannot
+  // be bound (task 0 of a MASTER_* cluster also listens on MASTER_PORT).
+  std::vector<std::string> extra_addresses;
+  // Run on the builder before the server starts: how the distributed
+  // runtime puts its services (the cluster registry, the worker service) on
+  // this server's port. The services must outlive the server.
+  std::vector<std::function<void(::grpc::ServerBuilder&)>> builder_hooks;
 };
 
 // Chooses gRPC's polling engine for this process ("poll", "epoll1"; ""

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -120,6 +121,12 @@ HttpResponse ListOps(const Call& c) { return JsonResponse(200, OpInfoListToJson(
 
 HttpResponse ListDevices(const Call& c) {
   return JsonResponse(200, DeviceInfoListToJson(c.service().ListDevices()));
+}
+
+HttpResponse GetCluster(const Call& c) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return JsonResponse(200, ClusterInfoToJson(c.service().GetCluster(), now));
 }
 
 HttpResponse CreateSession(const Call& c) {
@@ -291,6 +298,7 @@ const std::vector<Route>& Routes() {
       {"/metrics", {{"GET", MetricsText, RequestCost::kCheap}}},
       {"/v1/ops", {{"GET", ListOps, RequestCost::kCheap}}},
       {"/v1/devices", {{"GET", ListDevices, RequestCost::kCheap}}},
+      {"/v1/cluster", {{"GET", GetCluster, RequestCost::kCheap}}},
       {"/v1/sessions", {{"POST", CreateSession, RequestCost::kExpensive}}},
       // Closing waits for the session's running steps.
       {"/v1/sessions/{id}", {{"DELETE", CloseSession, RequestCost::kExpensive}}},

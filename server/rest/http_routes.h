@@ -4,7 +4,7 @@
 // socket layer (http_server.cc) only moves bytes; tests drive this directly.
 //
 //   GET    /healthz /readyz /metrics
-//   GET    /v1/ops   /v1/devices
+//   GET    /v1/ops   /v1/devices   /v1/cluster
 //   POST   /v1/sessions                 DELETE /v1/sessions/{id}
 //   POST   /v1/sessions/{id}/extend     POST   /v1/sessions/{id}/run
 //   GET    /v1/jobs   POST /v1/jobs     GET    /v1/jobs/{id}

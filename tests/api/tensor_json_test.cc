@@ -200,58 +200,83 @@ TEST(TensorJson, ExpectedDtypeConvertsValues) {
   EXPECT_EQ(t->flat<uint8_t>()[0], 1);
 }
 
+// A JSON tensor ParseTensorJson refuses, and the message it must give.
+struct InvalidCase {
+  const char* json;
+  std::optional<DataType> dtype;  // nullopt: from the JSON
+  const char* error;
+};
+
+template <size_t N>
+void ExpectEachInvalid(const InvalidCase (&cases)[N]) {
+  for (const InvalidCase& c : cases) {
+    SCOPED_TRACE(c.json);
+    ExpectInvalid(ParseTensorJson(c.json, c.dtype), c.error);
+  }
+}
+
 TEST(TensorJson, RejectsValuesOutOfRange) {
-  ExpectInvalid(ParseTensorJson("[1, 300]", DataType::kUInt8),
-                "tensor[1]: 300 is out of range for uint8");
-  ExpectInvalid(ParseTensorJson("[[1, -1]]", DataType::kUInt8),
-                "tensor[0][1]: -1 is out of range for uint8");
-  ExpectInvalid(ParseTensorJson("[[1, 2], [3, 1.5]]", DataType::kInt32),
-                "tensor[1][1]: expected an integer (dtype int32), got 1.5");
-  ExpectInvalid(ParseTensorJson("[2147483648]", DataType::kInt32),
-                "tensor[0]: 2147483648 is out of range for int32");
-  ExpectInvalid(ParseTensorJson("[9223372036854775808]", DataType::kInt64),
-                "tensor[0]: 9223372036854775808 is out of range for int64");
-  ExpectInvalid(ParseTensorJson("[1e19]", DataType::kInt64),
-                "tensor[0]: 1e+19 is out of range for int64");
-  ExpectInvalid(ParseTensorJson("[1e39]"), "tensor[0]: 1e+39 is out of range for float32");
-  ExpectInvalid(ParseTensorJson("1e999", DataType::kFloat64),
-                "tensor: malformed JSON: number overflow parsing '1e999'");
-  ExpectInvalid(ParseTensorJson("[70000]", DataType::kFloat16),
-                "tensor[0]: 70000 is out of range for float16");
-  ExpectInvalid(ParseTensorJson("[3.4e38]", DataType::kBFloat16),
-                "tensor[0]: 3.4e+38 is out of range for bfloat16");
-  ExpectInvalid(ParseTensorJson("[true, 1]", DataType::kInt32),
-                "tensor[0]: expected an integer (dtype int32), got true");
-  ExpectInvalid(ParseTensorJson("[0, 1]", DataType::kBool),
-                "tensor[0]: expected a bool (dtype bool), got 0");
-  ExpectInvalid(ParseTensorJson(R"({"dtype": "float32", "shape": [2], "data": [1, "x"]})"),
-                "tensor.data[1]: expected a number (dtype float32), got \"x\"");
-  ExpectInvalid(ParseTensorJson(R"({"dtype": "int32", "shape": [2], "data": [1, [2]]})"),
-                "tensor.data[1]: expected an integer (dtype int32), got an array");
+  const InvalidCase cases[] = {
+      {"[1, 300]", DataType::kUInt8,
+       "tensor[1]: 300 is out of range for uint8"},
+      {"[[1, -1]]", DataType::kUInt8,
+       "tensor[0][1]: -1 is out of range for uint8"},
+      {"[[1, 2], [3, 1.5]]", DataType::kInt32,
+       "tensor[1][1]: expected an integer (dtype int32), got 1.5"},
+      {"[2147483648]", DataType::kInt32,
+       "tensor[0]: 2147483648 is out of range for int32"},
+      {"[9223372036854775808]", DataType::kInt64,
+       "tensor[0]: 9223372036854775808 is out of range for int64"},
+      {"[1e19]", DataType::kInt64,
+       "tensor[0]: 1e+19 is out of range for int64"},
+      {"[1e39]", std::nullopt,
+       "tensor[0]: 1e+39 is out of range for float32"},
+      {"1e999", DataType::kFloat64,
+       "tensor: malformed JSON: number overflow parsing '1e999'"},
+      {"[70000]", DataType::kFloat16,
+       "tensor[0]: 70000 is out of range for float16"},
+      {"[3.4e38]", DataType::kBFloat16,
+       "tensor[0]: 3.4e+38 is out of range for bfloat16"},
+      {"[true, 1]", DataType::kInt32,
+       "tensor[0]: expected an integer (dtype int32), got true"},
+      {"[0, 1]", DataType::kBool,
+       "tensor[0]: expected a bool (dtype bool), got 0"},
+      {R"({"dtype": "float32", "shape": [2], "data": [1, "x"]})", std::nullopt,
+       "tensor.data[1]: expected a number (dtype float32), got \"x\""},
+      {R"({"dtype": "int32", "shape": [2], "data": [1, [2]]})", std::nullopt,
+       "tensor.data[1]: expected an integer (dtype int32), got an array"},
+  };
+  ExpectEachInvalid(cases);
 }
 
 TEST(TensorJson, RejectsRaggedAndMixedArrays) {
-  ExpectInvalid(ParseTensorJson("[[1, 2], [3]]"),
-                "tensor[1]: expected 2 elements like tensor[0], got 1");
-  ExpectInvalid(ParseTensorJson("[[1, 2], 3]"),
-                "tensor[1]: expected an array of 2 elements like tensor[0], got 3");
-  ExpectInvalid(ParseTensorJson("[1, [2]]"),
-                "tensor[1]: expected a scalar like tensor[0], got an array");
-  ExpectInvalid(ParseTensorJson("[[[1], [2]], [[3], [4, 5]]]"),
-                "tensor[1][1]: expected 1 elements like tensor[0][0], got 2");
-  ExpectInvalid(ParseTensorJson("[[], [1]]"), "tensor[1]: expected 0 elements like tensor[0]");
-  ExpectInvalid(ParseTensorJson("[true, 1]"), "tensor[1]: expected a bool like tensor[0], got 1");
-  ExpectInvalid(ParseTensorJson("[[1, 2], [false, 3]]"),
-                "tensor[1][0]: expected a number like tensor[0][0], got false");
-  ExpectInvalid(ParseTensorJson(R"([1, "a"])"),
-                "tensor[1]: expected a number or a bool, got \"a\"");
-  ExpectInvalid(ParseTensorJson("[1, null]"), "tensor[1]: expected a number or a bool, got null");
-  ExpectInvalid(ParseTensorJson("[1, {}]", DataType::kFloat32),
-                "tensor[1]: expected a number (dtype float32), got an object");
-  ExpectInvalid(ParseTensorJson("[[[[[[[[[1]]]]]]]]]"),
-                "tensor: the nested array has more than the maximum 8 dimensions");
-  ExpectInvalid(ParseTensorJson("null"), "tensor: expected a tensor");
-  // The caller's prefix starts every path.
+  const InvalidCase cases[] = {
+      {"[[1, 2], [3]]", std::nullopt,
+       "tensor[1]: expected 2 elements like tensor[0], got 1"},
+      {"[[1, 2], 3]", std::nullopt,
+       "tensor[1]: expected an array of 2 elements like tensor[0], got 3"},
+      {"[1, [2]]", std::nullopt,
+       "tensor[1]: expected a scalar like tensor[0], got an array"},
+      {"[[[1], [2]], [[3], [4, 5]]]", std::nullopt,
+       "tensor[1][1]: expected 1 elements like tensor[0][0], got 2"},
+      {"[[], [1]]", std::nullopt,
+       "tensor[1]: expected 0 elements like tensor[0]"},
+      {"[true, 1]", std::nullopt,
+       "tensor[1]: expected a bool like tensor[0], got 1"},
+      {"[[1, 2], [false, 3]]", std::nullopt,
+       "tensor[1][0]: expected a number like tensor[0][0], got false"},
+      {R"([1, "a"])", std::nullopt,
+       "tensor[1]: expected a number or a bool, got \"a\""},
+      {"[1, null]", std::nullopt,
+       "tensor[1]: expected a number or a bool, got null"},
+      {"[1, {}]", DataType::kFloat32,
+       "tensor[1]: expected a number (dtype float32), got an object"},
+      {"[[[[[[[[[1]]]]]]]]]", std::nullopt,
+       "tensor: the nested array has more than the maximum 8 dimensions"},
+      {"null", std::nullopt,
+       "tensor: expected a tensor"},
+  };
+  ExpectEachInvalid(cases);
   ExpectInvalid(ParseTensorJson("[[1, 2], [3]]", std::nullopt, "feeds.x"),
                 "feeds.x[1]: expected 2 elements like feeds.x[0], got 1");
 }

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph.h"
+#include "devices/single_kernel.h"
 #include "tests/util/op_test_util.h"
 
 namespace flowstate::test {
@@ -20,42 +20,11 @@ inline StatusOr<std::vector<Tensor>> RunOpOnFedInputs(const std::string& op,
                                                       const std::vector<Tensor>& inputs,
                                                       const AttrMap& attrs = {},
                                                       Device* device = nullptr) {
-  if (device == nullptr) device = CpuTestDevice(1);
-  GraphDef gd;
-  NodeDef node;
-  node.name = "op";
-  node.op = op;
-  node.attrs = attrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    NodeDef p;
-    p.name = "in" + std::to_string(i);
-    p.op = "Placeholder";
-    p.attrs["dtype"] = AttrValue(inputs[i].dtype());
-    gd.nodes.push_back(p);
-    node.inputs.push_back(p.name);
-  }
-  gd.nodes.push_back(node);
-  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(gd));
-  const Node& n = *g.FindNode("op");
-  std::vector<DataType> in_types, out_types;
-  for (int i = 0; i < n.num_inputs(); ++i) in_types.push_back(n.input_type(i));
-  for (int i = 0; i < n.num_outputs(); ++i) out_types.push_back(n.output_type(i));
-  FS_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> kernel,
-                      KernelRegistry::Global()->CreateKernel(n.def(), n.op_def(), device, nullptr,
-                                                             in_types, out_types));
-  std::vector<TensorValue> in(inputs.size()), out(n.num_outputs());
-  for (size_t i = 0; i < inputs.size(); ++i) in[i].tensor = inputs[i];
-  OpKernelContext::Params p;
-  p.device = device;
-  p.kernel = kernel.get();
-  p.inputs = in;
-  p.outputs = out;
-  OpKernelContext ctx(p);
-  kernel->Compute(&ctx);
-  if (!ctx.status().ok()) return ctx.status();
-  std::vector<Tensor> result;
-  for (TensorValue& v : out) result.push_back(v.tensor);
-  return result;
+  std::vector<DataType> types;
+  for (const Tensor& t : inputs) types.push_back(t.dtype());
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<SingleKernel> kernel,
+                      SingleKernel::Create(op, types, attrs, device ? device : CpuTestDevice(1)));
+  return kernel->Compute(inputs);
 }
 
 }  // namespace flowstate::test

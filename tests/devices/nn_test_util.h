@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "devices/single_kernel.h"
 #include "graph/graph.h"
 #include "tests/util/op_test_util.h"
 
@@ -61,67 +62,25 @@ template <typename R>
 class OwnedKernel {
  public:
   OwnedKernel(const std::string& op, const std::vector<DataType>& input_types,
-              const AttrMap& attrs = {}, Device* device = CpuTestDevice(1))
-      : device_(device) {
-    GraphDef gd;
-    NodeDef n;
-    n.name = "op";
-    n.op = op;
-    n.attrs = attrs;
-    for (size_t i = 0; i < input_types.size(); ++i) {
-      NodeDef p;
-      p.name = "in" + std::to_string(i);
-      p.op = "Placeholder";
-      p.attrs["dtype"] = AttrValue(input_types[i]);
-      gd.nodes.push_back(p);
-      n.inputs.push_back(p.name);
-    }
-    gd.nodes.push_back(n);
-    StatusOr<Graph> g = Graph::Create(gd);
-    if (!g.ok()) {
-      status_ = g.status();
-      return;
-    }
-    graph_ = std::make_unique<Graph>(std::move(g).value());
-    const Node& node = *graph_->FindNode("op");
-    std::vector<DataType> out_types;
-    for (int i = 0; i < node.num_outputs(); ++i) out_types.push_back(node.output_type(i));
-    num_outputs_ = node.num_outputs();
-    auto k = KernelRegistry::Global()->CreateKernel(node.def(), node.op_def(), device, nullptr,
-                                                    input_types, out_types);
-    if (!k.ok()) {
+              const AttrMap& attrs = {}, Device* device = CpuTestDevice(1)) {
+    StatusOr<std::unique_ptr<SingleKernel>> k = SingleKernel::Create(op, input_types, attrs, device);
+    if (k.ok()) {
+      kernel_ = std::move(k).value();
+    } else {
       status_ = k.status();
-      return;
     }
-    kernel_ = std::move(k).value();
   }
 
   const Status& status() const { return status_; }
 
   StatusOr<std::vector<Tensor>> Compute(std::vector<Tensor> inputs) {
     if (!status_.ok()) return status_;
-    std::vector<TensorValue> in(inputs.size()), out(static_cast<size_t>(num_outputs_));
-    for (size_t i = 0; i < inputs.size(); ++i) in[i].tensor = std::move(inputs[i]);
-    inputs.clear();
-    OpKernelContext::Params p;
-    p.device = device_;
-    p.kernel = kernel_.get();
-    p.inputs = in;
-    p.outputs = out;
-    OpKernelContext ctx(p);
-    kernel_->Compute(&ctx);
-    if (!ctx.ok()) return ctx.status();
-    std::vector<Tensor> result;
-    for (TensorValue& v : out) result.push_back(std::move(v.tensor));
-    return result;
+    return kernel_->Compute(std::move(inputs));
   }
 
  private:
-  Device* device_;
   Status status_;
-  int num_outputs_ = 0;
-  std::unique_ptr<Graph> graph_;
-  std::unique_ptr<OpKernel> kernel_;
+  std::unique_ptr<SingleKernel> kernel_;
 };
 
 // A vector of tensors in which temporaries keep their only reference (an

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "devices/cpu/philox.h"
+#include "devices/single_kernel.h"
 #include "graph/graph.h"
 #include "tests/util/op_test_util.h"
 
@@ -58,49 +59,20 @@ Tensor Shape1(int64_t n) { return T1<int32_t>({int32_t(n)}); }
 // per call).
 class KernelRunner {
  public:
+  // The shape comes through a Placeholder, so that bad shapes reach the
+  // kernel rather than the shape function.
   KernelRunner(const std::string& op, const Tensor& shape, const AttrMap& attrs,
                Device* device = CpuTestDevice(1))
-      : shape_(shape), device_(device) {
-    // The shape comes through a Placeholder, so that bad shapes reach the
-    // kernel rather than the shape function.
-    NodeDef p;
-    p.name = "shape";
-    p.op = "Placeholder";
-    p.attrs["dtype"] = AttrValue(shape.dtype());
-    NodeDef n;
-    n.name = "op";
-    n.op = op;
-    n.inputs = {"shape"};
-    n.attrs = attrs;
-    GraphDef gd;
-    gd.nodes = {p, n};
-    graph_ = std::make_unique<Graph>(Graph::Create(gd).value());
-    const Node& node = *graph_->FindNode("op");
-    kernel_ = KernelRegistry::Global()
-                  ->CreateKernel(node.def(), node.op_def(), device, nullptr, {shape.dtype()},
-                                 {node.output_type(0)})
-                  .value();
-  }
+      : shape_(shape), kernel_(SingleKernel::Create(op, {shape.dtype()}, attrs, device).value()) {}
 
   StatusOr<Tensor> Compute() {
-    std::vector<TensorValue> in(1), out(1);
-    in[0].tensor = shape_;
-    OpKernelContext::Params p;
-    p.device = device_;
-    p.kernel = kernel_.get();
-    p.inputs = in;
-    p.outputs = out;
-    OpKernelContext ctx(p);
-    kernel_->Compute(&ctx);
-    if (!ctx.ok()) return ctx.status();
-    return out[0].tensor;
+    FS_ASSIGN_OR_RETURN(std::vector<Tensor> out, kernel_->Compute({shape_}));
+    return out[0];
   }
 
  private:
   Tensor shape_;
-  Device* device_;
-  std::unique_ptr<Graph> graph_;
-  std::unique_ptr<OpKernel> kernel_;
+  std::unique_ptr<SingleKernel> kernel_;
 };
 
 TEST(RandomOps, EveryOpAndDtypeHasTheRequestedShape) {

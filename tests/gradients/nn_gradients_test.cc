@@ -188,43 +188,27 @@ Tensor Distinct(std::initializer_list<int64_t> dims, uint64_t seed) {
   return t;
 }
 
-TEST(NnGradientCheck, MaxPool) {
-  struct Case {
-    std::initializer_list<int64_t> input;
-    std::vector<int64_t> ksize, strides;
-    const char* padding;
-  };
-  const Case cases[] = {{{1, 4, 4, 1}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID"},
-                        {{2, 5, 5, 3}, {1, 3, 3, 1}, {1, 2, 2, 1}, "SAME"},
-                        {{1, 5, 4, 2}, {1, 2, 3, 1}, {1, 1, 1, 1}, "VALID"},
-                        {{1, 3, 5, 2}, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME"}};
-  int seed = 0;
-  for (const Case& k : cases) {
-    GradCheck g;
-    g.op = "MaxPool";
-    g.inputs = {Distinct(k.input, ++seed)};
-    g.attrs = Window(k.ksize, k.strides, k.padding);
-    EXPECT_TRUE(CheckGradient(g)) << "case " << seed;
-  }
-}
+// The pooling windows both pooling gradients are checked on.
+struct PoolCase {
+  std::initializer_list<int64_t> input;
+  std::vector<int64_t> ksize, strides;
+  const char* padding;
+};
+const PoolCase kPoolCases[] = {{{1, 4, 4, 1}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID"},
+                               {{2, 5, 5, 3}, {1, 3, 3, 1}, {1, 2, 2, 1}, "SAME"},
+                               {{1, 5, 4, 2}, {1, 2, 3, 1}, {1, 1, 1, 1}, "VALID"},
+                               {{1, 3, 5, 2}, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME"}};
 
-TEST(NnGradientCheck, AvgPool) {
-  struct Case {
-    std::initializer_list<int64_t> input;
-    std::vector<int64_t> ksize, strides;
-    const char* padding;
-  };
-  const Case cases[] = {{{1, 4, 4, 1}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID"},
-                        {{2, 5, 5, 3}, {1, 3, 3, 1}, {1, 2, 2, 1}, "SAME"},
-                        {{1, 5, 4, 2}, {1, 2, 3, 1}, {1, 1, 1, 1}, "VALID"},
-                        {{1, 3, 5, 2}, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME"}};
-  int seed = 0;
-  for (const Case& k : cases) {
-    GradCheck g;
-    g.op = "AvgPool";
-    g.inputs = {R(k.input, ++seed)};
-    g.attrs = Window(k.ksize, k.strides, k.padding);
-    EXPECT_TRUE(CheckGradient(g)) << "case " << seed;
+TEST(NnGradientCheck, MaxPoolAndAvgPool) {
+  for (const char* op : {"MaxPool", "AvgPool"}) {
+    int seed = 0;
+    for (const PoolCase& k : kPoolCases) {
+      GradCheck g;
+      g.op = op;
+      g.inputs = {Distinct(k.input, ++seed)};
+      g.attrs = Window(k.ksize, k.strides, k.padding);
+      EXPECT_TRUE(CheckGradient(g)) << op << " case " << seed;
+    }
   }
 }
 

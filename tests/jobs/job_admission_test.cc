@@ -48,17 +48,6 @@ class JobAdmissionTest : public server_test::JobStoreFixture {
     managers_.push_back(std::make_unique<JobManager>(o));
     return managers_.back().get();
   }
-
-  // Waits (at most 60 s) until `pred` holds for the job; returns its info.
-  static JobInfo WaitFor(JobManager* m, const std::string& id,
-                         const std::function<bool(const JobInfo&)>& pred) {
-    auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (;;) {
-      JobInfo j = m->Get(id).value();
-      if (pred(j) || std::chrono::steady_clock::now() > deadline) return j;
-      std::this_thread::sleep_for(1ms);
-    }
-  }
 };
 
 TEST_F(JobAdmissionTest, AJobOnCpu1DoesNotWaitBehindOneOnCpu0) {

@@ -58,14 +58,6 @@ class JobPersistenceTest : public server_test::JobStoreFixture {
     })";
   }
 
-  static JobInfo WaitFor(JobManager* m, const std::string& id, const std::function<bool(const JobInfo&)>& done) {
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (;;) {
-      JobInfo j = m->Get(id).value();
-      if (done(j) || std::chrono::steady_clock::now() > deadline) return j;
-      std::this_thread::sleep_for(2ms);
-    }
-  }
   static JobInfo WaitFinished(JobManager* m, const std::string& id) {
     return WaitFor(m, id, [](const JobInfo& j) { return IsTerminal(j.state); });
   }

@@ -93,17 +93,6 @@ class JobStateManagerTest : public server_test::JobStoreFixture {
     return managers_.back().get();
   }
 
-  // Waits (at most 60 s) until `pred` holds for the job; returns its info.
-  static JobInfo WaitFor(JobManager* m, const std::string& id,
-                         const std::function<bool(const JobInfo&)>& pred) {
-    auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (;;) {
-      JobInfo j = m->Get(id).value();
-      if (pred(j) || std::chrono::steady_clock::now() > deadline) return j;
-      std::this_thread::sleep_for(1ms);
-    }
-  }
-
   // A job that runs far longer than the test (its manager stops it).
   static std::string LongJob() { return server_test::JobJson(100000, "long"); }
   // A job whose loss overflows within a few steps (on_nan "fail").
@@ -136,8 +125,12 @@ class JobStateManagerTest : public server_test::JobStoreFixture {
     EXPECT_TRUE(running(WaitFor(m, blocker, running)));
     id = submit(server_test::JobJson(1));
     EXPECT_EQ(m->Get(id).value().state, S::kQueued);
-    if (s == S::kPaused) EXPECT_TRUE(m->Pause(id).ok());
-    if (s == S::kCancelled) EXPECT_TRUE(m->Cancel(id).ok());
+    if (s == S::kPaused) {
+      EXPECT_TRUE(m->Pause(id).ok());
+    }
+    if (s == S::kCancelled) {
+      EXPECT_TRUE(m->Cancel(id).ok());
+    }
     EXPECT_EQ(m->Get(id).value().state, s);
     return {m, id};
   }

@@ -10,9 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,6 +35,18 @@ class JobStoreFixture : public ::testing::Test {
     managers_.clear();
     store_.reset();
     std::filesystem::remove_all(dir_);
+  }
+
+  // Polls the job until `pred` holds or 60 s have passed; returns its last
+  // info either way (the caller's expectation then fails with it).
+  static JobInfo WaitFor(JobManager* m, const std::string& id,
+                         const std::function<bool(const JobInfo&)>& pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      JobInfo j = m->Get(id).value();
+      if (pred(j) || std::chrono::steady_clock::now() > deadline) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   std::filesystem::path dir_;

@@ -503,7 +503,7 @@ TEST_F(GrpcServerTest, GrpcReflectionListsTheServices) {
     }
   }
   for (const char* want : {"flowstate.v1.Sessions", "flowstate.v1.Jobs", "flowstate.v1.Devices",
-                           "flowstate.v1.Ops", "grpc.health.v1.Health"}) {
+                           "flowstate.v1.Cluster", "flowstate.v1.Ops", "grpc.health.v1.Health"}) {
     EXPECT_EQ(names.count(want), 1u) << want;
   }
   cq.Shutdown();
@@ -536,6 +536,13 @@ TEST_F(GrpcServerTest, GrpcTokensAreRequiredExceptForHealth) {
   EXPECT_TRUE(list("Bearer other").ok());
 
   // Every method, streaming included.
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::GetClusterResponse resp;
+    EXPECT_EQ(pb::Cluster::NewStub(channel_)->Get(&ctx, pb::GetClusterRequest(), &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
   {
     grpc::ClientContext ctx;
     Deadline(&ctx);

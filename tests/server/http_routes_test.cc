@@ -381,6 +381,7 @@ TEST_F(HttpRoutesTest, BearerTokensGuardEveryV1Route) {
   const std::vector<std::pair<std::string, std::string>> routes = {
       {"GET", "/v1/ops"},
       {"GET", "/v1/devices"},
+      {"GET", "/v1/cluster"},
       {"POST", "/v1/sessions"},
       {"POST", "/v1/sessions/" + id + "/extend"},
       {"POST", "/v1/sessions/" + id + "/run"},

@@ -109,7 +109,7 @@ TEST(JobSpec, ErrorsNameTheJsonPath) {
   ExpectPathError(Job("\"loss\": \"loss\",", ""), "loss: is required");
   ExpectPathError(Job("\"format\": \"csv\"", "\"format\": \"parquet\""), "input.format");
   ExpectPathError(Job("\"op\": \"MatMul\"", "\"op\": \"MatMull\""), "graph.nodes[3]");
-  ExpectPathError("{not json", "not valid JSON");
+  ExpectPathError("{not json", "malformed JSON");
 }
 
 TEST(JobSpec, CheckpointPolicyAndInitFrom) {
@@ -138,7 +138,7 @@ TEST(JobSpec, CheckpointPolicyAndInitFrom) {
   ExpectPathError(with(R"("checkpoint": {"every_seconds": -2})"), "checkpoint.every_seconds: must be >= 0");
   ExpectPathError(with(R"("checkpoint": {"keep": 0})"), "checkpoint.keep: must be >= 1");
   ExpectPathError(with(R"("checkpoint": {"evry_steps": 5})"), "checkpoint.evry_steps: unknown field");
-  ExpectPathError(with(R"("checkpoint": 5)"), "checkpoint: expected an object");
+  ExpectPathError(with(R"("checkpoint": 5)"), "checkpoint: expected a checkpoint policy (an object)");
   ExpectPathError(with(R"("init_from": {"step": 3})"), "init_from.job: is required");
   ExpectPathError(with(R"("init_from": {"job": "job-1"})"), "init_from.step: is required");
   ExpectPathError(with(R"("init_from": {"job": "job-1", "step": -3})"), "init_from.step: must be >= 0");

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "devices/cpu/cpu_device.h"
+#include "devices/single_kernel.h"
 #include "graph/graph.h"
 
 namespace flowstate::test {
@@ -96,18 +97,12 @@ StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Ten
       in[i].tensor = inputs[i];
     }
   }
-  OpKernelContext::Params p;
-  p.device = device;
-  p.kernel = kernel.get();
-  p.inputs = in;
-  p.outputs = out;
-  OpKernelContext ctx(p);
-  kernel->Compute(&ctx);
+  Status ran = SingleKernel::Run(kernel.get(), device, in, out);
   if (kdef != nullptr) {
     std::lock_guard<std::mutex> l(g_mu);
     Exercised().insert(KernelKey(*kdef));
   }
-  if (!ctx.status().ok()) return ctx.status();
+  FS_RETURN_IF_ERROR(ran);
   std::vector<Tensor> result;
   for (int i = 0; i < n.num_outputs(); ++i) {
     const Tensor& t = out[i].tensor;

@@ -1,0 +1,149 @@
+#include "cli/cluster_setup.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "distributed/registry.h"
+#include "server/grpc/grpc_server.h"
+
+namespace flowstate {
+
+StatusOr<ClusterSpec> ResolveClusterSpec(const config::ServerConfig& cfg,
+                                         const char* (*getenv)(const char*)) {
+  const bool type_set = !cfg.task.type.empty(), index_set = cfg.task.index != -1;
+  const int index = int(std::clamp<int64_t>(cfg.task.index, -(int64_t{1} << 30), int64_t{1} << 30));
+  ClusterSpec spec;
+  if (!cfg.cluster.empty()) {
+    spec.jobs = cfg.cluster;
+    spec.self.job = cfg.task.type;
+    spec.self.index = index;
+    if (type_set && !index_set) {
+      return InvalidArgument("task.index: required with a cluster (this task's index in job '" +
+                             cfg.task.type + "')");
+    }
+    FS_RETURN_IF_ERROR(ValidateClusterSpec(spec, "cluster", "task"));
+    return spec;
+  }
+  FS_ASSIGN_OR_RETURN(spec, ClusterSpecFromEnvironment(getenv));
+  if (type_set || index_set) {
+    if (spec.empty()) {
+      return InvalidArgument("task: given (type '" + cfg.task.type + "', index " + std::to_string(cfg.task.index) +
+                             ") but there is no cluster (no `cluster` in the configuration, no "
+                             "TF_CONFIG, no MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK)");
+    }
+    if (type_set) spec.self.job = cfg.task.type;
+    if (index_set) spec.self.index = index;
+    FS_RETURN_IF_ERROR(ValidateClusterSpec(spec, "cluster", "task"));
+  }
+  return spec;
+}
+
+namespace {
+
+// "host" of "host:port" / "[v6]:port" (brackets kept).
+std::string HostOf(const std::string& address) {
+  size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+std::string PortOf(const std::string& address) {
+  size_t colon = address.rfind(':');
+  return colon == std::string::npos ? "" : address.substr(colon + 1);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterSpec& spec,
+                                                                  const config::ServerConfig& cfg,
+                                                                  GrpcServerOptions* go) {
+  std::unique_ptr<ClusterRuntime> rt(new ClusterRuntime());
+  rt->spec_ = spec;
+  rt->cfg_ = cfg;
+  if (!spec.registry.empty() && spec.self.index == 0) {
+    // Task 0 of a MASTER_* cluster: the registry, also at MASTER_PORT on the
+    // gRPC address's host (the same interfaces as the rest of the gRPC API)
+    // unless the gRPC address already is that port.
+    rt->registry_ = std::make_unique<ClusterRegistry>(spec.num_tasks());
+    ClusterRegistry* registry = rt->registry_.get();
+    go->builder_hooks.push_back([registry](::grpc::ServerBuilder& b) { b.RegisterService(registry->service()); });
+    const std::string master_port = PortOf(spec.registry);
+    if (PortOf(cfg.grpc.address) != master_port) {
+      go->extra_addresses.push_back(HostOf(cfg.grpc.address) + ":" + master_port);
+    }
+  }
+  // LEAD: the worker service goes on this server here, before it starts
+  // (h13-runtime's distributed/worker_service.h):
+  //   rt->worker_ = std::make_unique<WorkerService>();
+  //   WorkerService* ws = rt->worker_.get();
+  //   go->builder_hooks.push_back([ws](::grpc::ServerBuilder& b) { ws->RegisterOn(&b); });
+  return rt;
+}
+
+ClusterRuntime::~ClusterRuntime() = default;
+
+ClusterSpec ClusterRuntime::spec() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return spec_;
+}
+
+Status ClusterRuntime::Start(int grpc_port, DevicePool* devices, const std::atomic<bool>* cancel) {
+  ClusterSpec spec = this->spec();
+  if (!spec.registry.empty()) {
+    std::string listen_host = HostOf(cfg_.grpc.address);
+    std::string host = AdvertisedHost(cfg_.cluster_options.advertise_host, listen_host);
+    if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+    const std::string advertise = host + ":" + std::to_string(grpc_port);
+    std::fprintf(stderr, "flowstate: joining the cluster: rank %d of %d at %s, task 0's registry at %s\n",
+                 spec.self.index, spec.num_tasks(), spec.self.index == 0 ? spec.registry.c_str() : advertise.c_str(),
+                 spec.registry.c_str());
+    const auto timeout = std::chrono::milliseconds(int64_t(cfg_.cluster_options.join_timeout_seconds * 1000));
+    FS_ASSIGN_OR_RETURN(spec, JoinCluster(spec, advertise, registry_.get(), timeout,
+                                          std::chrono::milliseconds(100), cancel));
+    std::lock_guard<std::mutex> l(mu_);
+    spec_ = spec;
+  }
+  // LEAD: the runtime starts here from the complete spec (h13-runtime's
+  // distributed/cluster.h and worker_service.h):
+  //   ClusterOptions co;
+  //   co.spec = spec_;
+  //   co.devices = devices;
+  //   co.heartbeat_interval_s = cfg_.cluster_options.heartbeat_interval_seconds;
+  //   co.heartbeat_deadline_s = cfg_.cluster_options.heartbeat_deadline_seconds;
+  //   if (cfg_.cluster_options.step_deadline_seconds > 0)
+  //     co.step_timeout_s = cfg_.cluster_options.step_deadline_seconds;
+  //   FS_ASSIGN_OR_RETURN(cluster_, Cluster::Create(co));
+  //   worker_->Attach(cluster_.get());
+  // and View() reports cluster_->Snapshot().
+  (void)devices;
+  std::lock_guard<std::mutex> l(mu_);
+  started_ = true;
+  return Status::OK();
+}
+
+ClusterInfo ClusterRuntime::View() const {
+  // Until the runtime reports heartbeats (LEAD: cluster_->Snapshot(), each
+  // ClusterTaskInfo into a TaskInfo: last_heartbeat = now -
+  // seconds_since_heartbeat when >= 0), the other tasks are listed with
+  // their addresses and no state learnt: UNREACHABLE, never heard from.
+  // The service fills in this task's own devices, incarnation and time.
+  std::lock_guard<std::mutex> l(mu_);
+  ClusterInfo c;
+  for (const TaskId& t : spec_.tasks()) {
+    TaskInfo i;
+    i.job = t.job;
+    i.index = t.index;
+    i.address = spec_.address(t).ok() ? *spec_.address(t) : "";
+    i.is_self = t == spec_.self;
+    if (!i.is_self) {
+      i.state = TaskState::kUnreachable;
+      i.error = started_ ? "no heartbeat received from this task" : "this task has not joined the cluster yet";
+    }
+    c.tasks.push_back(std::move(i));
+  }
+  return c;
+}
+
+}  // namespace flowstate
