@@ -112,7 +112,13 @@ constexpr const char* kT1 = "/job:worker/replica:0/task:1/device:CPU:0";
 constexpr const char* kT2 = "/job:worker/replica:0/task:2/device:CPU:0";
 constexpr const char* kT3 = "/job:worker/replica:0/task:3/device:CPU:0";
 
-TEST(DistributedMultiProcess, KilledTaskIsUnavailableAndARestartedOneRunsAgain) {
+// How task 2 goes away during the slow step.
+enum class Loss {
+  kKill,  // SIGKILL: its connections are reset; a new process takes its port
+  kStop,  // SIGSTOP: it stops answering (as a host that vanished); SIGCONT later
+};
+
+void LoseTaskDuringStep(Loss loss) {
   testing::RegisterDistributedTestOps();
   std::vector<Child> children;
   for (int i = 1; i <= 3; ++i) children.push_back(Child::Start(i, 0, ""));
@@ -184,18 +190,29 @@ TEST(DistributedMultiProcess, KilledTaskIsUnavailableAndARestartedOneRunsAgain) 
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const auto t0 = std::chrono::steady_clock::now();
   const int port2 = children[1].port;
-  children[1].Kill();
+  if (loss == Loss::kKill) {
+    children[1].Kill();
+  } else {
+    kill(children[1].pid, SIGSTOP);
+  }
   ASSERT_EQ(slow.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Status st = slow.get().first;
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("/job:worker/task:2"), std::string::npos) << st.ToString();
+  // Killed: at once (reset connections). Stopped: once a heartbeat round
+  // (every 0.5 s, answered within 1 s) finds it silent.
   EXPECT_LT(took, 5.0) << "the step failed only after " << took << " s";
-  std::printf("the step failed %.3f s after the kill: %s\n", took, st.ToString().c_str());
-
-  // A new process on the same port: the next step registers there and runs.
-  children[1] = Child::Start(2, port2, line);
-  ASSERT_EQ(children[1].port, port2);
+  std::printf("the step failed %.3f s after the task went away: %s\n", took, st.ToString().c_str());
+  if (loss == Loss::kStop) {
+    EXPECT_NE(st.message().find("heartbeat"), std::string::npos) << st.ToString();
+    // It comes back as it was (same incarnation): the next step runs.
+    kill(children[1].pid, SIGCONT);
+  } else {
+    // A new process on the same port: the next step registers there and runs.
+    children[1] = Child::Start(2, port2, line);
+    ASSERT_EQ(children[1].port, port2);
+  }
   std::tie(ok, v) = run_within("out", 4.0f, 30);
   ASSERT_TRUE(ok.ok()) << ok.ToString();
   EXPECT_EQ(v, -16.0f);
@@ -203,6 +220,14 @@ TEST(DistributedMultiProcess, KilledTaskIsUnavailableAndARestartedOneRunsAgain) 
   session.reset();
   for (Child& c : children) c.Stop();
   service.Shutdown();
+}
+
+TEST(DistributedMultiProcess, KilledTaskIsUnavailableAndARestartedOneRunsAgain) {
+  LoseTaskDuringStep(Loss::kKill);
+}
+
+TEST(DistributedMultiProcess, SilentTaskIsUnavailableByHeartbeatAndRunsOnceBack) {
+  LoseTaskDuringStep(Loss::kStop);
 }
 
 }  // namespace
