@@ -543,6 +543,7 @@ MISTAKES = [
 DOCKER_MISTAKES = [
     ("docker/prometheus.yml", '      - targets: ["flowstate-2:8080"]\n        labels:\n          task: "2"\n', "",
      "no scrape target flowstate-2:8080"),
+    ("docker/prometheus.yml", 'task: "2"', 'job_id: "2"', "has a label 'job_id', which Prometheus sets on every"),
     ("docker/grafana/dashboards/flowstate.json",
      "histogram_quantile(0.99, sum by (job_id, replica, le) (rate(flowstate_replica_step_seconds_bucket",
      "histogram_quantile(0.99, sum by (job_id, replica, le) (rate(flowstate_replica_step_time_seconds_bucket", "flowstate_replica_step_time_seconds_bucket is not exported"),

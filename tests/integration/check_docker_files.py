@@ -64,6 +64,7 @@ class Checker:
         self.source = source
         self.docker = os.path.join(source, "docker")
         self.errors = []
+        self.target_labels = set()  # what prometheus.yml adds to every series of a target
 
     def error(self, where, message):
         self.errors.append(f"{where}: {message}")
@@ -203,7 +204,8 @@ def check_expression(c, where, expr, legend, types, series):
         else:
             c.error(where, f"{name} is not exported by the server")
     labels_of = {n: set(series[n][1]) for n in known}
-    available = set(TARGET_LABELS)
+    target_labels = TARGET_LABELS | c.target_labels
+    available = set(target_labels)
     for labels in labels_of.values():
         available |= labels
     bare = strip_strings(expr)
@@ -212,7 +214,7 @@ def check_expression(c, where, expr, legend, types, series):
         if name not in labels_of:
             continue
         for label in MATCHER_LABEL.findall(body):
-            if label not in labels_of[name] | TARGET_LABELS and label != "__name__":
+            if label not in labels_of[name] | target_labels and label != "__name__":
                 c.error(where, f"{name} has no label '{label}' (it has: {', '.join(sorted(labels_of[name])) or 'none'})")
     groupings = []
     for m in GROUPING.finditer(bare):
@@ -475,6 +477,15 @@ def check(c, types, series, promtool):
         c.error("docker/compose.yaml", f"prometheus: docker/prometheus.yml must be mounted at {config_path}")
     pconf = c.load_yaml(prom_yml)
     if pconf is not None:
+        # Labels set on targets: an exported label of the same name would be
+        # renamed exported_<name> (as `job` would; hence `job_id`).
+        for job in pconf.get("scrape_configs") or []:
+            for sc in job.get("static_configs") or []:
+                c.target_labels |= set((sc.get("labels") or {}).keys())
+        for name, (family, labels) in sorted(series.items()):
+            for label in sorted(labels & (c.target_labels | TARGET_LABELS)):
+                c.error("docker/prometheus.yml", f"{name} has a label '{label}', which Prometheus sets on "
+                        f"every target: it would be renamed exported_{label}")
         r = subprocess.run([promtool, "check", "config", prom_yml], capture_output=True, text=True)
         if r.returncode != 0:
             c.error("docker/prometheus.yml", "promtool check config failed:\n  "
