@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,7 @@ def check_compose(c, known):
         if command is None:
             argv = df["argv"] if df else []
         else:
+            command = command if isinstance(command, list) else shlex.split(str(command))
             argv = (df["entrypoint"] if df else []) + [str(a) for a in command]
         if argv[:1] == ["flowstate"]:
             argv = argv[1:]
