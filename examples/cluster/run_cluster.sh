@@ -88,7 +88,7 @@ SESSION=$(curl -fsS -X POST "$API/v1/sessions" -H 'Content-Type: application/jso
           python3 -c 'import json, sys; print(json.load(sys.stdin)["session_id"])') ||
   fail "POST /v1/sessions failed"
 OUT=$(curl -sS -X POST "$API/v1/sessions/$SESSION/run" -H 'Content-Type: application/json' \
-        --data '{"feeds": {"x": [[1, 2], [3, 4]]}, "fetches": ["y"], "encoding": "nested"}')
+        --data '{"feeds": {"x": [[1.0, 2.0], [3.0, 4.0]]}, "fetches": ["y"], "encoding": "nested"}')
 echo "y = $OUT"
 curl -fsS -X DELETE "$API/v1/sessions/$SESSION" >/dev/null
 # x·w = [[1, 4], [3, 8]]; + b = [[11, 24], [13, 28]].
