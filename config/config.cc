@@ -215,6 +215,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->cluster_options.heartbeat_deadline_seconds = co["heartbeat_deadline_seconds"];
   c->cluster_options.step_deadline_seconds = co["step_deadline_seconds"];
   c->cluster_options.join_timeout_seconds = co["join_timeout_seconds"];
+  c->cluster_options.orphan_session_seconds = co["orphan_session_seconds"];
   c->cluster_options.advertise_host = co["advertise_host"];
   for (const std::string& e :
        {Check(!c->http.address.empty(), "http.address: must not be empty"),
@@ -272,6 +273,8 @@ std::string Convert(const json& j, ServerConfig* c) {
               "cluster_options.step_deadline_seconds: must be >= 0 (0: no limit)"),
         Check(c->cluster_options.join_timeout_seconds > 0,
               "cluster_options.join_timeout_seconds: must be > 0"),
+        Check(c->cluster_options.orphan_session_seconds >= 0,
+              "cluster_options.orphan_session_seconds: must be >= 0"),
         Check(c->cluster_options.advertise_host.find_first_of(" \t:/") == std::string::npos,
               "cluster_options.advertise_host: a host name or IPv4 address, without port, "
               "spaces or '/'")}) {

@@ -119,6 +119,10 @@ struct ServerConfig {
     // MASTER_* clusters: how long a task waits for all WORLD_SIZE ranks to
     // join task 0's registry before it gives up (exit 1).
     double join_timeout_seconds = 120;
+    // A master session's state on this task (its variables, kernels) is
+    // dropped once the master's task restarted, or has been unreachable this
+    // long; 0: only when the master closes it.
+    double orphan_session_seconds = 60;
     // The host other tasks reach this one at (MASTER_* clusters); "":
     // $POD_IP, else the gRPC address's host unless a wildcard, else the
     // hostname (distributed/registry.h, AdvertisedHost).

@@ -334,6 +334,8 @@ StatusOr<std::unique_ptr<Worker>> Cluster::NewWorker(const std::string& task,
   o.stub = std::move(stub);
   o.tracker = impl_->StubsFor(task).tracker;
   o.session_handle = session_handle;
+  o.master_task = impl_->self_name;
+  o.master_incarnation = impl_->incarnation;
   o.rpc_timeout_s = impl_->options.rpc_timeout_s;
   o.step_timeout_s = impl_->options.step_timeout_s;
   return NewGrpcRemoteWorker(std::move(o));

@@ -95,6 +95,8 @@ class GrpcRemoteWorker final : public Worker {
     req.set_session_handle(o_.session_handle);
     req.set_device(request.device);
     req.set_expected_incarnation(request.incarnation);
+    req.set_master_task(o_.master_task);
+    req.set_master_incarnation(o_.master_incarnation);
     proto_convert::GraphToProto(request.graph, req.mutable_graph());
     const uint64_t token = o_.tracker->Add(&ctx);
     ::grpc::Status s = o_.stub->RegisterGraph(&ctx, req, &resp);

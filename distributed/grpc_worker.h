@@ -82,6 +82,9 @@ struct RemoteWorkerOptions {
   std::shared_ptr<wpb::Worker::Stub> stub;
   std::shared_ptr<CallTracker> tracker;
   std::string session_handle;
+  // This (the master's) task and incarnation, sent with RegisterGraph.
+  std::string master_task;
+  uint64_t master_incarnation = 0;
   double rpc_timeout_s = 10;
   double step_timeout_s = 3600;
 };

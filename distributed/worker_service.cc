@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_set>
 
 #include "api/proto_convert.h"
@@ -144,6 +145,10 @@ class Reactor final : public ::grpc::ServerUnaryReactor {
 
 // One master session's state on this task.
 struct WorkerSession {
+  // The master's task and incarnation (RegisterGraph's); "" / 0: unknown.
+  std::string master_task;
+  uint64_t master_incarnation = 0;
+  std::chrono::steady_clock::time_point master_seen = std::chrono::steady_clock::now();
   std::shared_ptr<ResourceMgr> resources;
   std::unique_ptr<LocalWorker> worker;
   std::mutex mu;
@@ -180,12 +185,35 @@ using WorkerBase = wpb::Worker::WithRawCallbackMethod_RecvTensorStream<
 class WorkerService::Impl final : public WorkerBase {
  public:
   Impl(Cluster* cluster, const WorkerServiceOptions& o)
-      : cluster_(cluster), pool_(std::make_unique<ThreadPool>(o.inter_op_threads)) {
+      : cluster_(cluster), options_(o), pool_(std::make_unique<ThreadPool>(o.inter_op_threads)) {
     scheduler::RegisterRuntimeKernels();
     state::RegisterKernels();
+    sweeper_ = std::thread([this] {
+      std::unique_lock<std::mutex> l(sweep_mu_);
+      while (!sweep_cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_sweeping_; })) {
+        l.unlock();
+        ReclaimOrphans();
+        l.lock();
+      }
+    });
+  }
+  void StopSweeping() {
+    {
+      std::lock_guard<std::mutex> l(sweep_mu_);
+      stop_sweeping_ = true;
+    }
+    sweep_cv_.notify_all();
+    if (sweeper_.joinable()) sweeper_.join();
   }
 
+  // The background ReclaimOrphans, once a second until Shutdown.
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+  bool stop_sweeping_ = false;  // GUARDED_BY(sweep_mu_)
+  std::thread sweeper_;
+
   std::atomic<Cluster*> cluster_;
+  const WorkerServiceOptions options_;
   // Runs the partitions; destroyed (joined) last, after the partitions ended.
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<::grpc::Server> server_;
@@ -242,11 +270,15 @@ class WorkerService::Impl final : public WorkerBase {
     return it == sessions_.end() ? nullptr : it->second;
   }
 
-  std::shared_ptr<WorkerSession> GetOrCreateSession(Cluster* c, const std::string& handle) {
+  std::shared_ptr<WorkerSession> GetOrCreateSession(Cluster* c, const std::string& handle,
+                                                    const std::string& master_task,
+                                                    uint64_t master_incarnation) {
     std::lock_guard<std::mutex> l(sh_->mu);
     std::shared_ptr<WorkerSession>& s = sessions_[handle];
     if (s == nullptr) {
       s = std::make_shared<WorkerSession>();
+      s->master_task = master_task;
+      s->master_incarnation = master_incarnation;
       s->resources = std::make_shared<ResourceMgr>();
       LocalWorkerOptions o;
       o.devices = c->devices();
@@ -286,7 +318,8 @@ class WorkerService::Impl final : public WorkerBase {
       proto_convert::GraphOptions go;
       go.max_tensor_bytes = size_t(kMaxMessageBytes);
       FS_ASSIGN_OR_RETURN(GraphDef graph, proto_convert::GraphFromProto(req->graph(), "graph", go));
-      std::shared_ptr<WorkerSession> s = GetOrCreateSession(c, req->session_handle());
+      std::shared_ptr<WorkerSession> s = GetOrCreateSession(c, req->session_handle(), req->master_task(),
+                                                            req->master_incarnation());
       RegisterGraphRequest r;
       r.device = req->device();
       r.graph = std::move(graph);
@@ -568,7 +601,57 @@ class WorkerService::Impl final : public WorkerBase {
     return ::grpc::Status::OK;
   }
 
+  // Drops the sessions whose master went away: its task restarted (the
+  // heartbeats report a new incarnation) or has been unreachable for longer
+  // than options_.orphan_session_seconds. Their running steps are aborted
+  // first. Returns how many were dropped.
+  int ReclaimOrphans() {
+    Cluster* c = cluster_.load();
+    if (c == nullptr || options_.orphan_session_seconds <= 0) return 0;
+    std::map<std::string, ClusterTaskInfo> tasks;
+    for (ClusterTaskInfo& t : c->Snapshot()) tasks[t.name] = std::move(t);
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::shared_ptr<WorkerSession>, std::string>> orphans;
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) return 0;
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        WorkerSession& s = *it->second;
+        auto t = tasks.find(s.master_task);
+        std::string why;
+        if (t != tasks.end() && !t->second.is_self) {
+          const ClusterTaskInfo& m = t->second;
+          if (m.state == ClusterTaskInfo::State::kUp) s.master_seen = now;
+          if (m.incarnation != 0 && s.master_incarnation != 0 && m.incarnation != s.master_incarnation) {
+            why = "its master " + s.master_task + " restarted";
+          } else if (m.state != ClusterTaskInfo::State::kUp &&
+                     now - s.master_seen > std::chrono::duration<double>(options_.orphan_session_seconds)) {
+            why = "its master " + s.master_task + " has been unreachable for over " +
+                  std::to_string(int64_t(options_.orphan_session_seconds)) + " s";
+          }
+        }
+        if (why.empty()) {
+          ++it;
+          continue;
+        }
+        orphans.emplace_back(std::move(it->second), std::move(why));
+        it = sessions_.erase(it);
+      }
+    }
+    for (auto& [s, why] : orphans) {
+      std::vector<int64_t> steps;
+      {
+        std::lock_guard<std::mutex> l(s->mu);
+        steps.assign(s->running.begin(), s->running.end());
+      }
+      const Status abort = Aborted("the session's state on " + c->local_task() + " was dropped: " + why);
+      for (int64_t step : steps) s->worker->AbortStep(step, abort);
+    }
+    return int(orphans.size());
+  }
+
   void Shutdown() {
+    StopSweeping();
     std::unordered_set<std::shared_ptr<Waiting>> pending;
     std::vector<std::shared_ptr<WorkerSession>> sessions;
     {
@@ -649,6 +732,8 @@ StatusOr<int> WorkerService::Start(const std::string& host, int port) {
 }
 
 void WorkerService::Shutdown() { impl_->Shutdown(); }
+
+int WorkerService::ReclaimOrphanSessions() { return impl_->ReclaimOrphans(); }
 
 int WorkerService::num_sessions() const {
   std::lock_guard<std::mutex> l(impl_->sh_->mu);

@@ -43,6 +43,11 @@ class Cluster;
 struct WorkerServiceOptions {
   // Inter-op threads shared by the worker sessions; 0: hardware threads.
   int inter_op_threads = 0;
+  // A worker session (a master session's variables and kernels on this
+  // task) is dropped once its master task restarted, or has been
+  // unreachable for this long; <= 0: never (only CloseSession drops it).
+  // Checked about once a second, from the cluster's heartbeats.
+  double orphan_session_seconds = 60;
 };
 
 class WorkerService {
@@ -68,6 +73,9 @@ class WorkerService {
 
   // Worker sessions held now (for tests).
   int num_sessions() const;
+  // Drops the sessions of masters that went away now (see
+  // orphan_session_seconds); returns how many. Also done in the background.
+  int ReclaimOrphanSessions();
 
  private:
   class Impl;

@@ -26,7 +26,8 @@ struct LocalTask {
 
 class LocalCluster {
  public:
-  explicit LocalCluster(int n, int cpus_per_task = 1) : cpus_(cpus_per_task), tasks_(n) {
+  explicit LocalCluster(int n, int cpus_per_task = 1, double orphan_session_seconds = 60)
+      : cpus_(cpus_per_task), orphan_session_seconds_(orphan_session_seconds), tasks_(n) {
     for (int i = 0; i < n; ++i) StartServer(i, 0);
     for (int i = 0; i < n; ++i) spec_.jobs["worker"].push_back(Address(i));
     for (int i = 0; i < n; ++i) Attach(i);
@@ -73,6 +74,7 @@ class LocalCluster {
     t.pool = DevicePool::Create(po).value();
     WorkerServiceOptions wo;
     wo.inter_op_threads = 2;
+    wo.orphan_session_seconds = orphan_session_seconds_;
     t.service = std::make_unique<WorkerService>(nullptr, wo);
     t.port = t.service->Start("127.0.0.1", port).value();
   }
@@ -93,6 +95,7 @@ class LocalCluster {
   }
 
   int cpus_;
+  double orphan_session_seconds_;
   std::vector<LocalTask> tasks_;
   ClusterSpec spec_;
 };

@@ -32,6 +32,7 @@ TEST(ConfigCluster, NoClusterByDefault) {
   EXPECT_EQ(c.cluster_options.heartbeat_deadline_seconds, 5);
   EXPECT_EQ(c.cluster_options.step_deadline_seconds, 0);
   EXPECT_EQ(c.cluster_options.join_timeout_seconds, 120);
+  EXPECT_EQ(c.cluster_options.orphan_session_seconds, 60);
   EXPECT_EQ(c.cluster_options.advertise_host, "");
 }
 
@@ -69,6 +70,8 @@ TEST(ConfigCluster, WrongTypesNameTheKey) {
             "cluster_options.step_deadline_seconds: must be >= 0 (0: no limit)");
   EXPECT_EQ(Error(R"({"cluster_options": {"join_timeout_seconds": 0}})"),
             "cluster_options.join_timeout_seconds: must be > 0");
+  EXPECT_EQ(Error(R"({"cluster_options": {"orphan_session_seconds": -1}})"),
+            "cluster_options.orphan_session_seconds: must be >= 0");
   EXPECT_NE(Error(R"({"cluster_options": {"advertise_host": "h:1"}})").find("cluster_options.advertise_host"),
             std::string::npos);
   EXPECT_EQ(Error(R"({"cluster_options": {"heartbeat": 1}})"), "cluster_options.heartbeat: unknown key");
