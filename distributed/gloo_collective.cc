@@ -636,7 +636,13 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
       }
       if (total == 0) continue;
       const bool single = idx.size() == 1;
-      Tensor out = single ? Scratch(dtype, (*tensors)[idx[0]].shape()) : Scratch(dtype, TensorShape({total}));
+      // A dtype's only tensor is reduced in place when nobody else holds its
+      // buffer (a failure of the group leaves it undefined, see the header),
+      // else into a buffer of its own that replaces it.
+      const bool in_place = single && (*tensors)[idx[0]].RefCountIsOne();
+      Tensor out = in_place ? (*tensors)[idx[0]]
+                   : single ? Scratch(dtype, (*tensors)[idx[0]].shape())
+                            : Scratch(dtype, TensorShape({total}));
       if (!single) {
         char* at = static_cast<char*>(out.raw_data());
         for (size_t i : idx) {
@@ -649,7 +655,9 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
                       std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
           ::gloo::AllreduceOptions o(ctx_);
           o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-          if (single) o.setInput<T>(static_cast<T*>((*tensors)[idx[0]].raw_data()), size_t(total));
+          if (single && !in_place) {
+            o.setInput<T>(static_cast<T*>((*tensors)[idx[0]].raw_data()), size_t(total));
+          }
           o.setOutput<T>(out.data<T>(), size_t(total));
           o.setReduceFunction(&Sum<T>);
           o.setTag(uint32_t(base + 2 + d));
@@ -658,7 +666,9 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
           if (op == ReduceOp::kMean && size_ > 1) Divide<T>(out.raw_data(), size_t(total), size_);
         }
       });
-      if (single) {
+      if (in_place) {
+        // Done: the tensor holds the result.
+      } else if (single) {
         results[idx[0]] = std::move(out);
       } else {
         const char* at = static_cast<const char*>(out.raw_data());

@@ -18,8 +18,13 @@
 // shapes); a mismatch fails the round on every rank with INVALID_ARGUMENT
 // naming the first rank that differs from rank 0 and both sides (the group
 // stays usable); a rank that has not joined by the deadline fails it with
-// DEADLINE_EXCEEDED naming it. Then one ring all-reduce per dtype over the
-// tensors of that dtype, packed.
+// DEADLINE_EXCEEDED naming it. Then one ring all-reduce per dtype: a dtype's
+// only tensor is reduced in its own buffer when nobody else holds it (no
+// copy), else into a buffer of the collective's that replaces it; several
+// tensors of a dtype are packed into one buffer and copied back. When the
+// group fails during that step (a peer gone, a deadline, an abort), a
+// tensor reduced in place is left undefined (the group is dead then; a
+// mismatch or a late rank is found before any tensor is touched).
 //
 // Reduction order (what "deterministic" means here): Gloo's ring splits the
 // buffer into one chunk per rank; chunk c is summed starting at rank c-1 and
