@@ -363,9 +363,11 @@ class GlooCollective::Impl {
       failed = failed_;
     }
     if (size_ > 1) {
+      // Wake this rank's blocked call first; a peer that sees the connection
+      // close waits `failure_grace` for the record.
+      if (ctx_ != nullptr) ctx_->Signal(kClosedByUs);
       (void)ep_->store->Set(prefix_, "fail/" + std::to_string(rank_), EncodeRecord(s, failed),
                             Clock::now() + std::chrono::milliseconds(500));
-      if (ctx_ != nullptr) ctx_->Signal(kClosedByUs);
     }
   }
 
@@ -622,6 +624,7 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
     // Every rank made the same call: validity is the same everywhere.
     Status valid = Check(round, {Decode(sig)});
     if (!valid.ok()) return valid;
+    if (size_ == 1) return Status();  // the sum and the mean of one rank's tensors
 
     results.resize(tensors->size());
     for (int d = 0; d < 4; ++d) {

@@ -311,8 +311,12 @@ TEST_F(GlooCollectiveTest, AbortWakesARankBlockedInAllReduce) {
   EXPECT_NE(s.message().find("rank 0 closed the group: the step was aborted"), std::string::npos)
       << s.message();
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 3.0);
-  // Abort before any call: the call fails at once with the abort's status.
+  // A group of one reduces nothing; abort before any call: the call fails at
+  // once with the abort's status.
   Group h = MakeGroup("abort-first", 1);
+  std::vector<Tensor> one = {Tensor::FromVector<float>({2, 3})};
+  ASSERT_TRUE(h[0]->AllReduce(&one, ReduceOp::kMean, In(1000)).ok());
+  EXPECT_EQ(one[0].data<float>()[1], 3.0f);
   h[0]->Abort(Status());
   EXPECT_EQ(h[0]->AllReduce(&ts, ReduceOp::kSum, In(1000)).code(), Code::kCancelled);
 }
