@@ -269,6 +269,7 @@ int RunServer(int argc, char** argv, Mode mode) {
     so.task_index = spec->self.index;
     ClusterRuntime* rt = cluster.get();
     so.cluster = [rt] { return rt->View(); };
+    so.remote_workers = [rt] { return rt->remote_workers(); };
   }
   Service service(so);
   if (Status rs = worker ? Status() : service.jobs().Recover(); !rs.ok()) {

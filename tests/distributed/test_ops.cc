@@ -17,7 +17,7 @@ std::atomic<int> blocks_started{0};
 
 class TestBlockOp final : public AsyncOpKernel {
  public:
-  explicit TestBlockOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("seconds", &seconds_); }
+  explicit TestBlockOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("seconds", &seconds_).CheckOk(); }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     blocks_started.fetch_add(1);
     struct Once {
@@ -57,7 +57,7 @@ class TestBlockOp final : public AsyncOpKernel {
 
 class TestFailOp final : public AsyncOpKernel {
  public:
-  explicit TestFailOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("delay_ms", &delay_ms_); }
+  explicit TestFailOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("delay_ms", &delay_ms_).CheckOk(); }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     std::thread([this, ctx, done = std::move(done)] {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
