@@ -12,13 +12,21 @@
 //   Every rank passes the same number of tensors with the same dtypes and
 //   shapes, and the same op; otherwise every rank of the round gets
 //   INVALID_ARGUMENT naming the first rank that differs from rank 0.
-// - Deterministic: each element is reduced in rank order, ((x0 + x1) + x2)
-//   ..., whatever order the ranks arrive in, so two runs are bit-identical.
+// - Deterministic: each element is reduced in an order fixed by the
+//   implementation, the group size and the tensors' dtypes and shapes,
+//   whatever order the ranks arrive in, so two runs with the same inputs are
+//   bit-identical and every rank gets the same bytes. InProcessCollective
+//   reduces in rank order, ((x0 + x1) + x2) ...; GlooCollective
+//   (distributed/gloo_collective.h) in ring order, a rotation of it per
+//   chunk of the buffer (the same for integers, and for floats at 2 ranks;
+//   floats at 3 or more ranks may differ from rank order in the last bits).
 // - A round that some rank has not joined by a caller's deadline fails for
 //   every rank of it (those waiting now and those that come later) with
 //   DEADLINE_EXCEEDED naming the missing ranks; nobody hangs.
 // - Abort(status) fails every pending and later call of every rank at once
-//   with `status`; the group cannot be used again.
+//   with `status`; the group cannot be used again. (Across processes, the
+//   other ranks fail at their next communication, naming the rank that
+//   aborted.)
 //
 // Thread safety: each participant is used by one thread at a time (its
 // replica); different participants are used from different threads, and
@@ -50,10 +58,14 @@ class Collective {
   virtual int size() const = 0;
 
   // Reduces `tensors` (float32, float64, int32 or int64, host memory)
-  // across the ranks, in place: on success each holds the result. A tensor
-  // whose buffer nobody else shares is overwritten; one whose buffer is
-  // shared is replaced by a new tensor (other holders keep the old value).
-  // On error the tensors are unchanged.
+  // across the ranks: on success each holds the result. A tensor whose
+  // buffer nobody else shares is overwritten (or given another buffer
+  // holding the result); one whose buffer is shared
+  // is replaced by a new tensor (other holders keep the old value). On
+  // error the tensors are unchanged, except that when the group itself fails
+  // mid-transfer (it cannot be used again then), an implementation across
+  // processes may leave a tensor whose buffer nobody else shares partly
+  // reduced (GlooCollective reduces those in place).
   virtual Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Deadline deadline) = 0;
 
   // Fails every pending and later call of the group with `status`

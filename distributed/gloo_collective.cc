@@ -1,0 +1,792 @@
+#include "distributed/gloo_collective.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <type_traits>
+
+#include "distributed/collective_store.h"
+
+// --- The one thing this file needs from Gloo that Gloo does not expose.
+//
+// Gloo (this 2022 snapshot) has no abort. What it does itself when a wait
+// times out is tcp::Context::signalException(msg): every pending operation
+// of every pair fails with `msg` and the connections close (the peers see
+// them close). Abort does the same. The function is exported by libgloo but
+// declared in tcp/context.h, which Debian's libgloo-dev cannot compile (it
+// includes gloo/common/memory.h, not packaged); so it is declared here by
+// its symbol, a non-virtual member function called with the tcp::Context
+// (whose primary base, at offset 0, is the transport::Context we hold) as
+// `this`. A libgloo without it fails to link, not at run time.
+namespace flowstate_gloo_abi {
+void SignalException(void* tcp_context, const std::string& msg) __asm__(
+    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11"
+    "char_traitsIcESaIcEEE");
+}  // namespace flowstate_gloo_abi
+
+namespace flowstate {
+namespace {
+
+namespace gt = ::gloo::transport::tcp;
+using Clock = std::chrono::steady_clock;
+
+// The gloo::Context of a group: its transport context is the one we
+// connected ourselves (Impl::Connect).
+class MeshContext final : public ::gloo::Context {
+ public:
+  MeshContext(int rank, int size) : ::gloo::Context(rank, size) {}
+  void SetTransport(std::shared_ptr<::gloo::transport::Device> device,
+                    std::shared_ptr<::gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+  bool connected() const { return transportContext_ != nullptr; }
+  // Fails every pending operation with `msg` and closes the connections.
+  void Signal(const std::string& msg) {
+    if (transportContext_ != nullptr) flowstate_gloo_abi::SignalException(transportContext_.get(), msg);
+  }
+};
+
+constexpr const char* kClosedByUs = "flowstate: the group was closed by this rank";
+
+std::chrono::milliseconds Left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+bool Supported(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kInt32 ||
+         t == DataType::kInt64;
+}
+
+// A failure record in the store ("fail/<rank>"): code, blamed ranks, message.
+std::string EncodeRecord(const Status& s, const std::vector<int>& failed) {
+  return std::to_string(int(s.code())) + "\n" + RankList(failed) + "\n" + s.message();
+}
+Status DecodeRecord(const std::string& v, std::vector<int>* failed) {
+  size_t a = v.find('\n'), b = a == std::string::npos ? a : v.find('\n', a + 1);
+  if (b == std::string::npos) return Internal("a malformed failure record: " + v);
+  std::string ranks = v.substr(a + 1, b - a - 1);
+  for (size_t i = 0; i < ranks.size();) {
+    failed->push_back(std::atoi(ranks.c_str() + i));
+    size_t c = ranks.find(',', i);
+    if (c == std::string::npos) break;
+    i = c + 1;
+  }
+  return Status(Code(std::atoi(v.c_str())), v.substr(b + 1));
+}
+
+// x + y per element; integers wrap (unsigned arithmetic: no UB).
+template <typename T>
+struct Wrapping {
+  using type = T;
+};
+template <>
+struct Wrapping<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Wrapping<int64_t> {
+  using type = uint64_t;
+};
+
+template <typename T>
+void Sum(void* out, const void* a, const void* b, size_t n) {
+  using U = typename Wrapping<T>::type;
+  U* o = static_cast<U*>(out);
+  const U* x = static_cast<const U*>(a);
+  const U* y = static_cast<const U*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+template <typename T>
+void Divide(void* data, size_t n, int by) {
+  T* d = static_cast<T*>(data);
+  const T div = T(by);
+  for (size_t i = 0; i < n; ++i) d[i] /= div;
+}
+
+// The call of one rank for one round: what every rank compares.
+struct Header {
+  uint64_t round = 0;
+  uint32_t op = 0;
+  uint32_t count = 0;
+  uint64_t hash = 0;
+  uint64_t sig_bytes = 0;
+};
+static_assert(sizeof(Header) == 32);
+
+// [op, count, then per tensor: dtype, rank, dims...] as int64 words.
+std::vector<int64_t> Signature(const std::vector<Tensor>& tensors, ReduceOp op) {
+  std::vector<int64_t> sig = {int64_t(op), int64_t(tensors.size())};
+  for (const Tensor& t : tensors) {
+    sig.push_back(t.IsInitialized() ? int64_t(t.dtype()) : 0);
+    sig.push_back(t.IsInitialized() ? t.rank() : 0);
+    if (t.IsInitialized()) {
+      for (int64_t d : t.shape().dims()) sig.push_back(d);
+    }
+  }
+  return sig;
+}
+
+uint64_t Hash(const std::vector<int64_t>& words) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (int64_t w : words) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (uint64_t(w) >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// A decoded signature: the op and each tensor's description.
+struct Call {
+  int64_t op = 0;
+  std::vector<std::pair<DataType, std::string>> tensors;  // dtype, "float32[2, 3]"
+};
+Call Decode(const std::vector<int64_t>& sig) {
+  Call c;
+  if (sig.size() < 2) return c;
+  c.op = sig[0];
+  size_t at = 2;
+  for (int64_t i = 0; i < sig[1] && at + 1 < sig.size() + 1; ++i) {
+    if (at + 2 > sig.size()) break;
+    DataType t = DataType(sig[at]);
+    int64_t rank = sig[at + 1];
+    at += 2;
+    if (t == DataType::kInvalid) {
+      c.tensors.emplace_back(t, "an empty tensor");
+      continue;
+    }
+    std::vector<int64_t> dims(sig.begin() + at, sig.begin() + std::min(sig.size(), size_t(at + rank)));
+    at += rank;
+    c.tensors.emplace_back(t, std::string(DataTypeName(t)) + TensorShape(dims).ToString());
+  }
+  return c;
+}
+
+// INVALID_ARGUMENT naming the first rank whose call differs from rank 0's (as
+// InProcessCollective words it); OK when the calls agree and are valid.
+Status Check(int64_t round, const std::vector<Call>& calls) {
+  const std::string where = "all-reduce round " + std::to_string(round) + ": ";
+  const Call& first = calls[0];
+  for (size_t i = 0; i < first.tensors.size(); ++i) {
+    if (!Supported(first.tensors[i].first)) {
+      return InvalidArgument(where + "tensor " + std::to_string(i) + " of rank 0 is " +
+                             first.tensors[i].second +
+                             "; all-reduce takes float32, float64, int32 and int64");
+    }
+  }
+  for (size_t r = 1; r < calls.size(); ++r) {
+    const Call& mine = calls[r];
+    const std::string who = where + "rank " + std::to_string(r);
+    if (mine.op != first.op) {
+      return InvalidArgument(who + " asks for another reduction (sum or mean) than rank 0");
+    }
+    if (mine.tensors.size() != first.tensors.size()) {
+      return InvalidArgument(who + " passed " + std::to_string(mine.tensors.size()) +
+                             " tensors, rank 0 passed " + std::to_string(first.tensors.size()));
+    }
+    for (size_t i = 0; i < first.tensors.size(); ++i) {
+      if (mine.tensors[i] != first.tensors[i]) {
+        return InvalidArgument(who + ": tensor " + std::to_string(i) + " is " +
+                               mine.tensors[i].second + ", rank 0's is " + first.tensors[i].second);
+      }
+    }
+  }
+  return Status();
+}
+
+// Whether `message` names `address` ("[10.0.0.1]:123" is not "...:1234").
+bool Names(const std::string& message, const std::string& address) {
+  for (size_t at = message.find(address); at != std::string::npos;
+       at = message.find(address, at + 1)) {
+    const size_t end = at + address.size();
+    if (end >= message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) return true;
+  }
+  return false;
+}
+
+constexpr DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                                DataType::kInt64};
+
+// What a round threw: a timeout of ours or a failed connection.
+struct RoundError {
+  bool timeout = false;
+  std::string message;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+class GlooCollective::Impl {
+ public:
+  // What a group's members share and a rebuilt group reuses.
+  struct Endpoint {
+    std::shared_ptr<CollectiveStoreClient> store;
+    std::shared_ptr<::gloo::transport::Device> device;
+    GlooCollectiveOptions options;
+  };
+
+  Impl(std::shared_ptr<Endpoint> ep, std::string prefix, int rank, int size)
+      : ep_(std::move(ep)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
+
+  // Publishes this rank's addresses, waits for the others', connects.
+  Status Connect(Clock::time_point deadline) {
+    ctx_ = std::make_shared<MeshContext>(rank_, size_);
+    peer_addresses_.assign(size_, {});
+    if (size_ == 1) return Status();
+    std::shared_ptr<::gloo::transport::Context> tc;
+    std::string mine;
+    try {
+      tc = ep_->device->createContext(rank_, size_);
+      // A pair's connect waits up to 5x this for its peer.
+      tc->setTimeout(std::max(std::chrono::milliseconds(100), Left(deadline) / 5));
+      for (int i = 0; i < size_; ++i) {
+        if (i == rank_) continue;
+        std::vector<char> a = tc->createPair(i)->address().bytes();
+        mine.append(a.begin(), a.end());
+      }
+    } catch (const std::exception& e) {
+      return Unavailable("collective " + prefix_ + ": rank " + std::to_string(rank_) +
+                         " cannot listen: " + e.what());
+    }
+    FS_RETURN_IF_ERROR(ep_->store->Set(prefix_, "addr/" + std::to_string(rank_), mine, deadline));
+    std::vector<std::string> keys, missing;
+    for (int i = 0; i < size_; ++i) {
+      if (i != rank_) keys.push_back("addr/" + std::to_string(i));
+    }
+    Status s = ep_->store->Wait(prefix_, keys, deadline, &missing);
+    if (s.code() == Code::kDeadlineExceeded && !missing.empty()) {
+      std::vector<int> ranks;
+      for (const std::string& k : missing) ranks.push_back(std::atoi(k.c_str() + 5));
+      failed_ = ranks;
+      return DeadlineExceeded("collective " + prefix_ + ": rank(s) " + RankList(ranks) +
+                              " did not join the group of " + std::to_string(size_) +
+                              " by the deadline");
+    }
+    FS_RETURN_IF_ERROR(s);
+    for (int i = 0; i < size_; ++i) {
+      if (i == rank_) continue;
+      StatusOr<std::string> all = ep_->store->Get(prefix_, "addr/" + std::to_string(i), deadline);
+      FS_RETURN_IF_ERROR(all.status());
+      const size_t each = all->size() / size_t(size_ - 1);
+      const size_t at = size_t(rank_ > i ? rank_ - 1 : rank_) * each;
+      if (each == 0 || all->size() % size_t(size_ - 1) != 0) {
+        return Internal("collective " + prefix_ + ": rank " + std::to_string(i) +
+                        " published malformed addresses");
+      }
+      try {
+        std::vector<char> bytes(all->begin() + at, all->begin() + at + each);
+        peer_addresses_[i].push_back(gt::Address(bytes).str());
+        tc->getPair(i)->connect(bytes);
+      } catch (const std::exception& e) {
+        failed_ = {i};
+        return Unavailable("collective " + prefix_ + ": rank " + std::to_string(rank_) +
+                           " cannot connect to rank " + std::to_string(i) + ": " + e.what());
+      }
+    }
+    NamePeers(tc.get());
+    ctx_->SetTransport(ep_->device, tc);
+    return Status();
+  }
+
+  // Gloo's errors name a pair's peer by address: the one it published when
+  // this rank connected to it, but the peer's own (ephemeral) end when the
+  // peer connected to this rank. Those connections are the sockets of this
+  // process whose local address is the address this rank published for
+  // that pair; their peer names are what the errors will say.
+  void NamePeers(::gloo::transport::Context* tc) {
+    std::map<std::string, int> listening;
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) listening[tc->getPair(p)->address().str()] = p;
+    }
+    DIR* dir = opendir("/proc/self/fd");
+    if (dir == nullptr) return;
+    while (dirent* e = readdir(dir)) {
+      const int fd = std::atoi(e->d_name);
+      if (fd <= 2 || fd == dirfd(dir)) continue;
+      sockaddr_storage local{}, peer{};
+      socklen_t ll = sizeof(local), pl = sizeof(peer);
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+      if (local.ss_family != AF_INET && local.ss_family != AF_INET6) continue;
+      auto it = listening.find(gt::Address(reinterpret_cast<sockaddr*>(&local), ll).str());
+      if (it == listening.end()) continue;
+      if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+      peer_addresses_[it->second].push_back(gt::Address(reinterpret_cast<sockaddr*>(&peer), pl).str());
+    }
+    closedir(dir);
+  }
+
+  Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Clock::time_point deadline);
+  void Abort(const Status& status) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!broken_.ok()) return;
+      broken_ = status.ok() ? Cancelled("the collective was aborted") : status;
+    }
+    CloseGroup();
+  }
+
+  // Posts this rank's failure record and closes every connection, so that
+  // every peer fails promptly (and finds out why). Once.
+  void CloseGroup() {
+    Status s;
+    std::vector<int> failed;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (closed_) return;
+      closed_ = true;
+      s = broken_;
+      failed = failed_;
+    }
+    if (size_ > 1) {
+      // Wake this rank's blocked call first; a peer that sees the connection
+      // close waits `failure_grace` for the record.
+      if (ctx_ != nullptr) ctx_->Signal(kClosedByUs);
+      (void)ep_->store->Set(prefix_, "fail/" + std::to_string(rank_), EncodeRecord(s, failed),
+                            Clock::now() + std::chrono::milliseconds(500));
+    }
+  }
+
+  // The group failed in `round`: the status to report (the first cause).
+  Status Fail(int64_t round, const RoundError& e, const std::vector<int>& late);
+
+  // --- One round's steps; gloo exceptions propagate.
+  void ExchangeHeaders(const Header& mine, std::vector<Header>* all, std::vector<int>* arrived,
+                       Clock::time_point deadline, uint64_t slot);
+  void ExchangeSignatures(const std::vector<int64_t>& mine, const std::vector<Header>& headers,
+                          std::vector<std::vector<int64_t>>* all, Clock::time_point deadline,
+                          uint64_t slot);
+  Tensor Scratch(DataType dtype, const TensorShape& shape);
+  void Recycle(Tensor t);
+
+  std::shared_ptr<Endpoint> ep_;
+  const std::string prefix_;
+  const int rank_, size_;
+  std::shared_ptr<MeshContext> ctx_;
+  // Per rank: what Gloo's errors call its end of our connection.
+  std::vector<std::vector<std::string>> peer_addresses_;
+  int64_t next_round_ = 0;                      // the caller's thread only
+  std::map<std::pair<DataType, int64_t>, Tensor> spare_;  // the caller's thread only
+
+  mutable std::mutex mu_;
+  Status broken_;             // GUARDED_BY(mu_): sticky once set
+  std::vector<int> failed_;   // GUARDED_BY(mu_)
+  bool closed_ = false;       // GUARDED_BY(mu_)
+};
+
+void GlooCollective::Impl::ExchangeHeaders(const Header& mine, std::vector<Header>* all,
+                                           std::vector<int>* arrived, Clock::time_point deadline,
+                                           uint64_t slot) {
+  all->assign(size_, Header());
+  (*all)[rank_] = mine;
+  arrived->assign(1, rank_);
+  Header out = mine;
+  auto send = ctx_->createUnboundBuffer(&out, sizeof(out));
+  auto recv = ctx_->createUnboundBuffer(all->data(), all->size() * sizeof(Header));
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) recv->recv(p, slot, p * sizeof(Header), sizeof(Header));
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) send->send(p, slot);
+  }
+  for (int i = 1; i < size_; ++i) {
+    int src = -1;
+    if (!recv->waitRecv(&src, Left(deadline))) throw ::gloo::IoException("aborted");
+    arrived->push_back(src);
+  }
+  for (int i = 1; i < size_; ++i) {
+    if (!send->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+  }
+}
+
+void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
+                                              const std::vector<Header>& headers,
+                                              std::vector<std::vector<int64_t>>* all,
+                                              Clock::time_point deadline, uint64_t slot) {
+  std::vector<size_t> offset(size_ + 1, 0);
+  for (int p = 0; p < size_; ++p) {
+    offset[p + 1] = offset[p] + std::min<uint64_t>(headers[p].sig_bytes, 1 << 20);
+  }
+  std::vector<char> in(std::max<size_t>(offset[size_], 8));
+  std::vector<int64_t> out = mine;
+  auto send = ctx_->createUnboundBuffer(out.data(), out.size() * 8);
+  auto recv = ctx_->createUnboundBuffer(in.data(), in.size());
+  int expect = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || offset[p + 1] == offset[p]) continue;
+    recv->recv(p, slot, offset[p], offset[p + 1] - offset[p]);
+    ++expect;
+  }
+  int sends = 0;
+  if (!out.empty()) {
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      send->send(p, slot);
+      ++sends;
+    }
+  }
+  for (int i = 0; i < expect; ++i) {
+    if (!recv->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+  }
+  for (int i = 0; i < sends; ++i) {
+    if (!send->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+  }
+  all->assign(size_, {});
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      (*all)[p] = mine;
+      continue;
+    }
+    (*all)[p].resize((offset[p + 1] - offset[p]) / 8);
+    std::memcpy((*all)[p].data(), in.data() + offset[p], (*all)[p].size() * 8);
+  }
+}
+
+Tensor GlooCollective::Impl::Scratch(DataType dtype, const TensorShape& shape) {
+  auto it = spare_.find({dtype, shape.num_elements()});
+  if (it != spare_.end()) {
+    Tensor t = std::move(it->second);
+    spare_.erase(it);
+    if (t.RefCountIsOne()) {
+      if (t.shape() == shape) return t;
+      StatusOr<Tensor> r = t.Reshaped(shape);
+      if (r.ok()) {
+        t = Tensor();
+        return *std::move(r);
+      }
+    }
+  }
+  return Tensor(dtype, shape);
+}
+
+void GlooCollective::Impl::Recycle(Tensor t) {
+  if (!t.IsInitialized() || !t.RefCountIsOne() || t.num_elements() == 0) return;
+  if (spare_.size() >= 8) spare_.erase(spare_.begin());
+  spare_[{t.dtype(), t.num_elements()}] = std::move(t);
+}
+
+Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
+                                  const std::vector<int>& late) {
+  const std::string where =
+      "all-reduce round " + std::to_string(round) + " of " + prefix_ + " (rank " +
+      std::to_string(rank_) + "): ";
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.ok()) return broken_;  // aborted: the abort's status
+  }
+  Status s;
+  std::vector<int> failed;
+  // Peers whose connection failed on their side (not by us).
+  // The peer whose connection failed (Gloo's message names its address).
+  std::vector<int> closed;
+  std::map<int, std::string> why;
+  if (e.message.find(kClosedByUs) == std::string::npos) {
+    for (int p = 0; p < size_ && closed.empty(); ++p) {
+      for (const std::string& a : peer_addresses_[p]) {
+        if (Names(e.message, a)) {
+          closed.push_back(p);
+          why[p] = e.message;
+          break;
+        }
+      }
+    }
+  }
+  if (!closed.empty()) {
+    // A peer that failed wrote why before closing; one that wrote nothing
+    // within the grace is gone.
+    std::vector<std::string> keys, missing;
+    for (int p : closed) keys.push_back("fail/" + std::to_string(p));
+    Status w = ep_->store->Wait(prefix_, keys, Clock::now() + ep_->options.failure_grace, &missing);
+    std::vector<int> gone;
+    for (const std::string& k : missing) gone.push_back(std::atoi(k.c_str() + 5));
+    if (!w.ok() && w.code() != Code::kDeadlineExceeded) gone = closed;  // the store is gone too
+    if (!gone.empty()) {
+      std::string detail;
+      for (int p : gone) {
+        std::string m = why[p];
+        size_t cut = m.rfind("] ");
+        detail += (detail.empty() ? "" : "; ") + (cut == std::string::npos ? m : m.substr(cut + 2));
+      }
+      failed = gone;
+      s = Unavailable(where + "rank(s) " + RankList(gone) + " left the group (" + detail + ")");
+    } else {
+      for (int p : closed) {
+        StatusOr<std::string> rec =
+            ep_->store->Get(prefix_, "fail/" + std::to_string(p), Clock::now() + std::chrono::milliseconds(500));
+        if (!rec.ok()) continue;
+        s = DecodeRecord(*rec, &failed);
+        if (s.code() == Code::kCancelled || s.code() == Code::kAborted ||
+            s.code() == Code::kInternal) {
+          s = Status(s.code(), "rank " + std::to_string(p) + " closed the group: " + s.message());
+        }
+        break;
+      }
+    }
+  }
+  if (s.ok() && e.timeout) {
+    failed = late;
+    s = late.empty() ? DeadlineExceeded(where + "the ring did not finish by the deadline (" + e.message + ")")
+                     : DeadlineExceeded(where + "rank(s) " + RankList(late) +
+                                        " did not join by the deadline");
+  }
+  if (s.ok()) s = Unavailable(where + e.message);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.ok()) return broken_;
+    broken_ = s;
+    failed_ = failed;
+  }
+  CloseGroup();
+  return s;
+}
+
+Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
+                                       Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.ok()) return broken_;
+  }
+  const int64_t round = next_round_++;
+  std::vector<int64_t> sig = Signature(*tensors, op);
+  Header mine;
+  mine.round = uint64_t(round);
+  mine.op = uint32_t(op);
+  mine.count = uint32_t(tensors->size());
+  mine.hash = Hash(sig);
+  mine.sig_bytes = sig.size() * 8;
+
+  // Slots: ours use a prefix byte apart from Gloo's collectives (1-8).
+  const uint64_t base = uint64_t(round) * 8;
+  auto slot = [&](int k) { return uint64_t(::gloo::Slot::build(0x40, uint32_t(base + k))); };
+  std::vector<int> arrived;
+  std::vector<Tensor> results;
+  try {
+    if (size_ > 1) {
+      std::vector<Header> headers;
+      try {
+        ExchangeHeaders(mine, &headers, &arrived, deadline, slot(0));
+      } catch (const ::gloo::IoException& e) {
+        const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
+        std::vector<int> late;
+        for (int p = 0; p < size_; ++p) {
+          if (std::find(arrived.begin(), arrived.end(), p) == arrived.end()) late.push_back(p);
+        }
+        return Fail(round, {timeout, e.what()}, late);
+      }
+      bool same = true;
+      for (const Header& h : headers) {
+        same = same && h.round == mine.round && h.hash == mine.hash && h.count == mine.count &&
+               h.op == mine.op && h.sig_bytes == mine.sig_bytes;
+      }
+      if (!same) {
+        for (int p = 1; p < size_; ++p) {
+          if (headers[p].round != headers[0].round) {
+            // Not a caller's mismatch: the group lost count. Fatal.
+            return Fail(round, {false, "rank " + std::to_string(p) + " is at all-reduce round " +
+                                           std::to_string(headers[p].round) + ", rank 0 at " +
+                                           std::to_string(headers[0].round)}, {});
+          }
+        }
+        std::vector<std::vector<int64_t>> sigs;
+        ExchangeSignatures(sig, headers, &sigs, deadline, slot(1));
+        std::vector<Call> calls;
+        for (const auto& s : sigs) calls.push_back(Decode(s));
+        Status s = Check(round, calls);
+        if (!s.ok()) return s;
+        return InvalidArgument("all-reduce round " + std::to_string(round) +
+                               ": the ranks' calls differ (their signatures' hashes do)");
+      }
+    }
+    // Every rank made the same call: validity is the same everywhere.
+    Status valid = Check(round, {Decode(sig)});
+    if (!valid.ok()) return valid;
+    if (size_ == 1) return Status();  // the sum and the mean of one rank's tensors
+
+    results.resize(tensors->size());
+    for (int d = 0; d < 4; ++d) {
+      const DataType dtype = kDtypes[d];
+      std::vector<size_t> idx;
+      int64_t total = 0;
+      for (size_t i = 0; i < tensors->size(); ++i) {
+        if ((*tensors)[i].dtype() == dtype) {
+          idx.push_back(i);
+          total += (*tensors)[i].num_elements();
+        }
+      }
+      if (total == 0) continue;
+      const bool single = idx.size() == 1;
+      // A dtype's only tensor is reduced in place when nobody else holds its
+      // buffer (a failure of the group leaves it undefined, see the header),
+      // else into a buffer of its own that replaces it.
+      const bool in_place = single && (*tensors)[idx[0]].RefCountIsOne();
+      Tensor out = in_place ? (*tensors)[idx[0]]
+                   : single ? Scratch(dtype, (*tensors)[idx[0]].shape())
+                            : Scratch(dtype, TensorShape({total}));
+      if (!single) {
+        char* at = static_cast<char*>(out.raw_data());
+        for (size_t i : idx) {
+          std::memcpy(at, (*tensors)[i].raw_data(), (*tensors)[i].TotalBytes());
+          at += (*tensors)[i].TotalBytes();
+        }
+      }
+      DispatchDataType(dtype, [&]<typename T>() {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                      std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+          ::gloo::AllreduceOptions o(ctx_);
+          o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+          if (single && !in_place) {
+            o.setInput<T>(static_cast<T*>((*tensors)[idx[0]].raw_data()), size_t(total));
+          }
+          o.setOutput<T>(out.data<T>(), size_t(total));
+          o.setReduceFunction(&Sum<T>);
+          o.setTag(uint32_t(base + 2 + d));
+          o.setTimeout(Left(deadline));
+          ::gloo::allreduce(o);
+          if (op == ReduceOp::kMean && size_ > 1) Divide<T>(out.raw_data(), size_t(total), size_);
+        }
+      });
+      if (in_place) {
+        // Done: the tensor holds the result.
+      } else if (single) {
+        results[idx[0]] = std::move(out);
+      } else {
+        const char* at = static_cast<const char*>(out.raw_data());
+        for (size_t i : idx) {
+          Tensor& t = (*tensors)[i];
+          if (t.RefCountIsOne()) {
+            t.CopyFromBytes(at, t.TotalBytes());
+          } else {
+            Tensor fresh(t.dtype(), t.shape());
+            fresh.CopyFromBytes(at, t.TotalBytes());
+            t = std::move(fresh);
+          }
+          at += t.TotalBytes();
+        }
+        Recycle(std::move(out));
+      }
+    }
+  } catch (const ::gloo::Exception& e) {
+    const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
+    return Fail(round, {timeout, e.what()}, {});
+  } catch (const std::exception& e) {
+    return Fail(round, {false, e.what()}, {});
+  }
+  // Success: the single tensors of a dtype take their results' buffers.
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].IsInitialized()) continue;
+    Tensor old = std::move((*tensors)[i]);
+    (*tensors)[i] = std::move(results[i]);
+    Recycle(std::move(old));
+  }
+  return Status();
+}
+
+// ---------------------------------------------------------------------------
+
+GlooCollective::GlooCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+GlooCollective::~GlooCollective() {
+  if (impl_ != nullptr) impl_->Abort(Cancelled("the collective was destroyed"));
+}
+
+StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(const GlooCollectiveOptions& o) {
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    return InvalidArgument("collective: rank " + std::to_string(o.rank) + " of a group of " +
+                           std::to_string(o.size) + " (rank must be in [0, size))");
+  }
+  if (o.prefix.empty()) return InvalidArgument("collective: an empty prefix");
+  if (o.store_address.empty()) return InvalidArgument("collective: no store address");
+  const auto deadline = Clock::now() + o.timeout;
+  // Gloo writes to its sockets with plain writev: a peer that is gone would
+  // kill this process with SIGPIPE instead of failing the round.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
+  auto ep = std::make_shared<Impl::Endpoint>();
+  ep->options = o;
+  ep->store = CollectiveStoreClient::Connect(o.store_address);
+  if (o.size > 1) {
+    try {
+      gt::attr attr;
+      if (!o.interface.empty()) {
+        attr.iface = o.interface;
+      } else {
+        attr.hostname = o.host;
+      }
+      ep->device = gt::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      return InvalidArgument("collective: cannot use " +
+                             (o.interface.empty() ? "host " + o.host : "interface " + o.interface) +
+                             " for the transport: " + e.what());
+    }
+  }
+  auto impl = std::make_unique<Impl>(ep, o.prefix, o.rank, o.size);
+  FS_RETURN_IF_ERROR(impl->Connect(deadline));
+  return std::unique_ptr<GlooCollective>(new GlooCollective(std::move(impl)));
+}
+
+StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Rebuild(
+    const std::string& prefix, const std::vector<int>& members) const {
+  auto it = std::find(members.begin(), members.end(), impl_->rank_);
+  if (it == members.end()) {
+    return InvalidArgument("collective: rank " + std::to_string(impl_->rank_) +
+                           " is not among the members of the rebuilt group (" +
+                           RankList(members) + ")");
+  }
+  for (size_t i = 1; i < members.size(); ++i) {
+    if (members[i] <= members[i - 1]) {
+      return InvalidArgument("collective: the members of a rebuilt group must increase (" +
+                             RankList(members) + ")");
+    }
+  }
+  if (prefix.empty() || prefix == impl_->prefix_) {
+    return InvalidArgument("collective: a rebuilt group needs a new prefix (not \"" + prefix + "\")");
+  }
+  auto ep = impl_->ep_;
+  if (ep->device == nullptr && members.size() > 1) {
+    return InvalidArgument("collective: a group of one cannot grow by Rebuild");
+  }
+  auto impl = std::make_unique<Impl>(ep, prefix, int(it - members.begin()), int(members.size()));
+  FS_RETURN_IF_ERROR(impl->Connect(Clock::now() + ep->options.timeout));
+  return std::unique_ptr<GlooCollective>(new GlooCollective(std::move(impl)));
+}
+
+int GlooCollective::rank() const { return impl_->rank_; }
+int GlooCollective::size() const { return impl_->size_; }
+const std::string& GlooCollective::prefix() const { return impl_->prefix_; }
+
+std::vector<int> GlooCollective::failed_ranks() const {
+  std::lock_guard<std::mutex> l(impl_->mu_);
+  return impl_->failed_;
+}
+
+Status GlooCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Deadline deadline) {
+  return impl_->AllReduce(tensors, op, deadline);
+}
+
+void GlooCollective::Abort(const Status& status) { impl_->Abort(status); }
+
+}  // namespace flowstate

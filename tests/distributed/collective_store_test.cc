@@ -1,0 +1,157 @@
+// The collective store over loopback gRPC: Set/Get/Wait, a Wait's timeout
+// naming the missing keys, prefix isolation, the caps, DropPrefix, and Gloo's
+// Store interface over it (GlooStore).
+#include <gloo/common/error.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "distributed/collective_store.h"
+#include "distributed/gloo_store.h"
+
+namespace flowstate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct StoreFixture {
+  explicit StoreFixture(const CollectiveStoreOptions& o = {}) : service(o) {
+    StatusOr<int> port = service.Start("127.0.0.1", 0);
+    EXPECT_TRUE(port.ok()) << port.status().ToString();
+    client = CollectiveStoreClient::Connect("127.0.0.1:" + std::to_string(port.ok() ? *port : 0));
+  }
+  Clock::time_point In(int ms) const { return Clock::now() + milliseconds(ms); }
+  CollectiveStoreService service;
+  std::shared_ptr<CollectiveStoreClient> client;
+};
+
+TEST(CollectiveStore, SetGetAndWait) {
+  StoreFixture f;
+  ASSERT_TRUE(f.client->Set("p", "a", "1", f.In(5000)).ok());
+  StatusOr<std::string> v = f.client->Get("p", "a", f.In(5000));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, "1");
+  EXPECT_EQ(f.client->Get("p", "b", f.In(5000)).status().code(), Code::kNotFound);
+  EXPECT_TRUE(f.client->Wait("p", {"a"}, f.In(5000)).ok());
+  // A Wait is answered when its last key is set.
+  auto waiting = std::async(std::launch::async, [&] { return f.client->Wait("p", {"a", "b", "c"}, f.In(10000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_TRUE(f.client->Set("p", "b", "2", f.In(5000)).ok());
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  ASSERT_TRUE(f.client->Set("p", "c", "3", f.In(5000)).ok());
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(waiting.get().ok());
+  EXPECT_EQ(f.service.num_keys("p"), 3);
+}
+
+TEST(CollectiveStore, WaitTimesOutNamingTheMissingKeys) {
+  StoreFixture f;
+  ASSERT_TRUE(f.client->Set("p", "here", "x", f.In(5000)).ok());
+  std::vector<std::string> missing;
+  const auto start = Clock::now();
+  Status s = f.client->Wait("p", {"here", "gone/1", "gone/2"}, f.In(300), &missing);
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("gone/1, gone/2"), std::string::npos) << s.message();
+  EXPECT_EQ(missing, (std::vector<std::string>{"gone/1", "gone/2"}));
+  EXPECT_GE(took, 0.25);
+  EXPECT_LT(took, 2.0);
+}
+
+TEST(CollectiveStore, PrefixesAreIsolated) {
+  StoreFixture f;
+  ASSERT_TRUE(f.client->Set("job/1", "k", "one", f.In(5000)).ok());
+  ASSERT_TRUE(f.client->Set("job/2", "k", "two", f.In(5000)).ok());
+  EXPECT_EQ(*f.client->Get("job/1", "k", f.In(5000)), "one");
+  EXPECT_EQ(*f.client->Get("job/2", "k", f.In(5000)), "two");
+  EXPECT_EQ(f.client->Wait("job/3", {"k"}, f.In(100)).code(), Code::kDeadlineExceeded);
+}
+
+TEST(CollectiveStore, CapsRefuseAndChangeNothing) {
+  CollectiveStoreOptions o;
+  o.max_keys = 2;
+  o.max_bytes = 100;
+  o.max_prefixes = 2;
+  StoreFixture f(o);
+  ASSERT_TRUE(f.client->Set("p", "a", "1", f.In(5000)).ok());
+  ASSERT_TRUE(f.client->Set("p", "b", "2", f.In(5000)).ok());
+  Status s = f.client->Set("p", "c", "3", f.In(5000));
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("prefix \"p\" holds 2 keys"), std::string::npos) << s.message();
+  EXPECT_EQ(f.client->Get("p", "c", f.In(5000)).status().code(), Code::kNotFound);
+  // Overwriting an existing key is within the key cap; the byte cap holds.
+  EXPECT_TRUE(f.client->Set("p", "a", "11", f.In(5000)).ok());
+  s = f.client->Set("p", "a", std::string(200, 'x'), f.In(5000));
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_EQ(*f.client->Get("p", "a", f.In(5000)), "11");
+  EXPECT_EQ(f.service.num_bytes("p"), (1 + 2) + (1 + 1));  // a=11, b=2
+  ASSERT_TRUE(f.client->Set("q", "a", "1", f.In(5000)).ok());
+  s = f.client->Set("r", "a", "1", f.In(5000));
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("2 prefixes held"), std::string::npos) << s.message();
+  EXPECT_EQ(f.service.num_prefixes(), 2);
+}
+
+TEST(CollectiveStore, DropPrefixForgetsItsMembershipsAndFailsTheirWaits) {
+  StoreFixture f;
+  ASSERT_TRUE(f.client->Set("job/1", "k", "v", f.In(5000)).ok());
+  ASSERT_TRUE(f.client->Set("job/1/m0", "k", "v", f.In(5000)).ok());
+  ASSERT_TRUE(f.client->Set("job/10", "k", "v", f.In(5000)).ok());
+  auto waiting = std::async(std::launch::async, [&] { return f.client->Wait("job/1/m0", {"never"}, f.In(20000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(f.client->DropPrefix("job/1", f.In(5000)).ok());
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status s = waiting.get();
+  EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("dropped"), std::string::npos);
+  EXPECT_EQ(f.service.num_prefixes(), 1);
+  EXPECT_EQ(f.client->Get("job/1", "k", f.In(5000)).status().code(), Code::kNotFound);
+  EXPECT_TRUE(f.client->Get("job/10", "k", f.In(5000)).ok());
+  EXPECT_EQ(f.service.DropPrefix("job/10"), 1);
+  EXPECT_EQ(f.service.num_prefixes(), 0);
+}
+
+TEST(CollectiveStore, ShutdownAnswersPendingWaits) {
+  auto f = std::make_unique<StoreFixture>();
+  auto client = f->client;
+  auto waiting = std::async(std::launch::async, [&] {
+    return client->Wait("p", {"never"}, Clock::now() + std::chrono::seconds(20));
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  f->service.Shutdown();
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(waiting.get().code(), Code::kUnavailable);
+}
+
+TEST(CollectiveStore, UnreachableStoreFailsByTheDeadline) {
+  auto client = CollectiveStoreClient::Connect("127.0.0.1:1");
+  const auto start = Clock::now();
+  Status s = client->Set("p", "k", "v", Clock::now() + milliseconds(300));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s.ToString();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+}
+
+TEST(GlooStore, GlooStoreInterfaceOverTheService) {
+  StoreFixture f;
+  GlooStore a(f.client, "g", milliseconds(2000));
+  GlooStore b(f.client, "h", milliseconds(2000));
+  a.set("k", {'x', 'y'});
+  EXPECT_EQ(a.get("k"), (std::vector<char>{'x', 'y'}));
+  a.wait({"k"});
+  const auto start = Clock::now();
+  EXPECT_THROW(b.wait({"k"}, milliseconds(200)), ::gloo::IoException);  // another prefix
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
+  // get waits for the key.
+  auto later = std::async(std::launch::async, [&] { return b.get("late"); });
+  std::this_thread::sleep_for(milliseconds(100));
+  b.set("late", {'1'});
+  ASSERT_EQ(later.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(later.get(), std::vector<char>{'1'});
+}
+
+}  // namespace
+}  // namespace flowstate

@@ -1,0 +1,368 @@
+// GlooCollective with its ranks as threads of this process, over Gloo's TCP
+// transport on loopback and a real CollectiveStoreService: the results
+// against InProcessCollective (every dtype, sum and mean, sizes 0, 1, odd and
+// large, many rounds), determinism, mismatches, deadlines, Abort, Rebuild.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "distributed/collective_store.h"
+#include "distributed/gloo_collective.h"
+#include "scheduler/collective.h"
+
+namespace flowstate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using Group = std::vector<std::unique_ptr<GlooCollective>>;
+
+class GlooCollectiveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StatusOr<int> port = store_.Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    address_ = "127.0.0.1:" + std::to_string(*port);
+  }
+
+  GlooCollectiveOptions Options(const std::string& prefix, int rank, int size) {
+    GlooCollectiveOptions o;
+    o.store_address = address_;
+    o.prefix = prefix;
+    o.rank = rank;
+    o.size = size;
+    o.timeout = milliseconds(10000);
+    return o;
+  }
+
+  // The ranks `ranks` of a group of `size` under `prefix`, created at once.
+  std::vector<StatusOr<std::unique_ptr<GlooCollective>>> CreateRanks(const std::string& prefix,
+                                                                     int size, std::vector<int> ranks,
+                                                                     int timeout_ms = 10000) {
+    std::vector<std::future<StatusOr<std::unique_ptr<GlooCollective>>>> f;
+    for (int r : ranks) {
+      GlooCollectiveOptions o = Options(prefix, r, size);
+      o.timeout = milliseconds(timeout_ms);
+      f.push_back(std::async(std::launch::async, [o] { return GlooCollective::Create(o); }));
+    }
+    std::vector<StatusOr<std::unique_ptr<GlooCollective>>> out;
+    for (auto& x : f) {
+      EXPECT_EQ(x.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+      out.push_back(x.get());
+    }
+    return out;
+  }
+
+  Group MakeGroup(const std::string& prefix, int size) {
+    std::vector<int> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+    Group g;
+    for (auto& c : CreateRanks(prefix, size, ranks)) {
+      EXPECT_TRUE(c.ok()) << c.status().ToString();
+      if (c.ok()) g.push_back(*std::move(c));
+    }
+    return g;
+  }
+
+  CollectiveStoreService store_;
+  std::string address_;
+};
+
+// Runs fn(rank) on one thread per rank; returns the statuses (bounded: a
+// rank that does not return within 60 s fails the test).
+std::vector<Status> OnEveryRank(int size, const std::function<Status(int)>& fn) {
+  std::vector<std::future<Status>> f;
+  for (int r = 0; r < size; ++r) f.push_back(std::async(std::launch::async, fn, r));
+  std::vector<Status> out;
+  for (int r = 0; r < size; ++r) {
+    if (f[r].wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      ADD_FAILURE() << "rank " << r << " did not return within 60 s";
+      std::abort();  // a hung rank: nothing else can be trusted
+    }
+    out.push_back(f[r].get());
+  }
+  return out;
+}
+
+Clock::time_point In(int ms) { return Clock::now() + milliseconds(ms); }
+
+// Rank r's input: deterministic pseudo-random values of `dtype`.
+Tensor Input(DataType dtype, const TensorShape& shape, int rank, int salt) {
+  Tensor t(dtype, shape);
+  std::mt19937 gen(rank * 7919 + salt);
+  std::uniform_real_distribution<double> u(-100, 100);
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    const double v = u(gen);
+    switch (dtype) {
+      case DataType::kFloat32: t.data<float>()[i] = float(v); break;
+      case DataType::kFloat64: t.data<double>()[i] = v; break;
+      case DataType::kInt32: t.data<int32_t>()[i] = int32_t(v * 1000); break;
+      case DataType::kInt64: t.data<int64_t>()[i] = int64_t(v * 1e9); break;
+      default: break;
+    }
+  }
+  return t;
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.TotalBytes()) == 0;
+}
+
+// Reference results from InProcessCollective for the same inputs.
+std::vector<std::vector<Tensor>> Reference(const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) {
+  const int n = int(inputs.size());
+  auto group = InProcessCollective::Create(n);
+  std::vector<std::vector<Tensor>> out(n);
+  for (int r = 0; r < n; ++r) {
+    for (const Tensor& t : inputs[r]) out[r].push_back(t.DeepCopy());
+  }
+  auto st = OnEveryRank(n, [&](int r) { return group[r]->AllReduce(&out[r], op, In(30000)); });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+  return out;
+}
+
+TEST_F(GlooCollectiveTest, EveryDtypeSumAndMeanMatchInProcess) {
+  const std::vector<TensorShape> shapes = {TensorShape({0}), TensorShape({1}), TensorShape({7, 3}),
+                                           TensorShape({1000003})};
+  for (int n : {2, 3}) {
+    Group g = MakeGroup("every-dtype-" + std::to_string(n), n);
+    ASSERT_EQ(int(g.size()), n);
+    int salt = 0;
+    for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64}) {
+      for (const TensorShape& shape : shapes) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+          ++salt;
+          std::vector<std::vector<Tensor>> in(n);
+          for (int r = 0; r < n; ++r) in[r].push_back(Input(dtype, shape, r, salt));
+          std::vector<std::vector<Tensor>> expect = Reference(in, op);
+          std::vector<std::vector<Tensor>> got(n);
+          for (int r = 0; r < n; ++r) got[r].push_back(in[r][0].DeepCopy());
+          auto st = OnEveryRank(n, [&](int r) { return g[r]->AllReduce(&got[r], op, In(30000)); });
+          const std::string what = std::string(DataTypeName(dtype)) + shape.ToString() +
+                                   (op == ReduceOp::kSum ? " sum" : " mean") + " n=" + std::to_string(n);
+          for (int r = 0; r < n; ++r) {
+            ASSERT_TRUE(st[r].ok()) << what << ": " << st[r].ToString();
+            // Every rank holds the same bytes.
+            EXPECT_TRUE(SameBytes(got[r][0], got[0][0])) << what << " rank " << r;
+          }
+          const bool exact = dtype == DataType::kInt32 || dtype == DataType::kInt64 || n <= 2;
+          if (exact) {
+            EXPECT_TRUE(SameBytes(got[0][0], expect[0][0])) << what;
+          } else {
+            for (int64_t i = 0; i < got[0][0].num_elements(); ++i) {
+              const double a = got[0][0].ElementAsDouble(i), b = expect[0][0].ElementAsDouble(i);
+              ASSERT_NEAR(a, b, 1e-4 * std::max(1.0, std::abs(b))) << what << " element " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GlooCollectiveTest, ManyRoundsOfMixedListsAndDeterministicAcrossRuns) {
+  const int n = 3, rounds = 40;
+  auto run = [&](const std::string& prefix) {
+    Group g = MakeGroup(prefix, n);
+    std::vector<std::vector<Tensor>> last(n);
+    auto st = OnEveryRank(n, [&](int r) -> Status {
+      for (int k = 0; k < rounds; ++k) {
+        std::vector<Tensor> ts = {Input(DataType::kFloat32, TensorShape({k * 37 + 1}), r, k),
+                                  Input(DataType::kInt64, TensorShape({3}), r, k),
+                                  Input(DataType::kFloat32, TensorShape({5, 5}), r, k + 1000),
+                                  Input(DataType::kFloat64, TensorShape({k % 4}), r, k)};
+        std::vector<Tensor> copy;
+        for (const Tensor& t : ts) copy.push_back(t);  // shared: replaced, not overwritten
+        Status s = g[r]->AllReduce(&ts, k % 2 ? ReduceOp::kMean : ReduceOp::kSum, In(30000));
+        if (!s.ok()) return s;
+        // The callers' other references keep the inputs.
+        if (!SameBytes(copy[1], Input(DataType::kInt64, TensorShape({3}), r, k))) {
+          return Internal("a shared input was overwritten");
+        }
+        last[r] = ts;
+      }
+      return Status();
+    });
+    for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+    return last;
+  };
+  auto a = run("rounds-a");
+  auto b = run("rounds-b");
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(a[r].size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_TRUE(SameBytes(a[r][i], b[r][i])) << "rank " << r << " tensor " << i;
+      EXPECT_TRUE(SameBytes(a[r][i], a[0][i])) << "rank " << r << " tensor " << i;
+    }
+  }
+  // The int64 tensor is exact: the mean (round 39 is odd) of the ranks' inputs.
+  std::vector<std::vector<Tensor>> in(n);
+  for (int r = 0; r < n; ++r) in[r].push_back(Input(DataType::kInt64, TensorShape({3}), r, rounds - 1));
+  EXPECT_TRUE(SameBytes(a[0][1], Reference(in, ReduceOp::kMean)[0][0]));
+}
+
+TEST_F(GlooCollectiveTest, MismatchFailsEveryRankNamingBothSidesAndTheGroupGoesOn) {
+  const int n = 3;
+  Group g = MakeGroup("mismatch", n);
+  // Rank 2 passes another shape.
+  auto st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts = {Tensor(DataType::kFloat32, TensorShape({r == 2 ? 3 : 2}))};
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kInvalidArgument) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank 2: tensor 0 is float32[3], rank 0's is float32[2]"),
+              std::string::npos)
+        << st[r].message();
+    EXPECT_EQ(st[r].message(), st[0].message());
+  }
+  // Another count, another op, a dtype all-reduce does not take.
+  st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts(r == 1 ? 2 : 1, Tensor(DataType::kInt32, TensorShape({4})));
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kInvalidArgument);
+    EXPECT_NE(st[r].message().find("rank 1 passed 2 tensors, rank 0 passed 1"), std::string::npos)
+        << st[r].message();
+  }
+  st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts = {Tensor(DataType::kInt32, TensorShape({4}))};
+    return g[r]->AllReduce(&ts, r == 1 ? ReduceOp::kMean : ReduceOp::kSum, In(10000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(st[r].message().find("rank 1 asks for another reduction"), std::string::npos)
+        << st[r].message();
+  }
+  st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts = {Tensor(DataType::kBool, TensorShape({4}))};
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kInvalidArgument);
+    EXPECT_NE(st[r].message().find("tensor 0 of rank 0 is bool[4]"), std::string::npos)
+        << st[r].message();
+  }
+  // The group still works.
+  st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r, 1})};
+    Status s = g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+    if (s.ok() && (ts[0].data<int32_t>()[0] != 3 || ts[0].data<int32_t>()[1] != 3)) {
+      return Internal("wrong sum " + ts[0].DebugString());
+    }
+    return s;
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(GlooCollectiveTest, ALateRankIsNamedByTheDeadlineAndFailsAtOnceWhenItComes) {
+  const int n = 3;
+  Group g = MakeGroup("late", n);
+  const auto start = Clock::now();
+  auto st = OnEveryRank(2, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::FromVector<float>({1, 2})};
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(500));
+  });
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kDeadlineExceeded) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank(s) 2 did not join"), std::string::npos) << st[r].message();
+    EXPECT_EQ(g[r]->failed_ranks(), std::vector<int>{2});
+  }
+  EXPECT_LT(took, 5.0);
+  // Rank 2 comes late: it fails at once, with the same cause.
+  const auto late = Clock::now();
+  std::vector<Tensor> ts = {Tensor::FromVector<float>({1, 2})};
+  Status s = g[2]->AllReduce(&ts, ReduceOp::kSum, In(20000));
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("rank(s) 2 did not join"), std::string::npos) << s.message();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - late).count(), 5.0);
+  // Later calls fail at once with the same status.
+  EXPECT_EQ(g[0]->AllReduce(&ts, ReduceOp::kSum, In(20000)), st[0]);
+}
+
+TEST_F(GlooCollectiveTest, AbortWakesARankBlockedInAllReduce) {
+  Group g = MakeGroup("abort", 2);
+  auto blocked = std::async(std::launch::async, [&] {
+    std::vector<Tensor> ts = {Tensor::FromVector<float>({1})};
+    return g[0]->AllReduce(&ts, ReduceOp::kSum, In(30000));
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto start = Clock::now();
+  g[0]->Abort(Aborted("the step was aborted"));
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(2)), std::future_status::ready)
+      << "AllReduce did not return promptly after Abort";
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.0);
+  Status s = blocked.get();
+  EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
+  EXPECT_EQ(s.message(), "the step was aborted");
+  // The other rank's next call fails at once naming who closed the group.
+  std::vector<Tensor> ts = {Tensor::FromVector<float>({1})};
+  const auto t1 = Clock::now();
+  s = g[1]->AllReduce(&ts, ReduceOp::kSum, In(30000));
+  EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("rank 0 closed the group: the step was aborted"), std::string::npos)
+      << s.message();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 3.0);
+  // A group of one reduces nothing; abort before any call: the call fails at
+  // once with the abort's status.
+  Group h = MakeGroup("abort-first", 1);
+  std::vector<Tensor> one = {Tensor::FromVector<float>({2, 3})};
+  ASSERT_TRUE(h[0]->AllReduce(&one, ReduceOp::kMean, In(1000)).ok());
+  EXPECT_EQ(one[0].data<float>()[1], 3.0f);
+  h[0]->Abort(Status());
+  EXPECT_EQ(h[0]->AllReduce(&ts, ReduceOp::kSum, In(1000)).code(), Code::kCancelled);
+}
+
+TEST_F(GlooCollectiveTest, RendezvousNamesTheRanksThatDidNotCome) {
+  const auto start = Clock::now();
+  auto c = CreateRanks("absent", 3, {0, 1}, 500);
+  for (auto& x : c) {
+    ASSERT_FALSE(x.ok());
+    EXPECT_EQ(x.status().code(), Code::kDeadlineExceeded);
+    EXPECT_NE(x.status().message().find("rank(s) 2 did not join the group of 3"), std::string::npos)
+        << x.status().message();
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  GlooCollectiveOptions bad = Options("x", 3, 3);
+  EXPECT_EQ(GlooCollective::Create(bad).status().code(), Code::kInvalidArgument);
+  bad = Options("", 0, 1);
+  EXPECT_EQ(GlooCollective::Create(bad).status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(GlooCollectiveTest, SurvivorsRebuildUnderANewPrefix) {
+  Group g = MakeGroup("rebuild", 3);
+  auto st = OnEveryRank(2, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::FromVector<float>({1})};
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(300));
+  });
+  ASSERT_EQ(st[0].code(), Code::kDeadlineExceeded);
+  // Ranks 0 and 2 go on (say rank 1 is the one the job drops).
+  EXPECT_EQ(g[0]->Rebuild("rebuild", {0, 2}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(g[1]->Rebuild("rebuild/1", {0, 2}).status().code(), Code::kInvalidArgument);
+  std::vector<int> members = {0, 2};
+  std::vector<std::unique_ptr<GlooCollective>> next(2);
+  st = OnEveryRank(2, [&](int i) -> Status {
+    FS_ASSIGN_OR_RETURN(next[i], g[members[i]]->Rebuild("rebuild/1", members));
+    if (next[i]->rank() != i || next[i]->size() != 2) return Internal("wrong rank or size");
+    std::vector<Tensor> ts = {Tensor::FromVector<double>({1.5, double(i)})};
+    FS_RETURN_IF_ERROR(next[i]->AllReduce(&ts, ReduceOp::kMean, In(10000)));
+    if (ts[0].data<double>()[0] != 1.5 || ts[0].data<double>()[1] != 0.5) {
+      return Internal("wrong mean " + ts[0].DebugString());
+    }
+    return Status();
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+  store_.DropPrefix("rebuild");
+  EXPECT_EQ(store_.num_prefixes(), 0);
+}
+
+}  // namespace
+}  // namespace flowstate
