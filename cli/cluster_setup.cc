@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "distributed/cluster.h"
+#include "distributed/collective_store.h"
 #include "distributed/registry.h"
 #include "distributed/worker_service.h"
 #include "server/grpc/grpc_server.h"
@@ -84,12 +85,18 @@ StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterS
   rt->worker_ = std::make_unique<WorkerService>(nullptr, wo);
   WorkerService* ws = rt->worker_.get();
   go->builder_hooks.push_back([ws](::grpc::ServerBuilder& b) { ws->RegisterOn(&b); });
+  // And the collective store (Gloo's rendezvous for data-parallel replicas):
+  // the master task of a job serves its group's keys under the job's prefix.
+  rt->collective_store_ = std::make_unique<CollectiveStoreService>();
+  CollectiveStoreService* store = rt->collective_store_.get();
+  go->builder_hooks.push_back([store](::grpc::ServerBuilder& b) { store->RegisterOn(&b); });
   return rt;
 }
 
 ClusterRuntime::~ClusterRuntime() {
   // Before the cluster it uses: pending calls are answered, sessions go.
   if (worker_ != nullptr) worker_->Shutdown();
+  if (collective_store_ != nullptr) collective_store_->Shutdown();
 }
 
 ClusterSpec ClusterRuntime::spec() const {

@@ -36,6 +36,7 @@ namespace flowstate {
 
 class Cluster;
 class ClusterRegistry;
+class CollectiveStoreService;
 class DevicePool;
 class RemoteWorkers;
 class WorkerService;
@@ -50,8 +51,8 @@ StatusOr<ClusterSpec> ResolveClusterSpec(const config::ServerConfig& cfg,
 
 class ClusterRuntime {
  public:
-  // Before the gRPC server is built: puts the cluster's services on it
-  // (`go`'s builder_hooks; task 0 of a MASTER_* cluster also serves the
+  // Before the gRPC server is built: puts the cluster's services on it (the
+  // worker service, the collective store; `go`'s builder_hooks; task 0 of a MASTER_* cluster also serves the
   // registry and listens on MASTER_PORT, on cfg.grpc.address's host).
   // REQUIRES: !spec.empty().
   static StatusOr<std::unique_ptr<ClusterRuntime>> Prepare(const ClusterSpec& spec,
@@ -87,6 +88,7 @@ class ClusterRuntime {
   // it only because the gRPC server is stopped before the runtime goes.
   std::unique_ptr<Cluster> cluster_;        // set once, by Start
   std::unique_ptr<WorkerService> worker_;
+  std::unique_ptr<CollectiveStoreService> collective_store_;
   std::atomic<Cluster*> started_cluster_{nullptr};
 };
 
