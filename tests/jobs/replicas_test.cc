@@ -1,0 +1,280 @@
+// Data-parallel replicas in one process (TrainingJob with "replicas": N):
+// the all-reduce must make N replicas with batch b train like one replica
+// with batch N*b, keep every replica identical, and fail loudly if not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "api/job_spec.h"
+#include "jobs/training_job.h"
+#include "scheduler/session.h"
+#include "state/resource_mgr.h"
+#include "state/variable.h"
+#include "tests/server/server_test_util.h"
+
+namespace flowstate {
+namespace {
+
+DevicePool* Pool() { return server_test::TestPool(2); }
+
+std::unique_ptr<TrainingJob> MakeJob(const std::string& json, const std::string& root) {
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (!spec.ok()) return nullptr;
+  TrainingJobOptions o;
+  o.data_root = root;
+  o.devices = Pool();
+  o.allreduce_timeout = std::chrono::seconds(60);  // a hang becomes a failure
+  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
+  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  if (!j.ok()) return nullptr;
+  Status s = (*j)->Start();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return s.ok() ? std::move(j).value() : nullptr;
+}
+
+std::vector<Tensor> Read(Session* s, const std::vector<std::string>& names) {
+  std::vector<Tensor> out;
+  Status st = s->Run({}, names, {}, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+double MaxDiff(const Tensor& a, const Tensor& b) {
+  double d = 0;
+  for (int64_t i = 0; i < a.num_elements(); ++i) {
+    d = std::max(d, std::abs(a.ElementAsDouble(i) - b.ElementAsDouble(i)));
+  }
+  return d;
+}
+
+class Replicas : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = server_test::FreshTestDir("flowstate_replicas");
+    // 240 rows: 15 global batches of 16 (2 x 8), 10 of 24 (3 x 8).
+    server_test::WritePointsCsv(dir_ / "points.csv", 240, 7,
+                                [](double a, double b) { return 2 * a - 3 * b + 0.5; });
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Job(const std::string& optimizer, int replicas, int batch, const std::string& extra = "",
+                  int epochs = 3) {
+    return R"({
+      "graph": )" + server_test::LinearGraphJson(true) + R"(,
+      "loss": "loss",
+      "optimizer": )" + optimizer + R"(,
+      "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
+                "columns": {"x": ["a", "b"], "y": ["target"]}, "batch_size": )" +
+           std::to_string(batch) + R"(, "epochs": )" + std::to_string(epochs) + R"(},
+      "replicas": )" + std::to_string(replicas) + extra + R"(,
+      "seed": 5
+    })";
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(Replicas, NReplicasWithBatchBTrainLikeOneWithBatchNB) {
+  for (const char* opt : {R"({"type": "sgd", "learning_rate": 0.1})",
+                          R"({"type": "adam", "learning_rate": 0.05})"}) {
+    for (int n : {2, 3}) {
+      auto one = MakeJob(Job(opt, 1, 8 * n, R"(, "max_steps": 30)"), dir_.string());
+      auto many = MakeJob(Job(opt, n, 8, R"(, "max_steps": 30, "bucket_bytes": 4)"), dir_.string());
+      ASSERT_NE(one, nullptr);
+      ASSERT_NE(many, nullptr);
+      ASSERT_EQ(many->num_replicas(), n);
+      for (int step = 0; step < 30; ++step) {
+        StatusOr<StepResult> a = one->Step();
+        StatusOr<StepResult> b = many->Step();
+        ASSERT_TRUE(a.ok()) << a.status().ToString();
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        EXPECT_EQ(a->examples, b->examples) << opt << " n=" << n << " step " << step;
+        EXPECT_NEAR(a->loss, b->loss, 1e-4 * (1 + std::abs(a->loss))) << opt << " n=" << n;
+        ASSERT_EQ(b->replicas.size(), size_t(n));
+      }
+      std::vector<std::string> names = {"w", "b"};
+      std::vector<Tensor> want = Read(one->train_session(), names);
+      for (int r = 0; r < n; ++r) {
+        std::vector<Tensor> got = Read(many->replica_session(r), names);
+        for (size_t k = 0; k < names.size(); ++k) {
+          EXPECT_LT(MaxDiff(want[k], got[k]), 1e-4) << opt << " n=" << n << " replica " << r << " "
+                                                    << names[k];
+        }
+      }
+      // Every replica holds the same bits, slots included.
+      std::vector<std::string> all = many->graph().variables;
+      std::vector<Tensor> first = Read(many->replica_session(0), all);
+      for (int r = 1; r < n; ++r) {
+        std::vector<Tensor> other = Read(many->replica_session(r), all);
+        for (size_t k = 0; k < all.size(); ++k) EXPECT_TRUE(TensorsEqual(first[k], other[k])) << all[k];
+      }
+    }
+  }
+}
+
+TEST_F(Replicas, BucketsFollowTheBackwardPass) {
+  StatusOr<JobSpec> spec =
+      ParseJobSpec(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8, R"(, "bucket_bytes": 4)"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StatusOr<TrainingGraph> g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  // 4-byte buckets: the loss, then b's gradient (its variable comes later in
+  // the forward pass), then w's.
+  ASSERT_EQ(g->allreduce.size(), 3u);
+  EXPECT_EQ(g->allreduce[0].tensors[0], "loss");
+  EXPECT_EQ(g->allreduce[1].shapes[0], TensorShape({1}));
+  EXPECT_EQ(g->allreduce[2].shapes[0], TensorShape({2, 1}));
+  EXPECT_FALSE(g->replica_examples.empty());
+  // Default buckets: everything fits in the first one.
+  spec->bucket_bytes = 25 << 20;
+  g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->allreduce.size(), 1u);
+}
+
+TEST_F(Replicas, DeterministicRunsAreBitIdentical) {
+  std::vector<std::vector<Tensor>> finals;
+  for (int run = 0; run < 2; ++run) {
+    auto job = MakeJob(Job(R"({"type": "adam", "learning_rate": 0.01})", 3, 8,
+                           R"(, "deterministic": true, "bucket_bytes": 4, "max_steps": 25)"),
+                       dir_.string());
+    ASSERT_NE(job, nullptr);
+    for (;;) {
+      StatusOr<StepResult> r = job->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (r->done) break;
+    }
+    EXPECT_EQ(job->step(), 25);
+    finals.push_back(Read(job->train_session(), job->graph().variables));
+  }
+  for (size_t k = 0; k < finals[0].size(); ++k) EXPECT_TRUE(TensorsEqual(finals[0][k], finals[1][k])) << k;
+}
+
+TEST_F(Replicas, ADivergedReplicaFailsTheJob) {
+  auto job = MakeJob(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
+                         R"(, "check_replicas_every": 2)"),
+                     dir_.string());
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->Step().ok());
+  ASSERT_TRUE(job->Step().ok());  // checked at step 2: they agree
+  // Inject a difference into replica 1's bias.
+  StatusOr<std::shared_ptr<Variable>> b =
+      job->replica_session(1)->resource_manager()->Lookup<Variable>("", "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*b)->Assign(Tensor::FromVector<float>({42.0f}, TensorShape({1}))).ok());
+  ASSERT_TRUE(job->Step().ok());  // step 3: not checked
+  StatusOr<StepResult> r = job->Step();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInternal);
+  EXPECT_NE(r.status().message().find("replicas diverged"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("'b' of replica 1"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(job->Step().ok());  // the job is done
+}
+
+// A straggler (replica 2 waits 400 ms before each step): without backup
+// replicas every step waits for it; with one backup replica the step is
+// decided by the other two and the straggler is dropped.
+TEST_F(Replicas, BackupReplicasDropTheStraggler) {
+  auto median_step = [&](int backup, std::vector<int64_t>* dropped, double* loss) {
+    auto job = MakeJob(Job(R"({"type": "sgd", "learning_rate": 0.1})", 3, 8,
+                           ", \"backup_replicas\": " + std::to_string(backup) +
+                               R"(, "max_steps": 7, "_test_straggler": {"replica": 2, "delay_ms": 400})"),
+                       dir_.string());
+    EXPECT_NE(job, nullptr);
+    if (job == nullptr) return 0.0;
+    std::vector<double> times;
+    for (;;) {
+      auto start = std::chrono::steady_clock::now();
+      StatusOr<StepResult> r = job->Step();
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) break;
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (backup > 0) {
+        EXPECT_TRUE(r->replicas[2].dropped) << "step " << r->step;
+        EXPECT_EQ(r->replicas[2].examples, 0);
+      }
+      *loss = r->loss;
+      if (r->done) break;
+    }
+    *dropped = job->dropped_steps();
+    // The replicas still agree (checked here explicitly, every replica).
+    std::vector<Tensor> first = Read(job->replica_session(0), job->graph().variables);
+    for (int r = 1; r < 3; ++r) {
+      std::vector<Tensor> other = Read(job->replica_session(r), job->graph().variables);
+      for (size_t k = 0; k < other.size(); ++k) EXPECT_TRUE(TensorsEqual(first[k], other[k]));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  std::vector<int64_t> dropped0, dropped1;
+  double loss0 = 0, loss1 = 0;
+  double without = median_step(0, &dropped0, &loss0);
+  double with = median_step(1, &dropped1, &loss1);
+  EXPECT_GE(without, 0.4);  // every step waits for the straggler
+  EXPECT_LT(with, 0.2);     // never: the other two decide the step
+  EXPECT_TRUE(dropped0.empty());
+  ASSERT_EQ(dropped1.size(), 3u);
+  EXPECT_EQ(dropped1[2], 7);
+  EXPECT_EQ(dropped1[0] + dropped1[1], 0);
+  EXPECT_TRUE(std::isfinite(loss1));
+}
+
+TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
+  const std::string opt = R"({"type": "adam", "learning_rate": 0.05})";
+  auto three = MakeJob(Job(opt, 3, 8, "", 10), dir_.string());
+  ASSERT_NE(three, nullptr);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(three->Step().ok());
+  StatusOr<JobSnapshot> snap = three->Snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  // 4 steps of 3 x 8 examples: a position independent of the replicas.
+  EXPECT_EQ(snap->position.epoch, 0);
+  EXPECT_EQ(snap->position.offset, 96);
+  // Through the checkpoint's metadata, as a stored checkpoint would.
+  JobSnapshot decoded;
+  ASSERT_TRUE(DecodeSnapshotMetadata(EncodeSnapshotMetadata(*snap), &decoded).ok());
+  decoded.variables = snap->variables;
+
+  auto two = MakeJob(Job(opt, 2, 8, "", 10), dir_.string());
+  ASSERT_NE(two, nullptr);
+  Status st = two->Restore(decoded);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Tensor> got = Read(two->replica_session(r), two->graph().variables);
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_TRUE(TensorsEqual(got[k], snap->variables[k].second)) << snap->variables[k].first;
+    }
+  }
+  // The rest of the data: 10 epochs of 240 examples, 96 already seen.
+  int64_t examples = 0;
+  double loss = 0;
+  for (;;) {
+    StatusOr<StepResult> r = two->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    examples += r->examples;
+    loss = r->loss;
+    if (r->done) break;
+  }
+  EXPECT_EQ(examples, 10 * 240 - 96);
+  EXPECT_LT(loss, 0.05);
+  EXPECT_EQ(two->step(), 4 + (10 * 240 - 96) / 16);
+}
+
+TEST_F(Replicas, BadReplicaFieldsAreRefused) {
+  const std::string opt = R"({"type": "sgd", "learning_rate": 0.1})";
+  StatusOr<JobSpec> s = ParseJobSpec(Job(opt, 2, 8, R"(, "backup_replicas": 2)"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("backup_replicas"), std::string::npos);
+  s = ParseJobSpec(Job(opt, 3, 8, R"(, "backup_replicas": 1, "deterministic": true)"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("deterministic"), std::string::npos);
+  s = ParseJobSpec(Job(opt, 2, 8, R"(, "_test_straggler": {"replica": 2, "delay_ms": 1})"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace flowstate
