@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 
@@ -274,6 +275,74 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   s = ParseJobSpec(Job(opt, 2, 8, R"(, "_test_straggler": {"replica": 2, "delay_ms": 1})"));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
+}
+
+
+// The Fashion-MNIST MLP: 3 replicas with batch 32 reach the accuracy of one
+// replica with batch 96 (the same global batches: 3000 examples are 31 x 96
+// + 24, and 94 batches of 32 are 31 steps of 3 + one of 24).
+TEST(ReplicasFashionMnist, ThreeReplicasMatchOneWithTheGlobalBatch) {
+  const std::string root = "/usr/share/datasets";
+  if (!std::filesystem::exists(root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
+  }
+  const std::string graph = R"({"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "uint8", "shape": [-1, 28, 28]}},
+      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "uint8", "shape": [-1]}},
+      {"name": "xf", "op": "Cast", "inputs": ["x"], "attrs": {"DstT": "float32"}},
+      {"name": "scale", "op": "Const", "attrs": {"dtype": "float32", "value": 0.00392156862745098}},
+      {"name": "xs", "op": "Mul", "inputs": ["xf", "scale"]},
+      {"name": "shape", "op": "Const", "attrs": {"dtype": "int32", "value": [-1, 784]}},
+      {"name": "flat", "op": "Reshape", "inputs": ["xs", "shape"]},
+      {"name": "w1", "op": "Variable", "attrs": {"dtype": "float32", "shape": [784, 64], "init": "glorot_uniform"}},
+      {"name": "b1", "op": "Variable", "attrs": {"dtype": "float32", "shape": [64], "init": "zeros"}},
+      {"name": "h", "op": "Relu", "inputs": ["h_pre"]},
+      {"name": "h_pre", "op": "BiasAdd", "inputs": ["h_mm", "b1"]},
+      {"name": "h_mm", "op": "MatMul", "inputs": ["flat", "w1"]},
+      {"name": "w2", "op": "Variable", "attrs": {"dtype": "float32", "shape": [64, 10], "init": "glorot_uniform"}},
+      {"name": "b2", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10], "init": "zeros"}},
+      {"name": "logits_mm", "op": "MatMul", "inputs": ["h", "w2"]},
+      {"name": "logits", "op": "BiasAdd", "inputs": ["logits_mm", "b2"]},
+      {"name": "xent", "op": "SparseSoftmaxCrossEntropyWithLogits", "inputs": ["logits", "y"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["xent", "axes"]},
+      {"name": "one", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
+      {"name": "pred", "op": "ArgMax", "inputs": ["logits", "one"], "attrs": {"output_type": "int64"}},
+      {"name": "labels", "op": "Cast", "inputs": ["y"], "attrs": {"DstT": "int64"}},
+      {"name": "hit", "op": "Equal", "inputs": ["pred", "labels"]},
+      {"name": "hitf", "op": "Cast", "inputs": ["hit"], "attrs": {"DstT": "float32"}},
+      {"name": "accuracy", "op": "Mean", "inputs": ["hitf", "axes"]}
+    ]})";
+  auto job = [&](int replicas, int batch) {
+    return R"({"graph": )" + graph + R"(,
+      "loss": "loss",
+      "optimizer": {"type": "adam", "learning_rate": 0.003},
+      "input": {"format": "idx", "files": {"x": "fashion-mnist/train-images-idx3-ubyte.gz",
+                                            "y": "fashion-mnist/train-labels-idx1-ubyte.gz"},
+                "batch_size": )" + std::to_string(batch) + R"(, "epochs": 3, "max_examples": 3000},
+      "eval": {"files": {"x": "fashion-mnist/t10k-images-idx3-ubyte.gz",
+                         "y": "fashion-mnist/t10k-labels-idx1-ubyte.gz"},
+               "metrics": ["accuracy"], "max_examples": 2000, "batch_size": 500},
+      "replicas": )" + std::to_string(replicas) + R"(,
+      "seed": 11})";
+  };
+  std::vector<double> accuracy;
+  for (auto [replicas, batch] : {std::pair{1, 96}, std::pair{3, 32}}) {
+    auto j = MakeJob(job(replicas, batch), root);
+    ASSERT_NE(j, nullptr);
+    for (;;) {
+      StatusOr<StepResult> r = j->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (r->done) break;
+    }
+    EXPECT_EQ(j->step(), 96);
+    StatusOr<std::map<std::string, double>> m = j->Evaluate();
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    accuracy.push_back(m->at("accuracy"));
+  }
+  std::printf("accuracy: 1 replica x 96 %.4f, 3 replicas x 32 %.4f\n", accuracy[0], accuracy[1]);
+  EXPECT_GT(accuracy[0], 0.7);
+  EXPECT_NEAR(accuracy[1], accuracy[0], 0.01);
 }
 
 }  // namespace
