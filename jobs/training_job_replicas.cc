@@ -155,6 +155,11 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
     }
   }
   std::vector<int64_t> dropped_before = dropped_steps();
+  if (race_ != nullptr) {
+    // Of the m replicas with a batch, the first m - k contribute (at least one).
+    race_->Begin(comms_[0]->steps_begun(),
+                 std::max(1, int(batches.size()) - spec_.backup_replicas));
+  }
   std::vector<ReplicaStepStats> stats(n);
   std::vector<Status> status(n);
   std::vector<std::thread> threads;

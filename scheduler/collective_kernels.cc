@@ -104,10 +104,15 @@ void StepRace::Seen(int64_t step, StepState& s) {
   while (!steps_.empty() && steps_.begin()->first < step - 1000) steps_.erase(steps_.begin());
 }
 
+void StepRace::Begin(int64_t step, int contributors) {
+  std::lock_guard<std::mutex> l(mu_);
+  steps_[step].quota = contributors;
+}
+
 bool StepRace::Arrive(int64_t step, int rank) {
   std::lock_guard<std::mutex> l(mu_);
   StepState& s = steps_[step];
-  bool contributes = s.contributors < quota_;
+  bool contributes = s.contributors < (s.quota < 0 ? quota_ : s.quota);
   if (contributes) {
     ++s.contributors;
   } else {
@@ -120,7 +125,10 @@ bool StepRace::Arrive(int64_t step, int rank) {
 
 bool StepRace::WaitDecidedWithout(int64_t step, int rank, std::chrono::milliseconds delay) {
   std::unique_lock<std::mutex> l(mu_);
-  bool decided = cv_.wait_for(l, delay, [&] { return steps_[step].contributors >= quota_; });
+  bool decided = cv_.wait_for(l, delay, [&] {
+    const StepState& s = steps_[step];
+    return s.contributors >= (s.quota < 0 ? quota_ : s.quota);
+  });
   if (!decided) return false;
   ++dropped_[rank];
   Seen(step, steps_[step]);

@@ -51,6 +51,9 @@ class StepRace {
  public:
   StepRace(int replicas, int contributors);
 
+  // Sets how many replicas contribute to `step` (default: `contributors`),
+  // before any replica arrives: fewer when fewer replicas have data.
+  void Begin(int64_t step, int contributors);
   // A replica finished its backward pass of `step`: true when it is among
   // the first `contributors` (its gradients count), false when it is late
   // (it joins with zeros; counted as dropped).
@@ -64,6 +67,7 @@ class StepRace {
 
  private:
   struct StepState {
+    int quota = -1;  // -1: quota_
     int contributors = 0;
     int seen = 0;
   };
