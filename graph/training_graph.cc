@@ -14,7 +14,8 @@ namespace {
 // Replaces the loss and every gradient by the outputs of _AllReduce nodes
 // (training_graph.h); returns the reduced loss.
 StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, const Output& loss,
-                              DataType loss_type, const std::vector<const Node*>& var_nodes,
+                              DataType loss_type, const PartialShape& loss_shape,
+                              const std::vector<const Node*>& var_nodes,
                               std::vector<Gradient>* grads, TrainingGraph* tg) {
   Scope rs = root.NewSubScope("replicas");
   Output count = ops::Placeholder(rs.WithOpName("examples"), DataType::kFloat64, PartialShape(TensorShape()));
@@ -26,7 +27,10 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
     int var = -1;  // -1: the loss
   };
   std::vector<Item> items;
-  items.push_back({loss, loss_type, TensorShape(), -1});
+  // A replica without data joins with zeros of these shapes: the loss's
+  // static shape (a scalar unless the graph says e.g. [1]).
+  items.push_back({loss, loss_type,
+                   loss_shape.IsFullyDefined() ? loss_shape.ToTensorShape() : TensorShape(), -1});
   // The backward pass reaches the variables in reverse topological order.
   for (int i = int(var_nodes.size()) - 1; i >= 0; --i) {
     Gradient& g = (*grads)[i];
@@ -152,7 +156,7 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
   FS_RETURN_IF_ERROR(AddGradients(root, Output(loss_id->node, loss_id->index), vars, &grads));
   Output loss_out(loss_id->node, loss_id->index);
   if (spec.replicas > 1) {
-    FS_ASSIGN_OR_RETURN(loss_out, AddAllReduce(root, spec, loss_out, lt, var_nodes, &grads, &tg));
+    FS_ASSIGN_OR_RETURN(loss_out, AddAllReduce(root, spec, loss_out, lt, ls, var_nodes, &grads, &tg));
   }
   // The NaN/Inf guard (on_nan): every gradient reaches the optimizer through
   // a CheckNumerics that also waits for the loss's, so a step whose loss or

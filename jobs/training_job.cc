@@ -200,12 +200,13 @@ Status TrainingJob::Start(bool load_data) {
   }
   std::vector<Tensor> out;
   FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
-  if (spec_.replicas > 1) FS_RETURN_IF_ERROR(StartReplicas());
+  // Without data (serving predictions) replica 0 is all it takes.
+  if (spec_.replicas > 1 && load_data) FS_RETURN_IF_ERROR(StartReplicas());
   if (!initial_values_.empty()) {
     FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [name, t] : initial_values_) by_name[name] = &t;
-    for (int i = 0; i < spec_.replicas; ++i) {
+    for (int i = 0; i <= int(replica_sessions_.size()); ++i) {
       for (const std::string& v : graph_.model_variables) {
         FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
         FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
@@ -299,7 +300,7 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
   }
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
   FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
-  for (int i = 1; i < spec_.replicas; ++i) {
+  for (int i = 1; i <= int(replica_sessions_.size()); ++i) {
     for (const std::string& v : graph_.variables) {
       FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
       FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));

@@ -23,7 +23,8 @@
 // with zeros): the shards are disjoint, the global batch is N x batch_size,
 // and the input position (a multiple of batch_size) does not depend on N,
 // so a checkpoint of N replicas resumes with any other number. Snapshots,
-// evaluation and predictions use replica 0. Every check_replicas_every
+// evaluation and predictions use replica 0; a job started without its data
+// (predictions only) creates no other replica. Every check_replicas_every
 // steps a checksum of every replica's variables is compared with replica
 // 0's; a difference fails the step (INTERNAL naming the replica and the
 // variable). With backup_replicas k the first N - k replicas to finish

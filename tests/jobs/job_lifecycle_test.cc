@@ -383,6 +383,36 @@ TEST_F(JobLifecycleTest, ReplicasSkipNaNStepsTogetherAndReportMetrics) {
   EXPECT_EQ(text.find("flowstate_job_replicas_alive{" + id + "}"), std::string::npos);
 }
 
+// A job with replicas interrupted by a shutdown resumes from its checkpoint
+// with its replicas; the resume event says so and the restart is counted.
+TEST_F(JobLifecycleTest, ReplicasResumeAfterARestartAndCountIt) {
+  OpenStore();
+  std::string id;
+  {
+    JobManager* m = NewManager();
+    id = m->Submit(LineJob(20000, R"("replicas": 2,)")).value().id;
+    JobInfo j = server_test::JobStoreFixture::WaitFor(m, id, [](const JobInfo& j) { return j.step >= 10; });
+    ASSERT_EQ(j.state, JobState::kRunning);
+    m->Shutdown();  // checkpoints where it stopped
+  }
+  JobInfo before = managers_.back()->Get(id).value();
+  managers_.clear();
+  JobManager* m = NewManager();
+  ASSERT_TRUE(m->Recover().ok());
+  JobInfo r = server_test::JobStoreFixture::WaitFor(m, id, [](const JobInfo& j) { return j.resumed_from_step >= 0; });
+  EXPECT_EQ(r.resumed_from_step, before.checkpoint_step);
+  ASSERT_TRUE(m->Cancel(id).ok());  // its event stream then ends
+  bool resumed = false;
+  for (const JobEvent& e : Events(m, id)) {
+    if (e.kind != JobEvent::Kind::kResume) continue;
+    resumed = true;
+    EXPECT_NE(e.message.find("with 2 replicas"), std::string::npos) << e.message;
+  }
+  EXPECT_TRUE(resumed);
+  EXPECT_NE(metrics_.Render().find("flowstate_job_restarts_total{job_id=\"" + id + "\"} 1"),
+            std::string::npos);
+}
+
 TEST_F(JobLifecycleTest, BackupReplicasCountTheDroppedStraggler) {
   JobManager* m = NewManager(/*with_store=*/false);
   JobInfo j = m->Submit(LineJob(1, R"("replicas": 3, "backup_replicas": 1,

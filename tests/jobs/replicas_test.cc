@@ -262,6 +262,18 @@ TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
   EXPECT_EQ(examples, 10 * 240 - 96);
   EXPECT_LT(loss, 0.05);
   EXPECT_EQ(two->step(), 4 + (10 * 240 - 96) / 16);
+  // Serving predictions needs replica 0 only.
+  std::unique_ptr<TrainingJob> serve = two->Unstarted();
+  ASSERT_TRUE(serve->Start(/*load_data=*/false).ok());
+  EXPECT_EQ(serve->replica_session(1), nullptr);
+  st = serve->Restore(decoded);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<Tensor> w;
+  st = serve->Predict({}, {"w"}, &w);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const auto& [name, t] : snap->variables) {
+    if (name == "w") EXPECT_TRUE(TensorsEqual(w[0], t));
+  }
 }
 
 TEST_F(Replicas, BadReplicaFieldsAreRefused) {
@@ -277,6 +289,31 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
 }
 
+
+// A Gather's sparse gradient is densified before the all-reduce: the bucket
+// holds the embedding's whole shape.
+TEST(ReplicasGraph, SparseGradientsAreDensified) {
+  StatusOr<JobSpec> spec = ParseJobSpec(R"({
+    "graph": {"nodes": [
+      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+      {"name": "emb", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10, 2], "init": "glorot_uniform"}},
+      {"name": "rows", "op": "Gather", "inputs": ["emb", "ids"]},
+      {"name": "sq", "op": "Square", "inputs": ["rows"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "adam", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"ids": "ids.csv"}, "batch_size": 4},
+    "replicas": 2
+  })");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StatusOr<TrainingGraph> g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->allreduce.size(), 1u);
+  ASSERT_EQ(g->allreduce[0].shapes.size(), 2u);  // the loss, emb's gradient
+  EXPECT_EQ(g->allreduce[0].shapes[1], TensorShape({10, 2}));
+}
 
 // The Fashion-MNIST MLP: 3 replicas with batch 32 reach the accuracy of one
 // replica with batch 96 (the same global batches: 3000 examples are 31 x 96
