@@ -11,9 +11,8 @@ namespace {
 
 bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64; }
 
-// x * factor, a new tensor.
-Tensor Scaled(const Tensor& x, double factor) {
-  Tensor out(x.dtype(), x.shape());
+// x * factor into `out` (of x's dtype and shape).
+void ScaleInto(const Tensor& x, double factor, Tensor& out) {
   const int64_t n = x.num_elements();
   if (x.dtype() == DataType::kFloat32) {
     const float* in = x.data<float>();
@@ -25,6 +24,12 @@ Tensor Scaled(const Tensor& x, double factor) {
     double* o = out.data<double>();
     for (int64_t i = 0; i < n; ++i) o[i] = in[i] * factor;
   }
+}
+
+// x * factor, a new tensor.
+Tensor Scaled(const Tensor& x, double factor) {
+  Tensor out(x.dtype(), x.shape());
+  ScaleInto(x, factor, out);
   return out;
 }
 
@@ -74,7 +79,12 @@ class AllReduceOp final : public AsyncOpKernel {
                                            std::string(DataTypeName(x.dtype())) +
                                            "; it reduces float32 and float64"),
                            done);
-      weighted.push_back(Scaled(x, count));
+      // From the device's allocator, which keeps freed buffers for reuse:
+      // a fresh allocation each step would page-fault its way through them.
+      StatusOr<Tensor> w = ctx->allocate_temp(x.dtype(), x.shape());
+      FS_OP_REQUIRES_ASYNC(ctx, w.ok(), w.status(), done);
+      ScaleInto(x, count, *w);
+      weighted.push_back(std::move(w).value());
     }
     (*comm)->Submit(int(bucket_), std::move(weighted), count,
                     [ctx, done](const Status& s, std::vector<Tensor> out) {
