@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "distributed/cluster.h"
 #include "distributed/registry.h"
+#include "distributed/worker_service.h"
 #include "server/grpc/grpc_server.h"
 
 namespace flowstate {
@@ -74,15 +76,20 @@ StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterS
       go->extra_addresses.push_back(HostOf(cfg.grpc.address) + ":" + master_port);
     }
   }
-  // LEAD: the worker service goes on this server here, before it starts
-  // (h13-runtime's distributed/worker_service.h):
-  //   rt->worker_ = std::make_unique<WorkerService>();
-  //   WorkerService* ws = rt->worker_.get();
-  //   go->builder_hooks.push_back([ws](::grpc::ServerBuilder& b) { ws->RegisterOn(&b); });
+  // Every task serves the worker service on its gRPC port; it answers
+  // UNAVAILABLE until Start attaches it to the cluster.
+  WorkerServiceOptions wo;
+  wo.inter_op_threads = cfg.jobs.inter_op_threads;
+  rt->worker_ = std::make_unique<WorkerService>(nullptr, wo);
+  WorkerService* ws = rt->worker_.get();
+  go->builder_hooks.push_back([ws](::grpc::ServerBuilder& b) { ws->RegisterOn(&b); });
   return rt;
 }
 
-ClusterRuntime::~ClusterRuntime() = default;
+ClusterRuntime::~ClusterRuntime() {
+  // Before the cluster it uses: pending calls are answered, sessions go.
+  if (worker_ != nullptr) worker_->Shutdown();
+}
 
 ClusterSpec ClusterRuntime::spec() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -105,32 +112,57 @@ Status ClusterRuntime::Start(int grpc_port, DevicePool* devices, const std::atom
     std::lock_guard<std::mutex> l(mu_);
     spec_ = spec;
   }
-  // LEAD: the runtime starts here from the complete spec (h13-runtime's
-  // distributed/cluster.h and worker_service.h):
-  //   ClusterOptions co;
-  //   co.spec = spec_;
-  //   co.devices = devices;
-  //   co.heartbeat_interval_s = cfg_.cluster_options.heartbeat_interval_seconds;
-  //   co.heartbeat_deadline_s = cfg_.cluster_options.heartbeat_deadline_seconds;
-  //   if (cfg_.cluster_options.step_deadline_seconds > 0)
-  //     co.step_timeout_s = cfg_.cluster_options.step_deadline_seconds;
-  //   FS_ASSIGN_OR_RETURN(cluster_, Cluster::Create(co));
-  //   worker_->Attach(cluster_.get());
-  // and View() reports cluster_->Snapshot().
-  (void)devices;
-  std::lock_guard<std::mutex> l(mu_);
-  started_ = true;
+  ClusterOptions co;
+  co.spec = spec;
+  co.devices = devices;
+  co.heartbeat_interval_s = cfg_.cluster_options.heartbeat_interval_seconds;
+  co.heartbeat_deadline_s = cfg_.cluster_options.heartbeat_deadline_seconds;
+  if (cfg_.cluster_options.step_deadline_seconds > 0) {
+    co.step_timeout_s = cfg_.cluster_options.step_deadline_seconds;
+  }
+  FS_ASSIGN_OR_RETURN(cluster_, Cluster::Create(co));
+  worker_->Attach(cluster_.get());
+  started_cluster_.store(cluster_.get());
   return Status::OK();
 }
 
+RemoteWorkers* ClusterRuntime::remote_workers() const { return started_cluster_.load(); }
+
 ClusterInfo ClusterRuntime::View() const {
-  // Until the runtime reports heartbeats (LEAD: cluster_->Snapshot(), each
-  // ClusterTaskInfo into a TaskInfo: last_heartbeat = now -
-  // seconds_since_heartbeat when >= 0), the other tasks are listed with
-  // their addresses and no state learnt: UNREACHABLE, never heard from.
-  // The service fills in this task's own devices, incarnation and time.
-  std::lock_guard<std::mutex> l(mu_);
   ClusterInfo c;
+  if (Cluster* cluster = started_cluster_.load()) {
+    // As the heartbeats see the tasks. The service fills in this task's own
+    // live devices, incarnation and time.
+    const double now = std::chrono::duration<double>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const ClusterTaskInfo& t : cluster->Snapshot()) {
+      TaskInfo i;
+      i.job = t.task.job;
+      i.index = t.task.index;
+      i.address = t.address;
+      i.is_self = t.is_self;
+      i.state = t.state == ClusterTaskInfo::State::kUp ? TaskState::kUp : TaskState::kUnreachable;
+      i.incarnation = t.incarnation;
+      if (t.seconds_since_heartbeat >= 0) {
+        i.last_heartbeat = now - t.seconds_since_heartbeat;
+      }
+      i.error = t.last_error;
+      for (const ClusterDeviceInfo& d : t.devices) {
+        DeviceInfo di;
+        di.name = d.name;
+        di.type = d.type;
+        di.description = d.description;
+        di.bytes_limit = d.memory_limit_bytes;
+        di.bytes_in_use = d.bytes_in_use;
+        i.devices.push_back(std::move(di));
+      }
+      c.tasks.push_back(std::move(i));
+    }
+    return c;
+  }
+  // Before Start (a MASTER_* world still assembling): the other tasks with
+  // their addresses and no state learnt: UNREACHABLE, never heard from.
+  std::lock_guard<std::mutex> l(mu_);
   for (const TaskId& t : spec_.tasks()) {
     TaskInfo i;
     i.job = t.job;
@@ -139,7 +171,7 @@ ClusterInfo ClusterRuntime::View() const {
     i.is_self = t == spec_.self;
     if (!i.is_self) {
       i.state = TaskState::kUnreachable;
-      i.error = started_ ? "no heartbeat received from this task" : "this task has not joined the cluster yet";
+      i.error = "this task has not joined the cluster yet";
     }
     c.tasks.push_back(std::move(i));
   }

@@ -34,8 +34,11 @@
 
 namespace flowstate {
 
-class DevicePool;
+class Cluster;
 class ClusterRegistry;
+class DevicePool;
+class RemoteWorkers;
+class WorkerService;
 struct GrpcServerOptions;
 
 // The cluster this process is a task of (empty: none), checked in full
@@ -68,6 +71,9 @@ class ClusterRuntime {
   // The view of every task for ServiceOptions::cluster; thread-safe (the
   // gRPC server answers GetCluster while Start still waits for the others).
   ClusterInfo View() const;
+  // The runtime's other tasks for sessions (ServiceOptions::remote_workers);
+  // null until Start succeeded. Thread-safe.
+  RemoteWorkers* remote_workers() const;
 
  private:
   ClusterRuntime() = default;
@@ -75,7 +81,13 @@ class ClusterRuntime {
   ClusterSpec spec_;  // GUARDED_BY(mu_)
   config::ServerConfig cfg_;
   std::unique_ptr<ClusterRegistry> registry_;  // task 0 of a MASTER_* cluster
-  bool started_ = false;  // GUARDED_BY(mu_)
+  // The worker service is on the gRPC server from Prepare (answering
+  // UNAVAILABLE until attached); the cluster exists once Start succeeded.
+  // Destroyed in reverse: the cluster outlives the worker service's use of
+  // it only because the gRPC server is stopped before the runtime goes.
+  std::unique_ptr<Cluster> cluster_;        // set once, by Start
+  std::unique_ptr<WorkerService> worker_;
+  std::atomic<Cluster*> started_cluster_{nullptr};
 };
 
 }  // namespace flowstate

@@ -1,6 +1,7 @@
 // `flowstate serve`: the long-running training service; `flowstate worker`:
 // the same server for a host that only computes (gRPC port only: no REST,
-// no public Sessions/Jobs/Ops, no store), a task of a cluster.
+// no public Sessions/Jobs/Ops, no store), a task of a cluster. Both take
+// --check-config: print the configuration and cluster they would run with.
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "api/json_codec.h"
 #include "checkpoints/store.h"
@@ -34,17 +37,20 @@ namespace {
 constexpr const char* kUsage =
     "usage: flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR]\n"
     "                       [--data-root DIR] [--set section.key=VALUE] [--port-file FILE]\n"
-    "                       [--cluster JSON] [--task TYPE:INDEX]\n"
+    "                       [--cluster JSON] [--task TYPE:INDEX] [--check-config]\n"
     "Defaults come from the embedded config/flowstate.json, then the file, then\n"
     "FLOWSTATE_<SECTION>_<KEY> environment variables, then flags.\n"
     "A cluster: `cluster` and `task` in the configuration (--cluster\n"
     "'{\"worker\": [\"10.0.0.1:50051\", \"10.0.0.2:50051\"]}' --task worker:0), else\n"
     "TF_CONFIG, else MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK; devices are then named\n"
-    "/job:<type>/replica:0/task:<index>/device:..., and GET /v1/cluster lists the tasks.\n";
+    "/job:<type>/replica:0/task:<index>/device:..., and GET /v1/cluster lists the tasks.\n"
+    "--check-config: print the merged configuration and the resolved cluster as JSON\n"
+    "and exit (0; 2 with the error), listening on nothing and opening nothing.\n";
 
 constexpr const char* kWorkerUsage =
     "usage: flowstate worker [--config FILE] [--grpc ADDR] [--set section.key=VALUE]\n"
     "                        [--port-file FILE] [--cluster JSON] [--task TYPE:INDEX]\n"
+    "                        [--check-config]\n"
     "A task of a cluster that only computes: the gRPC port alone (the worker service,\n"
     "Devices, Cluster, health), no REST API, no jobs, no store. Configured as\n"
     "`flowstate serve` (flowstate serve --help); the cluster comes from `cluster` and\n"
@@ -96,6 +102,23 @@ void RaiseOpenFileLimit(int max_connections) {
   }
 }
 
+// --check-config's output: {"config": the merged configuration, "cluster":
+// null or {"jobs": {...}, "task": {"type", "index"}, "registry": "..."}}.
+std::string CheckConfigJson(const std::string& merged, const ClusterSpec& spec) {
+  nlohmann::ordered_json out;
+  out["config"] = nlohmann::ordered_json::parse(merged);
+  if (spec.empty()) {
+    out["cluster"] = nullptr;
+  } else {
+    nlohmann::ordered_json c;
+    c["jobs"] = spec.jobs;
+    c["task"] = {{"type", spec.self.job}, {"index", spec.self.index}};
+    c["registry"] = spec.registry;
+    out["cluster"] = std::move(c);
+  }
+  return out.dump(2);
+}
+
 enum class Mode { kServe, kWorker };
 
 int RunServer(int argc, char** argv, Mode mode) {
@@ -104,11 +127,16 @@ int RunServer(int argc, char** argv, Mode mode) {
   const char* const usage = worker ? kWorkerUsage : kUsage;
   std::vector<std::string> args;
   std::string port_file;
+  bool check_config = false;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(usage, stdout);
       return 0;
+    }
+    if (a == "--check-config") {
+      check_config = true;
+      continue;
     }
     if (a == "--port-file") {
       if (i + 1 >= argc) {
@@ -139,6 +167,11 @@ int RunServer(int argc, char** argv, Mode mode) {
                  "MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK\n",
                  name);
     return 2;
+  }
+  if (check_config) {
+    // What this command would run with (docker/ and its tests read it).
+    std::printf("%s\n", CheckConfigJson(*loaded, *spec).c_str());
+    return 0;
   }
 
   // Before anything reads client JSON.
@@ -236,6 +269,7 @@ int RunServer(int argc, char** argv, Mode mode) {
     so.task_index = spec->self.index;
     ClusterRuntime* rt = cluster.get();
     so.cluster = [rt] { return rt->View(); };
+    so.remote_workers = [rt] { return rt->remote_workers(); };
   }
   Service service(so);
   if (Status rs = worker ? Status() : service.jobs().Recover(); !rs.ok()) {

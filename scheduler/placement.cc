@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "devices/kernel_registry.h"
+#include "scheduler/remote_workers.h"
 #include "scheduler/rendezvous.h"
 
 namespace flowstate {
@@ -21,10 +22,22 @@ struct UnionFind {
   std::vector<int> parent;
 };
 
+// A device of another task carries that task's incarnation; the devices of
+// this process have `local`.
+uint64_t IncarnationOf(const Device* d, uint64_t local) {
+  const auto* remote = dynamic_cast<const RemoteDevice*>(d);
+  return remote != nullptr ? remote->incarnation() : local;
+}
+
 }  // namespace
 
 StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool,
                                           Device* default_device) {
+  return PlaceGraph(g, pool.devices(), default_device, "this server");
+}
+
+StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const std::vector<Device*>& devices,
+                                          Device* default_device, std::string_view where_set) {
   const int n = g.num_nodes();
   UnionFind groups(n);
   for (int i = 0; i < n; ++i) {
@@ -79,11 +92,14 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool
       continue;
     }
     const DeviceName& s = spec[root];
-    std::vector<Device*> candidates = pool.Matching(s);
+    std::vector<Device*> candidates;
+    for (Device* d : devices) {
+      if (d->parsed_name().Matches(s)) candidates.push_back(d);
+    }
     if (candidates.empty()) {
       const Node& who = asked_by.count(root) ? g.node(asked_by[root]) : g.node(i);
       return InvalidArgument("node '" + who.name() + "' asks for device '" + s.ToString() +
-                                 "', and no device of this server matches it",
+                                 "', and no device of " + std::string(where_set) + " matches it",
                              who.name());
     }
     // Prefer the default device when it qualifies.
@@ -116,7 +132,7 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool
                    std::string(DataTypeName(v.type()));
         }
       }
-      std::string where = s.ToString().empty() ? "on any device of this server"
+      std::string where = s.ToString().empty() ? "on any device of " + std::string(where_set)
                                                : "on any device matching '" + s.ToString() + "'";
       std::string have;
       for (const std::string& t : kernels->DeviceTypesFor(m.op())) {
@@ -134,7 +150,9 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const DevicePool& pool
 }
 
 StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
-                                                     const std::vector<Device*>& placement) {
+                                                     const std::vector<Device*>& placement,
+                                                     uint64_t local_incarnation) {
+  if (local_incarnation == 0) local_incarnation = ProcessIncarnation();
   std::vector<Device*> devices;
   std::map<Device*, int> index;
   for (int i = 0; i < g.num_nodes(); ++i) {
@@ -256,7 +274,7 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
       parts[index[sd]].graph.nodes.push_back(std::move(dummy));
     }
     std::string rendezvous_key =
-        CreateRendezvousKey(sd->name(), ProcessIncarnation(), dd->name(), tensor);
+        CreateRendezvousKey(sd->name(), IncarnationOf(sd, local_incarnation), dd->name(), tensor);
     // The same tensor may go to one accelerator twice: in its memory and in
     // host memory.
     if (dd_own && recv_host) rendezvous_key += ";host";

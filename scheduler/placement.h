@@ -11,6 +11,8 @@
 #ifndef FLOWSTATE_SCHEDULER_PLACEMENT_H_
 #define FLOWSTATE_SCHEDULER_PLACEMENT_H_
 
+#include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "devices/device.h"
@@ -24,6 +26,12 @@ namespace flowstate {
 // no matching device has a kernel for it.
 StatusOr<std::vector<Device*>> PlaceGraph(const Graph& graph, const DevicePool& pool,
                                           Device* default_device);
+// The same over any set of devices, e.g. this task's and other tasks'
+// (RemoteDevice, scheduler/remote_workers.h): a node may ask for
+// "/job:worker/task:1" and get a device of that task. `where` names the set
+// in errors ("this server", "the cluster").
+StatusOr<std::vector<Device*>> PlaceGraph(const Graph& graph, const std::vector<Device*>& devices,
+                                          Device* default_device, std::string_view where);
 
 struct GraphPartition {
   Device* device = nullptr;
@@ -40,8 +48,12 @@ struct GraphPartition {
 // one such device whose ends are in different memories gets a _CopyToHost or
 // _CopyToDevice node. Graphs on host-memory devices only get none of this.
 // Partitions come in the order their devices first appear in the graph.
+// Rendezvous keys carry the source device's incarnation: a RemoteDevice's
+// own, `local_incarnation` for the devices of this task (0:
+// ProcessIncarnation()).
 StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& graph,
-                                                     const std::vector<Device*>& placement);
+                                                     const std::vector<Device*>& placement,
+                                                     uint64_t local_incarnation = 0);
 
 }  // namespace flowstate
 

@@ -1,12 +1,15 @@
 #include "scheduler/session.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <random>
 
 #include "graph/subgraph.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
 #include "scheduler/placement.h"
+#include "scheduler/remote_workers.h"
 #include "scheduler/runtime_kernels.h"
 #include "scheduler/thread_pool.h"
 #include "state/kernels.h"
@@ -26,11 +29,21 @@ struct Session::Executable {
   };
   std::vector<Part> parts;
   std::vector<Worker*> workers;  // distinct, in order of first part
+  // With SessionOptions::remote: the generation it was built at, and
+  // whether a partition runs on another task.
+  uint64_t generation = 0;
+  bool remote = false;
 
   ~Executable() {
     for (const Part& p : parts) p.worker->DeregisterGraph(p.graph);
   }
 };
+
+Status Session::Attribute(const Status& s, const Worker* worker) const {
+  if (s.ok() || options_.remote == nullptr || worker != local_worker_.get()) return s;
+  if (s.message().rfind("/job:", 0) == 0) return s;  // attributed where it happened
+  return Status(s.code(), options_.remote->local_task() + ": " + s.message(), s.node());
+}
 
 Session::Session(const SessionOptions& options)
     : options_(options),
@@ -62,8 +75,16 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const GraphDef& graph,
     s->owned_pool_ = std::make_unique<ThreadPool>(options.inter_op_threads);
     s->pool_ = s->owned_pool_.get();
   }
+  if (options.remote != nullptr) {
+    if (options.step_ids == nullptr) s->step_ids_ = options.remote->step_ids();
+    std::random_device rd;
+    char handle[40];
+    std::snprintf(handle, sizeof(handle), "session-%08x%08x%08x", rd(), rd(), rd());
+    s->session_handle_ = handle;
+  }
   LocalWorkerOptions w;
   w.devices = options.devices;
+  if (options.remote != nullptr) w.rendezvous_mgr = options.remote->rendezvous_mgr();
   w.resources = s->resources_.get();
   w.inter_op_pool = s->pool_;
   s->local_worker_ = std::make_unique<LocalWorker>(w);
@@ -104,17 +125,69 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
     const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
   FS_ASSIGN_OR_RETURN(PrunedGraph pruned, PruneForSignature(graph, {feeds, fetches, targets}));
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(pruned.graph));
-  FS_ASSIGN_OR_RETURN(std::vector<Device*> placement,
-                      PlaceGraph(g, *options_.devices, default_device_));
-  FS_ASSIGN_OR_RETURN(std::vector<GraphPartition> parts, PartitionGraph(g, placement));
+  RemoteWorkers* remote = options_.remote;
+  uint64_t generation = 0;  // of the remote devices placed on
+  std::vector<std::shared_ptr<RemoteDevice>> remote_devices;  // alive while we build
+  StatusOr<std::vector<Device*>> placed = [&]() -> StatusOr<std::vector<Device*>> {
+    if (remote == nullptr) return PlaceGraph(g, *options_.devices, default_device_);
+    remote_devices = remote->RemoteDevices(&generation);
+    std::vector<Device*> all = options_.devices->devices();
+    for (const auto& d : remote_devices) all.push_back(d.get());
+    StatusOr<std::vector<Device*>> p = PlaceGraph(g, all, default_device_, "the cluster");
+    std::vector<std::string> unreachable = remote->UnreachableTasks();
+    if (!p.ok() && p.status().code() == Code::kInvalidArgument && !unreachable.empty()) {
+      std::string names;
+      for (const std::string& t : unreachable) names += (names.empty() ? "" : ", ") + t;
+      return Status(p.status().code(),
+                    p.status().message() + " (not reached yet, devices unknown: " + names + ")",
+                    p.status().node());
+    }
+    return p;
+  }();
+  FS_ASSIGN_OR_RETURN(std::vector<Device*> placement, std::move(placed));
+  if (remote != nullptr) {
+    // Fed and fetched tensors of other tasks cross as _Send/_Recv pairs to
+    // this task (RecvTensor streams them, any size, without copies), not in
+    // the RunGraph messages: the call frame's _Args and _Retvals run here.
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      const std::string& op = g.node(i).op();
+      if ((op == "_Arg" || op == "_Retval") && dynamic_cast<RemoteDevice*>(placement[i])) {
+        placement[i] = default_device_;
+      }
+    }
+  }
+  FS_ASSIGN_OR_RETURN(std::vector<GraphPartition> parts,
+                      PartitionGraph(g, placement, remote ? remote->local_incarnation() : 0));
   auto exe = std::make_shared<Executable>();
+  exe->generation = generation;
   exe->feed_types = std::move(pruned.feed_types);
   exe->feed_shapes = std::move(pruned.feed_shapes);
   exe->num_fetches = int(fetches.size());
   for (GraphPartition& p : parts) {
-    Worker* worker = WorkerFor(p.device);
-    FS_ASSIGN_OR_RETURN(RegisteredGraph * handle,
-                        worker->RegisterGraph({p.device->name(), std::move(p.graph)}));
+    StatusOr<Worker*> w = WorkerFor(p.device);
+    if (!w.ok()) {
+      if (remote != nullptr) remote->ReportUnavailable();
+      return w.status();
+    }
+    Worker* worker = *w;
+    RegisterGraphRequest request;
+    request.device = p.device->name();
+    request.graph = std::move(p.graph);
+    request.session = session_handle_;
+    if (const auto* rd = dynamic_cast<const RemoteDevice*>(p.device)) {
+      request.incarnation = rd->incarnation();
+      exe->remote = true;
+    }
+    StatusOr<RegisteredGraph*> registered = worker->RegisterGraph(std::move(request));
+    if (!registered.ok()) {
+      // A task that went away or restarted: ask every task again next time.
+      const Code c = registered.status().code();
+      if (remote != nullptr && (c == Code::kUnavailable || c == Code::kAborted)) {
+        remote->ReportUnavailable();
+      }
+      return registered.status();
+    }
+    RegisteredGraph* handle = *registered;
     exe->parts.push_back({worker, handle});
     if (std::find(exe->workers.begin(), exe->workers.end(), worker) == exe->workers.end()) {
       exe->workers.push_back(worker);
@@ -123,9 +196,34 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
   return exe;
 }
 
-Worker* Session::WorkerFor(const Device* /*device*/) const {
-  // Every device of a session is in this process so far.
-  return local_worker_.get();
+StatusOr<Worker*> Session::WorkerFor(const Device* device) {
+  const auto* rd = dynamic_cast<const RemoteDevice*>(device);
+  if (rd == nullptr) return local_worker_.get();
+  if (options_.remote == nullptr) {
+    return Internal("device '" + device->name() + "' is on another task, and the session has no cluster");
+  }
+  const std::string task = rd->task();
+  std::lock_guard<std::mutex> l(remote_mu_);
+  auto it = remote_workers_.find(task);
+  if (it != remote_workers_.end()) return it->second.get();
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> w, options_.remote->NewWorker(task, session_handle_));
+  Worker* raw = w.get();
+  remote_workers_.emplace(task, std::move(w));
+  return raw;
+}
+
+void Session::EvictRemoteExecutables() {
+  std::vector<std::shared_ptr<Executable>> evicted;  // deregistered outside the lock
+  std::unique_lock<std::shared_mutex> l(cache_mu_);
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    if (it->second->remote) {
+      evicted.push_back(std::move(it->second));
+      it = cache_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  l.unlock();
 }
 
 StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
@@ -140,7 +238,8 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
   {
     std::shared_lock<std::shared_mutex> l(cache_mu_);
     auto it = cache_.find(key);
-    if (it != cache_.end()) {
+    if (it != cache_.end() &&
+        (options_.remote == nullptr || it->second->generation == options_.remote->generation())) {
       *cache_hit = true;
       return it->second;
     }
@@ -148,8 +247,13 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
   *cache_hit = false;
   FS_ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe,
                       BuildExecutable(*graph(), feeds, fetches, targets));
+  std::shared_ptr<Executable> replaced;  // released outside the lock
   std::unique_lock<std::shared_mutex> l(cache_mu_);
   auto [it, inserted] = cache_.emplace(key, exe);
+  if (!inserted && it->second->generation < exe->generation) {
+    replaced = std::move(it->second);  // built at an older generation
+    it->second = exe;
+  }
   return it->second;  // another thread may have won the race: use its
 }
 
@@ -207,6 +311,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   if (exe->parts.size() == 1) {
     const Executable::Part& part = exe->parts[0];
     status = part.worker->RunGraphSync(part.graph, a);
+    if (!status.ok()) status = Attribute(status, part.worker);
     part.worker->CleanupStep(step);
   } else {
     // Every partition at once; the first error aborts the step everywhere.
@@ -215,7 +320,8 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     int remaining = int(exe->parts.size());
     Status first_error;
     for (const Executable::Part& part : exe->parts) {
-      part.worker->RunGraph(part.graph, a, [&](const Status& s) {
+      part.worker->RunGraph(part.graph, a, [&, worker = part.worker](const Status& result) {
+        const Status s = result.ok() ? result : Attribute(result, worker);
         bool first = false;
         if (!s.ok()) {
           std::lock_guard<std::mutex> l(mu);
@@ -236,6 +342,12 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     }
     for (Worker* w : exe->workers) w->CleanupStep(step);
     status = first_error;
+  }
+  if (!status.ok() && exe->remote && status.code() == Code::kUnavailable) {
+    // A task went away: the next Run asks every task again and registers
+    // anew (a restarted task lost its graphs).
+    options_.remote->ReportUnavailable();
+    EvictRemoteExecutables();
   }
   if (stats != nullptr) {
     stats->step_id = step;
@@ -280,6 +392,12 @@ Status Session::Close() {
   {
     std::unique_lock<std::shared_mutex> c(cache_mu_);
     cache_.clear();
+  }
+  {
+    // After the executables, which deregister from them; each closes its
+    // task's session (variables there go).
+    std::lock_guard<std::mutex> r(remote_mu_);
+    remote_workers_.clear();
   }
   if (local_worker_) local_worker_->ClearKernelStates();
   return Status();

@@ -4,9 +4,11 @@
 //
 // A Session is the master of its steps. The first Run of a signature
 // (feeds, fetches, targets) prunes, places and partitions the graph and
-// registers each partition with the Worker of its device's task (worker.h;
-// here always the session's LocalWorker, which builds the executors and owns
-// the kernels); later Runs of the same signature reuse that executable. A
+// registers each partition with the Worker of its device's task (worker.h:
+// the session's LocalWorker, which builds the executors and owns the
+// kernels, for this process's devices; in a cluster, SessionOptions::remote,
+// a worker of another task over RPC for that task's devices); later Runs of
+// the same signature reuse that executable. A
 // step takes one id from the StepIdSource and runs on every partition at
 // once; the first error aborts it on every worker. Extend() adds nodes
 // without invalidating cached executables. Variables and other state live
@@ -39,6 +41,7 @@
 namespace flowstate {
 
 class LocalWorker;
+class RemoteWorkers;
 class ResourceMgr;
 class ThreadPool;
 class Worker;
@@ -63,6 +66,13 @@ struct SessionOptions {
   // the session's own LocalStepIdSource (1, 2, 3, ...). A master shares one
   // source among its sessions so that ids are unique across the cluster.
   StepIdSource* step_ids = nullptr;
+  // The other tasks of a cluster (scheduler/remote_workers.h); not owned,
+  // must outlive the session. When set, nodes may be placed on their
+  // devices (unplaced nodes still go to default_device, of this task), this
+  // task's partitions use its rendezvous manager, step ids come from it
+  // unless step_ids is set, and executables are rebuilt when its generation
+  // changes or after a step failed UNAVAILABLE. Null: this process only.
+  RemoteWorkers* remote = nullptr;
 };
 
 struct RunStats {
@@ -136,8 +146,16 @@ class Session {
                                                         const std::vector<std::string>& feeds,
                                                         const std::vector<std::string>& fetches,
                                                         const std::vector<std::string>& targets);
-  // The worker of the task that owns `device`.
-  Worker* WorkerFor(const Device* device) const;
+  // The worker of the task that owns `device`: the LocalWorker for this
+  // pool's devices, else the session's worker of the device's task.
+  StatusOr<Worker*> WorkerFor(const Device* device);
+  // Drops the cached executables that run on another task (after a step
+  // failed UNAVAILABLE), so that the next Run places and registers again.
+  void EvictRemoteExecutables();
+  // In a cluster, an error of this task's partitions is prefixed with this
+  // task's name, as other tasks' errors are with theirs; errors already
+  // prefixed ("/job:...") are left alone.
+  Status Attribute(const Status& s, const Worker* worker) const;
 
   SessionOptions options_;
   Device* default_device_ = nullptr;
@@ -147,6 +165,12 @@ class Session {
   // Runs the partitions of every device here; outlives the cached
   // executables, which deregister their partitions from it.
   std::unique_ptr<LocalWorker> local_worker_;
+  // With options_.remote: this session's handle in the cluster and its
+  // workers of other tasks, by task name; created on first use, kept until
+  // Close (after the executables that use them).
+  std::string session_handle_;
+  std::mutex remote_mu_;
+  std::map<std::string, std::unique_ptr<Worker>> remote_workers_;  // GUARDED_BY(remote_mu_)
 
   mutable std::mutex graph_mu_;
   GraphDef graph_def_;                  // GUARDED_BY(graph_mu_)

@@ -38,6 +38,13 @@ class CallFrame;
 struct RegisterGraphRequest {
   std::string device;
   GraphDef graph;
+  // The master's session (a worker of another task keeps one session per
+  // handle: its variables and kernels); ignored by LocalWorker.
+  std::string session;
+  // The incarnation of the device's task the partition was cut for (its
+  // rendezvous keys carry it); a remote worker refuses the graph when it is
+  // not its own (the task restarted). 0: not checked.
+  uint64_t incarnation = 0;
 };
 
 // A registered partition, made by one worker and read only by it; opaque to

@@ -83,6 +83,7 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
   so.devices = options_.devices;
   so.inter_op_pool = session_pool_.get();
   so.max_shape_bytes = options_.max_shape_bytes;
+  if (options_.remote_workers) so.remote = options_.remote_workers();
   FS_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(graph, so));
   // Save/Restore: every session shares the server's store (prefixes are
   // server-wide and survive restarts).

@@ -37,6 +37,7 @@
 
 namespace flowstate {
 
+class RemoteWorkers;
 class Session;
 class TensorStore;
 class ThreadPool;
@@ -67,6 +68,11 @@ struct ServiceOptions {
   // is, the one that is task_job/task_index) gets this process's own live
   // device view and incarnation.
   std::function<ClusterInfo()> cluster;
+  // The other tasks of the cluster for the sessions this service creates
+  // (SessionOptions::remote): a session created once it returns non-null
+  // may place nodes on every task's devices. Called from any thread; null
+  // function or null result: sessions run on this process's devices only.
+  std::function<RemoteWorkers*()> remote_workers;
 };
 
 

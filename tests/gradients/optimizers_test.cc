@@ -261,7 +261,9 @@ TEST(Optimizers, SparseGatherGradients) {
     for (int i = 0; i < 10; ++i) {
       EXPECT_NEAR(finals[0][i], finals[1][i], 1e-12) << "element " << i;
       // Rows 0, 2 and 4 are never gathered: they keep their start values.
-      if (i / 2 != 1 && i / 2 != 3) EXPECT_EQ(finals[0][i], 0.1 * i - 0.3) << i;
+      if (i / 2 != 1 && i / 2 != 3) {
+        EXPECT_EQ(finals[0][i], 0.1 * i - 0.3) << i;
+      }
     }
   }
 }

@@ -246,7 +246,9 @@ TEST_F(JobSnapshotTest, InitialValuesStartAJobFromAnotherOnesWeights) {
   for (const auto& [name, t] : values) {
     if (name != "w1" && name != "b1" && name != "w2") continue;
     for (const auto& [sname, st] : snap.variables) {
-      if (sname == name) EXPECT_TRUE(TensorsEqual(t, st)) << name;
+      if (sname == name) {
+        EXPECT_TRUE(TensorsEqual(t, st)) << name;
+      }
     }
   }
 

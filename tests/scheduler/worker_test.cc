@@ -64,7 +64,7 @@ struct Fixture {
     for (RegisteredGraph* g : graphs) worker->DeregisterGraph(g);
   }
   RegisteredGraph* Register(const GraphPartition& p) {
-    StatusOr<RegisteredGraph*> g = worker->RegisterGraph({p.device->name(), p.graph});
+    StatusOr<RegisteredGraph*> g = worker->RegisterGraph({p.device->name(), p.graph, "", 0});
     g.status().CheckOk();
     graphs.push_back(*g);
     return *g;
@@ -140,7 +140,7 @@ TEST(LocalWorker, RunsTheStepsPartitionsWithOneStepId) {
 TEST(LocalWorker, UnknownDeviceIsInvalidArgument) {
   Fixture f;
   GraphDef empty;
-  StatusOr<RegisteredGraph*> g = f.worker->RegisterGraph({"/job:nope/device:CPU:9", empty});
+  StatusOr<RegisteredGraph*> g = f.worker->RegisterGraph({"/job:nope/device:CPU:9", empty, "", 0});
   EXPECT_EQ(g.status().code(), Code::kInvalidArgument);
 }
 

@@ -1,0 +1,105 @@
+// Private to distributed/: the client side of the worker service.
+//
+// GrpcRemoteWorker: scheduler's Worker (scheduler/worker.h) for one task of
+// the cluster, on behalf of one master session, over a stub of that task.
+// Every call has a deadline (control calls rpc_timeout_s, RunGraph
+// step_timeout_s); a call that fails in transport (the task died, restarted
+// or did not answer) gives UNAVAILABLE naming the task; the engine's errors
+// of the task come back as the task reported them (prefixed with its name).
+// RunGraph ships the call frame's arguments its partition reads (its _Arg
+// indices) and writes back the results it produced. CleanupStep is batched:
+// the steps to forget ride on the next RunGraph to the task (or go as one
+// CleanupStep call once kMaxDeferredCleanups wait), which saves a call per
+// task per step; the destructor sends what is left and closes the session
+// on the task (best effort, within rpc_timeout_s).
+//
+// DistributedRendezvous: one step's rendezvous on one task. Sends are kept
+// here (a local table) and served to other tasks by the worker service's
+// RecvTensor; a Recv whose key's source device is on another task pulls it
+// with RecvTensor (async: no thread waits). StartAbort fails the pending
+// pulls at once and cancels their calls.
+//
+// Thread-safe. Calls in flight keep what they need alive: destroying either
+// object never waits for the network.
+#ifndef FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_
+#define FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include "distributed/wire.h"
+#include "scheduler/rendezvous.h"
+#include "scheduler/thread_pool.h"
+#include "scheduler/worker.h"
+
+namespace flowstate::distributed_internal {
+
+// The calls in flight to one task that wait for it (RegisterGraph,
+// RunGraph, RecvTensorStream: they wait for a connection rather than fail
+// on the first refused connect, so a task that is starting or reconnecting
+// is not reported dead). What bounds them is the heartbeat: a round that
+// began after a call started and finds the task unreachable cancels the
+// call, which then fails UNAVAILABLE naming the task and why. Thread-safe.
+class CallTracker {
+ public:
+  // Registers a call; returns its token (for Remove).
+  uint64_t Add(::grpc::ClientContext* ctx);
+  // Forgets it; the reason it was cancelled for ("" if it was not).
+  std::string Remove(uint64_t token);
+  // Where the calls started so far end (for CancelBefore).
+  uint64_t Mark();
+  // Cancels the calls registered before `mark`, for `reason`.
+  void CancelBefore(uint64_t mark, const std::string& reason);
+
+ private:
+  std::mutex mu_;
+  uint64_t next_ = 1;                                      // GUARDED_BY(mu_)
+  std::map<uint64_t, ::grpc::ClientContext*> calls_;       // GUARDED_BY(mu_)
+  std::map<uint64_t, std::string> cancelled_;              // GUARDED_BY(mu_)
+};
+
+// The failure of a call tracked as `token`: UNAVAILABLE naming the task and,
+// when the heartbeat cancelled it, why.
+Status TrackedCallFailed(CallTracker* tracker, uint64_t token, const std::string& task,
+                         std::string_view rpc, const ::grpc::Status& s);
+
+// The stubs of one task: the Worker service's, and a generic one for the
+// RecvTensor calls whose messages are encoded by hand (tensor_wire.h).
+struct TaskStubs {
+  std::shared_ptr<wpb::Worker::Stub> worker;
+  std::shared_ptr<::grpc::GenericStub> generic;
+  std::shared_ptr<CallTracker> tracker;
+};
+using StubFor = std::function<TaskStubs(const std::string& task)>;
+
+struct RemoteWorkerOptions {
+  std::string task;  // "/job:worker/task:2"
+  std::shared_ptr<wpb::Worker::Stub> stub;
+  std::shared_ptr<CallTracker> tracker;
+  std::string session_handle;
+  double rpc_timeout_s = 10;
+  double step_timeout_s = 3600;
+};
+
+std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options);
+
+// `self_task`: this task's name; `stub_for` gives the stub of another task
+// (null: not in the cluster).
+// The allocator a tensor received for a device lands in (null: the host's).
+using AllocatorFor = std::function<Allocator*(std::string_view device)>;
+// A pulled tensor is handed to its _Recv on `delivery` (not owned; must
+// outlive the rendezvous and the calls in flight), not on gRPC's thread: the
+// executor may run the kernels the tensor makes ready on that thread, and
+// gRPC's threads must stay free to answer heartbeats.
+std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
+                                                     StubFor stub_for, AllocatorFor allocator_for,
+                                                     ThreadPool* delivery, double timeout_s);
+
+}  // namespace flowstate::distributed_internal
+
+#endif  // FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_

@@ -1,0 +1,658 @@
+#include "distributed/worker_service.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_set>
+
+#include "api/proto_convert.h"
+#include "distributed/cluster.h"
+#include "distributed/tensor_wire.h"
+#include "distributed/wire.h"
+#include "scheduler/call_frame.h"
+#include "scheduler/local_worker.h"
+#include "scheduler/rendezvous.h"
+#include "scheduler/runtime_kernels.h"
+#include "scheduler/thread_pool.h"
+#include "state/kernels.h"
+#include "state/resource_mgr.h"
+
+namespace flowstate {
+
+using namespace distributed_internal;  // NOLINT: this library's private helpers
+
+namespace {
+
+// A call that waits for its work; Shutdown answers those still waiting.
+struct Waiting {
+  virtual ~Waiting() = default;
+  // Ends the call with `s` unless it was answered (or started answering).
+  virtual void Abandon(const ::grpc::Status& s) = 0;
+};
+
+// A unary call answered later, exactly once: by its work, by its
+// cancellation or by Shutdown, whichever comes first.
+struct Pending final : Waiting {
+  void Abandon(const ::grpc::Status& s) override;
+  std::mutex mu;
+  bool finished = false;  // GUARDED_BY(mu)
+  ::grpc::ServerUnaryReactor* reactor = nullptr;
+  std::function<void()> on_cancel;  // set before the work starts
+};
+
+// Runs fill() (which writes the response) and finishes the call, unless it
+// was finished already; false then.
+bool Answer(const std::shared_ptr<Pending>& p, const ::grpc::Status& s,
+            const std::function<void()>& fill = nullptr) {
+  std::lock_guard<std::mutex> l(p->mu);
+  if (p->finished) return false;
+  p->finished = true;
+  if (fill && s.ok()) fill();
+  p->reactor->Finish(s);
+  return true;
+}
+
+void Pending::Abandon(const ::grpc::Status& s) {
+  std::lock_guard<std::mutex> l(mu);
+  if (finished) return;
+  finished = true;
+  reactor->Finish(s);
+}
+
+// RecvTensorStream: waits for the tensor (holding no thread), then writes it
+// in chunks of kChunkBytes, each pointing at the tensor's bytes, one after
+// the other; deletes itself when the call is done.
+class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer> {
+ public:
+  struct State final : Waiting {
+    std::mutex mu;
+    bool finished = false;  // GUARDED_BY(mu): waiting is over (Finish called or writing)
+    StreamSender* reactor = nullptr;
+    void Abandon(const ::grpc::Status& s) override {
+      std::lock_guard<std::mutex> l(mu);
+      if (finished) return;
+      finished = true;
+      reactor->Finish(s);
+    }
+  };
+  StreamSender() : state_(std::make_shared<State>()) { state_->reactor = this; }
+  const std::shared_ptr<State>& state() const { return state_; }
+
+  // The rendezvous answered: write the tensor (or the error) unless the call
+  // ended while it waited.
+  static void Begin(const std::shared_ptr<State>& st, const Status& s, const Tensor& t) {
+    std::lock_guard<std::mutex> l(st->mu);
+    if (st->finished) return;
+    st->finished = true;
+    StreamSender* self = st->reactor;
+    if (!s.ok()) {
+      self->error_ = true;
+      self->buf_ = EncodeChunkStatus(s);
+      self->StartWrite(&self->buf_);
+      return;
+    }
+    self->tensor_ = t;
+    self->WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    buf_.Clear();
+    if (!ok) {
+      Finish(::grpc::Status(::grpc::StatusCode::CANCELLED, "the receiver went away"));
+    } else if (error_ || offset_ >= tensor_.TotalBytes()) {
+      tensor_ = Tensor();
+      Finish(::grpc::Status::OK);
+    } else {
+      WriteNext();
+    }
+  }
+  void OnCancel() override { state_->Abandon(::grpc::Status(::grpc::StatusCode::CANCELLED, "cancelled")); }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    const size_t n = std::min(kChunkBytes, tensor_.TotalBytes() - offset_);
+    buf_ = EncodeTensorChunk(tensor_, offset_, n);
+    offset_ += n;
+    if (n == 0) offset_ = 1;  // an empty tensor: its header chunk is the last
+    StartWrite(&buf_);
+  }
+
+  std::shared_ptr<State> state_;
+  Tensor tensor_;
+  size_t offset_ = 0;
+  bool error_ = false;
+  ::grpc::ByteBuffer buf_;
+};
+
+class Reactor final : public ::grpc::ServerUnaryReactor {
+ public:
+  explicit Reactor(std::shared_ptr<Pending> p) : p_(std::move(p)) { p_->reactor = this; }
+  void OnCancel() override {
+    if (Answer(p_, ::grpc::Status(::grpc::StatusCode::CANCELLED, "cancelled")) && p_->on_cancel) {
+      p_->on_cancel();
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<Pending> p_;
+};
+
+// One master session's state on this task.
+struct WorkerSession {
+  std::shared_ptr<ResourceMgr> resources;
+  std::unique_ptr<LocalWorker> worker;
+  std::mutex mu;
+  std::map<std::string, RegisteredGraph*> graphs;  // GUARDED_BY(mu)
+  std::multiset<int64_t> running;                  // GUARDED_BY(mu): step ids
+  int next_graph = 0;                              // GUARDED_BY(mu)
+
+  ~WorkerSession() {
+    for (auto& [h, g] : graphs) worker->DeregisterGraph(g);
+  }
+};
+
+::grpc::Status NotReady() {
+  return ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the task is not ready");
+}
+::grpc::Status ShuttingDown() {
+  return ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the task is shutting down");
+}
+
+}  // namespace
+
+// Every method is a callback method (no thread waits on a call) except
+// GetStatus, the heartbeat, which is synchronous: served by the server's
+// own threads, it is answered even while kernels that a partition started
+// on a callback thread run long. RecvTensor and RecvTensorStream are raw:
+// their messages are encoded by hand, pointing at the tensor's bytes
+// (tensor_wire.h).
+using WorkerBase = wpb::Worker::WithRawCallbackMethod_RecvTensorStream<
+    wpb::Worker::WithRawCallbackMethod_RecvTensor<wpb::Worker::WithCallbackMethod_RegisterGraph<
+        wpb::Worker::WithCallbackMethod_DeregisterGraph<wpb::Worker::WithCallbackMethod_RunGraph<
+            wpb::Worker::WithCallbackMethod_AbortStep<wpb::Worker::WithCallbackMethod_CleanupStep<
+                wpb::Worker::WithCallbackMethod_CloseSession<wpb::Worker::Service>>>>>>>>;
+
+class WorkerService::Impl final : public WorkerBase {
+ public:
+  Impl(Cluster* cluster, const WorkerServiceOptions& o)
+      : cluster_(cluster), pool_(std::make_unique<ThreadPool>(o.inter_op_threads)) {
+    scheduler::RegisterRuntimeKernels();
+    state::RegisterKernels();
+  }
+
+  std::atomic<Cluster*> cluster_;
+  // Runs the partitions; destroyed (joined) last, after the partitions ended.
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<::grpc::Server> server_;
+
+  // What the callbacks of calls in flight touch; shared with them, so that
+  // one that comes late (a rendezvous aborted when the cluster goes away)
+  // finds it alive.
+  struct Shared {
+    std::mutex mu;
+    bool shutdown = false;                                 // GUARDED_BY(mu)
+    std::unordered_set<std::shared_ptr<Waiting>> pending;  // GUARDED_BY(mu): calls waiting
+    int partitions_running = 0;                            // GUARDED_BY(mu)
+    std::condition_variable idle_cv;
+  };
+  std::shared_ptr<Shared> sh_ = std::make_shared<Shared>();
+  std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;  // GUARDED_BY(sh_->mu)
+
+  // A reactor for `ctx`'s call, tracked until answered (Shutdown answers it).
+  std::pair<Reactor*, std::shared_ptr<Pending>> NewCall() {
+    auto p = std::make_shared<Pending>();
+    auto* r = new Reactor(p);
+    return {r, p};
+  }
+  static bool Track(Shared& sh, const std::shared_ptr<Waiting>& p) {
+    std::lock_guard<std::mutex> l(sh.mu);
+    if (sh.shutdown) return false;
+    sh.pending.insert(p);
+    return true;
+  }
+  static void Untrack(Shared& sh, const std::shared_ptr<Waiting>& p) {
+    std::lock_guard<std::mutex> l(sh.mu);
+    sh.pending.erase(p);
+  }
+  // Answers and forgets a tracked call; after Shutdown, UNAVAILABLE.
+  static void Reply(Shared& sh, const std::shared_ptr<Pending>& p, const std::function<void()>& fill) {
+    bool down;
+    {
+      std::lock_guard<std::mutex> l(sh.mu);
+      down = sh.shutdown;
+      sh.pending.erase(p);
+    }
+    Answer(p, down ? ShuttingDown() : ::grpc::Status::OK, fill);
+  }
+
+  // Forgets a step that ended on every task.
+  static void Cleanup(Cluster* c, WorkerSession* s, int64_t step) {
+    if (s != nullptr) s->worker->CleanupStep(step);
+    c->rendezvous_mgr()->Cleanup(step);
+  }
+
+  std::shared_ptr<WorkerSession> FindSession(const std::string& handle) {
+    std::lock_guard<std::mutex> l(sh_->mu);
+    auto it = sessions_.find(handle);
+    return it == sessions_.end() ? nullptr : it->second;
+  }
+
+  std::shared_ptr<WorkerSession> GetOrCreateSession(Cluster* c, const std::string& handle) {
+    std::lock_guard<std::mutex> l(sh_->mu);
+    std::shared_ptr<WorkerSession>& s = sessions_[handle];
+    if (s == nullptr) {
+      s = std::make_shared<WorkerSession>();
+      s->resources = std::make_shared<ResourceMgr>();
+      LocalWorkerOptions o;
+      o.devices = c->devices();
+      o.resources = s->resources.get();
+      o.inter_op_pool = pool_.get();
+      o.rendezvous_mgr = c->rendezvous_mgr();
+      s->worker = std::make_unique<LocalWorker>(o);
+    }
+    return s;
+  }
+
+  // --- RPCs.
+
+  ::grpc::ServerUnaryReactor* RegisterGraph(::grpc::CallbackServerContext* ctx,
+                                            const wpb::RegisterGraphRequest* req,
+                                            wpb::RegisterGraphResponse* resp) override {
+    auto* r = ctx->DefaultReactor();
+    Cluster* c = cluster_.load();
+    if (c == nullptr) {
+      r->Finish(NotReady());
+      return r;
+    }
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) {
+        r->Finish(ShuttingDown());
+        return r;
+      }
+    }
+    const std::string task = c->local_task();
+    Status st = [&]() -> Status {
+      if (req->expected_incarnation() != 0 && req->expected_incarnation() != c->local_incarnation()) {
+        return Aborted("the graph was cut for another incarnation of this task (it restarted): "
+                       "expected " + std::to_string(req->expected_incarnation()) + ", this is " +
+                       std::to_string(c->local_incarnation()));
+      }
+      proto_convert::GraphOptions go;
+      go.max_tensor_bytes = size_t(kMaxMessageBytes);
+      FS_ASSIGN_OR_RETURN(GraphDef graph, proto_convert::GraphFromProto(req->graph(), "graph", go));
+      std::shared_ptr<WorkerSession> s = GetOrCreateSession(c, req->session_handle());
+      RegisterGraphRequest r;
+      r.device = req->device();
+      r.graph = std::move(graph);
+      r.session = req->session_handle();
+      FS_ASSIGN_OR_RETURN(RegisteredGraph * g, s->worker->RegisterGraph(std::move(r)));
+      std::lock_guard<std::mutex> l(s->mu);
+      std::string handle = "graph-" + std::to_string(s->next_graph++);
+      s->graphs[handle] = g;
+      resp->set_graph_handle(handle);
+      return Status();
+    }();
+    StatusToProto(WithTask(task, st), resp->mutable_status());
+    r->Finish(::grpc::Status::OK);
+    return r;
+  }
+
+  ::grpc::ServerUnaryReactor* DeregisterGraph(::grpc::CallbackServerContext* ctx,
+                                              const wpb::DeregisterGraphRequest* req,
+                                              wpb::DeregisterGraphResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    if (std::shared_ptr<WorkerSession> s = FindSession(req->session_handle())) {
+      RegisteredGraph* g = nullptr;
+      {
+        std::lock_guard<std::mutex> l(s->mu);
+        auto it = s->graphs.find(req->graph_handle());
+        if (it != s->graphs.end()) {
+          g = it->second;
+          s->graphs.erase(it);
+        }
+      }
+      if (g != nullptr) s->worker->DeregisterGraph(g);
+    }
+    r->Finish(::grpc::Status::OK);
+    return r;
+  }
+
+  ::grpc::ServerUnaryReactor* RunGraph(::grpc::CallbackServerContext* ctx,
+                                       const wpb::RunGraphRequest* req,
+                                       wpb::RunGraphResponse* resp) override {
+    auto [r, p] = NewCall();
+    Cluster* c = cluster_.load();
+    if (c == nullptr) {
+      Answer(p, NotReady());
+      return r;
+    }
+    const std::string task = c->local_task();
+    auto fail = [&, p = p](const Status& st) {
+      Answer(p, ::grpc::Status::OK, [&] { StatusToProto(WithTask(task, st), resp->mutable_status()); });
+    };
+    std::shared_ptr<WorkerSession> s = FindSession(req->session_handle());
+    for (int64_t done_step : req->cleanup_step_ids()) Cleanup(c, s.get(), done_step);
+    RegisteredGraph* g = nullptr;
+    if (s != nullptr) {
+      std::lock_guard<std::mutex> l(s->mu);
+      auto it = s->graphs.find(req->graph_handle());
+      if (it != s->graphs.end()) g = it->second;
+    }
+    if (g == nullptr) {
+      // The task restarted (or the master deregistered it): the master
+      // registers again.
+      fail(Unavailable("graph '" + req->graph_handle() + "' of session '" + req->session_handle() +
+                       "' is not registered here (did the task restart?)"));
+      return r;
+    }
+    std::vector<Tensor> args;
+    for (const wpb::IndexedTensor& a : req->args()) {
+      if (a.index() < 0 || a.index() > 1 << 20) {
+        fail(InvalidArgument("argument index " + std::to_string(a.index()) + " is out of range"));
+        return r;
+      }
+      if (size_t(a.index()) >= args.size()) args.resize(a.index() + 1);
+      StatusOr<Tensor> t = DecodeTensor(a.tensor(), "args[" + std::to_string(a.index()) + "]");
+      if (!t.ok()) {
+        fail(t.status());
+        return r;
+      }
+      args[a.index()] = std::move(t).value();
+    }
+    if (req->num_rets() < 0 || req->num_rets() > 1 << 20) {
+      fail(InvalidArgument("num_rets " + std::to_string(req->num_rets()) + " is out of range"));
+      return r;
+    }
+    auto frame = std::make_shared<CallFrame>(std::move(args), req->num_rets());
+    const int64_t step = req->step_id();
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) {
+        Answer(p, ShuttingDown());
+        return r;
+      }
+      sh_->pending.insert(p);
+      ++sh_->partitions_running;
+    }
+    {
+      std::lock_guard<std::mutex> l(s->mu);
+      s->running.insert(step);
+    }
+    {
+      // The master went away or gave up: fail the step here.
+      std::lock_guard<std::mutex> l(p->mu);
+      std::weak_ptr<WorkerSession> weak = s;
+      p->on_cancel = [weak, step] {
+        if (auto ws = weak.lock()) ws->worker->AbortStep(step, Cancelled("the master cancelled the step"));
+      };
+    }
+    RunGraphArgs a;
+    a.step_id = step;
+    a.call_frame = frame.get();
+    // Started on gRPC's thread (a hop to the pool costs a wake-up per
+    // partition per step); GetStatus is served by other threads, so a long
+    // kernel here never delays a heartbeat.
+    s->worker->RunGraph(g, a, [sh = sh_, p = p, s, frame, resp, step, task](const Status& st) {
+      Reply(*sh, p, [&] {
+        StatusToProto(WithTask(task, st), resp->mutable_status());
+        if (!st.ok()) return;
+        std::vector<Tensor>& rets = frame->rets();
+        for (size_t i = 0; i < rets.size(); ++i) {
+          if (!rets[i].IsInitialized()) continue;
+          wpb::IndexedTensor* t = resp->add_rets();
+          t->set_index(int(i));
+          EncodeTensor(rets[i], t->mutable_tensor());
+        }
+      });
+      {
+        std::lock_guard<std::mutex> l(s->mu);
+        s->running.erase(s->running.find(step));
+      }
+      std::lock_guard<std::mutex> l(sh->mu);
+      if (--sh->partitions_running == 0) sh->idle_cv.notify_all();
+    });
+    return r;
+  }
+
+  ::grpc::ServerUnaryReactor* RecvTensor(::grpc::CallbackServerContext* ctx,
+                                         const ::grpc::ByteBuffer* request,
+                                         ::grpc::ByteBuffer* resp) override {
+    auto [r, p] = NewCall();
+    wpb::RecvTensorRequest parsed;
+    {
+      ::grpc::Slice whole;
+      if (!request->DumpToSingleSlice(&whole).ok() ||
+          !parsed.ParseFromArray(whole.begin(), int(whole.size()))) {
+        Answer(p, ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "malformed RecvTensorRequest"));
+        return r;
+      }
+    }
+    const wpb::RecvTensorRequest* req = &parsed;
+    Cluster* c = cluster_.load();
+    if (c == nullptr) {
+      Answer(p, NotReady());
+      return r;
+    }
+    const std::string task = c->local_task();
+    const std::string& key = req->rendezvous_key();
+    if (TaskOfDevice(std::string_view(key).substr(0, key.find(';'))) != task) {
+      Answer(p, ::grpc::Status::OK, [&] {
+        *resp = EncodeRecvTensorResponse(
+            InvalidArgument(task + ": tensor '" + key + "' is not sent by this task"), Tensor());
+      });
+      return r;
+    }
+    if (!Track(*sh_, p)) {
+      Answer(p, ShuttingDown());
+      return r;
+    }
+    std::shared_ptr<Rendezvous> rendezvous = c->rendezvous_mgr()->Find(req->step_id());
+    rendezvous->RecvAsync(key, [sh = sh_, p = p, resp, task](const Status& st, const Tensor& t) {
+      Reply(*sh, p, [&] { *resp = EncodeRecvTensorResponse(WithTask(task, st), t); });
+    });
+    return r;
+  }
+
+  ::grpc::ServerWriteReactor<::grpc::ByteBuffer>* RecvTensorStream(
+      ::grpc::CallbackServerContext* ctx, const ::grpc::ByteBuffer* request) override {
+    auto* sender = new StreamSender();
+    std::shared_ptr<StreamSender::State> st = sender->state();
+    wpb::RecvTensorRequest req;
+    ::grpc::Slice whole;
+    if (!request->DumpToSingleSlice(&whole).ok() ||
+        !req.ParseFromArray(whole.begin(), int(whole.size()))) {
+      st->Abandon(::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "malformed RecvTensorRequest"));
+      return sender;
+    }
+    Cluster* c = cluster_.load();
+    if (c == nullptr) {
+      st->Abandon(NotReady());
+      return sender;
+    }
+    const std::string task = c->local_task();
+    const std::string& key = req.rendezvous_key();
+    if (TaskOfDevice(std::string_view(key).substr(0, key.find(';'))) != task) {
+      StreamSender::Begin(st, InvalidArgument(task + ": tensor '" + key + "' is not sent by this task"),
+                          Tensor());
+      return sender;
+    }
+    if (!Track(*sh_, st)) {
+      st->Abandon(ShuttingDown());
+      return sender;
+    }
+    std::shared_ptr<Rendezvous> rendezvous = c->rendezvous_mgr()->Find(req.step_id());
+    rendezvous->RecvAsync(key, [sh = sh_, st, task](const Status& s, const Tensor& t) {
+      Untrack(*sh, st);
+      StreamSender::Begin(st, WithTask(task, s), t);
+    });
+    return sender;
+  }
+
+  ::grpc::ServerUnaryReactor* AbortStep(::grpc::CallbackServerContext* ctx,
+                                        const wpb::AbortStepRequest* req,
+                                        wpb::AbortStepResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    Cluster* c = cluster_.load();
+    if (c != nullptr) {
+      Status st = StatusFromProto(req->status());
+      if (st.ok()) st = Cancelled(req->reason().empty() ? "the step was aborted" : req->reason());
+      if (std::shared_ptr<WorkerSession> s = FindSession(req->session_handle())) {
+        s->worker->AbortStep(req->step_id(), st);
+      } else {
+        c->rendezvous_mgr()->AbortStep(req->step_id(), st);
+      }
+    }
+    r->Finish(c == nullptr ? NotReady() : ::grpc::Status::OK);
+    return r;
+  }
+
+  ::grpc::ServerUnaryReactor* CleanupStep(::grpc::CallbackServerContext* ctx,
+                                          const wpb::CleanupStepRequest* req,
+                                          wpb::CleanupStepResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    Cluster* c = cluster_.load();
+    if (c != nullptr) {
+      std::shared_ptr<WorkerSession> s = FindSession(req->session_handle());
+      Cleanup(c, s.get(), req->step_id());
+      for (int64_t step : req->more_step_ids()) Cleanup(c, s.get(), step);
+    }
+    r->Finish(c == nullptr ? NotReady() : ::grpc::Status::OK);
+    return r;
+  }
+
+  ::grpc::ServerUnaryReactor* CloseSession(::grpc::CallbackServerContext* ctx,
+                                           const wpb::CloseSessionRequest* req,
+                                           wpb::CloseSessionResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    std::shared_ptr<WorkerSession> s;  // destroyed outside the lock (its last step may hold it)
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      auto it = sessions_.find(req->session_handle());
+      if (it != sessions_.end()) {
+        s = std::move(it->second);
+        sessions_.erase(it);
+      }
+    }
+    r->Finish(::grpc::Status::OK);
+    return r;
+  }
+
+  ::grpc::Status GetStatus(::grpc::ServerContext*, const wpb::GetStatusRequest*,
+                           wpb::GetStatusResponse* resp) override {
+    Cluster* c = cluster_.load();
+    bool down;
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      down = sh_->shutdown;
+    }
+    if (c == nullptr || down) return c == nullptr ? NotReady() : ShuttingDown();
+    resp->set_job(c->spec().self.job);
+    resp->set_task_index(c->spec().self.index);
+    resp->set_incarnation(c->local_incarnation());
+    for (Device* d : c->devices()->devices()) {
+      wpb::DeviceAttributes* a = resp->add_devices();
+      a->set_name(d->name());
+      a->set_device_type(d->type());
+      a->set_host_memory(d->memory_type() == MemoryType::kHost);
+      a->set_description(d->Description());
+      AllocatorStats st = d->allocator()->Stats();
+      a->set_memory_limit_bytes(st.bytes_limit);
+      a->set_bytes_in_use(st.bytes_in_use);
+    }
+    return ::grpc::Status::OK;
+  }
+
+  void Shutdown() {
+    std::unordered_set<std::shared_ptr<Waiting>> pending;
+    std::vector<std::shared_ptr<WorkerSession>> sessions;
+    {
+      std::lock_guard<std::mutex> l(sh_->mu);
+      if (sh_->shutdown) return;
+      sh_->shutdown = true;
+      pending.swap(sh_->pending);
+      for (auto& [h, s] : sessions_) sessions.push_back(s);
+    }
+    // Every call in flight fails UNAVAILABLE (the master reports the task
+    // as gone), then the partitions still running are aborted.
+    for (const auto& p : pending) p->Abandon(ShuttingDown());
+    const Status abort = Unavailable("the task is shutting down");
+    for (auto& s : sessions) {
+      std::vector<int64_t> steps;
+      {
+        std::lock_guard<std::mutex> l(s->mu);
+        steps.assign(s->running.begin(), s->running.end());
+      }
+      for (int64_t step : steps) s->worker->AbortStep(step, abort);
+    }
+    if (server_ != nullptr) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    }
+    {
+      // Kernels that ignore cancellation may run on; give up waiting after
+      // a while rather than hang the shutdown (they hold what they use).
+      std::unique_lock<std::mutex> l(sh_->mu);
+      sh_->idle_cv.wait_for(l, std::chrono::seconds(10), [&] { return sh_->partitions_running == 0; });
+    }
+    if (server_ != nullptr) server_->Wait();
+  }
+};
+
+WorkerService::WorkerService(Cluster* cluster, const WorkerServiceOptions& options)
+    : impl_(std::make_unique<Impl>(cluster, options)) {}
+
+WorkerService::~WorkerService() {
+  Shutdown();
+  std::map<std::string, std::shared_ptr<WorkerSession>> sessions;
+  {
+    std::lock_guard<std::mutex> l(impl_->sh_->mu);
+    sessions.swap(impl_->sessions_);
+  }
+  sessions.clear();
+  // Joins the pool's threads: what they hold of the partitions goes first.
+  impl_->pool_.reset();
+}
+
+void WorkerService::Attach(Cluster* cluster) {
+  Cluster* expected = nullptr;
+  impl_->cluster_.compare_exchange_strong(expected, cluster);
+}
+
+void WorkerService::RegisterOn(::grpc::ServerBuilder* builder) {
+  builder->RegisterService(impl_.get());
+  // Clients ping every heartbeat interval, also between calls.
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 50);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
+StatusOr<int> WorkerService::Start(const std::string& host, int port) {
+  if (impl_->server_ != nullptr) return FailedPrecondition("the worker service is already started");
+  ::grpc::ServerBuilder builder;
+  int selected = 0;
+  const std::string address = host + ":" + std::to_string(port);
+  builder.AddListeningPort(address, ::grpc::InsecureServerCredentials(), &selected);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  RegisterOn(&builder);
+  impl_->server_ = builder.BuildAndStart();
+  if (impl_->server_ == nullptr || selected == 0) {
+    impl_->server_.reset();
+    return Unavailable("cannot serve the worker service on " + address);
+  }
+  return selected;
+}
+
+void WorkerService::Shutdown() { impl_->Shutdown(); }
+
+int WorkerService::num_sessions() const {
+  std::lock_guard<std::mutex> l(impl_->sh_->mu);
+  return int(impl_->sessions_.size());
+}
+
+}  // namespace flowstate

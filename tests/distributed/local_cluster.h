@@ -1,0 +1,102 @@
+// LocalCluster: n tasks of job "worker" in this test process, each with its
+// own DevicePool (named /job:worker/task:i), Cluster and WorkerService on a
+// loopback port picked by the system; tasks can be stopped and restarted
+// (same port, new incarnation). A master Session runs on task 0.
+#ifndef FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_
+#define FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "devices/device_pool.h"
+#include "distributed/cluster.h"
+#include "distributed/worker_service.h"
+#include "scheduler/session.h"
+
+namespace flowstate::testing {
+
+struct LocalTask {
+  std::unique_ptr<DevicePool> pool;
+  std::unique_ptr<WorkerService> service;
+  std::unique_ptr<Cluster> cluster;
+  int port = 0;
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(int n, int cpus_per_task = 1) : cpus_(cpus_per_task), tasks_(n) {
+    for (int i = 0; i < n; ++i) StartServer(i, 0);
+    for (int i = 0; i < n; ++i) spec_.jobs["worker"].push_back(Address(i));
+    for (int i = 0; i < n; ++i) Attach(i);
+  }
+  ~LocalCluster() {
+    for (int i = int(tasks_.size()) - 1; i >= 0; --i) Stop(i);
+  }
+
+  std::string Address(int i) const { return "127.0.0.1:" + std::to_string(tasks_[i].port); }
+  LocalTask& task(int i) { return tasks_[i]; }
+
+  // The server goes away (calls in flight fail UNAVAILABLE), then its state.
+  void Stop(int i) {
+    LocalTask& t = tasks_[i];
+    if (t.service) t.service->Shutdown();
+    t.service.reset();
+    t.cluster.reset();
+    t.pool.reset();
+  }
+  // A new process, as far as the others can tell: same port, new incarnation.
+  void Restart(int i) {
+    StartServer(i, tasks_[i].port);
+    Attach(i);
+  }
+
+  std::unique_ptr<Session> NewSession(const GraphDef& graph, Status* status = nullptr) {
+    SessionOptions o;
+    o.devices = tasks_[0].pool.get();
+    o.remote = tasks_[0].cluster.get();
+    o.inter_op_threads = 2;
+    StatusOr<std::unique_ptr<Session>> s = Session::Create(graph, o);
+    if (status != nullptr) *status = s.status();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+ private:
+  void StartServer(int i, int port) {
+    LocalTask& t = tasks_[i];
+    DevicePoolOptions po;
+    po.job = "worker";
+    po.task = i;
+    po.num_cpu_devices = cpus_;
+    po.intra_op_threads = 1;
+    t.pool = DevicePool::Create(po).value();
+    WorkerServiceOptions wo;
+    wo.inter_op_threads = 2;
+    t.service = std::make_unique<WorkerService>(nullptr, wo);
+    t.port = t.service->Start("127.0.0.1", port).value();
+  }
+  void Attach(int i) {
+    LocalTask& t = tasks_[i];
+    ClusterOptions o;
+    o.spec = spec_;
+    o.spec.self = TaskId{"worker", i};
+    o.devices = t.pool.get();
+    std::random_device rd;
+    o.incarnation = (uint64_t(rd()) << 32) | rd() | 1;
+    o.heartbeat_interval_s = 0.2;
+    o.heartbeat_deadline_s = 1.0;
+    o.rpc_timeout_s = 5;
+    o.step_timeout_s = 60;
+    t.cluster = Cluster::Create(o).value();
+    t.service->Attach(t.cluster.get());
+  }
+
+  int cpus_;
+  std::vector<LocalTask> tasks_;
+  ClusterSpec spec_;
+};
+
+}  // namespace flowstate::testing
+
+#endif  // FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_

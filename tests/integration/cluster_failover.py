@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""A task of a cluster killed mid-step, as users run one (the built binary:
+`flowstate serve` as task 0 and the master, `flowstate worker` as tasks 1
+and 2, child processes on loopback with deadlines):
+
+- a session whose graph runs a long chain of MatMuls on task 2 is stepped;
+  task 2 is killed with SIGKILL during the step: the step fails within its
+  deadline with HTTP 503 (UNAVAILABLE) naming /job:worker/task:2, and the
+  server stays up;
+- task 2 is started again on the same port: GET /v1/cluster reports it UP
+  with a new incarnation, and the same session runs again (its partitions
+  are registered anew with the restarted task) with the right answer.
+
+Every wait is bounded; only the processes this test started are stopped
+(by PID).
+
+  tests/integration/cluster_failover.py --flowstate build/flowstate
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+FAILURES = []
+
+
+def expect(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        FAILURES.append(what)
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def request(method, url, body=None, timeout=30):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def wait_for(pred, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("timed out after %d s waiting for %s" % (seconds, what))
+
+
+def graph(chain):
+    """x (fed on task 0) -> `chain` MatMuls of 512x512 on task 2 -> a sum on task 0."""
+    d2 = "/job:worker/task:2"
+    nodes = [
+        {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": []},
+         "device": "/job:worker/task:0"},
+        {"name": "dims", "op": "Const", "attrs": {"dtype": "int32", "value": [512, 512]},
+         "device": d2},
+        {"name": "m0", "op": "Fill", "inputs": ["dims", "x"], "device": d2},
+    ]
+    for i in range(1, chain + 1):
+        nodes.append({"name": "m%d" % i, "op": "MatMul", "inputs": ["m%d" % (i - 1), "m0"],
+                      "device": d2})
+    nodes += [
+        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": [0, 1]},
+         "device": "/job:worker/task:0"},
+        {"name": "y", "op": "Sum", "inputs": ["m%d" % chain, "axes"],
+         "device": "/job:worker/task:0"},
+        # A small answer that also checks the restarted task computes right:
+        # sum(fill(x)) on task 1.
+        {"name": "f1", "op": "Fill", "inputs": ["dims", "x"], "device": "/job:worker/task:1"},
+        {"name": "z", "op": "Sum", "inputs": ["f1", "axes"], "device": "/job:worker/task:0"},
+    ]
+    return {"nodes": nodes}
+
+
+class Cluster:
+    def __init__(self, flowstate, tmp):
+        self.flowstate, self.tmp = flowstate, tmp
+        self.http, g0, g1, g2 = free_ports(4)
+        self.grpc = [g0, g1, g2]
+        self.spec = json.dumps({"worker": ["127.0.0.1:%d" % p for p in self.grpc]})
+        self.procs = {}
+        self.api = "http://127.0.0.1:%d" % self.http
+
+    def start(self, i):
+        log = open(os.path.join(self.tmp, "task-%d.log" % i), "ab")
+        if i == 0:
+            cmd = [self.flowstate, "serve", "--http", "127.0.0.1:%d" % self.http,
+                   "--data-dir", os.path.join(self.tmp, "data")]
+        else:
+            cmd = [self.flowstate, "worker"]
+        cmd += ["--grpc", "127.0.0.1:%d" % self.grpc[i], "--cluster", self.spec,
+                "--task", "worker:%d" % i,
+                "--set", "cluster_options.heartbeat_interval_seconds=0.5",
+                "--set", "cluster_options.heartbeat_deadline_seconds=2"]
+        self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log)
+
+    def tasks(self):
+        return request("GET", self.api + "/v1/cluster", timeout=5)[1]["tasks"]
+
+    def all_up(self):
+        return all(t["state"] == "UP" for t in self.tasks())
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+
+    def logs(self):
+        for i in range(3):
+            path = os.path.join(self.tmp, "task-%d.log" % i)
+            if os.path.exists(path):
+                print("--- task %d:" % i)
+                print(open(path, errors="replace").read()[-3000:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--flowstate", required=True)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="flowstate_failover_") as tmp:
+        c = Cluster(os.path.abspath(args.flowstate), tmp)
+        try:
+            for i in range(3):
+                c.start(i)
+            wait_for(c.all_up, 30, "every task UP")
+            old = {t["index"]: t["incarnation"] for t in c.tasks()}
+
+            # A step long enough to kill a task in: calibrate the chain.
+            chain, took = 64, 0.0
+            while True:
+                status, body = request("POST", c.api + "/v1/sessions", {"graph": graph(chain)})
+                expect(status in (200, 201), "a session over three tasks is created (%d MatMuls)" % chain)
+                if status not in (200, 201):
+                    print(body)
+                    return
+                session = body["session_id"]
+                run = c.api + "/v1/sessions/%s/run" % session
+                t0 = time.monotonic()
+                status, body = request("POST", run, {"feeds": {"x": 0.001}, "fetches": ["y", "z"], "encoding": "nested"})
+                took = time.monotonic() - t0
+                expect(status == 200, "a step over three tasks runs (%.2f s)" % took)
+                if status != 200:
+                    print(body)
+                    return
+                if took >= 0.6 or chain >= 512:
+                    break
+                request("DELETE", c.api + "/v1/sessions/" + session)
+                chain *= 2
+
+            # Kill task 2 during the step.
+            result = {}
+
+            def step():
+                t = time.monotonic()
+                result["status"], result["body"] = request(
+                    "POST", run, {"feeds": {"x": 0.001}, "fetches": ["y", "z"], "encoding": "nested"}, timeout=60)
+                result["seconds"] = time.monotonic() - t
+
+            th = threading.Thread(target=step)
+            th.start()
+            time.sleep(min(0.3, took / 3))
+            c.procs[2].kill()
+            c.procs[2].wait(timeout=10)
+            th.join(timeout=30)
+            expect(not th.is_alive(), "the step ends after task 2 is killed (no hang)")
+            if th.is_alive():
+                return
+            message = json.dumps(result["body"])
+            expect(result["status"] == 503,
+                   "the step fails 503 UNAVAILABLE (got %s: %s)" % (result["status"], message[:300]))
+            expect("task:2" in message, "the error names /job:worker/task:2")
+            expect(result["seconds"] < 15, "within the deadline (%.2f s)" % result["seconds"])
+            expect(request("GET", c.api + "/healthz", timeout=5)[0] == 200, "task 0 is still up")
+
+            # Task 2 again, on the same port: a new incarnation, and the
+            # session runs again.
+            c.start(2)
+            wait_for(lambda: [t for t in c.tasks() if t["index"] == 2 and t["state"] == "UP"
+                              and t["incarnation"] != old[2]], 30,
+                     "task 2 UP with a new incarnation")
+            expect(True, "task 2 is UP again with a new incarnation")
+            status, body = request("POST", run, {"feeds": {"x": 0.001}, "fetches": ["y", "z"], "encoding": "nested"})
+            expect(status == 200, "the session runs again after the restart (%s)" % status)
+            if status == 200:
+                z = body["outputs"]["z"]
+                expect(abs(z - 512 * 512 * 0.001) < 1e-2, "with the right answer (z = %s)" % z)
+            else:
+                print(body)
+        finally:
+            c.stop()
+            if FAILURES:
+                c.logs()
+    print("%d failure(s)" % len(FAILURES))
+    sys.exit(1 if FAILURES else 0)
+
+
+if __name__ == "__main__":
+    main()
