@@ -14,6 +14,11 @@ bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFlo
 // x * factor into `out` (of x's dtype and shape).
 void ScaleInto(const Tensor& x, double factor, Tensor& out) {
   const int64_t n = x.num_elements();
+  if (factor == 0) {
+    // Count 0 (a late backup replica): zeros, even where x is NaN or Inf.
+    std::memset(out.raw_data(), 0, out.TotalBytes());
+    return;
+  }
   if (x.dtype() == DataType::kFloat32) {
     const float* in = x.data<float>();
     float* o = out.data<float>();
