@@ -276,6 +276,30 @@ TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
   }
 }
 
+// A replica that does not join within the all-reduce's deadline fails the
+// step on every replica, naming it: nobody hangs.
+TEST_F(Replicas, AReplicaThatNeverJoinsFailsTheStepByTheDeadline) {
+  StatusOr<JobSpec> spec = ParseJobSpec(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
+                                            R"(, "_test_straggler": {"replica": 1, "delay_ms": 1500})"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrainingJobOptions o;
+  o.data_root = dir_.string();
+  o.devices = Pool();
+  o.allreduce_timeout = std::chrono::milliseconds(200);
+  StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(*spec, o);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE((*job)->Start().ok());
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<StepResult> r = (*job)->Step();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("rank(s) 1 did not join"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_FALSE((*job)->Step().ok());  // the job is done
+}
+
 TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   const std::string opt = R"({"type": "sgd", "learning_rate": 0.1})";
   StatusOr<JobSpec> s = ParseJobSpec(Job(opt, 2, 8, R"(, "backup_replicas": 2)"));
