@@ -233,7 +233,8 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   FS_RETURN_IF_ERROR(CheckObject(j, root, "a job",
                                  {"name", "graph", "loss", "optimizer", "input", "eval",
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
-                                  "init_from", "on_nan"}));
+                                  "init_from", "on_nan", "bucket_bytes", "backup_replicas",
+                                  "check_replicas_every", "deterministic", "_test_straggler"}));
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "name", &job.name));
   FS_ASSIGN_OR_RETURN(const Json* graph, Required(j, root, "graph"));
   FS_ASSIGN_OR_RETURN(job.graph, api::internal::GraphFromJson(*graph, root.Key("graph"), {}));
@@ -251,6 +252,33 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   int64_t replicas = 1;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "replicas", &replicas, 1));
   job.replicas = int(std::min<int64_t>(replicas, 1024));
+  FS_RETURN_IF_ERROR(ReadIntField(j, root, "bucket_bytes", &job.bucket_bytes, 1));
+  int64_t backup = 0;
+  FS_RETURN_IF_ERROR(ReadIntField(j, root, "backup_replicas", &backup, 0));
+  if (backup >= job.replicas && backup > 0) {
+    return PathError(root.Key("backup_replicas"),
+                     "must be less than replicas (" + std::to_string(job.replicas) + ")");
+  }
+  job.backup_replicas = int(backup);
+  FS_RETURN_IF_ERROR(ReadIntField(j, root, "check_replicas_every", &job.check_replicas_every, 0));
+  FS_RETURN_IF_ERROR(ReadBoolField(j, root, "deterministic", &job.deterministic));
+  if (job.deterministic && job.backup_replicas > 0) {
+    return PathError(root.Key("deterministic"),
+                     "a deterministic job cannot have backup_replicas (which replicas "
+                     "contribute to a step depends on timing)");
+  }
+  if (const Json* t = FindField(j, "_test_straggler")) {
+    const JsonPath tp = root.Key("_test_straggler");
+    FS_RETURN_IF_ERROR(CheckObject(*t, tp, "a test straggler", {"replica", "delay_ms"}));
+    int64_t r = 0;
+    FS_RETURN_IF_ERROR(ReadIntField(*t, tp, "replica", &r, 0, true));
+    if (r >= job.replicas) {
+      return PathError(tp.Key("replica"), "must be less than replicas (" +
+                                              std::to_string(job.replicas) + ")");
+    }
+    job.test_straggler_replica = int(r);
+    FS_RETURN_IF_ERROR(ReadIntField(*t, tp, "delay_ms", &job.test_straggler_delay_ms, 0, true));
+  }
   int64_t seed = 0;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "seed", &seed, 0));
   job.seed = uint64_t(seed);

@@ -78,6 +78,24 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   std::vector<std::string> devices;  // e.g. ["CPU:0"]; empty: the default device
   int replicas = 1;
+  // Data-parallel replicas (replicas > 1; jobs/training_job.h): gradients
+  // are all-reduced in buckets of about this many bytes (a smaller first
+  // one), in the order the backward pass produces them.
+  int64_t bucket_bytes = 25 << 20;
+  // Backup replicas: each step uses the gradients of the first
+  // replicas - backup_replicas replicas to finish their backward pass.
+  int backup_replicas = 0;
+  // Compare a checksum of the variables across replicas every this many
+  // steps (0: never); a difference fails the job.
+  int64_t check_replicas_every = 100;
+  // A fixed reduction order: two runs are bit-identical (refuses backup
+  // replicas, whose choice depends on timing).
+  bool deterministic = false;
+  // Test only ("_test_straggler": {"replica": r, "delay_ms": d}): replica r
+  // waits d ms before each step's computation, unless the step is decided
+  // without it (backup replicas) first.
+  int test_straggler_replica = -1;
+  int64_t test_straggler_delay_ms = 0;
   uint64_t seed = 0;  // initializers, shuffling and dropout derive from it
   std::optional<int64_t> max_steps;  // stop early after this many steps
   std::optional<InitFromSpec> init_from;

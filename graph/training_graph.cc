@@ -9,6 +9,94 @@
 #include "graph/ops.h"
 
 namespace flowstate {
+namespace {
+
+// Replaces the loss and every gradient by the outputs of _AllReduce nodes
+// (training_graph.h); returns the reduced loss.
+StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, const Output& loss,
+                              DataType loss_type, const PartialShape& loss_shape,
+                              const std::vector<const Node*>& var_nodes,
+                              std::vector<Gradient>* grads, TrainingGraph* tg) {
+  Scope rs = root.NewSubScope("replicas");
+  Output count = ops::Placeholder(rs.WithOpName("examples"), DataType::kFloat64, PartialShape(TensorShape()));
+  tg->replica_examples = count.name();
+  struct Item {
+    Output tensor;
+    DataType dtype;
+    TensorShape shape;
+    int var = -1;  // -1: the loss
+  };
+  std::vector<Item> items;
+  // A replica without data joins with zeros of these shapes: the loss's
+  // static shape (a scalar unless the graph says e.g. [1]).
+  items.push_back({loss, loss_type,
+                   loss_shape.IsFullyDefined() ? loss_shape.ToTensorShape() : TensorShape(), -1});
+  // The backward pass reaches the variables in reverse topological order.
+  for (int i = int(var_nodes.size()) - 1; i >= 0; --i) {
+    Gradient& g = (*grads)[i];
+    if (g.is_none()) continue;
+    const PartialShape& ps = var_nodes[i]->output_shape(0);
+    if (!ps.IsFullyDefined()) {
+      return InvalidArgument("graph: variable '" + var_nodes[i]->name() + "' has shape " +
+                                 ps.ToString() +
+                                 "; data-parallel replicas need fully known variable shapes",
+                             var_nodes[i]->name());
+    }
+    if (g.is_sparse) {
+      Scope ds = rs.NewSubScope("densify").WithOpName(var_nodes[i]->name());
+      Output rows = ops::StridedSlice(ds.NewSubScope("rows"), g.dense_shape, std::vector<int32_t>{0},
+                                      std::vector<int32_t>{1}, std::vector<int32_t>{1},
+                                      ops::StridedSliceAttrs{0, 0, 0, 0, 1});
+      g = Gradient::Dense(ops::Generic(ds, "UnsortedSegmentSum", {g.values, g.indices, rows})[0]);
+    }
+    items.push_back({g.dense, var_nodes[i]->output_type(0), ps.ToTensorShape(), i});
+  }
+  // Buckets: the first at most 1 MiB, the others about bucket_bytes.
+  std::vector<std::vector<int>> buckets(1);
+  int64_t bytes = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    int64_t b = items[k].shape.num_elements() * int64_t(DataTypeSize(items[k].dtype));
+    int64_t cap = buckets.size() == 1 ? std::min<int64_t>(spec.bucket_bytes, 1 << 20) : spec.bucket_bytes;
+    if (!spec.single_bucket && !buckets.back().empty() && bytes + b > cap) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(int(k));
+    bytes += b;
+  }
+  Output reduced_loss;
+  for (size_t bi = 0; bi < buckets.size(); ++bi) {
+    AllReduceBucket ab;
+    std::vector<std::string> inputs;
+    for (int k : buckets[bi]) {
+      inputs.push_back(items[k].tensor.name());
+      ab.tensors.push_back(items[k].tensor.name());
+      ab.dtypes.push_back(items[k].dtype);
+      ab.shapes.push_back(items[k].shape);
+      ab.bytes += items[k].shape.num_elements() * int64_t(DataTypeSize(items[k].dtype));
+    }
+    inputs.push_back(count.name());
+    ab.node = rs.WithOpName("allreduce_" + std::to_string(bi))
+                  .AddNode("_AllReduce", "_AllReduce", inputs,
+                           {{"T", AttrValue(ab.dtypes)},
+                            {"group", AttrValue(spec.allreduce_group)},
+                            {"bucket", AttrValue(int64_t(bi))},
+                            {"num_buckets", AttrValue(int64_t(buckets.size()))}});
+    for (size_t j = 0; j < buckets[bi].size(); ++j) {
+      const Item& it = items[buckets[bi][j]];
+      Output out(ab.node, int(j));
+      if (it.var < 0) {
+        reduced_loss = out;
+      } else {
+        (*grads)[it.var] = Gradient::Dense(out);
+      }
+    }
+    tg->allreduce.push_back(std::move(ab));
+  }
+  return reduced_loss;
+}
+
+}  // namespace
 
 StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
   FS_ASSIGN_OR_RETURN(Graph forward, Graph::Create(spec.graph));
@@ -66,6 +154,10 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
   if (vars.empty()) return InvalidArgument("graph: the graph has no Variable to train");
   std::vector<Gradient> grads;
   FS_RETURN_IF_ERROR(AddGradients(root, Output(loss_id->node, loss_id->index), vars, &grads));
+  Output loss_out(loss_id->node, loss_id->index);
+  if (spec.replicas > 1) {
+    FS_ASSIGN_OR_RETURN(loss_out, AddAllReduce(root, spec, loss_out, lt, ls, var_nodes, &grads, &tg));
+  }
   // The NaN/Inf guard (on_nan): every gradient reaches the optimizer through
   // a CheckNumerics that also waits for the loss's, so a step whose loss or
   // gradients are not finite fails before the optimizer's barrier and no
@@ -77,7 +169,18 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
                               {{"message", AttrValue(what)}}),
                     0);
     };
-    Output checked_loss = check(ns.WithOpName("loss"), Output(loss_id->node, loss_id->index), "the loss");
+    // With replicas every bucket's all-reduce finishes before any check can
+    // fail, so that no replica abandons a step with buckets not handed in
+    // (the next step's rounds would not line up), and every replica sees the
+    // same reduced values and takes the same decision.
+    // (Through an Identity of each bucket's first output, so that a replica
+    // that feeds the reduced tensors -- one without data -- needs no bucket.)
+    std::vector<std::string> reduced;
+    for (const AllReduceBucket& b : tg.allreduce) {
+      reduced.push_back(ops::Identity(ns.WithOpName(b.node + "_done"), Output(b.node, 0)).node);
+    }
+    Output checked_loss =
+        check(ns.WithOpName("loss").WithControlDependencies(reduced), loss_out, "the loss");
     tg.numerics_checks.push_back(checked_loss.node);
     Scope gs = ns.WithControlDependencies({checked_loss.node});
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -113,6 +216,7 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
                              v);
     }
   }
+  if (spec.replicas > 1) tg.loss = loss_out.name();
   tg.train_op = train.train;
   tg.init_op = init.init_op;
   tg.optimizer_init = train.init;

@@ -3,9 +3,24 @@
 // training job runs -- the forward graph, its gradients (AddGradients), the
 // NaN/Inf guard, the optimizer's updates and slots (BuildOptimizer) and the
 // variables' initializers (AddVariableInitializers) -- plus the forward
-// graph in inference mode for evaluation and predictions. Data-parallel
-// replicas will insert their all-reduce between the gradients and the
-// optimizer here.
+// graph in inference mode for evaluation and predictions.
+//
+// Data-parallel replicas (spec.replicas > 1): every replica runs the same
+// graph, and the builder inserts the all-reduce between the gradients and
+// the optimizer, so the optimizer and its slots stay ordinary graph ops and
+// every replica applies the same update. The loss and the gradients go
+// through _AllReduce nodes ("replicas/allreduce_<k>"), one per bucket: the
+// loss and then the gradients in the order the backward pass produces them
+// (the variables in reverse topological order), cut into buckets of about
+// spec.bucket_bytes (the first one at most 1 MiB, so that communication
+// starts early). Each reduces count * tensor over the replicas and divides by
+// the sum of the counts, the examples each replica fed into the float64
+// placeholder "replicas/examples": the result is the gradient of the global
+// batch's mean loss whatever the split, and a replica without data (or a
+// dropped backup replica) contributes zeros with count 0. Sparse (Gather)
+// gradients are densified before the all-reduce (UnsortedSegmentSum), so
+// every bucket has static shapes; an all-gather of the rows would save
+// bandwidth for large embeddings and is left for later.
 //
 // Every gradient reaches the optimizer through a CheckNumerics (after the
 // loss's), so a step with a NaN/Inf loss or gradient applies no update.
@@ -21,6 +36,8 @@
 #include "graph/graph.h"
 #include "graph/optimizers.h"
 #include "graph/status.h"
+#include "graph/tensor_shape.h"
+#include "graph/types.h"
 
 namespace flowstate {
 
@@ -33,6 +50,21 @@ struct TrainingGraphSpec {
   // Evaluation metrics: scalar numeric tensors of `graph`, checked here
   // (errors name them "eval.metrics[i]").
   std::vector<std::string> metrics;
+  // Data-parallel replicas (see above); 1: no all-reduce.
+  int replicas = 1;
+  int64_t bucket_bytes = 25 << 20;
+  bool single_bucket = false;  // every tensor in one bucket (backup replicas)
+  std::string allreduce_group = "replicas";  // the _AllReduce nodes' `group`
+};
+
+// One _AllReduce node: its outputs, in order, replace the loss (bucket 0's
+// first output) and the gradients.
+struct AllReduceBucket {
+  std::string node;
+  std::vector<std::string> tensors;  // what it reduces (loss, gradients), inputs 0..n-1
+  std::vector<DataType> dtypes;
+  std::vector<TensorShape> shapes;
+  int64_t bytes = 0;
 };
 
 struct TrainingGraph {
@@ -50,12 +82,18 @@ struct TrainingGraph {
   // gradient): a step that fails in one of them had a NaN/Inf loss or
   // gradient and applied no update.
   std::vector<std::string> numerics_checks;
+  // Replicas > 1 only: the buckets in reduction order, and the float64
+  // scalar placeholder each replica feeds with its examples of the step.
+  // `loss` is then the all-reduced loss (the global batch's mean).
+  std::vector<AllReduceBucket> allreduce;
+  std::string replica_examples;
 };
 
 // Builds the training graph. INVALID_ARGUMENT naming the JSON path of the
 // job field or the node: a loss that is not a scalar float tensor of the
 // graph, a metric that is not a scalar numeric one, no Variable, no variable
-// the loss depends on, a variable without an initializer.
+// the loss depends on, a variable without an initializer; with replicas, a
+// trained variable whose shape is not fully known.
 StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec);
 
 }  // namespace flowstate

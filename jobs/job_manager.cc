@@ -457,11 +457,16 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       if (restored >= 0) {
         j->info.resumed_from_step = restored;
         PublishLocked(j, JobEvent::Kind::kResume,
-                      "resumed from the checkpoint at step " + std::to_string(restored));
+                      "resumed from the checkpoint at step " + std::to_string(restored) +
+                          (j->spec.replicas > 1
+                               ? " with " + std::to_string(j->spec.replicas) + " replicas"
+                               : ""));
+        if (options_.observer) options_.observer->OnRestart(InfoLocked(*j));
       } else if (j->was_running) {
         j->info.resumed_from_step = 0;
         PublishLocked(j, JobEvent::Kind::kResume,
                       "restarted from step 0: no checkpoint had been written");
+        if (options_.observer) options_.observer->OnRestart(InfoLocked(*j));
       } else {
         PublishLocked(j, JobEvent::Kind::kState);
       }
@@ -515,12 +520,25 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   j->train_seconds += secs;
   j->examples += r->examples;
   if (options_.observer) options_.observer->OnStep(InfoLocked(*j), secs, r->examples);
+  if (options_.observer && !r->replicas.empty()) {
+    options_.observer->OnReplicaStep(InfoLocked(*j), r->replicas);
+  }
+  std::string replica_note;
+  if (j->spec.backup_replicas > 0) {
+    // Backup replicas: step events say how often each replica was dropped.
+    std::vector<int64_t> dropped = j->runner->dropped_steps();
+    replica_note = "steps each replica was dropped from (backup replicas):";
+    for (size_t i = 0; i < dropped.size(); ++i) {
+      replica_note += (i ? ", " : " ") + std::string("replica ") + std::to_string(i) + " " +
+                      std::to_string(dropped[i]);
+    }
+  }
   auto now = std::chrono::steady_clock::now();
   double min_gap = options_.max_step_events_per_second > 0 ? 1.0 / options_.max_step_events_per_second : 0;
   if (r->epoch_end || r->done ||
       std::chrono::duration<double>(now - j->last_step_event).count() >= min_gap) {
     j->last_step_event = now;
-    PublishLocked(j, JobEvent::Kind::kStep);
+    PublishLocked(j, JobEvent::Kind::kStep, replica_note);
   }
   if (now - j->last_persist >= std::chrono::seconds(1)) PersistLocked(*j, false);
   if (j->loop.AfterStep(j->spec.eval, *r) == TrainingLoop::Next::kFinish) {

@@ -94,6 +94,7 @@ namespace flowstate {
 class TrainingJob;
 class ThreadPool;
 struct JobSnapshot;
+struct ReplicaStepStats;
 namespace checkpoints {
 class Store;
 }
@@ -112,6 +113,11 @@ class JobObserver {
   // A step's loss or gradients were NaN/Inf; `skipped`: the job goes on
   // without that step's update (else it fails).
   virtual void OnNan(const JobInfo& job, bool skipped) {}
+  // A step of a job with replicas: each replica's part, by index (after
+  // OnStep of the same step).
+  virtual void OnReplicaStep(const JobInfo& job, const std::vector<ReplicaStepStats>& replicas) {}
+  // The job resumed from a checkpoint (or from step 0) after a restart.
+  virtual void OnRestart(const JobInfo& job) {}
   // The job was deleted (Delete() or retention): drop what is kept of it.
   virtual void OnDelete(const std::string& job_id) {}
 };

@@ -18,6 +18,8 @@
 #include "state/data_path.h"
 #include "state/idx_reader.h"
 #include "state/variable.h"
+#include "scheduler/collective.h"
+#include "scheduler/collective_kernels.h"
 
 namespace flowstate {
 namespace {
@@ -62,9 +64,7 @@ Status CheckDataAgainstGraph(const Graph& g, const Dataset& d, const std::string
 }  // namespace
 
 StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
-  if (job.replicas != 1) {
-    return Unimplemented("replicas: only 1 replica per job is supported so far");
-  }
+  if (job.replicas < 1) return InvalidArgument("replicas: must be >= 1");
   FS_ASSIGN_OR_RETURN(Graph forward, Graph::Create(job.graph));
   FS_RETURN_IF_ERROR(CheckPlaceholders(forward, job.input, "input"));
   if (job.eval) FS_RETURN_IF_ERROR(CheckPlaceholders(forward, *job.eval, "eval"));
@@ -78,6 +78,11 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
   spec.loss = job.loss;
   spec.optimizer = job.optimizer;
   spec.seed = job.seed;
+  spec.replicas = job.replicas;
+  spec.bucket_bytes = job.bucket_bytes;
+  // A backup replica is dropped from a whole step: one bucket, so that the
+  // choice is made once, when a replica's backward pass is done.
+  spec.single_bucket = job.backup_replicas > 0;
   if (job.eval) spec.metrics = job.eval->metrics;
   return BuildTrainingGraph(spec);
 }
@@ -195,13 +200,17 @@ Status TrainingJob::Start(bool load_data) {
   }
   std::vector<Tensor> out;
   FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
+  // Without data (serving predictions) replica 0 is all it takes.
+  if (spec_.replicas > 1 && load_data) FS_RETURN_IF_ERROR(StartReplicas());
   if (!initial_values_.empty()) {
     FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [name, t] : initial_values_) by_name[name] = &t;
-    for (const std::string& v : graph_.model_variables) {
-      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
-      FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
+    for (int i = 0; i <= int(replica_sessions_.size()); ++i) {
+      for (const std::string& v : graph_.model_variables) {
+        FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
+        FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
+      }
     }
     initial_values_.clear();
   }
@@ -226,14 +235,19 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues()
 }
 
 StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariable(const std::string& name) const {
-  std::shared_ptr<const Graph> g = train_session_->graph();
+  return FindVariableIn(train_session_.get(), name);
+}
+
+StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariableIn(Session* session,
+                                                                const std::string& name) {
+  std::shared_ptr<const Graph> g = session->graph();
   const Node* n = g->FindNode(name);
   if (n == nullptr || n->op() != "Variable") return NotFound("no variable '" + name + "'", name);
   std::string container, shared_name;
   if (auto it = n->attrs().find("container"); it != n->attrs().end()) container = it->second.s();
   if (auto it = n->attrs().find("shared_name"); it != n->attrs().end()) shared_name = it->second.s();
-  return train_session_->resource_manager()->Lookup<Variable>(container,
-                                                               shared_name.empty() ? name : shared_name);
+  return session->resource_manager()->Lookup<Variable>(container,
+                                                        shared_name.empty() ? name : shared_name);
 }
 
 StatusOr<JobSnapshot> TrainingJob::Snapshot() {
@@ -286,12 +300,19 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
   }
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
   FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
+  for (int i = 1; i <= int(replica_sessions_.size()); ++i) {
+    for (const std::string& v : graph_.variables) {
+      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
+      FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
+    }
+    FS_RETURN_IF_ERROR(replica_session(i)->ImportKernelStates(snapshot.kernel_states));
+  }
   if (pipeline) {
     pipeline_->Cancel();
     pipeline_ = std::move(pipeline);
   }
   step_ = snapshot.step;
-  done_ = step_ >= total_steps();
+  done_ = Finished();
   return Status();
 }
 
@@ -388,9 +409,24 @@ std::vector<std::string> TrainingJob::DeviceNames() const {
 }
 
 int64_t TrainingJob::steps_per_epoch() const {
-  if (pipeline_) return pipeline_->batches_per_epoch();
-  int64_t n = train_data_.num_examples(), b = spec_.input.batch_size;
-  return spec_.input.drop_remainder ? n / b : (n + b - 1) / b;
+  int64_t batches = 0;
+  if (pipeline_) {
+    batches = pipeline_->batches_per_epoch();
+  } else {
+    int64_t n = train_data_.num_examples(), b = spec_.input.batch_size;
+    batches = spec_.input.drop_remainder ? n / b : (n + b - 1) / b;
+  }
+  // Replicas: a step takes up to `replicas` batches of one epoch.
+  return (batches + spec_.replicas - 1) / spec_.replicas;
+}
+
+bool TrainingJob::Finished() const {
+  if (spec_.replicas == 1 || !pipeline_) return step_ >= total_steps();
+  // Replicas: by the input's position, so that a job restored from a
+  // checkpoint of another number of replicas (other steps per epoch) ends
+  // at the end of its data.
+  if (spec_.max_steps && step_ >= *spec_.max_steps) return true;
+  return spec_.input.epochs > 0 && pipeline_->position().epoch >= spec_.input.epochs;
 }
 
 int64_t TrainingJob::total_steps() const {
@@ -403,6 +439,7 @@ StatusOr<StepResult> TrainingJob::Step() {
   if (!started_) return FailedPrecondition("the job has not started");
   if (done_) return FailedPrecondition("the job has finished");
   if (!pipeline_) return FailedPrecondition("the job was started without its data");
+  if (spec_.replicas > 1) return StepReplicas();
   StatusOr<Batch> b = pipeline_->Next();
   if (!b.ok()) return b.status();
   std::vector<std::pair<std::string, Tensor>> feeds;

@@ -11,6 +11,27 @@
 // Start() loads the data and initializes the variables; then each Step() runs
 // one training step, Evaluate() computes the eval metrics over the eval set.
 //
+// Data-parallel replicas ("replicas": N > 1): the job runs N replicas of
+// the training graph in this process, each with its own session and
+// ResourceMgr (so its own variables) on its device (devices[i] when
+// "devices" lists N, else all on the first or default device), joined by an
+// InProcessCollective through the graph's _AllReduce nodes
+// (graph/training_graph.h, scheduler/collective_kernels.h). Every replica
+// starts from the same initial variables (same seed). A step takes up to N
+// consecutive batches of batch_size from the one seeded pipeline, all of the
+// same epoch, and replica i trains on the i-th (a replica without one joins
+// with zeros): the shards are disjoint, the global batch is N x batch_size,
+// and the input position (a multiple of batch_size) does not depend on N,
+// so a checkpoint of N replicas resumes with any other number. Snapshots,
+// evaluation and predictions use replica 0; a job started without its data
+// (predictions only) creates no other replica. Every check_replicas_every
+// steps a checksum of every replica's variables is compared with replica
+// 0's; a difference fails the step (INTERNAL naming the replica and the
+// variable). With backup_replicas k the first N - k replicas to finish
+// their backward pass contribute (StepRace); a test-only straggler delay
+// (JobSpec::test_straggler_*) is abandoned when the step is decided without
+// it.
+//
 // Thread safety: one thread drives a job at a time (Step, Evaluate); the
 // accessors of Progress are safe from any thread.
 #ifndef FLOWSTATE_JOBS_TRAINING_JOB_H_
@@ -37,6 +58,8 @@
 
 namespace flowstate {
 
+class ReplicaComm;
+class StepRace;
 class ThreadPool;
 class Variable;
 
@@ -54,6 +77,18 @@ struct TrainingJobOptions {
   // SessionOptions::max_shape_bytes of the job's training graph, checked by
   // Create (0: no limit).
   int64_t max_shape_bytes = 0;
+  // Replicas: the longest one collective call may wait for the others.
+  std::chrono::milliseconds allreduce_timeout{std::chrono::minutes(5)};
+};
+
+// One replica's part of the last step (replicas > 1).
+struct ReplicaStepStats {
+  double step_seconds = 0;       // its part of the step, all-reduce included
+  double allreduce_seconds = 0;  // inside collective calls (waiting on the others)
+  int64_t allreduce_bytes = 0;
+  int64_t examples = 0;          // 0: it had no batch or was dropped
+  bool dropped = false;          // a backup replica whose gradients did not count
+  double loss = 0;               // the all-reduced loss it fetched
 };
 
 struct StepResult {
@@ -68,6 +103,8 @@ struct StepResult {
   // names the step ("step 7: the loss is NaN; the step was skipped").
   bool skipped = false;
   std::string nan_message;
+  // replicas > 1: each replica's part, by replica index.
+  std::vector<ReplicaStepStats> replicas;
 };
 
 // A consistent snapshot of a job, taken between steps: everything a fresh
@@ -161,12 +198,26 @@ class TrainingJob {
   int64_t step() const { return step_; }
   int64_t train_examples() const { return train_data_.num_examples(); }
   Session* train_session() { return train_session_.get(); }
+  // Replica i's training session (0: train_session()); null before Start()
+  // or out of range.
+  Session* replica_session(int i);
+  int num_replicas() const { return spec_.replicas; }
+  // How many steps each replica was dropped from (backup replicas); empty
+  // without.
+  std::vector<int64_t> dropped_steps() const;
   InputPipeline* pipeline() { return pipeline_.get(); }
 
  private:
   TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph);
   StatusOr<Dataset> Load(const DataSpec& data, const std::string& path) const;
   StatusOr<std::shared_ptr<Variable>> FindVariable(const std::string& name) const;
+  static StatusOr<std::shared_ptr<Variable>> FindVariableIn(Session* session, const std::string& name);
+  Status StartReplicas();
+  StatusOr<StepResult> StepReplicas();
+  // Runs replica i's part of a step on `batch` (null: it joins with zeros).
+  Status RunReplica(int i, const Batch* batch, ReplicaStepStats* stats);
+  Status CheckReplicasAgree();
+  bool Finished() const;
 
   JobSpec spec_;
   TrainingJobOptions options_;
@@ -176,6 +227,11 @@ class TrainingJob {
   std::unique_ptr<Session> train_session_;
   std::unique_ptr<Session> eval_session_;
   std::unique_ptr<InputPipeline> pipeline_;
+  // Replicas 1..N-1 (replica 0 is train_session_), and every replica's
+  // all-reduce resource.
+  std::vector<std::unique_ptr<Session>> replica_sessions_;
+  std::vector<std::shared_ptr<ReplicaComm>> comms_;
+  std::shared_ptr<StepRace> race_;
   InputPipelineOptions pipeline_options_;
   std::vector<std::pair<std::string, Tensor>> initial_values_;
   int64_t step_ = 0;

@@ -17,6 +17,7 @@
 #include "devices/device_factory.h"
 #include "devices/kernel_registry.h"
 #include "scheduler/call_frame.h"
+#include "scheduler/collective_kernels.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/runtime_kernels.h"
 
@@ -182,6 +183,7 @@ void RegisterRuntimeKernels() {
   std::lock_guard<std::mutex> l(mu);
   for (const std::string& type : RegisteredDeviceTypes()) {
     if (!done->insert(type).second) continue;
+    RegisterCollectiveKernels(type);
     for (DataType t : AllDataTypes()) {
       auto def = [&](const char* op) {
         KernelDef d(op);

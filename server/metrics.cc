@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "jobs/training_job.h"
+
 namespace flowstate {
 
 namespace {
@@ -92,6 +94,8 @@ struct Metrics::Impl : public JobObserver {
   void OnCheckpoint(const JobInfo& job, double seconds, int64_t bytes, bool ok) override;
   void OnNan(const JobInfo& job, bool skipped) override;
   void OnDelete(const std::string& job_id) override;
+  void OnReplicaStep(const JobInfo& job, const std::vector<ReplicaStepStats>& replicas) override;
+  void OnRestart(const JobInfo& job) override;
   void Checkpoint(const std::string& job, double seconds, int64_t bytes, bool ok);
 
   // The series of one job. Gauges and histograms are created on first use;
@@ -106,6 +110,18 @@ struct Metrics::Impl : public JobObserver {
     Gauge* checkpoint_bytes = nullptr;
     Counter* checkpoint_failures = nullptr;
     Counter* skipped_steps = nullptr;
+    // Data-parallel replicas, by replica index.
+    struct Replica {
+      Histogram* allreduce_wait = nullptr;
+      Histogram* step_seconds = nullptr;
+      Gauge* examples_per_second = nullptr;
+      Counter* dropped_steps = nullptr;
+    };
+    std::vector<Replica> replicas;
+    Gauge* replicas_alive = nullptr;
+    Counter* restarts = nullptr;
+    Counter* allreduce_bytes = nullptr;
+    Counter* allreduce_seconds = nullptr;
     bool finished = false;
   };
   JobSeries& JobLocked(const std::string& id);  // creates steps/examples/step_seconds
@@ -135,6 +151,14 @@ struct Metrics::Impl : public JobObserver {
   Family<Gauge>& checkpoint_bytes;
   Family<Counter>& checkpoint_failures;
   Family<Counter>& job_skipped_steps;
+  Family<Histogram>& replica_allreduce_wait;
+  Family<Histogram>& replica_step_seconds;
+  Family<Gauge>& replica_examples_per_second;
+  Family<Counter>& replica_dropped_steps;
+  Family<Gauge>& job_replicas_alive;
+  Family<Counter>& job_restarts;
+  Family<Counter>& allreduce_bytes;
+  Family<Counter>& allreduce_seconds;
   Gauge& queue_depth_gauge;
   Gauge& http_connections;
   Counter& http_connections_refused;
@@ -237,6 +261,45 @@ Metrics::Impl::Impl()
                             .Help("Training steps whose loss or gradients were NaN/Inf and whose "
                                   "update was not applied (on_nan \"skip_step\"), per job.")
                             .Register(*registry)),
+      replica_allreduce_wait(prometheus::BuildHistogram()
+                                 .Name("flowstate_replica_allreduce_wait_seconds")
+                                 .Help("Time one replica of a data-parallel job spent in the "
+                                       "all-reduce of a step (waiting for the other replicas, "
+                                       "and reducing): the fast replicas wait on a straggler.")
+                                 .Register(*registry)),
+      replica_step_seconds(prometheus::BuildHistogram()
+                               .Name("flowstate_replica_step_seconds")
+                               .Help("Wall time of one replica's part of a training step.")
+                               .Register(*registry)),
+      replica_examples_per_second(prometheus::BuildGauge()
+                                      .Name("flowstate_replica_examples_per_second")
+                                      .Help("Examples per second of one replica in its last step "
+                                            "(running jobs only).")
+                                      .Register(*registry)),
+      replica_dropped_steps(prometheus::BuildCounter()
+                                .Name("flowstate_replica_dropped_steps_total")
+                                .Help("Steps whose gradients of this replica did not count "
+                                      "(backup replicas: it was not among the first to finish).")
+                                .Register(*registry)),
+      job_replicas_alive(prometheus::BuildGauge()
+                             .Name("flowstate_job_replicas_alive")
+                             .Help("Replicas taking part in the steps of a running job.")
+                             .Register(*registry)),
+      job_restarts(prometheus::BuildCounter()
+                       .Name("flowstate_job_restarts_total")
+                       .Help("Times a job resumed (from its last checkpoint, or from step 0) "
+                             "after its run was interrupted.")
+                       .Register(*registry)),
+      allreduce_bytes(prometheus::BuildCounter()
+                          .Name("flowstate_allreduce_bytes_total")
+                          .Help("Bytes all-reduced by a data-parallel job, summed over its "
+                                "replicas (each replica's buffers).")
+                          .Register(*registry)),
+      allreduce_seconds(prometheus::BuildCounter()
+                            .Name("flowstate_allreduce_seconds_total")
+                            .Help("Seconds a data-parallel job's replicas spent in all-reduce "
+                                  "calls, summed over its replicas.")
+                            .Register(*registry)),
       queue_depth_gauge(queue_depth.Add({})),
       http_connections(prometheus::BuildGauge()
                            .Name("flowstate_http_connections")
@@ -325,6 +388,14 @@ void Metrics::Impl::MarkFinishedLocked(const std::string& id, JobSeries* s) {
     job_examples_per_second.Remove(s->examples_per_second);
     s->examples_per_second = nullptr;
   }
+  for (JobSeries::Replica& r : s->replicas) {
+    if (r.examples_per_second) replica_examples_per_second.Remove(r.examples_per_second);
+    r.examples_per_second = nullptr;
+  }
+  if (s->replicas_alive) {
+    job_replicas_alive.Remove(s->replicas_alive);
+    s->replicas_alive = nullptr;
+  }
   if (!s->finished) {
     s->finished = true;
     finished.push_back(id);
@@ -353,7 +424,54 @@ void Metrics::Impl::RemoveJobLocked(const std::string& id) {
   if (s.checkpoint_bytes) checkpoint_bytes.Remove(s.checkpoint_bytes);
   if (s.checkpoint_failures) checkpoint_failures.Remove(s.checkpoint_failures);
   if (s.skipped_steps) job_skipped_steps.Remove(s.skipped_steps);
+  for (JobSeries::Replica& r : s.replicas) {
+    if (r.allreduce_wait) replica_allreduce_wait.Remove(r.allreduce_wait);
+    if (r.step_seconds) replica_step_seconds.Remove(r.step_seconds);
+    if (r.examples_per_second) replica_examples_per_second.Remove(r.examples_per_second);
+    if (r.dropped_steps) replica_dropped_steps.Remove(r.dropped_steps);
+  }
+  if (s.replicas_alive) job_replicas_alive.Remove(s.replicas_alive);
+  if (s.restarts) job_restarts.Remove(s.restarts);
+  if (s.allreduce_bytes) allreduce_bytes.Remove(s.allreduce_bytes);
+  if (s.allreduce_seconds) allreduce_seconds.Remove(s.allreduce_seconds);
   job_series.erase(it);
+}
+
+void Metrics::Impl::OnReplicaStep(const JobInfo& job, const std::vector<ReplicaStepStats>& replicas) {
+  std::lock_guard<std::mutex> l(jobs_mu);
+  JobSeries& s = JobLocked(job.id);
+  prometheus::Labels labels{{"job_id", job.id}};
+  if (!s.allreduce_bytes) s.allreduce_bytes = &allreduce_bytes.Add(labels);
+  if (!s.allreduce_seconds) s.allreduce_seconds = &allreduce_seconds.Add(labels);
+  if (!s.finished) {
+    if (!s.replicas_alive) s.replicas_alive = &job_replicas_alive.Add(labels);
+    s.replicas_alive->Set(double(replicas.size()));
+  }
+  if (s.replicas.size() < replicas.size()) s.replicas.resize(replicas.size());
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const ReplicaStepStats& r = replicas[i];
+    JobSeries::Replica& m = s.replicas[i];
+    prometheus::Labels rl{{"job_id", job.id}, {"replica", std::to_string(i)}};
+    if (!m.allreduce_wait) m.allreduce_wait = &replica_allreduce_wait.Add(rl, RequestBuckets());
+    if (!m.step_seconds) m.step_seconds = &replica_step_seconds.Add(rl, StepBuckets());
+    if (!m.dropped_steps) m.dropped_steps = &replica_dropped_steps.Add(rl);
+    m.allreduce_wait->Observe(r.allreduce_seconds);
+    m.step_seconds->Observe(r.step_seconds);
+    if (r.dropped) m.dropped_steps->Increment();
+    if (!s.finished) {
+      if (!m.examples_per_second) m.examples_per_second = &replica_examples_per_second.Add(rl);
+      m.examples_per_second->Set(r.step_seconds > 0 ? double(r.examples) / r.step_seconds : 0);
+    }
+    s.allreduce_bytes->Increment(double(r.allreduce_bytes));
+    s.allreduce_seconds->Increment(r.allreduce_seconds);
+  }
+}
+
+void Metrics::Impl::OnRestart(const JobInfo& job) {
+  std::lock_guard<std::mutex> l(jobs_mu);
+  JobSeries& s = JobLocked(job.id);
+  if (!s.restarts) s.restarts = &job_restarts.Add({{"job_id", job.id}});
+  s.restarts->Increment();
 }
 
 Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}

@@ -22,6 +22,15 @@
 //   flowstate_checkpoint_bytes{job_id}                   gauge (size of the last successful one)
 //   flowstate_checkpoint_failures_total{job_id}          counter
 //   flowstate_job_skipped_steps_total{job_id}            counter (NaN/Inf steps skipped)
+//   flowstate_job_restarts_total{job_id}                 counter (resumed after an interruption)
+// Data-parallel jobs ("replicas" > 1):
+//   flowstate_replica_allreduce_wait_seconds{job_id,replica}  histogram, 100 us ... 10 s
+//   flowstate_replica_step_seconds{job_id,replica}       histogram, 1 ms ... 60 s
+//   flowstate_replica_examples_per_second{job_id,replica} gauge (last step; running jobs only)
+//   flowstate_replica_dropped_steps_total{job_id,replica} counter (backup replicas)
+//   flowstate_job_replicas_alive{job_id}                 gauge (running jobs only)
+//   flowstate_allreduce_bytes_total{job_id}              counter (summed over replicas)
+//   flowstate_allreduce_seconds_total{job_id}            counter (summed over replicas)
 //
 // The job label is `job_id`, not `job`: Prometheus sets `job` on every series
 // it scrapes (the scrape job) and would rename ours to `exported_job`.

@@ -71,6 +71,25 @@ void RegisterRuntimeOps(OpRegistry* r) {
                       })
                       .Doc("A constant in host memory on any device (the partitioner's "
                            "trigger for a control edge out of a device with its own memory)."));
+  MustRegister(r, OpDefBuilder("_AllReduce")
+                      .Input("input: T")
+                      .Input("count: double")
+                      .Output("output: T")
+                      .Attr("T: list(type)")
+                      .Attr("group: string")
+                      .Attr("bucket: int >= 0")
+                      .Attr("num_buckets: int >= 1")
+                      .SetIsStateful()
+                      .SetShapeFn([](InferenceContext* c) {
+                        for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
+                        return Status();
+                      })
+                      .Doc("One bucket of a data-parallel step's all-reduce (the training-graph "
+                           "builder inserts it between the gradients and the optimizer): "
+                           "output[j] = sum over replicas of count * input[j], divided by the "
+                           "sum of the counts (the examples each replica trained on), through "
+                           "the Collective of the replica's ResourceMgr named `group`. Buckets "
+                           "0..num_buckets-1 of a step are reduced in that order."));
 }
 
 }  // namespace flowstate::internal

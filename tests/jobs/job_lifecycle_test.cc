@@ -346,3 +346,88 @@ TEST_F(JobLifecycleTest, SkipStepGoesOnWithoutTheUpdatesOfNaNSteps) {
 
 }  // namespace
 }  // namespace flowstate
+
+namespace flowstate {
+namespace {
+
+// Replicas through the job manager: a NaN batch on one replica is seen by
+// every replica (the checks read the all-reduced tensors), so the step is
+// skipped everywhere; the per-replica metrics are exported.
+TEST_F(JobLifecycleTest, ReplicasSkipNaNStepsTogetherAndReportMetrics) {
+  {
+    std::ifstream in(dir_ / "data" / "points.csv");
+    std::ofstream out(dir_ / "data" / "nan.csv");
+    std::string line;
+    for (int i = 0; std::getline(in, line); ++i) out << (i == 3 ? "nan,0.5,1.0" : line) << "\n";
+  }
+  JobManager* m = NewManager(/*with_store=*/false);
+  JobInfo j = m->Submit(LineJob(2, R"("on_nan": "skip_step", "replicas": 2,)", 0.05, "nan.csv")).value();
+  JobInfo done = WaitFinished(m, j.id);
+  ASSERT_EQ(JobStateName(done.state), "SUCCEEDED") << done.error;
+  EXPECT_EQ(done.step, 8);  // 8 batches of 8 an epoch, 2 a step, 2 epochs
+  EXPECT_EQ(done.skipped_steps, 2);
+  EXPECT_TRUE(std::isfinite(done.loss));
+  std::string text = metrics_.Render();
+  const std::string id = "job_id=\"" + j.id + "\"";
+  for (const char* r : {"0", "1"}) {
+    const std::string labels = "{" + id + ",replica=\"" + r + "\"}";
+    EXPECT_NE(text.find("flowstate_replica_step_seconds_count" + labels + " 8"), std::string::npos) << r;
+    EXPECT_NE(text.find("flowstate_replica_allreduce_wait_seconds_count" + labels + " 8"),
+              std::string::npos) << r;
+    EXPECT_NE(text.find("flowstate_replica_dropped_steps_total" + labels + " 0"), std::string::npos) << r;
+  }
+  EXPECT_NE(text.find("flowstate_allreduce_bytes_total{" + id + "}"), std::string::npos);
+  EXPECT_EQ(text.find("flowstate_allreduce_bytes_total{" + id + "} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("flowstate_allreduce_seconds_total{" + id + "}"), std::string::npos);
+  // A finished job no longer reports replicas alive.
+  EXPECT_EQ(text.find("flowstate_job_replicas_alive{" + id + "}"), std::string::npos);
+}
+
+// A job with replicas interrupted by a shutdown resumes from its checkpoint
+// with its replicas; the resume event says so and the restart is counted.
+TEST_F(JobLifecycleTest, ReplicasResumeAfterARestartAndCountIt) {
+  OpenStore();
+  std::string id;
+  {
+    JobManager* m = NewManager();
+    id = m->Submit(LineJob(20000, R"("replicas": 2,)")).value().id;
+    JobInfo j = server_test::JobStoreFixture::WaitFor(m, id, [](const JobInfo& j) { return j.step >= 10; });
+    ASSERT_EQ(j.state, JobState::kRunning);
+    m->Shutdown();  // checkpoints where it stopped
+  }
+  JobInfo before = managers_.back()->Get(id).value();
+  managers_.clear();
+  JobManager* m = NewManager();
+  ASSERT_TRUE(m->Recover().ok());
+  JobInfo r = server_test::JobStoreFixture::WaitFor(m, id, [](const JobInfo& j) { return j.resumed_from_step >= 0; });
+  EXPECT_EQ(r.resumed_from_step, before.checkpoint_step);
+  ASSERT_TRUE(m->Cancel(id).ok());  // its event stream then ends
+  bool resumed = false;
+  for (const JobEvent& e : Events(m, id)) {
+    if (e.kind != JobEvent::Kind::kResume) continue;
+    resumed = true;
+    EXPECT_NE(e.message.find("with 2 replicas"), std::string::npos) << e.message;
+  }
+  EXPECT_TRUE(resumed);
+  EXPECT_NE(metrics_.Render().find("flowstate_job_restarts_total{job_id=\"" + id + "\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(JobLifecycleTest, BackupReplicasCountTheDroppedStraggler) {
+  JobManager* m = NewManager(/*with_store=*/false);
+  JobInfo j = m->Submit(LineJob(1, R"("replicas": 3, "backup_replicas": 1,
+      "_test_straggler": {"replica": 1, "delay_ms": 300},)")).value();
+  JobInfo done = WaitFinished(m, j.id);
+  ASSERT_EQ(JobStateName(done.state), "SUCCEEDED") << done.error;
+  EXPECT_EQ(done.step, 3);  // 8 batches: 3 + 3 + 2
+  std::string text = metrics_.Render();
+  const std::string id = "job_id=\"" + j.id + "\"";
+  EXPECT_NE(text.find("flowstate_replica_dropped_steps_total{" + id + ",replica=\"1\"} 3"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("flowstate_replica_dropped_steps_total{" + id + ",replica=\"0\"} 0"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace flowstate

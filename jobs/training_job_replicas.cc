@@ -1,0 +1,254 @@
+// TrainingJob's data-parallel replicas (training_job.h): N sessions in this
+// process joined by an InProcessCollective through the _AllReduce nodes of
+// the training graph.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "jobs/training_job.h"
+#include "scheduler/collective.h"
+#include "scheduler/collective_kernels.h"
+#include "state/variable.h"
+
+namespace flowstate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// FNV-1a over a tensor's dtype, shape and bytes.
+uint64_t Checksum(const Tensor& t, uint64_t h = 1469598103934665603ull) {
+  auto mix = [&](const void* p, size_t n) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  int dtype = int(t.dtype());
+  mix(&dtype, sizeof dtype);
+  for (int64_t d : t.shape().dims()) mix(&d, sizeof d);
+  mix(t.raw_data(), t.TotalBytes());
+  return h;
+}
+
+}  // namespace
+
+Session* TrainingJob::replica_session(int i) {
+  if (i == 0) return train_session_.get();
+  if (i < 1 || size_t(i) > replica_sessions_.size()) return nullptr;
+  return replica_sessions_[i - 1].get();
+}
+
+std::vector<int64_t> TrainingJob::dropped_steps() const {
+  if (race_ == nullptr) return {};
+  return race_->dropped();
+}
+
+Status TrainingJob::StartReplicas() {
+  const int n = spec_.replicas;
+  auto device = [&](int i) -> std::string {
+    if (int(spec_.devices.size()) >= n) return spec_.devices[i];
+    return spec_.devices.empty() ? "" : spec_.devices.front();
+  };
+  replica_sessions_.clear();
+  for (int i = 1; i < n; ++i) {
+    SessionOptions so;
+    so.devices = options_.devices;
+    so.inter_op_pool = options_.inter_op_pool;
+    so.inter_op_threads = options_.inter_op_threads;
+    so.max_shape_bytes = options_.max_shape_bytes;
+    so.default_device = device(i);
+    StatusOr<std::unique_ptr<Session>> s = Session::Create(graph_.graph, so);
+    if (!s.ok()) return s.status().WithPrefix("replica " + std::to_string(i));
+    std::vector<Tensor> out;
+    // The same seed: the same initial variables as replica 0.
+    FS_RETURN_IF_ERROR((*s)->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
+    replica_sessions_.push_back(std::move(s).value());
+  }
+  if (spec_.backup_replicas > 0) {
+    race_ = std::make_shared<StepRace>(n, n - spec_.backup_replicas);
+  }
+  std::vector<std::unique_ptr<InProcessCollective>> group = InProcessCollective::Create(n);
+  comms_.clear();
+  for (int i = 0; i < n; ++i) {
+    ReplicaComm::Options o;
+    o.collective = std::shared_ptr<Collective>(std::move(group[i]));
+    o.num_buckets = int(graph_.allreduce.size());
+    o.timeout = options_.allreduce_timeout;
+    o.race = race_;
+    auto comm = std::make_shared<ReplicaComm>(std::move(o));
+    StatusOr<std::shared_ptr<ReplicaComm>> r =
+        replica_session(i)->resource_manager()->LookupOrCreate<ReplicaComm>(
+            kReplicaContainer, "replicas",
+            [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm; });
+    if (!r.ok()) return r.status();
+    comms_.push_back(*r);
+  }
+  return Status();
+}
+
+Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stats) {
+  Session* session = replica_session(i);
+  ReplicaComm& comm = *comms_[i];
+  const auto start = Clock::now();
+  const double wait0 = comm.wait_seconds();
+  const int64_t bytes0 = comm.bytes();
+  bool abandon = batch == nullptr;
+  if (!abandon && i == spec_.test_straggler_replica && spec_.test_straggler_delay_ms > 0) {
+    // The test straggler: its computation takes delay_ms longer, unless the
+    // step is decided without it first (backup replicas), when it abandons it.
+    auto delay = std::chrono::milliseconds(spec_.test_straggler_delay_ms);
+    if (race_ != nullptr) {
+      abandon = race_->WaitDecidedWithout(comm.steps_begun(), i, delay);
+      stats->dropped = abandon;
+    } else {
+      std::this_thread::sleep_for(delay);
+    }
+  }
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  if (!abandon) {
+    for (const auto& [name, t] : batch->components) feeds.emplace_back(name, t);
+    feeds.emplace_back(graph_.replica_examples, Tensor::Scalar<double>(double(batch->size)));
+    stats->examples = batch->size;
+  } else {
+    // No data for this replica (or abandoned): join every bucket with zeros
+    // and apply the others' average like everyone else.
+    std::vector<std::vector<std::pair<DataType, TensorShape>>> plan;
+    for (const AllReduceBucket& b : graph_.allreduce) {
+      plan.emplace_back();
+      for (size_t j = 0; j < b.dtypes.size(); ++j) plan.back().emplace_back(b.dtypes[j], b.shapes[j]);
+    }
+    StatusOr<std::vector<std::vector<Tensor>>> reduced = comm.JoinWithZeros(plan);
+    if (!reduced.ok()) return reduced.status();
+    for (size_t b = 0; b < graph_.allreduce.size(); ++b) {
+      for (size_t j = 0; j < (*reduced)[b].size(); ++j) {
+        feeds.emplace_back(graph_.allreduce[b].node + ":" + std::to_string(j), (*reduced)[b][j]);
+      }
+    }
+  }
+  std::vector<Tensor> out;
+  Status s = session->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
+  if (!s.ok() && !IsNanError(s)) {
+    // Nobody may wait on this replica: fail the group's calls at once.
+    comm.Abort(s);
+  }
+  if (s.ok()) stats->loss = out[0].ElementAsDouble(0);
+  stats->step_seconds = Seconds(Clock::now() - start);
+  stats->allreduce_seconds = comm.wait_seconds() - wait0;
+  stats->allreduce_bytes = comm.bytes() - bytes0;
+  return s.ok() ? Status() : s.WithPrefix("replica " + std::to_string(i));
+}
+
+StatusOr<StepResult> TrainingJob::StepReplicas() {
+  const int n = spec_.replicas;
+  // Up to n batches of one epoch: replica i trains on the i-th.
+  std::vector<Batch> batches;
+  {
+    StatusOr<Batch> first = pipeline_->Next();
+    if (!first.ok()) return first.status();
+    batches.push_back(std::move(first).value());
+    while (int(batches.size()) < n && pipeline_->position().epoch == batches.front().epoch) {
+      StatusOr<Batch> b = pipeline_->Next();
+      if (!b.ok()) return b.status();
+      batches.push_back(std::move(b).value());
+    }
+  }
+  std::vector<int64_t> dropped_before = dropped_steps();
+  if (race_ != nullptr) {
+    // Of the m replicas with a batch, the first m - k contribute (at least one).
+    race_->Begin(comms_[0]->steps_begun(),
+                 std::max(1, int(batches.size()) - spec_.backup_replicas));
+  }
+  std::vector<ReplicaStepStats> stats(n);
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      status[i] = RunReplica(i, i < int(batches.size()) ? &batches[i] : nullptr, &stats[i]);
+    });
+  }
+  status[0] = RunReplica(0, &batches[0], &stats[0]);
+  for (std::thread& t : threads) t.join();
+  if (race_ != nullptr) {
+    std::vector<int64_t> dropped = dropped_steps();
+    for (int i = 0; i < n; ++i) {
+      if (dropped[i] > dropped_before[i]) {
+        stats[i].dropped = true;
+        stats[i].examples = 0;
+      }
+    }
+  }
+
+  StepResult r;
+  // A NaN/Inf loss or gradient is seen by every replica alike (the checks
+  // read the all-reduced tensors); any other error wins.
+  Status nan;
+  for (int i = 0; i < n; ++i) {
+    if (status[i].ok()) continue;
+    if (!IsNanError(status[i])) {
+      done_ = true;
+      return status[i];
+    }
+    if (nan.ok()) nan = status[i];
+  }
+  if (!nan.ok()) {
+    std::string what = nan.message();
+    if (size_t k = what.find("(CheckNumerics): "); k != std::string::npos) what = what.substr(k + 17);
+    what = "step " + std::to_string(step_ + 1) + ": " + what;
+    if (spec_.on_nan == OnNan::kFail) {
+      ++step_;
+      done_ = true;
+      return InvalidArgument(what + "; no update was applied and the job fails (on_nan \"fail\"; "
+                                    "\"skip_step\" skips such steps)",
+                             nan.node());
+    }
+    r.skipped = true;
+    r.nan_message = what + "; the step was skipped";
+    r.loss = std::nan("");
+  } else {
+    r.loss = stats[0].loss;  // every replica fetched the same all-reduced loss
+  }
+  r.step = ++step_;
+  r.epoch = batches.front().epoch;
+  for (const Batch& b : batches) r.examples += b.size;
+  r.epoch_end = pipeline_->position().epoch != batches.front().epoch;
+  r.replicas = std::move(stats);
+  if (spec_.check_replicas_every > 0 && step_ % spec_.check_replicas_every == 0) {
+    Status agree = CheckReplicasAgree();
+    if (!agree.ok()) {
+      done_ = true;
+      return agree;
+    }
+  }
+  r.done = Finished();
+  done_ = r.done;
+  return r;
+}
+
+Status TrainingJob::CheckReplicasAgree() {
+  const int n = spec_.replicas;
+  std::vector<std::vector<uint64_t>> sums(n);
+  for (int i = 0; i < n; ++i) {
+    for (const std::string& v : graph_.variables) {
+      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
+      FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
+      sums[i].push_back(Checksum(t));
+    }
+  }
+  for (int i = 1; i < n; ++i) {
+    for (size_t k = 0; k < graph_.variables.size(); ++k) {
+      if (sums[i][k] != sums[0][k]) {
+        return Internal("replicas diverged: after step " + std::to_string(step_) + " variable '" +
+                            graph_.variables[k] + "' of replica " + std::to_string(i) +
+                            " differs from replica 0's (checksums " + std::to_string(sums[i][k]) +
+                            " and " + std::to_string(sums[0][k]) +
+                            "); the job stops instead of training on different models",
+                        graph_.variables[k]);
+      }
+    }
+  }
+  return Status();
+}
+
+}  // namespace flowstate

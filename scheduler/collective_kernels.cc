@@ -1,0 +1,275 @@
+#include "scheduler/collective_kernels.h"
+
+#include <cstring>
+#include <future>
+
+#include "devices/kernel_registry.h"
+#include "devices/op_kernel.h"
+
+namespace flowstate {
+namespace {
+
+bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64; }
+
+// x * factor into `out` (of x's dtype and shape).
+void ScaleInto(const Tensor& x, double factor, Tensor& out) {
+  const int64_t n = x.num_elements();
+  if (factor == 0) {
+    // Count 0 (a late backup replica): zeros, even where x is NaN or Inf.
+    std::memset(out.raw_data(), 0, out.TotalBytes());
+    return;
+  }
+  if (x.dtype() == DataType::kFloat32) {
+    const float* in = x.data<float>();
+    float* o = out.data<float>();
+    const float f = float(factor);
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * f;
+  } else {
+    const double* in = x.data<double>();
+    double* o = out.data<double>();
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * factor;
+  }
+}
+
+// x * factor, a new tensor.
+Tensor Scaled(const Tensor& x, double factor) {
+  Tensor out(x.dtype(), x.shape());
+  ScaleInto(x, factor, out);
+  return out;
+}
+
+void DivideInPlace(Tensor* x, double by) {
+  const int64_t n = x->num_elements();
+  if (x->dtype() == DataType::kFloat32) {
+    float* o = x->data<float>();
+    const float f = float(by);
+    for (int64_t i = 0; i < n; ++i) o[i] /= f;
+  } else {
+    double* o = x->data<double>();
+    for (int64_t i = 0; i < n; ++i) o[i] /= by;
+  }
+}
+
+class AllReduceOp final : public AsyncOpKernel {
+ public:
+  explicit AllReduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    c->GetAttr("group", &group_);
+    c->GetAttr("bucket", &bucket_);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    FS_OP_REQUIRES_ASYNC(ctx, ctx->resource_manager() != nullptr,
+                         FailedPrecondition("_AllReduce: the session has no ResourceMgr"), done);
+    StatusOr<std::shared_ptr<ReplicaComm>> comm =
+        ctx->resource_manager()->Lookup<ReplicaComm>(kReplicaContainer, group_);
+    FS_OP_REQUIRES_ASYNC(
+        ctx, comm.ok(),
+        FailedPrecondition("_AllReduce: no collective group '" + group_ +
+                           "' in this session (an all-reduce runs only in a job with replicas)"),
+        done);
+    const int n = ctx->num_inputs() - 1;
+    double count = ctx->input(n).scalar<double>();
+    // Backup replicas: the first replicas to get here contribute; a late
+    // one joins this step with zeros (every bucket is one, see the builder).
+    if (bucket_ == 0 && (*comm)->race() != nullptr &&
+        !(*comm)->race()->Arrive((*comm)->steps_begun(), (*comm)->rank())) {
+      count = 0;
+    }
+    std::vector<Tensor> weighted;
+    weighted.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      const Tensor& x = ctx->input(i);
+      FS_OP_REQUIRES_ASYNC(ctx, IsFloat(x.dtype()),
+                           InvalidArgument("_AllReduce: input " + std::to_string(i) + " is " +
+                                           std::string(DataTypeName(x.dtype())) +
+                                           "; it reduces float32 and float64"),
+                           done);
+      // From the device's allocator, which keeps freed buffers for reuse:
+      // a fresh allocation each step would page-fault its way through them.
+      StatusOr<Tensor> w = ctx->allocate_temp(x.dtype(), x.shape());
+      FS_OP_REQUIRES_ASYNC(ctx, w.ok(), w.status(), done);
+      ScaleInto(x, count, *w);
+      weighted.push_back(std::move(w).value());
+    }
+    (*comm)->Submit(int(bucket_), std::move(weighted), count,
+                    [ctx, done](const Status& s, std::vector<Tensor> out) {
+                      if (!s.ok()) {
+                        ctx->SetStatus(s);
+                      } else {
+                        for (size_t i = 0; i < out.size(); ++i) ctx->set_output(int(i), std::move(out[i]));
+                      }
+                      done();
+                    });
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string group_;
+  int64_t bucket_ = 0;
+};
+
+}  // namespace
+
+StepRace::StepRace(int replicas, int contributors)
+    : replicas_(replicas), quota_(contributors), dropped_(replicas, 0) {}
+
+void StepRace::Seen(int64_t step, StepState& s) {
+  if (++s.seen >= replicas_) steps_.erase(step);
+  // Steps far behind can no longer be decided: keep the map small.
+  while (!steps_.empty() && steps_.begin()->first < step - 1000) steps_.erase(steps_.begin());
+}
+
+void StepRace::Begin(int64_t step, int contributors) {
+  std::lock_guard<std::mutex> l(mu_);
+  steps_[step].quota = contributors;
+}
+
+bool StepRace::Arrive(int64_t step, int rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  StepState& s = steps_[step];
+  bool contributes = s.contributors < (s.quota < 0 ? quota_ : s.quota);
+  if (contributes) {
+    ++s.contributors;
+  } else {
+    ++dropped_[rank];
+  }
+  cv_.notify_all();
+  Seen(step, s);
+  return contributes;
+}
+
+bool StepRace::WaitDecidedWithout(int64_t step, int rank, std::chrono::milliseconds delay) {
+  std::unique_lock<std::mutex> l(mu_);
+  bool decided = cv_.wait_for(l, delay, [&] {
+    const StepState& s = steps_[step];
+    return s.contributors >= (s.quota < 0 ? quota_ : s.quota);
+  });
+  if (!decided) return false;
+  ++dropped_[rank];
+  Seen(step, steps_[step]);
+  return true;
+}
+
+std::vector<int64_t> StepRace::dropped() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return dropped_;
+}
+
+ReplicaComm::ReplicaComm(Options options) : options_(std::move(options)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ReplicaComm::~ReplicaComm() {
+  options_.collective->Abort(Cancelled("the replica's collective was closed"));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
+  for (auto& [b, r] : pending_) r.done(Cancelled("the replica's collective was closed"), {});
+}
+
+void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done) {
+  weighted.push_back(Tensor::Scalar<double>(count));
+  std::lock_guard<std::mutex> l(mu_);
+  if (bucket == 0) steps_begun_.fetch_add(1);
+  if (stop_ || bucket >= options_.num_buckets || pending_.count(bucket)) {
+    done(Internal("_AllReduce: bucket " + std::to_string(bucket) +
+                  (stop_ ? " after the collective was closed" : " handed in twice or out of range")),
+         {});
+    return;
+  }
+  pending_.emplace(bucket, Request{std::move(weighted), std::move(done)});
+  cv_.notify_all();
+}
+
+StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
+    const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets) {
+  std::vector<std::promise<StatusOr<std::vector<Tensor>>>> results(buckets.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    std::vector<Tensor> zeros;
+    for (const auto& [dtype, shape] : buckets[b]) {
+      Tensor z(dtype, shape);
+      std::memset(z.raw_data(), 0, z.TotalBytes());
+      zeros.push_back(std::move(z));
+    }
+    Submit(int(b), std::move(zeros), 0.0,
+           [p = &results[b]](const Status& s, std::vector<Tensor> out) {
+             if (s.ok()) {
+               p->set_value(std::move(out));
+             } else {
+               p->set_value(s);
+             }
+           });
+  }
+  std::vector<std::vector<Tensor>> out;
+  Status first;
+  for (auto& p : results) {
+    StatusOr<std::vector<Tensor>> r = p.get_future().get();
+    if (!r.ok()) {
+      if (first.ok()) first = r.status();
+      continue;
+    }
+    out.push_back(std::move(r).value());
+  }
+  if (!first.ok()) return first;
+  return out;
+}
+
+void ReplicaComm::Loop() {
+  for (;;) {
+    Request req;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || pending_.count(next_bucket_) > 0; });
+      if (stop_) return;
+      auto it = pending_.find(next_bucket_);
+      req = std::move(it->second);
+      pending_.erase(it);
+      next_bucket_ = (next_bucket_ + 1) % options_.num_buckets;
+    }
+    int64_t nbytes = 0;
+    for (const Tensor& t : req.tensors) nbytes += int64_t(t.TotalBytes());
+    auto start = std::chrono::steady_clock::now();
+    Status s = options_.collective->AllReduce(&req.tensors, ReduceOp::kSum, start + options_.timeout);
+    wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count());
+    calls_.fetch_add(1);
+    if (!s.ok()) {
+      req.done(s, {});
+      continue;
+    }
+    bytes_.fetch_add(nbytes);
+    double total = req.tensors.back().scalar<double>();
+    req.tensors.pop_back();
+    if (total <= 0) {
+      req.done(Internal("all-reduce: no replica contributed examples to this step"), {});
+      continue;
+    }
+    for (Tensor& t : req.tensors) {
+      if (!t.RefCountIsOne()) t = Scaled(t, 1.0);  // never write a shared buffer
+      DivideInPlace(&t, total);
+    }
+    req.done(Status(), std::move(req.tensors));
+  }
+}
+
+double ReplicaComm::wait_seconds() const { return double(wait_ns_.load()) * 1e-9; }
+
+std::string ReplicaComm::DebugString() const {
+  return "ReplicaComm rank " + std::to_string(options_.collective->rank()) + " of " +
+         std::to_string(options_.collective->size());
+}
+
+namespace scheduler {
+
+void RegisterCollectiveKernels(const std::string& device_type) {
+  KernelDef d("_AllReduce");
+  d.Device(device_type).HostMemory("input").HostMemory("count").HostMemory("output");
+  KernelRegistry::Global()->Register(d, MakeKernel<AllReduceOp>).CheckOk();
+}
+
+}  // namespace scheduler
+}  // namespace flowstate

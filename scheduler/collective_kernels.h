@@ -1,0 +1,151 @@
+// The all-reduce of data-parallel training: ReplicaComm, the resource through
+// which a replica's _AllReduce kernels reach its Collective, and StepRace,
+// which picks the contributors of a step when a job has backup replicas.
+//
+// Each replica of a training job has its own session and ResourceMgr; the
+// job creates one ReplicaComm there (container kReplicaContainer, name = the
+// _AllReduce nodes' `group`) holding the replica's Collective participant.
+// An _AllReduce kernel (AsyncOpKernel) weights its bucket by the replica's
+// examples, hands it to the ReplicaComm and returns: the ReplicaComm's
+// communication thread runs the collective calls in bucket order (bucket 0,
+// 1, ... of a step, then the next step's), so that the k-th call of every
+// rank is the same bucket whatever order the executor finishes the buckets
+// in, and no executor thread waits on the network. The thread then divides
+// by the sum of the examples and calls the kernel's `done`.
+//
+// A replica that does not compute a step (no data left in the epoch, or a
+// backup replica that abandoned it) joins every bucket of the step with
+// zeros and count 0 through JoinWithZeros, and feeds the results to its
+// optimizer.
+//
+// Thread safety: ReplicaComm and StepRace are thread-safe. A ReplicaComm's
+// destructor aborts its collective and joins its thread.
+#ifndef FLOWSTATE_SCHEDULER_COLLECTIVE_KERNELS_H_
+#define FLOWSTATE_SCHEDULER_COLLECTIVE_KERNELS_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graph/status.h"
+#include "graph/tensor.h"
+#include "scheduler/collective.h"
+#include "state/resource_mgr.h"
+
+namespace flowstate {
+
+// The container of ReplicaComm resources.
+inline constexpr const char* kReplicaContainer = "_replicas";
+
+// Who contributes to each step when only the first `contributors` of
+// `replicas` replicas to finish their backward pass count. Steps are
+// numbered by the replicas' ReplicaComm (steps begun), which agree.
+class StepRace {
+ public:
+  StepRace(int replicas, int contributors);
+
+  // Sets how many replicas contribute to `step` (default: `contributors`),
+  // before any replica arrives: fewer when fewer replicas have data.
+  void Begin(int64_t step, int contributors);
+  // A replica finished its backward pass of `step`: true when it is among
+  // the first `contributors` (its gradients count), false when it is late
+  // (it joins with zeros; counted as dropped).
+  bool Arrive(int64_t step, int rank);
+  // Waits up to `delay` (a straggler's extra time) or until `step` has its
+  // contributors without `rank`: then `rank` is dropped from the step and
+  // true is returned (it abandons the step's computation).
+  bool WaitDecidedWithout(int64_t step, int rank, std::chrono::milliseconds delay);
+  // How many steps each replica was dropped from.
+  std::vector<int64_t> dropped() const;
+
+ private:
+  struct StepState {
+    int quota = -1;  // -1: quota_
+    int contributors = 0;
+    int seen = 0;
+  };
+  void Seen(int64_t step, StepState& s);  // REQUIRES: mu_ held
+
+  const int replicas_;
+  const int quota_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, StepState> steps_;  // GUARDED_BY(mu_)
+  std::vector<int64_t> dropped_;        // GUARDED_BY(mu_)
+};
+
+class ReplicaComm final : public ResourceBase {
+ public:
+  struct Options {
+    std::shared_ptr<Collective> collective;  // this replica's participant
+    int num_buckets = 1;
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per collective call
+    std::shared_ptr<StepRace> race;  // null: every replica contributes
+  };
+  using Callback = std::function<void(const Status&, std::vector<Tensor>)>;
+
+  explicit ReplicaComm(Options options);
+  ~ReplicaComm() override;
+
+  int rank() const { return options_.collective->rank(); }
+  StepRace* race() const { return options_.race.get(); }
+  // Steps whose bucket 0 has been handed in (the number of the next step).
+  int64_t steps_begun() const { return steps_begun_.load(); }
+
+  // Hands in bucket `bucket` of the current step: `weighted` already holds
+  // count * tensor. `done` runs on the communication thread with the
+  // reduced, divided tensors or an error.
+  void Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done);
+  // Joins every bucket of one step with zeros of these dtypes and shapes
+  // (one list per bucket) and count 0; returns the reduced tensors per
+  // bucket.
+  StatusOr<std::vector<std::vector<Tensor>>> JoinWithZeros(
+      const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets);
+
+  // Fails the group's pending and later calls (a replica's step failed).
+  void Abort(const Status& s) { options_.collective->Abort(s); }
+
+  // Totals since creation: seconds inside collective calls (waiting for the
+  // other replicas, and reducing), bytes reduced, calls.
+  double wait_seconds() const;
+  int64_t bytes() const { return bytes_.load(); }
+  int64_t calls() const { return calls_.load(); }
+
+  std::string DebugString() const override;
+
+ private:
+  struct Request {
+    std::vector<Tensor> tensors;  // weighted, then the count
+    Callback done;
+  };
+  void Loop();
+
+  const Options options_;
+  std::atomic<int64_t> steps_begun_{0};
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> calls_{0};
+  std::atomic<int64_t> wait_ns_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, Request> pending_;  // GUARDED_BY(mu_): by bucket
+  int next_bucket_ = 0;             // GUARDED_BY(mu_)
+  bool stop_ = false;               // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+namespace scheduler {
+// Registers the _AllReduce kernel for every registered device type (host
+// memory tensors). Called by RegisterRuntimeKernels.
+void RegisterCollectiveKernels(const std::string& device_type);
+}  // namespace scheduler
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SCHEDULER_COLLECTIVE_KERNELS_H_

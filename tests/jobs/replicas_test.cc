@@ -1,0 +1,410 @@
+// Data-parallel replicas in one process (TrainingJob with "replicas": N):
+// the all-reduce must make N replicas with batch b train like one replica
+// with batch N*b, keep every replica identical, and fail loudly if not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cmath>
+#include <filesystem>
+
+#include "api/job_spec.h"
+#include "jobs/training_job.h"
+#include "scheduler/session.h"
+#include "state/resource_mgr.h"
+#include "state/variable.h"
+#include "tests/server/server_test_util.h"
+
+namespace flowstate {
+namespace {
+
+DevicePool* Pool() { return server_test::TestPool(2); }
+
+std::unique_ptr<TrainingJob> MakeJob(const std::string& json, const std::string& root) {
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (!spec.ok()) return nullptr;
+  TrainingJobOptions o;
+  o.data_root = root;
+  o.devices = Pool();
+  o.allreduce_timeout = std::chrono::seconds(60);  // a hang becomes a failure
+  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
+  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  if (!j.ok()) return nullptr;
+  Status s = (*j)->Start();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return s.ok() ? std::move(j).value() : nullptr;
+}
+
+std::vector<Tensor> Read(Session* s, const std::vector<std::string>& names) {
+  std::vector<Tensor> out;
+  Status st = s->Run({}, names, {}, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+double MaxDiff(const Tensor& a, const Tensor& b) {
+  double d = 0;
+  for (int64_t i = 0; i < a.num_elements(); ++i) {
+    d = std::max(d, std::abs(a.ElementAsDouble(i) - b.ElementAsDouble(i)));
+  }
+  return d;
+}
+
+class Replicas : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = server_test::FreshTestDir("flowstate_replicas");
+    // 240 rows: 15 global batches of 16 (2 x 8), 10 of 24 (3 x 8).
+    server_test::WritePointsCsv(dir_ / "points.csv", 240, 7,
+                                [](double a, double b) { return 2 * a - 3 * b + 0.5; });
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Job(const std::string& optimizer, int replicas, int batch, const std::string& extra = "",
+                  int epochs = 3) {
+    return R"({
+      "graph": )" + server_test::LinearGraphJson(true) + R"(,
+      "loss": "loss",
+      "optimizer": )" + optimizer + R"(,
+      "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
+                "columns": {"x": ["a", "b"], "y": ["target"]}, "batch_size": )" +
+           std::to_string(batch) + R"(, "epochs": )" + std::to_string(epochs) + R"(},
+      "replicas": )" + std::to_string(replicas) + extra + R"(,
+      "seed": 5
+    })";
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(Replicas, NReplicasWithBatchBTrainLikeOneWithBatchNB) {
+  for (const char* opt : {R"({"type": "sgd", "learning_rate": 0.1})",
+                          R"({"type": "adam", "learning_rate": 0.05})"}) {
+    for (int n : {2, 3}) {
+      auto one = MakeJob(Job(opt, 1, 8 * n, R"(, "max_steps": 30)"), dir_.string());
+      auto many = MakeJob(Job(opt, n, 8, R"(, "max_steps": 30, "bucket_bytes": 4)"), dir_.string());
+      ASSERT_NE(one, nullptr);
+      ASSERT_NE(many, nullptr);
+      ASSERT_EQ(many->num_replicas(), n);
+      for (int step = 0; step < 30; ++step) {
+        StatusOr<StepResult> a = one->Step();
+        StatusOr<StepResult> b = many->Step();
+        ASSERT_TRUE(a.ok()) << a.status().ToString();
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        EXPECT_EQ(a->examples, b->examples) << opt << " n=" << n << " step " << step;
+        EXPECT_NEAR(a->loss, b->loss, 1e-4 * (1 + std::abs(a->loss))) << opt << " n=" << n;
+        ASSERT_EQ(b->replicas.size(), size_t(n));
+      }
+      std::vector<std::string> names = {"w", "b"};
+      std::vector<Tensor> want = Read(one->train_session(), names);
+      for (int r = 0; r < n; ++r) {
+        std::vector<Tensor> got = Read(many->replica_session(r), names);
+        for (size_t k = 0; k < names.size(); ++k) {
+          EXPECT_LT(MaxDiff(want[k], got[k]), 1e-4) << opt << " n=" << n << " replica " << r << " "
+                                                    << names[k];
+        }
+      }
+      // Every replica holds the same bits, slots included.
+      std::vector<std::string> all = many->graph().variables;
+      std::vector<Tensor> first = Read(many->replica_session(0), all);
+      for (int r = 1; r < n; ++r) {
+        std::vector<Tensor> other = Read(many->replica_session(r), all);
+        for (size_t k = 0; k < all.size(); ++k) EXPECT_TRUE(TensorsEqual(first[k], other[k])) << all[k];
+      }
+    }
+  }
+}
+
+TEST_F(Replicas, BucketsFollowTheBackwardPass) {
+  StatusOr<JobSpec> spec =
+      ParseJobSpec(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8, R"(, "bucket_bytes": 4)"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StatusOr<TrainingGraph> g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  // 4-byte buckets: the loss, then b's gradient (its variable comes later in
+  // the forward pass), then w's.
+  ASSERT_EQ(g->allreduce.size(), 3u);
+  EXPECT_EQ(g->allreduce[0].tensors[0], "loss");
+  EXPECT_EQ(g->allreduce[1].shapes[0], TensorShape({1}));
+  EXPECT_EQ(g->allreduce[2].shapes[0], TensorShape({2, 1}));
+  EXPECT_FALSE(g->replica_examples.empty());
+  // Default buckets: everything fits in the first one.
+  spec->bucket_bytes = 25 << 20;
+  g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->allreduce.size(), 1u);
+}
+
+TEST_F(Replicas, DeterministicRunsAreBitIdentical) {
+  std::vector<std::vector<Tensor>> finals;
+  for (int run = 0; run < 2; ++run) {
+    auto job = MakeJob(Job(R"({"type": "adam", "learning_rate": 0.01})", 3, 8,
+                           R"(, "deterministic": true, "bucket_bytes": 4, "max_steps": 25)"),
+                       dir_.string());
+    ASSERT_NE(job, nullptr);
+    for (;;) {
+      StatusOr<StepResult> r = job->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (r->done) break;
+    }
+    EXPECT_EQ(job->step(), 25);
+    finals.push_back(Read(job->train_session(), job->graph().variables));
+  }
+  for (size_t k = 0; k < finals[0].size(); ++k) EXPECT_TRUE(TensorsEqual(finals[0][k], finals[1][k])) << k;
+}
+
+TEST_F(Replicas, ADivergedReplicaFailsTheJob) {
+  auto job = MakeJob(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
+                         R"(, "check_replicas_every": 2)"),
+                     dir_.string());
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->Step().ok());
+  ASSERT_TRUE(job->Step().ok());  // checked at step 2: they agree
+  // Inject a difference into replica 1's bias.
+  StatusOr<std::shared_ptr<Variable>> b =
+      job->replica_session(1)->resource_manager()->Lookup<Variable>("", "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*b)->Assign(Tensor::FromVector<float>({42.0f}, TensorShape({1}))).ok());
+  ASSERT_TRUE(job->Step().ok());  // step 3: not checked
+  StatusOr<StepResult> r = job->Step();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInternal);
+  EXPECT_NE(r.status().message().find("replicas diverged"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("'b' of replica 1"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(job->Step().ok());  // the job is done
+}
+
+// A straggler (replica 2 waits 400 ms before each step): without backup
+// replicas every step waits for it; with one backup replica the step is
+// decided by the other two and the straggler is dropped.
+TEST_F(Replicas, BackupReplicasDropTheStraggler) {
+  auto median_step = [&](int backup, std::vector<int64_t>* dropped, double* loss) {
+    auto job = MakeJob(Job(R"({"type": "sgd", "learning_rate": 0.1})", 3, 8,
+                           ", \"backup_replicas\": " + std::to_string(backup) +
+                               R"(, "max_steps": 7, "_test_straggler": {"replica": 2, "delay_ms": 400})"),
+                       dir_.string());
+    EXPECT_NE(job, nullptr);
+    if (job == nullptr) return 0.0;
+    std::vector<double> times;
+    for (;;) {
+      auto start = std::chrono::steady_clock::now();
+      StatusOr<StepResult> r = job->Step();
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) break;
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (backup > 0) {
+        EXPECT_TRUE(r->replicas[2].dropped) << "step " << r->step;
+        EXPECT_EQ(r->replicas[2].examples, 0);
+      }
+      *loss = r->loss;
+      if (r->done) break;
+    }
+    *dropped = job->dropped_steps();
+    // The replicas still agree (checked here explicitly, every replica).
+    std::vector<Tensor> first = Read(job->replica_session(0), job->graph().variables);
+    for (int r = 1; r < 3; ++r) {
+      std::vector<Tensor> other = Read(job->replica_session(r), job->graph().variables);
+      for (size_t k = 0; k < other.size(); ++k) EXPECT_TRUE(TensorsEqual(first[k], other[k]));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  std::vector<int64_t> dropped0, dropped1;
+  double loss0 = 0, loss1 = 0;
+  double without = median_step(0, &dropped0, &loss0);
+  double with = median_step(1, &dropped1, &loss1);
+  EXPECT_GE(without, 0.4);  // every step waits for the straggler
+  EXPECT_LT(with, 0.2);     // never: the other two decide the step
+  EXPECT_TRUE(dropped0.empty());
+  ASSERT_EQ(dropped1.size(), 3u);
+  EXPECT_EQ(dropped1[2], 7);
+  EXPECT_EQ(dropped1[0] + dropped1[1], 0);
+  EXPECT_TRUE(std::isfinite(loss1));
+}
+
+TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
+  const std::string opt = R"({"type": "adam", "learning_rate": 0.05})";
+  auto three = MakeJob(Job(opt, 3, 8, "", 10), dir_.string());
+  ASSERT_NE(three, nullptr);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(three->Step().ok());
+  StatusOr<JobSnapshot> snap = three->Snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  // 4 steps of 3 x 8 examples: a position independent of the replicas.
+  EXPECT_EQ(snap->position.epoch, 0);
+  EXPECT_EQ(snap->position.offset, 96);
+  // Through the checkpoint's metadata, as a stored checkpoint would.
+  JobSnapshot decoded;
+  ASSERT_TRUE(DecodeSnapshotMetadata(EncodeSnapshotMetadata(*snap), &decoded).ok());
+  decoded.variables = snap->variables;
+
+  auto two = MakeJob(Job(opt, 2, 8, "", 10), dir_.string());
+  ASSERT_NE(two, nullptr);
+  Status st = two->Restore(decoded);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Tensor> got = Read(two->replica_session(r), two->graph().variables);
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_TRUE(TensorsEqual(got[k], snap->variables[k].second)) << snap->variables[k].first;
+    }
+  }
+  // The rest of the data: 10 epochs of 240 examples, 96 already seen.
+  int64_t examples = 0;
+  double loss = 0;
+  for (;;) {
+    StatusOr<StepResult> r = two->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    examples += r->examples;
+    loss = r->loss;
+    if (r->done) break;
+  }
+  EXPECT_EQ(examples, 10 * 240 - 96);
+  EXPECT_LT(loss, 0.05);
+  EXPECT_EQ(two->step(), 4 + (10 * 240 - 96) / 16);
+  // Serving predictions needs replica 0 only.
+  std::unique_ptr<TrainingJob> serve = two->Unstarted();
+  ASSERT_TRUE(serve->Start(/*load_data=*/false).ok());
+  EXPECT_EQ(serve->replica_session(1), nullptr);
+  st = serve->Restore(decoded);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<Tensor> w;
+  st = serve->Predict({}, {"w"}, &w);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const auto& [name, t] : snap->variables) {
+    if (name == "w") EXPECT_TRUE(TensorsEqual(w[0], t));
+  }
+}
+
+// A replica that does not join within the all-reduce's deadline fails the
+// step on every replica, naming it: nobody hangs.
+TEST_F(Replicas, AReplicaThatNeverJoinsFailsTheStepByTheDeadline) {
+  StatusOr<JobSpec> spec = ParseJobSpec(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
+                                            R"(, "_test_straggler": {"replica": 1, "delay_ms": 1500})"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrainingJobOptions o;
+  o.data_root = dir_.string();
+  o.devices = Pool();
+  o.allreduce_timeout = std::chrono::milliseconds(200);
+  StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(*spec, o);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE((*job)->Start().ok());
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<StepResult> r = (*job)->Step();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("rank(s) 1 did not join"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_FALSE((*job)->Step().ok());  // the job is done
+}
+
+TEST_F(Replicas, BadReplicaFieldsAreRefused) {
+  const std::string opt = R"({"type": "sgd", "learning_rate": 0.1})";
+  StatusOr<JobSpec> s = ParseJobSpec(Job(opt, 2, 8, R"(, "backup_replicas": 2)"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("backup_replicas"), std::string::npos);
+  s = ParseJobSpec(Job(opt, 3, 8, R"(, "backup_replicas": 1, "deterministic": true)"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("deterministic"), std::string::npos);
+  s = ParseJobSpec(Job(opt, 2, 8, R"(, "_test_straggler": {"replica": 2, "delay_ms": 1})"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
+}
+
+
+// A Gather's sparse gradient is densified before the all-reduce: the bucket
+// holds the embedding's whole shape.
+TEST(ReplicasGraph, SparseGradientsAreDensified) {
+  StatusOr<JobSpec> spec = ParseJobSpec(R"({
+    "graph": {"nodes": [
+      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+      {"name": "emb", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10, 2], "init": "glorot_uniform"}},
+      {"name": "rows", "op": "Gather", "inputs": ["emb", "ids"]},
+      {"name": "sq", "op": "Square", "inputs": ["rows"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "adam", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"ids": "ids.csv"}, "batch_size": 4},
+    "replicas": 2
+  })");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StatusOr<TrainingGraph> g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->allreduce.size(), 1u);
+  ASSERT_EQ(g->allreduce[0].shapes.size(), 2u);  // the loss, emb's gradient
+  EXPECT_EQ(g->allreduce[0].shapes[1], TensorShape({10, 2}));
+}
+
+// The Fashion-MNIST MLP: 3 replicas with batch 32 reach the accuracy of one
+// replica with batch 96 (the same global batches: 3000 examples are 31 x 96
+// + 24, and 94 batches of 32 are 31 steps of 3 + one of 24).
+TEST(ReplicasFashionMnist, ThreeReplicasMatchOneWithTheGlobalBatch) {
+  const std::string root = "/usr/share/datasets";
+  if (!std::filesystem::exists(root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
+  }
+  const std::string graph = R"({"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "uint8", "shape": [-1, 28, 28]}},
+      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "uint8", "shape": [-1]}},
+      {"name": "xf", "op": "Cast", "inputs": ["x"], "attrs": {"DstT": "float32"}},
+      {"name": "scale", "op": "Const", "attrs": {"dtype": "float32", "value": 0.00392156862745098}},
+      {"name": "xs", "op": "Mul", "inputs": ["xf", "scale"]},
+      {"name": "shape", "op": "Const", "attrs": {"dtype": "int32", "value": [-1, 784]}},
+      {"name": "flat", "op": "Reshape", "inputs": ["xs", "shape"]},
+      {"name": "w1", "op": "Variable", "attrs": {"dtype": "float32", "shape": [784, 64], "init": "glorot_uniform"}},
+      {"name": "b1", "op": "Variable", "attrs": {"dtype": "float32", "shape": [64], "init": "zeros"}},
+      {"name": "h", "op": "Relu", "inputs": ["h_pre"]},
+      {"name": "h_pre", "op": "BiasAdd", "inputs": ["h_mm", "b1"]},
+      {"name": "h_mm", "op": "MatMul", "inputs": ["flat", "w1"]},
+      {"name": "w2", "op": "Variable", "attrs": {"dtype": "float32", "shape": [64, 10], "init": "glorot_uniform"}},
+      {"name": "b2", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10], "init": "zeros"}},
+      {"name": "logits_mm", "op": "MatMul", "inputs": ["h", "w2"]},
+      {"name": "logits", "op": "BiasAdd", "inputs": ["logits_mm", "b2"]},
+      {"name": "xent", "op": "SparseSoftmaxCrossEntropyWithLogits", "inputs": ["logits", "y"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["xent", "axes"]},
+      {"name": "one", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
+      {"name": "pred", "op": "ArgMax", "inputs": ["logits", "one"], "attrs": {"output_type": "int64"}},
+      {"name": "labels", "op": "Cast", "inputs": ["y"], "attrs": {"DstT": "int64"}},
+      {"name": "hit", "op": "Equal", "inputs": ["pred", "labels"]},
+      {"name": "hitf", "op": "Cast", "inputs": ["hit"], "attrs": {"DstT": "float32"}},
+      {"name": "accuracy", "op": "Mean", "inputs": ["hitf", "axes"]}
+    ]})";
+  auto job = [&](int replicas, int batch) {
+    return R"({"graph": )" + graph + R"(,
+      "loss": "loss",
+      "optimizer": {"type": "adam", "learning_rate": 0.003},
+      "input": {"format": "idx", "files": {"x": "fashion-mnist/train-images-idx3-ubyte.gz",
+                                            "y": "fashion-mnist/train-labels-idx1-ubyte.gz"},
+                "batch_size": )" + std::to_string(batch) + R"(, "epochs": 3, "max_examples": 3000},
+      "eval": {"files": {"x": "fashion-mnist/t10k-images-idx3-ubyte.gz",
+                         "y": "fashion-mnist/t10k-labels-idx1-ubyte.gz"},
+               "metrics": ["accuracy"], "max_examples": 2000, "batch_size": 500},
+      "replicas": )" + std::to_string(replicas) + R"(,
+      "seed": 11})";
+  };
+  std::vector<double> accuracy;
+  for (auto [replicas, batch] : {std::pair{1, 96}, std::pair{3, 32}}) {
+    auto j = MakeJob(job(replicas, batch), root);
+    ASSERT_NE(j, nullptr);
+    for (;;) {
+      StatusOr<StepResult> r = j->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (r->done) break;
+    }
+    EXPECT_EQ(j->step(), 96);
+    StatusOr<std::map<std::string, double>> m = j->Evaluate();
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    accuracy.push_back(m->at("accuracy"));
+  }
+  std::printf("accuracy: 1 replica x 96 %.4f, 3 replicas x 32 %.4f\n", accuracy[0], accuracy[1]);
+  EXPECT_GT(accuracy[0], 0.7);
+  EXPECT_NEAR(accuracy[1], accuracy[0], 0.01);
+}
+
+}  // namespace
+}  // namespace flowstate
