@@ -8,6 +8,7 @@
 
 #include "distributed/cluster.h"
 #include "distributed/collective_store.h"
+#include "distributed/gloo_collective.h"
 #include "distributed/registry.h"
 #include "distributed/worker_service.h"
 #include "server/grpc/grpc_server.h"
@@ -88,6 +89,8 @@ StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterS
   // And the collective store (Gloo's rendezvous for data-parallel replicas):
   // the master task of a job serves its group's keys under the job's prefix.
   rt->collective_store_ = std::make_unique<CollectiveStoreService>();
+  // Its replicas' _CreateReplicaComm kernels make Gloo participants.
+  RegisterGlooCollectiveFactory();
   CollectiveStoreService* store = rt->collective_store_.get();
   go->builder_hooks.push_back([store](::grpc::ServerBuilder& b) { store->RegisterOn(&b); });
   return rt;

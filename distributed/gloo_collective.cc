@@ -789,4 +789,20 @@ Status GlooCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Dead
 
 void GlooCollective::Abort(const Status& status) { impl_->Abort(status); }
 
+void RegisterGlooCollectiveFactory() {
+  RegisterCollectiveFactory(
+      "gloo", [](const CollectiveGroupSpec& spec) -> StatusOr<std::unique_ptr<Collective>> {
+        GlooCollectiveOptions o;
+        o.store_address = spec.store_address;
+        o.prefix = spec.prefix;
+        o.rank = spec.rank;
+        o.size = spec.size;
+        o.timeout = spec.timeout;
+        if (!spec.host.empty()) o.host = spec.host;
+        StatusOr<std::unique_ptr<GlooCollective>> c = GlooCollective::Create(o);
+        if (!c.ok()) return c.status();
+        return std::unique_ptr<Collective>(std::move(c).value());
+      });
+}
+
 }  // namespace flowstate

@@ -115,6 +115,11 @@ class GlooCollective final : public Collective {
   std::unique_ptr<Impl> impl_;
 };
 
+// Registers GlooCollective as the collective factory "gloo"
+// (scheduler/collective.h: what a task's _CreateReplicaComm kernels make).
+// Idempotent; every process that runs replicas across processes calls it.
+void RegisterGlooCollectiveFactory();
+
 }  // namespace flowstate
 
 #endif  // FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_H_

@@ -185,4 +185,39 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
   return Status();
 }
 
+namespace {
+std::mutex& FactoryMu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, CollectiveFactory>& Factories() {
+  static auto* f = new std::map<std::string, CollectiveFactory>();
+  return *f;
+}
+}  // namespace
+
+void RegisterCollectiveFactory(const std::string& kind, CollectiveFactory factory) {
+  std::lock_guard<std::mutex> l(FactoryMu());
+  Factories()[kind] = std::move(factory);
+}
+
+StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec& spec) {
+  CollectiveFactory f;
+  {
+    std::lock_guard<std::mutex> l(FactoryMu());
+    auto it = Factories().find(spec.kind);
+    if (it == Factories().end()) {
+      return NotFound("no collective of kind '" + spec.kind +
+                      "' in this process (a task trains replicas across processes only when it "
+                      "links and registers that collective)");
+    }
+    f = it->second;
+  }
+  if (spec.size < 1 || spec.rank < 0 || spec.rank >= spec.size) {
+    return InvalidArgument("collective rank " + std::to_string(spec.rank) + " of size " +
+                           std::to_string(spec.size) + " is out of range");
+  }
+  return f(spec);
+}
+
 }  // namespace flowstate

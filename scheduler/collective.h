@@ -35,7 +35,9 @@
 #define FLOWSTATE_SCHEDULER_COLLECTIVE_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "graph/status.h"
@@ -95,6 +97,27 @@ class InProcessCollective final : public Collective {
   std::shared_ptr<Group> group_;
   int rank_;
 };
+
+// Collectives across processes, made by name: a library that implements
+// one (distributed/gloo_collective.h: "gloo") registers a factory at start
+// (RegisterCollectiveFactory), and the _CreateReplicaComm kernel of a task
+// makes its replica's participant through CreateCollective without linking
+// that library. Thread-safe.
+struct CollectiveGroupSpec {
+  std::string kind;           // the registered factory, e.g. "gloo"
+  std::string store_address;  // "host:port" of the rendezvous store
+  std::string prefix;         // the membership's keys in the store
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{30000};  // bounds the rendezvous
+  std::string host;                          // where this rank listens; empty: the default
+};
+using CollectiveFactory =
+    std::function<StatusOr<std::unique_ptr<Collective>>(const CollectiveGroupSpec&)>;
+// Registers (or replaces) the factory of `kind`.
+void RegisterCollectiveFactory(const std::string& kind, CollectiveFactory factory);
+// NOT_FOUND naming the kind when no factory is registered for it.
+StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec& spec);
 
 }  // namespace flowstate
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
@@ -106,6 +107,67 @@ class AllReduceOp final : public AsyncOpKernel {
  private:
   std::string group_;
   int64_t bucket_ = 0;
+};
+
+// Asynchronous: the rendezvous waits for the other ranks, on a thread of its
+// own (an executor may run a ready kernel inline on the thread that goes on
+// to start the step's other partitions, which must not wait behind it).
+class CreateReplicaCommOp final : public AsyncOpKernel {
+ public:
+  explicit CreateReplicaCommOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    int64_t rank = 0, size = 1, buckets = 1, timeout = 1, allreduce_timeout = 1;
+    c->GetAttr("group", &group_);
+    c->GetAttr("kind", &spec_.kind);
+    c->GetAttr("store_address", &spec_.store_address);
+    c->GetAttr("prefix", &spec_.prefix);
+    c->GetAttr("host", &spec_.host);
+    c->GetAttr("rank", &rank);
+    c->GetAttr("size", &size);
+    c->GetAttr("num_buckets", &buckets);
+    c->GetAttr("timeout_ms", &timeout);
+    c->GetAttr("allreduce_timeout_ms", &allreduce_timeout);
+    spec_.rank = int(rank);
+    spec_.size = int(size);
+    spec_.timeout = std::chrono::milliseconds(timeout);
+    num_buckets_ = int(buckets);
+    allreduce_timeout_ = std::chrono::milliseconds(allreduce_timeout);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    ResourceMgr* rm = ctx->resource_manager();
+    FS_OP_REQUIRES_ASYNC(
+        ctx, rm != nullptr,
+        FailedPrecondition("_CreateReplicaComm: the session has no ResourceMgr"), done);
+    // The step (and so the session and its ResourceMgr) waits for `done`.
+    std::thread([this, ctx, rm, done = std::move(done)] {
+      Status s = Create(rm);
+      if (!s.ok()) ctx->SetStatus(s);
+      done();
+    }).detach();
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  Status Create(ResourceMgr* rm) const {
+    // A new membership replaces the old group (its destructor aborts it).
+    (void)rm->Delete(kReplicaContainer, group_);
+    StatusOr<std::unique_ptr<Collective>> c = CreateCollective(spec_);
+    if (!c.ok()) return c.status();
+    ReplicaComm::Options o;
+    o.collective = std::shared_ptr<Collective>(std::move(c).value());
+    o.num_buckets = num_buckets_;
+    o.timeout = allreduce_timeout_;
+    auto comm = std::make_shared<ReplicaComm>(std::move(o));
+    return rm->LookupOrCreate<ReplicaComm>(
+                 kReplicaContainer, group_,
+                 [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm; })
+        .status();
+  }
+
+  std::string group_;
+  CollectiveGroupSpec spec_;
+  int num_buckets_ = 1;
+  std::chrono::milliseconds allreduce_timeout_{1};
 };
 
 }  // namespace
@@ -269,6 +331,10 @@ void RegisterCollectiveKernels(const std::string& device_type) {
   KernelDef d("_AllReduce");
   d.Device(device_type).HostMemory("input").HostMemory("count").HostMemory("output");
   KernelRegistry::Global()->Register(d, MakeKernel<AllReduceOp>).CheckOk();
+  KernelRegistry::Global()
+      ->Register(KernelDef("_CreateReplicaComm").Device(device_type),
+                 MakeKernel<CreateReplicaCommOp>)
+      .CheckOk();
 }
 
 }  // namespace scheduler

@@ -90,6 +90,24 @@ void RegisterRuntimeOps(OpRegistry* r) {
                            "sum of the counts (the examples each replica trained on), through "
                            "the Collective of the replica's ResourceMgr named `group`. Buckets "
                            "0..num_buckets-1 of a step are reduced in that order."));
+  MustRegister(r, OpDefBuilder("_CreateReplicaComm")
+                      .Attr("group: string")
+                      .Attr("kind: string")
+                      .Attr("store_address: string")
+                      .Attr("prefix: string")
+                      .Attr("rank: int >= 0")
+                      .Attr("size: int >= 1")
+                      .Attr("num_buckets: int >= 1")
+                      .Attr("timeout_ms: int >= 1")
+                      .Attr("allreduce_timeout_ms: int >= 1")
+                      .Attr("host: string")
+                      .SetIsStateful()
+                      .Doc("Makes this replica's participant of a collective across processes "
+                           "(the registered factory `kind`, meeting the others under `prefix` "
+                           "in the store at `store_address`) and puts it, as the ReplicaComm "
+                           "named `group`, into the session's ResourceMgr, replacing one of "
+                           "that name (a new membership). Blocks until every rank joined or "
+                           "timeout_ms passed."));
 }
 
 }  // namespace flowstate::internal
