@@ -313,6 +313,23 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
 }
 
+// Replicas on other tasks of a cluster (issue 14, phase 2) are refused with
+// a clear error naming the entry before anything starts, until the job runs
+// them there.
+TEST_F(Replicas, ReplicasOnOtherTasksAreRefusedForNow) {
+  StatusOr<JobSpec> spec = ParseJobSpec(
+      Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
+          R"(, "devices": ["/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"])"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrainingJobOptions o;
+  o.data_root = dir_.string();
+  o.devices = Pool();
+  StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(*spec, o);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), Code::kInvalidArgument) << job.status().ToString();
+  EXPECT_NE(job.status().message().find("devices[1]"), std::string::npos) << job.status().ToString();
+  EXPECT_NE(job.status().message().find("task:1"), std::string::npos) << job.status().ToString();
+}
 
 // A Gather's sparse gradient is densified before the all-reduce: the bucket
 // holds the embedding's whole shape.
