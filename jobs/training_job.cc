@@ -20,6 +20,7 @@
 #include "state/variable.h"
 #include "scheduler/collective.h"
 #include "scheduler/collective_kernels.h"
+#include "scheduler/remote_workers.h"
 
 namespace flowstate {
 namespace {
@@ -105,7 +106,14 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
   }
   for (size_t i = 0; i < spec.devices.size(); ++i) {
     FS_ASSIGN_OR_RETURN(DeviceName d, DeviceName::Parse(spec.devices[i]));
-    if (options.devices->Matching(d).empty()) {
+    bool remote = false;
+    if (options.remote != nullptr && spec.replicas > 1) {
+      uint64_t generation = 0;
+      for (const auto& rd : options.remote->RemoteDevices(&generation)) {
+        if (rd->parsed_name().Matches(d)) remote = true;
+      }
+    }
+    if (options.devices->Matching(d).empty() && !remote) {
       return InvalidArgument("devices[" + std::to_string(i) + "]: no device of this server matches '" +
                              spec.devices[i] + "'");
     }
@@ -170,6 +178,9 @@ StatusOr<Dataset> TrainingJob::Load(const DataSpec& data, const std::string& pat
 
 Status TrainingJob::Start(bool load_data) {
   if (started_) return FailedPrecondition("the job has already started");
+  if (spec_.replicas > 1 && load_data && ReplicasAcrossTasks()) {
+    FS_RETURN_IF_ERROR(CheckReplicasAcrossTasks());
+  }
   if (load_data) {
     FS_ASSIGN_OR_RETURN(train_data_, Load(spec_.input, "input"));
   }
@@ -201,7 +212,9 @@ Status TrainingJob::Start(bool load_data) {
   std::vector<Tensor> out;
   FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
   // Without data (serving predictions) replica 0 is all it takes.
-  if (spec_.replicas > 1 && load_data) FS_RETURN_IF_ERROR(StartReplicas());
+  if (spec_.replicas > 1 && load_data) {
+    FS_RETURN_IF_ERROR(ReplicasAcrossTasks() ? StartReplicasAcrossTasks() : StartReplicas());
+  }
   if (!initial_values_.empty()) {
     FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
     std::map<std::string, const Tensor*> by_name;
@@ -269,6 +282,10 @@ StatusOr<JobSnapshot> TrainingJob::Snapshot() {
 
 Status TrainingJob::Restore(const JobSnapshot& snapshot) {
   if (!started_) return FailedPrecondition("the job has not started");
+  if (!replica_sessions_.empty() && ReplicasAcrossTasks()) {
+    return FailedPrecondition(
+        "restoring a checkpoint into replicas on other tasks is not supported yet");
+  }
   if (snapshot.seed != spec_.seed) {
     return FailedPrecondition("the checkpoint was taken with seed " + std::to_string(snapshot.seed) +
                               " but the job has seed " + std::to_string(spec_.seed));

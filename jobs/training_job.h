@@ -32,6 +32,15 @@
 // (JobSpec::test_straggler_*) is abandoned when the step is decided without
 // it.
 //
+// Replicas across tasks (TrainingJobOptions::remote, devices[i] on
+// /job:worker/task:i for i >= 1; replica 0 on this task): replica i's
+// session runs its graph on task i through the cluster, its variables live
+// in that task's worker session, and the group is a GlooCollective (the
+// collective factory "gloo") meeting in options.collective_store; every
+// replica is fed its batch from here. Not yet across tasks: backup
+// replicas, the test straggler, init_from and restoring a checkpoint into
+// the replicas (FAILED_PRECONDITION / INVALID_ARGUMENT say so).
+//
 // Thread safety: one thread drives a job at a time (Step, Evaluate); the
 // accessors of Progress are safe from any thread.
 #ifndef FLOWSTATE_JOBS_TRAINING_JOB_H_
@@ -58,6 +67,7 @@
 
 namespace flowstate {
 
+class RemoteWorkers;
 class ReplicaComm;
 class StepRace;
 class ThreadPool;
@@ -79,6 +89,12 @@ struct TrainingJobOptions {
   int64_t max_shape_bytes = 0;
   // Replicas: the longest one collective call may wait for the others.
   std::chrono::milliseconds allreduce_timeout{std::chrono::minutes(5)};
+  // Replicas on other tasks of a cluster: the cluster (null: this process
+  // only), the collective store their Gloo group meets in ("host:port"),
+  // and the group's key prefix there (one per job).
+  RemoteWorkers* remote = nullptr;
+  std::string collective_store;
+  std::string collective_prefix;
 };
 
 // One replica's part of the last step (replicas > 1).
@@ -213,10 +229,21 @@ class TrainingJob {
   StatusOr<std::shared_ptr<Variable>> FindVariable(const std::string& name) const;
   static StatusOr<std::shared_ptr<Variable>> FindVariableIn(Session* session, const std::string& name);
   Status StartReplicas();
+  // True when some replica's device is on another task of the cluster.
+  bool ReplicasAcrossTasks() const;
+  // Replicas across tasks: the replica sessions run on their tasks; each
+  // makes its Gloo participant there (a _CreateReplicaComm node).
+  Status StartReplicasAcrossTasks();
+  // What replicas across tasks need (before anything starts).
+  Status CheckReplicasAcrossTasks() const;
   StatusOr<StepResult> StepReplicas();
   // Runs replica i's part of a step on `batch` (null: it joins with zeros).
   Status RunReplica(int i, const Batch* batch, ReplicaStepStats* stats);
+  // RunReplica of a replica on another task.
+  Status RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   Status CheckReplicasAgree();
+  // Replica i's values of graph().variables (read through its session).
+  StatusOr<std::vector<Tensor>> ReadReplicaVariables(int i);
   bool Finished() const;
 
   JobSpec spec_;
@@ -232,6 +259,9 @@ class TrainingJob {
   std::vector<std::unique_ptr<Session>> replica_sessions_;
   std::vector<std::shared_ptr<ReplicaComm>> comms_;
   std::shared_ptr<StepRace> race_;
+  // During StepReplicas: the batch a replica on another task without one
+  // of its own computes on (with 0 examples).
+  const Batch* remote_fallback_ = nullptr;
   InputPipelineOptions pipeline_options_;
   std::vector<std::pair<std::string, Tensor>> initial_values_;
   int64_t step_ = 0;

@@ -1,6 +1,7 @@
 // TrainingJob's data-parallel replicas (training_job.h): N sessions in this
 // process joined by an InProcessCollective through the _AllReduce nodes of
-// the training graph.
+// the training graph, or N sessions whose graphs run on N tasks of a
+// cluster, joined by a GlooCollective.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,6 +9,8 @@
 #include <thread>
 
 #include "jobs/training_job.h"
+#include "devices/device_name.h"
+#include "scheduler/remote_workers.h"
 #include "scheduler/collective.h"
 #include "scheduler/collective_kernels.h"
 #include "state/variable.h"
@@ -43,6 +46,140 @@ Session* TrainingJob::replica_session(int i) {
 std::vector<int64_t> TrainingJob::dropped_steps() const {
   if (race_ == nullptr) return {};
   return race_->dropped();
+}
+
+bool TrainingJob::ReplicasAcrossTasks() const {
+  if (options_.remote == nullptr) return false;
+  for (const std::string& d : spec_.devices) {
+    StatusOr<DeviceName> n = DeviceName::Parse(d);
+    if (n.ok() && options_.devices->Matching(*n).empty()) return true;
+  }
+  return false;
+}
+
+Status TrainingJob::CheckReplicasAcrossTasks() const {
+  const int n = spec_.replicas;
+  if (int(spec_.devices.size()) != n) {
+    return InvalidArgument("devices: replicas on other tasks need one device per replica (" +
+                           std::to_string(n) + "), got " + std::to_string(spec_.devices.size()));
+  }
+  {
+    StatusOr<DeviceName> d0 = DeviceName::Parse(spec_.devices[0]);
+    if (!d0.ok() || options_.devices->Matching(*d0).empty()) {
+      return InvalidArgument("devices[0]: replica 0 must be on this task (it is fed, checkpointed "
+                             "and serves predictions here)");
+    }
+  }
+  if (options_.collective_store.empty() || options_.collective_prefix.empty()) {
+    return FailedPrecondition("replicas on other tasks need a collective store (the master "
+                              "task's gRPC address) and a key prefix");
+  }
+  if (spec_.backup_replicas > 0 || spec_.test_straggler_delay_ms > 0) {
+    return InvalidArgument("backup_replicas: not supported yet with replicas on other tasks");
+  }
+  if (!initial_values_.empty()) {
+    return InvalidArgument("init_from: not supported yet with replicas on other tasks");
+  }
+  return Status();
+}
+
+Status TrainingJob::StartReplicasAcrossTasks() {
+  const int n = spec_.replicas;
+  FS_RETURN_IF_ERROR(CheckReplicasAcrossTasks());
+  const int num_buckets = int(graph_.allreduce.size());
+  CollectiveGroupSpec group;
+  group.kind = "gloo";
+  group.store_address = options_.collective_store;
+  group.prefix = options_.collective_prefix;
+  group.size = n;
+  group.timeout = std::chrono::milliseconds(30000);
+  // Replicas 1..n-1: a session whose graph runs on task i, with a
+  // _CreateReplicaComm node there (its worker session gets the participant).
+  replica_sessions_.clear();
+  std::vector<std::string> create_nodes(n);
+  for (int i = 1; i < n; ++i) {
+    GraphDef g = graph_.graph;
+    NodeDef c;
+    c.name = "_replica_comm_" + std::to_string(i);
+    c.op = "_CreateReplicaComm";
+    c.device = spec_.devices[i];
+    c.attrs = {{"group", AttrValue(std::string("replicas"))},
+               {"kind", AttrValue(group.kind)},
+               {"store_address", AttrValue(group.store_address)},
+               {"prefix", AttrValue(group.prefix)},
+               {"rank", AttrValue(int64_t(i))},
+               {"size", AttrValue(int64_t(n))},
+               {"num_buckets", AttrValue(int64_t(num_buckets))},
+               {"timeout_ms", AttrValue(int64_t(group.timeout.count()))},
+               {"allreduce_timeout_ms", AttrValue(int64_t(options_.allreduce_timeout.count()))},
+               {"host", AttrValue(std::string())}};
+    create_nodes[i] = c.name;
+    // Every node of replica i on task i (a partial device, e.g.
+    // "/device:CPU:1", on that task's device of that name).
+    FS_ASSIGN_OR_RETURN(DeviceName task, DeviceName::Parse(spec_.devices[i]));
+    for (NodeDef& node : g.nodes) {
+      if (node.device.empty()) {
+        node.device = spec_.devices[i];
+        continue;
+      }
+      StatusOr<DeviceName> d = DeviceName::Parse(node.device);
+      if (!d.ok()) return d.status().WithPrefix("node '" + node.name + "'");
+      if (d->job.empty()) d->job = task.job;
+      if (d->replica < 0) d->replica = task.replica;
+      if (d->task < 0) d->task = task.task;
+      node.device = d->ToString();
+    }
+    g.nodes.push_back(std::move(c));
+    SessionOptions so;
+    so.devices = options_.devices;
+    so.inter_op_pool = options_.inter_op_pool;
+    so.inter_op_threads = options_.inter_op_threads;
+    so.max_shape_bytes = options_.max_shape_bytes;
+    so.remote = options_.remote;
+    StatusOr<std::unique_ptr<Session>> s = Session::Create(g, so);
+    if (!s.ok()) return s.status().WithPrefix("replica " + std::to_string(i));
+    std::vector<Tensor> out;
+    Status init = (*s)->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out);
+    if (!init.ok()) return init.WithPrefix("replica " + std::to_string(i));
+    replica_sessions_.push_back(std::move(s).value());
+  }
+  // Every rank joins at once: replica 0 here, the others on their tasks.
+  std::vector<Status> joined(n);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<Tensor> out;
+      joined[i] = replica_sessions_[i - 1]->Run({}, {}, {create_nodes[i]}, &out);
+    });
+  }
+  std::shared_ptr<ReplicaComm> comm0;
+  {
+    CollectiveGroupSpec g0 = group;
+    g0.rank = 0;
+    StatusOr<std::unique_ptr<Collective>> c = CreateCollective(g0);
+    if (c.ok()) {
+      ReplicaComm::Options o;
+      o.collective = std::shared_ptr<Collective>(std::move(c).value());
+      o.num_buckets = num_buckets;
+      o.timeout = options_.allreduce_timeout;
+      comm0 = std::make_shared<ReplicaComm>(std::move(o));
+    } else {
+      joined[0] = c.status();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < n; ++i) {
+    if (!joined[i].ok()) return joined[i].WithPrefix("replica " + std::to_string(i));
+  }
+  StatusOr<std::shared_ptr<ReplicaComm>> r =
+      train_session_->resource_manager()->LookupOrCreate<ReplicaComm>(
+          kReplicaContainer, "replicas",
+          [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm0; });
+  if (!r.ok()) return r.status();
+  // Only replica 0's participant is in this process.
+  comms_.assign(n, nullptr);
+  comms_[0] = *r;
+  return Status();
 }
 
 Status TrainingJob::StartReplicas() {
@@ -90,6 +227,7 @@ Status TrainingJob::StartReplicas() {
 
 Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stats) {
   Session* session = replica_session(i);
+  if (comms_[i] == nullptr) return RunRemoteReplica(i, batch, stats);
   ReplicaComm& comm = *comms_[i];
   const auto start = Clock::now();
   const double wait0 = comm.wait_seconds();
@@ -140,6 +278,25 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
   return s.ok() ? Status() : s.WithPrefix("replica " + std::to_string(i));
 }
 
+Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats) {
+  // A replica on another task: its participant is there, so a replica
+  // without data of its own trains on `fallback` with 0 examples (its
+  // all-reduce contribution is zeros; it applies the others' average).
+  const auto start = Clock::now();
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  const Batch* b = batch != nullptr ? batch : remote_fallback_;
+  for (const auto& [name, t] : b->components) feeds.emplace_back(name, t);
+  const double examples = batch != nullptr ? double(batch->size) : 0.0;
+  feeds.emplace_back(graph_.replica_examples, Tensor::Scalar<double>(examples));
+  stats->examples = int64_t(examples);
+  std::vector<Tensor> out;
+  Status s = replica_session(i)->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
+  if (!s.ok() && !IsNanError(s) && comms_[0] != nullptr) comms_[0]->Abort(s);
+  if (s.ok()) stats->loss = out[0].ElementAsDouble(0);
+  stats->step_seconds = Seconds(Clock::now() - start);
+  return s.ok() ? Status() : s.WithPrefix("replica " + std::to_string(i));
+}
+
 StatusOr<StepResult> TrainingJob::StepReplicas() {
   const int n = spec_.replicas;
   // Up to n batches of one epoch: replica i trains on the i-th.
@@ -160,6 +317,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
     race_->Begin(comms_[0]->steps_begun(),
                  std::max(1, int(batches.size()) - spec_.backup_replicas));
   }
+  remote_fallback_ = &batches[0];
   std::vector<ReplicaStepStats> stats(n);
   std::vector<Status> status(n);
   std::vector<std::thread> threads;
@@ -230,11 +388,8 @@ Status TrainingJob::CheckReplicasAgree() {
   const int n = spec_.replicas;
   std::vector<std::vector<uint64_t>> sums(n);
   for (int i = 0; i < n; ++i) {
-    for (const std::string& v : graph_.variables) {
-      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
-      FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
-      sums[i].push_back(Checksum(t));
-    }
+    FS_ASSIGN_OR_RETURN(std::vector<Tensor> values, ReadReplicaVariables(i));
+    for (const Tensor& t : values) sums[i].push_back(Checksum(t));
   }
   for (int i = 1; i < n; ++i) {
     for (size_t k = 0; k < graph_.variables.size(); ++k) {
@@ -249,6 +404,23 @@ Status TrainingJob::CheckReplicasAgree() {
     }
   }
   return Status();
+}
+
+StatusOr<std::vector<Tensor>> TrainingJob::ReadReplicaVariables(int i) {
+  Session* session = replica_session(i);
+  if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
+  std::vector<Tensor> out;
+  if (i < int(comms_.size()) && comms_[i] == nullptr) {
+    // On another task: fetched through the session.
+    FS_RETURN_IF_ERROR(session->Run({}, graph_.variables, {}, &out));
+    return out;
+  }
+  for (const std::string& v : graph_.variables) {
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(session, v));
+    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace flowstate

@@ -1,0 +1,143 @@
+// Data-parallel replicas on the tasks of a cluster (issue 14, phase 2): a
+// TrainingJob whose "devices" name /job:worker/task:i runs replica i's
+// graph on task i (a LocalCluster: 3 tasks in this process, each behind its
+// own gRPC server), joined by a GlooCollective meeting in a
+// CollectiveStoreService; it trains like the same job's replicas in one
+// process, with every replica holding the same variables.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "distributed/collective_store.h"
+#include "distributed/gloo_collective.h"
+#include "jobs/training_job.h"
+#include "tests/distributed/local_cluster.h"
+#include "tests/server/server_test_util.h"
+
+namespace flowstate {
+namespace {
+
+using testing::LocalCluster;
+
+std::string Task(int i) { return "/job:worker/replica:0/task:" + std::to_string(i) + "/device:CPU:0"; }
+
+double MaxDiff(const Tensor& a, const Tensor& b) {
+  double d = 0;
+  for (int64_t i = 0; i < a.num_elements(); ++i) {
+    d = std::max(d, std::abs(a.ElementAsDouble(i) - b.ElementAsDouble(i)));
+  }
+  return d;
+}
+
+std::vector<Tensor> Read(Session* s, const std::vector<std::string>& names) {
+  std::vector<Tensor> out;
+  Status st = s->Run({}, names, {}, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+class ReplicasAcrossTasks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RegisterGlooCollectiveFactory();
+    dir_ = server_test::FreshTestDir("flowstate_replicas_cluster");
+    // 100 rows, batches of 8: the last step of an epoch leaves replicas
+    // without a batch (they join with 0 examples).
+    server_test::WritePointsCsv(dir_ / "points.csv", 100, 7,
+                                [](double a, double b) { return 2 * a - 3 * b + 0.5; });
+    StatusOr<int> port = store_.Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    store_address_ = "127.0.0.1:" + std::to_string(*port);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Job(int replicas, const std::string& devices) {
+    return R"({
+      "graph": )" + server_test::LinearGraphJson(true) + R"(,
+      "loss": "loss",
+      "optimizer": {"type": "adam", "learning_rate": 0.05},
+      "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
+                "columns": {"x": ["a", "b"], "y": ["target"]}, "batch_size": 8, "epochs": 3},
+      "replicas": )" + std::to_string(replicas) + devices + R"(,
+      "check_replicas_every": 5,
+      "seed": 5
+    })";
+  }
+
+  StatusOr<std::unique_ptr<TrainingJob>> Make(const std::string& json, TrainingJobOptions o) {
+    StatusOr<JobSpec> spec = ParseJobSpec(json);
+    if (!spec.ok()) return spec.status();
+    o.data_root = dir_.string();
+    o.allreduce_timeout = std::chrono::seconds(30);  // a hang becomes a failure
+    FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> j, TrainingJob::Create(*spec, o));
+    FS_RETURN_IF_ERROR(j->Start());
+    return j;
+  }
+
+  std::filesystem::path dir_;
+  CollectiveStoreService store_;
+  std::string store_address_;
+};
+
+TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
+  constexpr int kN = 3;
+  LocalCluster cluster(kN);
+  TrainingJobOptions across;
+  across.devices = cluster.task(0).pool.get();
+  across.remote = cluster.task(0).cluster.get();
+  across.collective_store = store_address_;
+  across.collective_prefix = "job-1/m0";
+  StatusOr<std::unique_ptr<TrainingJob>> many = Make(
+      Job(kN, R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("])"),
+      across);
+  ASSERT_TRUE(many.ok()) << many.status().ToString();
+  TrainingJobOptions local;
+  local.devices = server_test::TestPool(1);
+  StatusOr<std::unique_ptr<TrainingJob>> one = Make(Job(kN, ""), local);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+
+  int steps = 0;
+  for (;;) {
+    StatusOr<StepResult> a = (*one)->Step();
+    StatusOr<StepResult> b = (*many)->Step();
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ++steps;
+    EXPECT_EQ(a->examples, b->examples) << "step " << steps;
+    EXPECT_NEAR(a->loss, b->loss, 1e-4 * (1 + std::abs(a->loss))) << "step " << steps;
+    ASSERT_EQ(a->done, b->done);
+    if (a->done) break;
+    ASSERT_LT(steps, 1000);
+  }
+  EXPECT_EQ(steps, (*one)->total_steps());
+  // Replicas 1 and 2 ran on their tasks: each holds a worker session (their
+  // variables and their Gloo participant).
+  EXPECT_GE(cluster.task(1).service->num_sessions(), 1);
+  EXPECT_GE(cluster.task(2).service->num_sessions(), 1);
+  std::vector<std::string> names = {"w", "b"};
+  std::vector<Tensor> want = Read((*one)->train_session(), names);
+  for (int r = 0; r < kN; ++r) {
+    std::vector<Tensor> got = Read((*many)->replica_session(r), names);
+    for (size_t k = 0; k < names.size(); ++k) {
+      EXPECT_LT(MaxDiff(want[k], got[k]), 1e-4) << "replica " << r << " " << names[k];
+    }
+  }
+}
+
+TEST_F(ReplicasAcrossTasks, ReplicaZeroMustBeOnThisTask) {
+  LocalCluster cluster(2);
+  TrainingJobOptions o;
+  o.devices = cluster.task(0).pool.get();
+  o.remote = cluster.task(0).cluster.get();
+  o.collective_store = store_address_;
+  o.collective_prefix = "job-2/m0";
+  StatusOr<std::unique_ptr<TrainingJob>> j =
+      Make(Job(2, R"(, "devices": [")" + Task(1) + R"(", ")" + Task(0) + R"("])"), o);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), Code::kInvalidArgument) << j.status().ToString();
+  EXPECT_NE(j.status().message().find("devices[0]"), std::string::npos) << j.status().ToString();
+}
+
+}  // namespace
+}  // namespace flowstate
