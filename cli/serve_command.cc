@@ -270,6 +270,13 @@ int RunServer(int argc, char** argv, Mode mode) {
     ClusterRuntime* rt = cluster.get();
     so.cluster = [rt] { return rt->View(); };
     so.remote_workers = [rt] { return rt->remote_workers(); };
+    // Every task serves the collective store on its gRPC port: a job's
+    // replicas on other tasks meet in this (its master) task's.
+    so.jobs.collective_store = [rt] {
+      ClusterSpec spec = rt->spec();
+      StatusOr<std::string> a = spec.address(spec.self);
+      return a.ok() ? *a : std::string();
+    };
   }
   Service service(so);
   if (Status rs = worker ? Status() : service.jobs().Recover(); !rs.ok()) {

@@ -187,6 +187,8 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   o.devices = options_.devices;
   o.inter_op_pool = inter_op_pool_.get();
   o.max_shape_bytes = options_.max_shape_bytes;
+  if (options_.remote) o.remote = options_.remote();
+  if (options_.collective_store) o.collective_store = options_.collective_store();
   FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, o));
   bool init_values_set = false;
   if (spec.init_from) {

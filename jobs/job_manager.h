@@ -91,6 +91,8 @@
 
 namespace flowstate {
 
+class RemoteWorkers;
+
 class TrainingJob;
 class ThreadPool;
 struct JobSnapshot;
@@ -152,6 +154,12 @@ struct JobManagerOptions {
   // ago (0: forever). The others are deleted as by Delete().
   int retention_max_finished = 100;
   double retention_seconds = 0;
+  // In a cluster: the other tasks once the cluster started (null before, or
+  // outside a cluster), and this task's collective store ("host:port" the
+  // others reach): a job's replicas may then run on other tasks
+  // (TrainingJobOptions::remote). Empty functions: this process only.
+  std::function<RemoteWorkers*()> remote;
+  std::function<std::string()> collective_store;
 };
 
 // A subscription to one job's events. Next() blocks until an event arrives,

@@ -223,6 +223,8 @@ Status JobManager::Recover() {
         o.devices = options_.devices;
         o.inter_op_pool = inter_op_pool_.get();
         o.max_shape_bytes = options_.max_shape_bytes;
+        if (options_.remote) o.remote = options_.remote();
+        if (options_.collective_store) o.collective_store = options_.collective_store();
         StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(job->spec, o);
         if (runner.ok()) {
           job->runner = std::move(runner).value();

@@ -91,7 +91,7 @@ struct TrainingJobOptions {
   std::chrono::milliseconds allreduce_timeout{std::chrono::minutes(5)};
   // Replicas on other tasks of a cluster: the cluster (null: this process
   // only), the collective store their Gloo group meets in ("host:port"),
-  // and the group's key prefix there (one per job).
+  // and the group's key prefix there (empty: a fresh one of this process).
   RemoteWorkers* remote = nullptr;
   std::string collective_store;
   std::string collective_prefix;

@@ -3,6 +3,7 @@
 // the training graph, or N sessions whose graphs run on N tasks of a
 // cluster, joined by a GlooCollective.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -70,9 +71,9 @@ Status TrainingJob::CheckReplicasAcrossTasks() const {
                              "and serves predictions here)");
     }
   }
-  if (options_.collective_store.empty() || options_.collective_prefix.empty()) {
-    return FailedPrecondition("replicas on other tasks need a collective store (the master "
-                              "task's gRPC address) and a key prefix");
+  if (options_.collective_store.empty()) {
+    return FailedPrecondition("replicas on other tasks need a collective store (this task's "
+                              "gRPC address)");
   }
   if (spec_.backup_replicas > 0 || spec_.test_straggler_delay_ms > 0) {
     return InvalidArgument("backup_replicas: not supported yet with replicas on other tasks");
@@ -90,7 +91,12 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   CollectiveGroupSpec group;
   group.kind = "gloo";
   group.store_address = options_.collective_store;
-  group.prefix = options_.collective_prefix;
+  // One prefix per membership: a job without one gets a fresh one of this
+  // process's.
+  static std::atomic<int64_t> memberships{0};
+  group.prefix = !options_.collective_prefix.empty()
+                     ? options_.collective_prefix
+                     : "replicas/" + std::to_string(memberships.fetch_add(1)) + "/m0";
   group.size = n;
   group.timeout = std::chrono::milliseconds(30000);
   // Replicas 1..n-1: a session whose graph runs on task i, with a

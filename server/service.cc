@@ -41,6 +41,7 @@ Service::Service(const ServiceOptions& options) : options_(options) {
   jo.devices = options.devices;
   jo.data_root = options.data_root;
   jo.max_shape_bytes = options.max_shape_bytes;
+  if (!jo.remote && options.remote_workers) jo.remote = options.remote_workers;
   jobs_ = std::make_unique<JobManager>(jo);
   if (options.jobs.store != nullptr) {
     // Not owned: the store outlives the service (an aliasing, owner-less

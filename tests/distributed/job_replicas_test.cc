@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
+#include "jobs/job_manager.h"
 #include "jobs/training_job.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/server/server_test_util.h"
@@ -123,6 +125,33 @@ TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
       EXPECT_LT(MaxDiff(want[k], got[k]), 1e-4) << "replica " << r << " " << names[k];
     }
   }
+}
+
+// The job manager (what `flowstate serve` runs) hands the cluster and the
+// collective store to its jobs: a submitted job trains on 2 tasks.
+TEST_F(ReplicasAcrossTasks, AJobManagerJobRunsItsReplicasOnTheTasks) {
+  LocalCluster cluster(2);
+  JobManagerOptions o;
+  o.devices = cluster.task(0).pool.get();
+  o.data_root = dir_.string();
+  o.remote = [&] { return static_cast<RemoteWorkers*>(cluster.task(0).cluster.get()); };
+  o.collective_store = [&] { return store_address_; };
+  JobManager jobs(o);
+  StatusOr<JobInfo> info =
+      jobs.Submit(Job(2, R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"("])"));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  StatusOr<JobInfo> now = jobs.Get(info->id);
+  while (now.ok() && now->state != JobState::kSucceeded && now->state != JobState::kFailed) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job did not end within 60 s";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    now = jobs.Get(info->id);
+  }
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(now->state, JobState::kSucceeded) << now->error;
+  EXPECT_EQ(now->step, now->total_steps);
+  EXPECT_GT(now->step, 0);
+  jobs.Shutdown();
 }
 
 TEST_F(ReplicasAcrossTasks, ReplicaZeroMustBeOnThisTask) {
