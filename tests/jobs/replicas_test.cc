@@ -313,10 +313,10 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
 }
 
-// Replicas on other tasks of a cluster (issue 14, phase 2) are refused with
-// a clear error naming the entry before anything starts, until the job runs
-// them there.
-TEST_F(Replicas, ReplicasOnOtherTasksAreRefusedForNow) {
+// Outside a cluster (no TrainingJobOptions::remote), a replica device on
+// another task is refused naming the entry before anything starts
+// (tests/distributed/job_replicas_test.cc runs them in a cluster).
+TEST_F(Replicas, ReplicaDevicesOnAnotherTaskAreRefusedOutsideACluster) {
   StatusOr<JobSpec> spec = ParseJobSpec(
       Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
           R"(, "devices": ["/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"])"));
