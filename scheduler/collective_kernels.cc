@@ -116,16 +116,16 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
  public:
   explicit CreateReplicaCommOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     int64_t rank = 0, size = 1, buckets = 1, timeout = 1, allreduce_timeout = 1;
-    c->GetAttr("group", &group_);
-    c->GetAttr("kind", &spec_.kind);
-    c->GetAttr("store_address", &spec_.store_address);
-    c->GetAttr("prefix", &spec_.prefix);
-    c->GetAttr("host", &spec_.host);
-    c->GetAttr("rank", &rank);
-    c->GetAttr("size", &size);
-    c->GetAttr("num_buckets", &buckets);
-    c->GetAttr("timeout_ms", &timeout);
-    c->GetAttr("allreduce_timeout_ms", &allreduce_timeout);
+    (void)c->GetAttr("group", &group_);
+    (void)c->GetAttr("kind", &spec_.kind);
+    (void)c->GetAttr("store_address", &spec_.store_address);
+    (void)c->GetAttr("prefix", &spec_.prefix);
+    (void)c->GetAttr("host", &spec_.host);
+    (void)c->GetAttr("rank", &rank);
+    (void)c->GetAttr("size", &size);
+    (void)c->GetAttr("num_buckets", &buckets);
+    (void)c->GetAttr("timeout_ms", &timeout);
+    (void)c->GetAttr("allreduce_timeout_ms", &allreduce_timeout);
     spec_.rank = int(rank);
     spec_.size = int(size);
     spec_.timeout = std::chrono::milliseconds(timeout);
