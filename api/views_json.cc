@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "api/json_codec.h"
+#include "api/json_internal.h"
 
 namespace flowstate {
 namespace {
@@ -141,63 +142,31 @@ std::string Index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
 }
 
-const char* KindOf(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a bool";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a number";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    default: return "a value";
-  }
-}
+// The codec's readers (api/json_internal.h), with this file's paths as text.
+using api::internal::DescribeValue;
+using api::internal::JsonPath;
 
 Status Expected(const std::string& path, std::string_view what, const Json& got) {
-  return InvalidArgument((path.empty() ? "" : path + ": ") + "expected " + std::string(what) +
-                         ", got " + KindOf(got));
+  return api::internal::PathError(path, "expected " + std::string(what) + ", got " + DescribeValue(got));
 }
 
 Status Parse(std::string_view text, Json* out) {
-  FS_RETURN_IF_ERROR(api::CheckJsonDepth(text));
-  *out = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded()) return InvalidArgument("malformed JSON");
-  return Status();
+  return api::internal::ParseJsonText(text, JsonPath(""), out);
 }
 
 // The member `key` of object `o`, or nullptr when absent or null.
-const Json* Field(const Json& o, std::string_view key) {
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
+const Json* Field(const Json& o, std::string_view key) { return api::internal::FindField(o, key); }
 
-Status ReadString(const Json& o, const std::string& path, std::string_view key,
-                  std::string* out) {
-  const Json* v = Field(o, key);
-  if (v == nullptr) return Status();
-  if (!v->is_string()) return Expected(Key(path, key), "a string", *v);
-  *out = v->get<std::string>();
-  return Status();
+Status ReadString(const Json& o, const std::string& path, std::string_view key, std::string* out) {
+  return api::internal::ReadStringField(o, JsonPath(path), key, out);
 }
 
 Status ReadBool(const Json& o, const std::string& path, std::string_view key, bool* out) {
-  const Json* v = Field(o, key);
-  if (v == nullptr) return Status();
-  if (!v->is_boolean()) return Expected(Key(path, key), "a bool", *v);
-  *out = v->get<bool>();
-  return Status();
+  return api::internal::ReadBoolField(o, JsonPath(path), key, out);
 }
 
 Status ReadInt(const Json& o, const std::string& path, std::string_view key, int64_t* out) {
-  const Json* v = Field(o, key);
-  if (v == nullptr) return Status();
-  if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))) {
-    return Expected(Key(path, key), "an integer", *v);
-  }
-  *out = v->get<int64_t>();
-  return Status();
+  return api::internal::ReadIntField(o, JsonPath(path), key, out);
 }
 
 StatusOr<double> NumberFrom(const Json& v, const std::string& path) {

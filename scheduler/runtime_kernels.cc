@@ -26,7 +26,7 @@ namespace {
 
 class ArgOp final : public OpKernel {
  public:
-  explicit ArgOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("index", &index_); }
+  explicit ArgOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("index", &index_); }
   void Compute(OpKernelContext* ctx) override {
     CallFrame* f = ctx->call_frame();
     FS_OP_REQUIRES(ctx, f != nullptr && index_ < f->num_args(),
@@ -41,7 +41,7 @@ class ArgOp final : public OpKernel {
 
 class RetvalOp final : public OpKernel {
  public:
-  explicit RetvalOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("index", &index_); }
+  explicit RetvalOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("index", &index_); }
   void Compute(OpKernelContext* ctx) override {
     CallFrame* f = ctx->call_frame();
     FS_OP_REQUIRES(ctx, f != nullptr && index_ < int64_t(f->rets().size()),
@@ -56,7 +56,7 @@ class RetvalOp final : public OpKernel {
 
 class SendOp final : public OpKernel {
  public:
-  explicit SendOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("key", &key_); }
+  explicit SendOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("key", &key_); }
   void Compute(OpKernelContext* ctx) override {
     FS_OP_REQUIRES(ctx, ctx->rendezvous() != nullptr, Internal("a _Send outside a multi-device step"));
     FS_OP_REQUIRES_OK(ctx, ctx->rendezvous()->Send(key_, ctx->input(0)));
@@ -71,7 +71,7 @@ class SendOp final : public OpKernel {
 // to the host, then sends the copy.
 class CopyingSendOp final : public AsyncOpKernel {
  public:
-  explicit CopyingSendOp(OpKernelConstruction* c) : AsyncOpKernel(c) { c->GetAttr("key", &key_); }
+  explicit CopyingSendOp(OpKernelConstruction* c) : AsyncOpKernel(c) { (void)c->GetAttr("key", &key_); }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     FS_OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
                          Internal("a _Send outside a multi-device step"), done);
@@ -91,7 +91,7 @@ class CopyingSendOp final : public AsyncOpKernel {
 bool OnDeviceMemory(OpKernelConstruction* c) {
   bool host = false;
   if (c->device()->memory_type() == MemoryType::kHost) return false;
-  c->GetAttr("host_memory", &host);
+  (void)c->GetAttr("host_memory", &host);  // an error is in c->status()
   return !host;
 }
 
@@ -103,7 +103,7 @@ std::unique_ptr<OpKernel> MakeSend(OpKernelConstruction* c) {
 class RecvOp final : public AsyncOpKernel {
  public:
   explicit RecvOp(OpKernelConstruction* c) : AsyncOpKernel(c), to_device_(OnDeviceMemory(c)) {
-    c->GetAttr("key", &key_);
+    (void)c->GetAttr("key", &key_);
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     FS_OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
@@ -159,7 +159,7 @@ class CopyOp final : public AsyncOpKernel {
 
 class HostConstOp final : public OpKernel {
  public:
-  explicit HostConstOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("value", &value_); }
+  explicit HostConstOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("value", &value_); }
   void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
   bool IsExpensive() const override { return false; }
 

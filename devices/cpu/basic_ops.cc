@@ -11,7 +11,7 @@ namespace {
 
 class ConstOp final : public OpKernel {
  public:
-  explicit ConstOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("value", &value_); }
+  explicit ConstOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("value", &value_); }
   // Every step shares the attr's buffer; consumers never write into it
   // because its reference count is never one.
   void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
@@ -40,7 +40,7 @@ class IdentityOp final : public OpKernel {
 template <typename T>
 class CheckNumericsOp final : public OpKernel {
  public:
-  explicit CheckNumericsOp(OpKernelConstruction* c) : OpKernel(c) { c->GetAttr("message", &message_); }
+  explicit CheckNumericsOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("message", &message_); }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const T* p = x.data<T>();

@@ -39,12 +39,24 @@ def expect(cond, what):
 
 
 def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """n ports free now, below the kernel's ephemeral range (32768+ here), so
+    that the outgoing connections of tests running beside this one cannot
+    take them between this check and the servers' bind (nor task 2's port
+    while it is down)."""
+    import random
+    rng = random.Random(os.getpid() ^ int(time.time() * 1000))
+    ports = []
+    while len(ports) < n:
+        port = rng.randrange(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        if port not in ports:
+            ports.append(port)
     return ports
 
 

@@ -488,11 +488,11 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(std::isnan(back->loss));
 
-  EXPECT_EQ(JobInfoFromJson(R"({"step": "x"})").status().message(), "step: expected an integer, got a string");
+  EXPECT_EQ(JobInfoFromJson(R"({"step": "x"})").status().message(), "step: expected an integer, got \"x\"");
   EXPECT_EQ(JobInfoFromJson(R"({"state": "SLEEPING"})").status().code(), Code::kInvalidArgument);
   EXPECT_EQ(JobInfoFromJson(R"({"created": "yesterday"})").status().code(), Code::kInvalidArgument);
   EXPECT_EQ(JobInfoListFromJson(R"({"jobs": [{"step": 1}, {"step": true}]})").status().message(),
-            "jobs[1].step: expected an integer, got a bool");
+            "jobs[1].step: expected an integer, got true");
   EXPECT_TRUE(JobInfoFromJson(R"({"job_id": "job-1", "future_field": [1]})").ok());
   EXPECT_EQ(FormatRfc3339(0.0005), "1970-01-01T00:00:00.001Z");
   EXPECT_EQ(FormatRfc3339(86400.9996), "1970-01-02T00:00:01.000Z");
