@@ -272,7 +272,9 @@ TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
   st = serve->Predict({}, {"w"}, &w);
   ASSERT_TRUE(st.ok()) << st.ToString();
   for (const auto& [name, t] : snap->variables) {
-    if (name == "w") EXPECT_TRUE(TensorsEqual(w[0], t));
+    if (name == "w") {
+      EXPECT_TRUE(TensorsEqual(w[0], t));
+    }
   }
 }
 
