@@ -452,6 +452,23 @@ int64_t TrainingJob::total_steps() const {
   return total;
 }
 
+Status TrainingJob::OnNanStep(const Status& nan, StepResult* r) {
+  std::string what = nan.message();
+  if (size_t k = what.find("(CheckNumerics): "); k != std::string::npos) what = what.substr(k + 17);
+  what = "step " + std::to_string(step_ + 1) + ": " + what;
+  if (spec_.on_nan == OnNan::kFail) {
+    ++step_;
+    done_ = true;
+    return InvalidArgument(what + "; no update was applied and the job fails (on_nan \"fail\"; "
+                                  "\"skip_step\" skips such steps)",
+                           nan.node());
+  }
+  r->skipped = true;
+  r->nan_message = what + "; the step was skipped";
+  r->loss = std::nan("");
+  return Status();
+}
+
 StatusOr<StepResult> TrainingJob::Step() {
   if (!started_) return FailedPrecondition("the job has not started");
   if (done_) return FailedPrecondition("the job has finished");
@@ -471,20 +488,7 @@ StatusOr<StepResult> TrainingJob::Step() {
       return run;
     }
     // A NaN/Inf loss or gradient: the batch is used, no update applied.
-    std::string what = run.message();
-    if (size_t k = what.find("(CheckNumerics): "); what.starts_with("node '") && k != std::string::npos) {
-      what = what.substr(k + 17);
-    }
-    what = "step " + std::to_string(step_ + 1) + ": " + what;
-    if (spec_.on_nan == OnNan::kFail) {
-      ++step_;
-      done_ = true;
-      return InvalidArgument(what + "; no update was applied and the job fails (on_nan \"fail\"; "
-                                    "\"skip_step\" skips such steps)",
-                             run.node());
-    }
-    r.skipped = true;
-    r.nan_message = what + "; the step was skipped";
+    FS_RETURN_IF_ERROR(OnNanStep(run, &r));
     out.assign(1, Tensor::Scalar<double>(std::nan("")));
   }
   r.step = ++step_;

@@ -237,6 +237,11 @@ class TrainingJob {
   // What replicas across tasks need (before anything starts).
   Status CheckReplicasAcrossTasks() const;
   StatusOr<StepResult> StepReplicas();
+  // A step whose loss or gradients were NaN/Inf (`nan`: the CheckNumerics
+  // error): with on_nan "fail" the job ends with an error naming the step;
+  // with "skip_step", `r` says the step was skipped (loss NaN). The batch
+  // counts as used either way.
+  Status OnNanStep(const Status& nan, StepResult* r);
   // Runs replica i's part of a step on `batch` (null: it joins with zeros).
   Status RunReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   // RunReplica of a replica on another task.

@@ -357,19 +357,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
     if (nan.ok()) nan = status[i];
   }
   if (!nan.ok()) {
-    std::string what = nan.message();
-    if (size_t k = what.find("(CheckNumerics): "); k != std::string::npos) what = what.substr(k + 17);
-    what = "step " + std::to_string(step_ + 1) + ": " + what;
-    if (spec_.on_nan == OnNan::kFail) {
-      ++step_;
-      done_ = true;
-      return InvalidArgument(what + "; no update was applied and the job fails (on_nan \"fail\"; "
-                                    "\"skip_step\" skips such steps)",
-                             nan.node());
-    }
-    r.skipped = true;
-    r.nan_message = what + "; the step was skipped";
-    r.loss = std::nan("");
+    FS_RETURN_IF_ERROR(OnNanStep(nan, &r));
   } else {
     r.loss = stats[0].loss;  // every replica fetched the same all-reduced loss
   }
