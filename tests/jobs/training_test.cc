@@ -10,6 +10,7 @@
 #include "scheduler/session.h"
 #include "api/job_spec.h"
 #include "jobs/training_job.h"
+#include "tests/jobs/fashion_mlp_graph.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -109,33 +110,7 @@ TEST(FashionMnist, ShortTrainingLearns) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
   }
   std::string job = R"({
-    "graph": {"nodes": [
-      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "uint8", "shape": [-1, 28, 28]}},
-      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "uint8", "shape": [-1]}},
-      {"name": "xf", "op": "Cast", "inputs": ["x"], "attrs": {"DstT": "float32"}},
-      {"name": "scale", "op": "Const", "attrs": {"dtype": "float32", "value": 0.00392156862745098}},
-      {"name": "xs", "op": "Mul", "inputs": ["xf", "scale"]},
-      {"name": "shape", "op": "Const", "attrs": {"dtype": "int32", "value": [-1, 784]}},
-      {"name": "flat", "op": "Reshape", "inputs": ["xs", "shape"]},
-      {"name": "w1", "op": "Variable", "attrs": {"dtype": "float32", "shape": [784, 64], "init": "glorot_uniform"}},
-      {"name": "b1", "op": "Variable", "attrs": {"dtype": "float32", "shape": [64], "init": "zeros"}},
-      {"name": "h", "op": "Relu", "inputs": ["h_pre"]},
-      {"name": "h_pre", "op": "BiasAdd", "inputs": ["h_mm", "b1"]},
-      {"name": "h_mm", "op": "MatMul", "inputs": ["flat", "w1"]},
-      {"name": "w2", "op": "Variable", "attrs": {"dtype": "float32", "shape": [64, 10], "init": "glorot_uniform"}},
-      {"name": "b2", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10], "init": "zeros"}},
-      {"name": "logits_mm", "op": "MatMul", "inputs": ["h", "w2"]},
-      {"name": "logits", "op": "BiasAdd", "inputs": ["logits_mm", "b2"]},
-      {"name": "xent", "op": "SparseSoftmaxCrossEntropyWithLogits", "inputs": ["logits", "y"]},
-      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-      {"name": "loss", "op": "Mean", "inputs": ["xent", "axes"]},
-      {"name": "one", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
-      {"name": "pred", "op": "ArgMax", "inputs": ["logits", "one"], "attrs": {"output_type": "int64"}},
-      {"name": "labels", "op": "Cast", "inputs": ["y"], "attrs": {"DstT": "int64"}},
-      {"name": "hit", "op": "Equal", "inputs": ["pred", "labels"]},
-      {"name": "hitf", "op": "Cast", "inputs": ["hit"], "attrs": {"DstT": "float32"}},
-      {"name": "accuracy", "op": "Mean", "inputs": ["hitf", "axes"]}
-    ]},
+    "graph": )" + std::string(test::kFashionMlpGraph) + R"(,
     "loss": "loss",
     "optimizer": {"type": "adam", "learning_rate": 0.003},
     "input": {"format": "idx", "files": {"x": "fashion-mnist/train-images-idx3-ubyte.gz",
