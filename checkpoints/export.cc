@@ -177,7 +177,13 @@ StatusOr<Snapshot> ImportSnapshot(const std::string& path, const std::string& na
   char head[8 + 4 + 4 + 24];
   if (file_size < 8) return in.Bad("bad magic (the file is " + std::to_string(file_size) + " bytes)");
   FS_RETURN_IF_ERROR(in.Read(head, 8, "the magic"));
-  if (std::memcmp(head, kMagic, 8) != 0) return in.Bad("bad magic (not an FSCK file)");
+  if (std::memcmp(head, kMagic, 8) != 0) {
+    if (std::memcmp(head, "PK\x03\x04", 4) == 0 || std::memcmp(head, "PK\x05\x06", 4) == 0) {
+      return in.Bad("it is a zip archive, such as a NumPy .npz export; only .fsck exports "
+                    "(the default format) can be imported");
+    }
+    return in.Bad("bad magic (not an FSCK file)");
+  }
   FS_RETURN_IF_ERROR(in.Read(head + 8, sizeof head - 8, "the header"));
   const uint32_t version = DecodeFixed32(head + 8);
   if (version > kExportVersion) {
