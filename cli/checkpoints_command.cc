@@ -1,16 +1,20 @@
 // `flowstate checkpoints`: a job's checkpoints straight from a data
 // directory, for when no server runs (the store admits one process at a
 // time): list them, export one to the portable single-file format
-// (checkpoints/FORMAT.md), import such a file. While a server runs, its
-// routes do the same: GET /v1/jobs/{id}/checkpoints, GET
-// /v1/jobs/{id}/checkpoints/export?step=N, POST /v1/checkpoints/import.
+// (checkpoints/FORMAT.md) or as a NumPy .npz (--format npz,
+// checkpoints/npz.h), import a .fsck file. While a server runs, its routes
+// do the same: GET /v1/jobs/{id}/checkpoints, GET
+// /v1/jobs/{id}/checkpoints/export?step=N[&format=npz], POST
+// /v1/checkpoints/import.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoints/npz.h"
 #include "checkpoints/store.h"
 #include "cli/commands.h"
 
@@ -19,12 +23,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: flowstate checkpoints list JOB [--data-dir DIR]\n"
-    "       flowstate checkpoints export JOB STEP FILE [--data-dir DIR]\n"
+    "       flowstate checkpoints export JOB STEP FILE [--format fsck|npz] [--data-dir DIR]\n"
     "       flowstate checkpoints import FILE [--data-dir DIR]\n"
     "Reads and writes the data directory (default ./var/flowstate) directly, so no\n"
     "server may be running on it; with a server, use its routes instead:\n"
-    "  curl -o FILE http://HOST/v1/jobs/JOB/checkpoints/export?step=STEP\n"
+    "  curl -o FILE 'http://HOST/v1/jobs/JOB/checkpoints/export?step=STEP[&format=npz]'\n"
     "  curl --data-binary @FILE http://HOST/v1/checkpoints/import\n"
+    "--format fsck (the default) writes Flowstate's portable file, the one import\n"
+    "reads back; --format npz a NumPy archive, one array per variable by name\n"
+    "(numpy.load(FILE)[\"dense1/w\"]; bfloat16 is written as float32).\n"
     "An imported checkpoint gets the id import-N: start a job from it with\n"
     "  \"init_from\": {\"job\": \"import-N\", \"step\": STEP}\n";
 
@@ -42,6 +49,7 @@ int CheckpointsCommand(int argc, char** argv) {
   std::string data_dir = "./var/flowstate";
   if (const char* env = std::getenv("FLOWSTATE_DATA_DIR"); env != nullptr && *env) data_dir = env;
   std::vector<std::string> args;
+  std::optional<std::string> format_text;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -56,6 +64,14 @@ int CheckpointsCommand(int argc, char** argv) {
       data_dir = argv[++i];
       continue;
     }
+    if (a == "--format") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "flowstate checkpoints: --format needs fsck or npz\n%s", kUsage);
+        return 2;
+      }
+      format_text = argv[++i];
+      continue;
+    }
     args.push_back(a);
   }
   const std::string verb = args.empty() ? "" : args[0];
@@ -63,6 +79,19 @@ int CheckpointsCommand(int argc, char** argv) {
   if (want == 0 || args.size() != want) {
     std::fputs(kUsage, stderr);
     return 2;
+  }
+  checkpoints::ExportFormat format = checkpoints::ExportFormat::kFsck;
+  if (format_text) {
+    if (verb != "export") {
+      std::fprintf(stderr, "flowstate checkpoints: --format applies to export only\n");
+      return 2;
+    }
+    StatusOr<checkpoints::ExportFormat> f = checkpoints::ParseExportFormat(*format_text);
+    if (!f.ok()) {
+      std::fprintf(stderr, "flowstate checkpoints: --%s\n", f.status().message().c_str());
+      return 2;
+    }
+    format = *f;
   }
   int64_t step = 0;
   if (verb == "export") {
@@ -100,10 +129,16 @@ int CheckpointsCommand(int argc, char** argv) {
   if (verb == "export") {
     StatusOr<checkpoints::Snapshot> snap = s.ReadCheckpoint(args[1], step);
     if (!snap.ok()) return Fail(snap.status());
-    Status st = checkpoints::ExportSnapshot(*snap, args[3]);
+    std::vector<std::string> converted;
+    Status st = checkpoints::ExportSnapshotAs(*snap, args[3], format, &converted);
     if (!st.ok()) return Fail(st);
-    std::fprintf(stderr, "flowstate checkpoints: wrote %s (job %s, step %lld, %zu tensors)\n",
-                 args[3].c_str(), args[1].c_str(), (long long)step, snap->tensors.size());
+    std::fprintf(stderr, "flowstate checkpoints: wrote %s (job %s, step %lld, %zu tensors, %s)\n",
+                 args[3].c_str(), args[1].c_str(), (long long)step, snap->tensors.size(),
+                 std::string(checkpoints::ExportFormatName(format)).c_str());
+    for (const std::string& name : converted) {
+      std::fprintf(stderr, "flowstate checkpoints: '%s' is bfloat16, which numpy lacks: written as float32\n",
+                   name.c_str());
+    }
     return 0;
   }
   // import

@@ -99,6 +99,7 @@ struct JobSnapshot;
 struct ReplicaStepStats;
 namespace checkpoints {
 class Store;
+enum class ExportFormat;  // checkpoints/npz.h
 }
 
 
@@ -241,6 +242,12 @@ class JobManager {
   // Writes checkpoint `step` of job `id` to `path` in the portable format
   // (checkpoints/FORMAT.md). NOT_FOUND for an unknown job or step.
   Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path);
+  // The same in `format`: the .fsck file above, or a NumPy .npz archive
+  // (checkpoints/npz.h), whose bfloat16 tensors are widened to float32 and
+  // listed in `*converted` when it is not null.
+  Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path,
+                          checkpoints::ExportFormat format,
+                          std::vector<std::string>* converted = nullptr);
   // Stores the snapshot of a portable file under a new id ("import-N"),
   // usable as init_from {"job": id, "step": step}. Returns {id, step}. The
   // file holds a client's upload: malformed bytes are INVALID_ARGUMENT

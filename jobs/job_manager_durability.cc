@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "api/views_json.h"
+#include "checkpoints/npz.h"
 #include "jobs/job_manager_internal.h"
 #include "jobs/job_state.h"
 
@@ -457,6 +458,12 @@ StatusOr<std::vector<JobCheckpointInfo>> JobManager::ListCheckpoints(const std::
 }
 
 Status JobManager::ExportCheckpoint(const std::string& id, int64_t step, const std::string& path) {
+  return ExportCheckpoint(id, step, path, checkpoints::ExportFormat::kFsck);
+}
+
+Status JobManager::ExportCheckpoint(const std::string& id, int64_t step, const std::string& path,
+                                    checkpoints::ExportFormat format,
+                                    std::vector<std::string>* converted) {
   if (options_.store == nullptr) {
     return NoStore();
   }
@@ -467,7 +474,7 @@ Status JobManager::ExportCheckpoint(const std::string& id, int64_t step, const s
     }
     return s.status();
   }
-  return checkpoints::ExportSnapshot(*s, path);
+  return checkpoints::ExportSnapshotAs(*s, path, format, converted);
 }
 
 StatusOr<std::pair<std::string, int64_t>> JobManager::ImportCheckpoint(const std::string& path) {

@@ -60,6 +60,7 @@
 #include "api/flowstate.grpc.pb.h"
 #include "scheduler/thread_pool.h"
 #include "api/proto_convert.h"
+#include "checkpoints/npz.h"
 #include "server/grpc/grpc_frontend.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
@@ -240,6 +241,10 @@ class JobsService final
   ::grpc::Status ExportCheckpoint(ServerContext* ctx, const pb::ExportCheckpointRequest* req,
                                   pb::ExportCheckpointResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/ExportCheckpoint", [&]() -> Status {
+      checkpoints::ExportFormat format = checkpoints::ExportFormat::kFsck;
+      if (!req->format().empty()) {
+        FS_ASSIGN_OR_RETURN(format, checkpoints::ParseExportFormat(req->format()));
+      }
       int64_t step = req->has_step() ? req->step() : -1;
       if (step < 0) {
         if (req->has_step()) return InvalidArgument("step: must be >= 0");
@@ -248,7 +253,7 @@ class JobsService final
         step = list.back().step;
       }
       ScratchFile file;
-      FS_RETURN_IF_ERROR(jobs().ExportCheckpoint(req->job_id(), step, file.path));
+      FS_RETURN_IF_ERROR(jobs().ExportCheckpoint(req->job_id(), step, file.path, format));
       std::ifstream in(file.path, std::ios::binary);
       resp->mutable_data()->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
       resp->set_step(step);

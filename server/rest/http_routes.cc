@@ -13,6 +13,8 @@
 #include <optional>
 
 #include "api/json_codec.h"
+#include "api/openapi.h"
+#include "checkpoints/npz.h"
 #include "server/auth.h"
 #include "server/rest/http_bodies.h"
 #include "api/views_json.h"
@@ -116,6 +118,9 @@ HttpResponse MetricsText(const Call& c) {
   r.body = c.ctx.metrics->Render();
   return r;
 }
+
+// The OpenAPI description of this table (api/openapi.json).
+HttpResponse OpenApi(const Call&) { return JsonResponse(200, std::string(api::OpenApiJson())); }
 
 HttpResponse ListOps(const Call& c) { return JsonResponse(200, OpInfoListToJson(c.service().ListOps())); }
 
@@ -249,6 +254,12 @@ HttpResponse TakeCheckpoint(const Call& c) {
 }
 
 HttpResponse ExportCheckpoint(const Call& c) {
+  checkpoints::ExportFormat format = checkpoints::ExportFormat::kFsck;
+  if (std::optional<std::string> f = QueryParam(c.req.target, "format")) {
+    StatusOr<checkpoints::ExportFormat> parsed = checkpoints::ParseExportFormat(*f);
+    if (!parsed.ok()) return ErrorResponse(parsed.status());
+    format = *parsed;
+  }
   std::optional<std::string> step_text = QueryParam(c.req.target, "step");
   int64_t step = -1;
   if (step_text) {
@@ -265,7 +276,8 @@ HttpResponse ExportCheckpoint(const Call& c) {
     step = list->back().step;
   }
   ScratchFile file;
-  Status s = c.service().jobs().ExportCheckpoint(c.id, step, file.path);
+  std::vector<std::string> converted;
+  Status s = c.service().jobs().ExportCheckpoint(c.id, step, file.path, format, &converted);
   if (!s.ok()) return ErrorResponse(s);
   std::ifstream in(file.path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -273,9 +285,16 @@ HttpResponse ExportCheckpoint(const Call& c) {
   HttpResponse r;
   r.content_type = "application/octet-stream";
   r.body = std::move(bytes);
-  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + c.id + "-" +
-                                                    std::to_string(step) + ".fsck\"");
+  r.headers.emplace_back("Content-Disposition",
+                         "attachment; filename=\"" + c.id + "-" + std::to_string(step) +
+                             std::string(checkpoints::ExportFormatExtension(format)) + "\"");
   r.headers.emplace_back("X-Flowstate-Step", std::to_string(step));
+  if (!converted.empty()) {
+    // npz: the bfloat16 tensors numpy cannot hold, written as float32.
+    std::string names;
+    for (const std::string& n : converted) names += (names.empty() ? "" : ", ") + n;
+    r.headers.emplace_back("X-Flowstate-Converted-To-Float32", names);
+  }
   return r;
 }
 
@@ -296,6 +315,7 @@ const std::vector<Route>& Routes() {
       {"/healthz", {{"GET", Healthz, RequestCost::kCheap}}},
       {"/readyz", {{"GET", Readyz, RequestCost::kCheap}}},
       {"/metrics", {{"GET", MetricsText, RequestCost::kCheap}}},
+      {"/v1/openapi.json", {{"GET", OpenApi, RequestCost::kCheap}}},
       {"/v1/ops", {{"GET", ListOps, RequestCost::kCheap}}},
       {"/v1/devices", {{"GET", ListDevices, RequestCost::kCheap}}},
       {"/v1/cluster", {{"GET", GetCluster, RequestCost::kCheap}}},
@@ -543,6 +563,14 @@ RequestCost CostOf(const HttpRequest& req) {
   if (route == nullptr) return RequestCost::kCheap;
   const MethodEntry* m = FindMethod(*route, req.method);
   return m != nullptr ? m->cost : RequestCost::kCheap;
+}
+
+std::vector<RouteMethod> RouteTable() {
+  std::vector<RouteMethod> out;
+  for (const Route& r : Routes()) {
+    for (const MethodEntry& m : r.methods) out.push_back({m.method, r.path});
+  }
+  return out;
 }
 
 std::string RouteTemplateFor(std::string_view target) {

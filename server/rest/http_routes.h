@@ -3,7 +3,7 @@
 // answer, exactly as DESIGN.md's route table and server/API.md say. The
 // socket layer (http_server.cc) only moves bytes; tests drive this directly.
 //
-//   GET    /healthz /readyz /metrics
+//   GET    /healthz /readyz /metrics /v1/openapi.json
 //   GET    /v1/ops   /v1/devices   /v1/cluster
 //   POST   /v1/sessions                 DELETE /v1/sessions/{id}
 //   POST   /v1/sessions/{id}/extend     POST   /v1/sessions/{id}/run
@@ -11,7 +11,11 @@
 //   GET    /v1/jobs/{id}/events (server-sent events)
 //   POST   /v1/jobs/{id}/cancel | pause | resume | predict
 //   GET    POST /v1/jobs/{id}/checkpoints (501 on a server without a store)
-//   GET    /v1/jobs/{id}/checkpoints/export[?step=N]   POST /v1/checkpoints/import
+//   GET    /v1/jobs/{id}/checkpoints/export[?step=N][&format=fsck|npz]
+//   POST   /v1/checkpoints/import
+//
+// api/openapi.json describes every route of the table (RouteTable below;
+// tests/server/openapi_test.cc holds the two to each other).
 //
 // Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
 // an unknown path is 404, a known path with another method 405 with an
@@ -98,7 +102,7 @@ struct HttpResponse {
 struct RouteOptions {
   std::vector<std::string> tokens;  // empty: no authentication
   // Paths or route templates ("/v1/jobs/{id}") served without a token.
-  std::vector<std::string> open_routes = {"/healthz", "/readyz", "/metrics"};
+  std::vector<std::string> open_routes = {"/healthz", "/readyz", "/metrics", "/v1/openapi.json"};
   int64_t max_tensor_bytes = int64_t{64} << 20;  // per tensor of a request (413 above)
   // An event stream sends ": keep-alive" after this much silence.
   std::chrono::milliseconds keep_alive_interval{15000};
@@ -134,6 +138,15 @@ HeadVerdict CheckHead(const HttpRequest& head, const RouteContext& ctx);
 // (InlinePolicy). Unknown routes and methods are kCheap (their 404/405 is).
 enum class RequestCost { kCheap, kExpensive, kStep };
 RequestCost CostOf(const HttpRequest& req);
+
+// Every (method, route template) of the table, in its order:
+// {"GET", "/v1/jobs/{id}"}, ... For checks of the table against its
+// description (api/openapi.h).
+struct RouteMethod {
+  std::string method;
+  std::string path;
+};
+std::vector<RouteMethod> RouteTable();
 
 // The route template a target belongs to ("/v1/jobs/{id}"), or "unmatched":
 // the label of requests the socket layer answers itself (413, 400).

@@ -44,7 +44,7 @@ struct HttpServerOptions {
   double idle_timeout_seconds = 60;
   int max_pipelined_requests = 16;
   std::vector<std::string> tokens;  // empty: no authentication
-  std::vector<std::string> open_routes = {"/healthz", "/readyz", "/metrics"};
+  std::vector<std::string> open_routes = {"/healthz", "/readyz", "/metrics", "/v1/openapi.json"};
   int64_t max_tensor_bytes = int64_t{64} << 20;
   // A step (session run, predict) whose last run of the same route and id
   // took less than this runs on the I/O thread instead of the handler pool,

@@ -419,7 +419,21 @@ def scenario_two(args, tmp, data_root):
     exported = os.path.join(tmp, "final.fsck")
     subprocess.run(cli + ["export", j["job_id"], str(j["step"]), exported, "--data-dir", data_dir],
                    check=True, capture_output=True, timeout=30)
+    # The same checkpoint for numpy: an .npz that agrees with the .fsck, refused by import.
+    npz = os.path.join(tmp, "final.npz")
+    subprocess.run(cli + ["export", j["job_id"], str(j["step"]), npz, "--format", "npz", "--data-dir", data_dir],
+                   check=True, capture_output=True, timeout=30)
+    subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "compare_npz_fsck.py"), npz, exported],
+                   check=True, timeout=60)
+    bad = subprocess.run(cli + ["export", j["job_id"], str(j["step"]), npz, "--format", "zip", "--data-dir", data_dir],
+                         capture_output=True, timeout=30)
+    if bad.returncode != 2 or b"--format: expected" not in bad.stderr:
+        fail("flowstate checkpoints export --format zip: %d %r" % (bad.returncode, bad.stderr))
     other = os.path.join(tmp, "other-data")
+    refused = subprocess.run(cli + ["import", npz, "--data-dir", other], capture_output=True, timeout=30)
+    if refused.returncode == 0 or b".npz" not in refused.stderr:
+        fail("flowstate checkpoints import of an .npz: %d %r" % (refused.returncode, refused.stderr))
     imported = subprocess.run(cli + ["import", exported, "--data-dir", other], capture_output=True, timeout=30)
     if imported.returncode != 0 or imported.stdout.split() != [b"import-1", str(j["step"]).encode()]:
         fail("flowstate checkpoints import: %d %r %r" % (imported.returncode, imported.stdout, imported.stderr))

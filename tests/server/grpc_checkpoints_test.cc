@@ -113,6 +113,39 @@ TEST_F(GrpcCheckpointsTest, ListTakeExportImportAndWatchHistory) {
   EXPECT_EQ(rest_export.content_type, "application/octet-stream");
   EXPECT_EQ(rest_export.body, exported.data()) << "the same portable bytes over both frontends";
   EXPECT_EQ(Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?step=x").status, 400);
+  // NumPy: an .npz archive over both frontends, named for what it is; a bad
+  // format is 400 naming the parameter; import refuses an .npz.
+  HttpResponse npz = Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?step=8&format=npz");
+  ASSERT_EQ(npz.status, 200) << npz.body;
+  EXPECT_EQ(npz.content_type, "application/octet-stream");
+  EXPECT_EQ(npz.body.rfind(std::string("PK\x03\x04", 4), 0), 0u);
+  bool named = false;
+  for (const auto& [k, v] : npz.headers) {
+    if (k == "Content-Disposition") named = v == "attachment; filename=\"" + id + "-8.npz\"";
+  }
+  EXPECT_TRUE(named) << "Content-Disposition names <job>-<step>.npz";
+  HttpResponse bad_format = Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?format=zip");
+  EXPECT_EQ(bad_format.status, 400);
+  EXPECT_EQ(nlohmann::json::parse(bad_format.body)["error"]["message"].get<std::string>().rfind("format: ", 0), 0u)
+      << bad_format.body;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    pb::ExportCheckpointRequest req;
+    req.set_job_id(id);
+    req.set_format("npz");
+    pb::ExportCheckpointResponse resp;
+    ASSERT_TRUE(jobs_->ExportCheckpoint(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.step(), 8);
+    EXPECT_EQ(resp.data().size(), npz.body.size()) << "the same archive over both frontends";
+    req.set_format("zip");
+    grpc::ClientContext ctx2;
+    Deadline(&ctx2);
+    EXPECT_EQ(jobs_->ExportCheckpoint(&ctx2, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  HttpResponse npz_import = Rest("POST", "/v1/checkpoints/import", npz.body);
+  EXPECT_EQ(npz_import.status, 400);
+  EXPECT_NE(npz_import.body.find(".npz"), std::string::npos) << npz_import.body;
   EXPECT_EQ(Rest("GET", "/v1/jobs/" + id + "/checkpoints/export?step=5").status, 404);
   {
     grpc::ClientContext ctx;
