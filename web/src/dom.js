@@ -1,7 +1,7 @@
 // DOM helpers and number formats. Every string that comes from the server
 // (job names, errors, metric names, messages) enters the page as text
-// (textContent, text nodes, attribute values), never as markup: nothing
-// in the console assigns innerHTML.
+// (textContent, text nodes, attribute values), never as markup: the
+// console never hands a string to the HTML parser.
 
 // el('td', {class: 'num', text: '3'}, child, 'text', ...): an element with
 // properties and children (nodes, or strings that become text nodes).
