@@ -90,6 +90,7 @@ class JobDetail {
     this.closed = false;
     this.job = null;
     this.shownState = null;
+    this.openedAtStep = 0;
     this.evalSteps = new Set();
     this.charts = {};
   }
@@ -103,6 +104,7 @@ class JobDetail {
       fill(this.container, el('div', {class: 'error', text: 'Job ' + this.id + ': ' + e.message}));
       return;
     }
+    this.openedAtStep = job.step;
     this.render();
     this.applyJob(job);
     await this.loadHistory();
@@ -289,7 +291,12 @@ class JobDetail {
     } else {
       this.log(kind, job);
     }
-    if (kind === 'eval') this.addEval(job.step, job.epoch, new Date().toISOString(), job.metrics || {});
+    if (kind === 'eval') {
+      // The stream replays past evaluations first (?history=1) without
+      // their time; one after the step the page opened at is happening now.
+      const live = job.step > this.openedAtStep;
+      this.addEval(job.step, job.epoch, live ? new Date().toISOString() : null, job.metrics || {});
+    }
     if (kind === 'checkpoint' || (kind === 'state' && TERMINAL.has(job.state))) this.loadCheckpoints();
     this.applyJob(job);
   }
@@ -305,6 +312,10 @@ class JobDetail {
                            (kind, job) => this.onEvent(kind, job), this.abort.signal);
       } catch (e) {
         if (e.name === 'AbortError' || this.closed) return;
+        if (e.status >= 400 && e.status < 500) {  // gone, or no token: retrying will not help
+          setText(this.nodes.streamState, 'no event stream: ' + e.message);
+          return;
+        }
         setText(this.nodes.streamState, 'event stream lost (' + e.message + '); reconnecting');
       }
       first = false;
