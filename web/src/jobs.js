@@ -17,12 +17,16 @@ function actionButtons(job, onAction) {
   })));
 }
 
-function progressCell(job) {
+// Shows the job's progress in `cell` (a bar, steps of the total, the
+// epoch), updating the elements it made the first time.
+function showProgress(cell, job) {
+  if (!cell.firstChild) cell.append(el('progress'), el('span', {class: 'steps'}), el('span', {class: 'muted'}));
+  const [bar, steps, epoch] = cell.children;
   const total = isNum(job.total_steps) && job.total_steps > 0 ? job.total_steps : 0;
-  const bar = el('progress', {max: total || 1, value: total ? Math.min(job.step, total) : 0});
-  const steps = fmtInt(job.step) + (total ? ' / ' + fmtInt(total) : '');
-  const epoch = job.epochs > 0 ? 'epoch ' + Math.min(job.epoch + 1, job.epochs) + '/' + job.epochs : '';
-  return [bar, el('span', {class: 'steps', text: steps}), el('span', {class: 'muted', text: epoch})];
+  bar.max = total || 1;
+  bar.value = total ? Math.min(job.step, total) : 0;
+  setText(steps, fmtInt(job.step) + (total ? ' / ' + fmtInt(total) : ''));
+  setText(epoch, job.epochs > 0 ? 'epoch ' + Math.min(job.epoch + 1, job.epochs) + '/' + job.epochs : '');
 }
 
 class JobsTable {
@@ -53,14 +57,16 @@ class JobsTable {
       tr.addEventListener('click', () => { location.hash = '#/jobs/' + encodeURIComponent(j.job_id); });
       for (let i = 0; i < 7; ++i) tr.append(el('td'));
       tr.children[3].className = tr.children[4].className = tr.children[5].className = 'num';
+      fill(tr.children[0], el('a', {href: '#/jobs/' + encodeURIComponent(j.job_id), class: 'job-id', text: j.job_id}),
+           el('div', {class: 'job-name', text: j.name || ''}));
       row = {tr, state: null};
       this.rows.set(j.job_id, row);
-      if (this.tbody) this.tbody.prepend(tr);
+      this.tbody.prepend(tr);
     }
+    // Cells change in place; the buttons only with the state, so that an
+    // update never replaces what the pointer is on.
     const c = row.tr.children;
-    fill(c[0], el('a', {href: '#/jobs/' + encodeURIComponent(j.job_id), class: 'job-id', text: j.job_id}),
-         el('div', {class: 'job-name', text: j.name || ''}));
-    fill(c[2], progressCell(j));
+    showProgress(c[2], j);
     setText(c[3], fmtNum(j.loss));
     setText(c[4], fmtRate(j.examples_per_sec));
     setText(c[5], TERMINAL.has(j.state) ? '' : fmtSeconds(j.eta_seconds));
@@ -175,8 +181,10 @@ class JobDetail {
       errs.push(el('div', {class: 'error', text: 'Checkpoint error: ' + job.checkpoint_error}));
     }
     fill(n.errors, errs);
+    const progress = el('span');
+    showProgress(progress, job);
     const rows = [
-      ['Progress', progressCell(job)],
+      ['Progress', progress],
       ['Loss', fmtNum(job.loss)],
       ['Examples/s', fmtRate(job.examples_per_sec)],
       ['ETA', TERMINAL.has(job.state) ? '–' : fmtSeconds(job.eta_seconds)],
