@@ -17,11 +17,11 @@
 // Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
 // an unknown path is 404, a known path with another method 405 with an
 // Allow header, a missing or wrong bearer token 401 with WWW-Authenticate
-// (checked before the route is looked up, except for open routes; the rule
-// is server/auth.h's, shared with gRPC). CheckHead tells the socket layer,
-// from the request's header alone, whether it will be refused whatever its
-// body, so that it never reads the body of such a request. A
-// rejected request changes nothing: bodies are parsed and checked in full
+// (checked before the route is looked up, except for open routes and the
+// console's files; the rule is server/auth.h's, shared with gRPC).
+// CheckHead tells the socket layer, from the request's header alone, whether
+// it will be refused whatever its body, so that it never reads the body of
+// such a request. A rejected request changes nothing: bodies are parsed and checked in full
 // before the Service is called, and the Service refuses atomically.
 //
 // Thread safety: HandleRequest may run on many threads at once with one
