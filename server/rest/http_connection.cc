@@ -287,6 +287,8 @@ void Connection::Enqueue(HttpResponse r, bool keep_alive, unsigned version) {
     o.message->body() = std::move(r.body);
     o.message->keep_alive(keep_alive);
     o.message->prepare_payload();
+    // A 304 has no body; a Content-Length would have to be the 200's.
+    if (r.status == 304) o.message->erase(http::field::content_length);
   }
   o.close = !keep_alive;
   if (o.close) no_more_reads_ = true;

@@ -20,6 +20,7 @@
 #include "api/views_json.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "web/console_assets.h"
 
 namespace flowstate {
 namespace {
@@ -50,6 +51,9 @@ struct MethodEntry {
 struct Route {
   const char* path;  // the template: "{id}" matches one non-empty segment
   std::vector<MethodEntry> methods;
+  // Served without a token whatever auth.open_routes says: the web
+  // console's static files, which hold no data (its API calls carry the token).
+  bool public_page = false;
 };
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
@@ -310,6 +314,40 @@ HttpResponse ImportCheckpoint(const Call& c) {
   return JsonResponse(201, CheckpointRequestToJson(r->first, r->second, true));
 }
 
+// The web console's files (web/console_assets.h): public, cached until they
+// change (ETag), and allowed to load nothing but themselves and to talk to
+// nothing but this server (Content-Security-Policy).
+HttpResponse ConsoleFile(const Call& c, std::string_view name) {
+  const web::ConsoleAsset* a = web::FindConsoleAsset(name);
+  if (a == nullptr) {
+    return ErrorResponse(NotFound(web::ConsoleBuiltIn()
+                                      ? "the web console has no file '" + std::string(name) + "'"
+                                      : std::string("this binary was built without the web console "
+                                                    "(-DFLOWSTATE_WEB_CONSOLE=OFF)")));
+  }
+  HttpResponse r;
+  r.content_type = std::string(a->content_type);
+  r.headers.emplace_back("ETag", std::string(a->etag));
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Referrer-Policy", "no-referrer");
+  auto [begin, end] = c.req.headers.equal_range("if-none-match");
+  for (auto it = begin; it != end; ++it) {
+    if (it->second.find(a->etag) != std::string::npos) {
+      r.status = 304;
+      return r;
+    }
+  }
+  r.body = std::string(a->body);
+  return r;
+}
+
+HttpResponse ConsolePage(const Call& c) { return ConsoleFile(c, "index.html"); }
+HttpResponse ConsoleAsset(const Call& c) { return ConsoleFile(c, c.id); }
+
 const std::vector<Route>& Routes() {
   static const std::vector<Route> routes = {
       {"/healthz", {{"GET", Healthz, RequestCost::kCheap}}},
@@ -337,6 +375,8 @@ const std::vector<Route>& Routes() {
       {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, RequestCost::kExpensive}}},
       {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
+      {"/", {{"GET", ConsolePage, RequestCost::kCheap}}, true},
+      {"/console/{id}", {{"GET", ConsoleAsset, RequestCost::kCheap}}, true},
   };
   return routes;
 }
@@ -383,6 +423,7 @@ std::vector<std::string> PathSegments(std::string_view target) {
 
 std::vector<std::string_view> TemplateSegments(std::string_view t) {
   std::vector<std::string_view> out;
+  if (t == "/") return out;  // the root has no segment, as PathSegments("/") has none
   size_t i = 1;
   while (i <= t.size()) {
     size_t end = t.find('/', i);
@@ -443,6 +484,7 @@ const MethodEntry* FindMethod(const Route& r, std::string_view method) {
 // --- Authentication.
 
 bool IsOpen(const RouteOptions& o, const std::string& path, const Route* route) {
+  if (route != nullptr && route->public_page) return true;
   for (const std::string& open : o.open_routes) {
     if (open == path || (route != nullptr && open == route->path)) return true;
   }

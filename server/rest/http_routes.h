@@ -13,6 +13,7 @@
 //   GET    POST /v1/jobs/{id}/checkpoints (501 on a server without a store)
 //   GET    /v1/jobs/{id}/checkpoints/export[?step=N][&format=fsck|npz]
 //   POST   /v1/checkpoints/import
+//   GET    /  /console/{file}           the web console (web/), served without a token
 //
 // api/openapi.json describes every route of the table (RouteTable below;
 // tests/server/openapi_test.cc holds the two to each other).
@@ -20,11 +21,11 @@
 // Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
 // an unknown path is 404, a known path with another method 405 with an
 // Allow header, a missing or wrong bearer token 401 with WWW-Authenticate
-// (checked before the route is looked up, except for open routes; the rule
-// is server/auth.h's, shared with gRPC). CheckHead tells the socket layer,
-// from the request's header alone, whether it will be refused whatever its
-// body, so that it never reads the body of such a request. A
-// rejected request changes nothing: bodies are parsed and checked in full
+// (checked before the route is looked up, except for open routes and the
+// console's files; the rule is server/auth.h's, shared with gRPC).
+// CheckHead tells the socket layer, from the request's header alone, whether
+// it will be refused whatever its body, so that it never reads the body of
+// such a request. A rejected request changes nothing: bodies are parsed and checked in full
 // before the Service is called, and the Service refuses atomically.
 //
 // Thread safety: HandleRequest may run on many threads at once with one

@@ -30,7 +30,9 @@ MAY_USE = {
     "config": ["graph"],
     "distributed": CORE + ["api"],
     "jobs": CORE + ["checkpoints", "api", "distributed"],
-    "server": CORE + ["checkpoints", "api", "distributed", "jobs"],
+    # The web console's embedded files: standard library only.
+    "web": [],
+    "server": CORE + ["checkpoints", "api", "distributed", "jobs", "web"],
     "cli": CORE + ["checkpoints", "api", "distributed", "jobs", "server", "config"],
 }
 # Sub-folders that must not include each other: the two frontends are thin

@@ -354,7 +354,7 @@ TEST_F(HttpRoutesTest, WrongMethodIs405WithAllow) {
 }
 
 TEST_F(HttpRoutesTest, UnknownRoutesAre404) {
-  for (const char* target : {"/", "/v1", "/v2/jobs", "/v1/job", "/v1/jobs/job-1/steps",
+  for (const char* target : {"/v1", "/v2/jobs", "/v1/job", "/v1/jobs/job-1/steps",
                              "/v1/sessions/s/run/again", "/healthz/x"}) {
     HttpResponse r = Do("GET", target);
     EXPECT_EQ(r.status, 404) << target;
