@@ -12,6 +12,7 @@
 //   POST   /v1/jobs/{id}/cancel | pause | resume | predict
 //   GET    POST /v1/jobs/{id}/checkpoints (501 on a server without a store)
 //   GET    /v1/jobs/{id}/checkpoints/export[?step=N]   POST /v1/checkpoints/import
+//   GET    /v1/jobs/{id}/history   /v1/jobs/{id}/traces   /v1/jobs/{id}/traces/{step}
 //
 // Errors are api::StatusToJson bodies with the api::HttpStatusFor status;
 // an unknown path is 404, a known path with another method 405 with an
