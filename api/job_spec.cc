@@ -226,7 +226,7 @@ Status ParseInitFrom(const Json& f, JobSpec* job) {
 
 Status ParseTrace(const Json& t, JobSpec* job) {
   const JsonPath p("trace");
-  FS_RETURN_IF_ERROR(CheckObject(t, p, "a trace spec ({\"steps\": [100, 101]})", {"steps"}));
+  FS_RETURN_IF_ERROR(CheckObject(t, p, "a trace spec", {"steps"}));
   FS_ASSIGN_OR_RETURN(const Json* steps, Required(t, p, "steps"));
   const JsonPath sp = p.Key("steps");
   if (!steps->is_array() || steps->empty()) return PathError(sp, "expected a non-empty list of step numbers");
