@@ -375,7 +375,9 @@ void Draw(Canvas& c, const Layout& l, const JobHistory& h, const std::string& ti
     y += kMetricHeight + kBelow;
   }
   std::string footer = std::to_string(h.steps.size()) + " step points";
-  if (h.downsampled) footer += " (downsampled: every " + std::to_string(h.stride) + "th step and the latest)";
+  if (h.downsampled) {
+    footer += " (downsampled: the steps at multiples of " + std::to_string(h.stride) + ", and the latest)";
+  }
   footer += ", " + std::to_string(h.evals.size()) + " evaluations";
   c.Text(kLeft, l.height - 9, footer, 11, Align::kLeft, kGrey);
 }
