@@ -1,6 +1,7 @@
 #include "api/job_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <string_view>
 
@@ -223,6 +224,36 @@ Status ParseInitFrom(const Json& f, JobSpec* job) {
   return Status();
 }
 
+Status ParseTrace(const Json& t, JobSpec* job) {
+  const JsonPath p("trace");
+  FS_RETURN_IF_ERROR(CheckObject(t, p, "a trace spec", {"steps"}));
+  FS_ASSIGN_OR_RETURN(const Json* steps, Required(t, p, "steps"));
+  const JsonPath sp = p.Key("steps");
+  if (!steps->is_array() || steps->empty()) return PathError(sp, "expected a non-empty list of step numbers");
+  if (steps->size() > size_t(kMaxTracedSteps)) {
+    return PathError(sp, "at most " + std::to_string(kMaxTracedSteps) + " steps can be traced, got " +
+                             std::to_string(steps->size()));
+  }
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < steps->size(); ++k) {
+    const Json& v = (*steps)[k];
+    const JsonPath ep = sp.Index(int64_t(k));
+    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
+      return PathError(ep, "expected a step number (an integer >= 1)");
+    }
+    const double d = v.get<double>();
+    if (d < 1 || d > 9.0e15) return PathError(ep, "expected a step number (an integer >= 1)");
+    const int64_t step = int64_t(d);
+    if (std::find(out.begin(), out.end(), step) != out.end()) {
+      return PathError(ep, "step " + std::to_string(step) + " is listed twice");
+    }
+    out.push_back(step);
+  }
+  std::sort(out.begin(), out.end());
+  job->trace_steps = std::move(out);
+  return Status();
+}
+
 }  // namespace
 
 StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
@@ -234,7 +265,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
                                  {"name", "graph", "loss", "optimizer", "input", "eval",
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
                                   "init_from", "on_nan", "bucket_bytes", "backup_replicas",
-                                  "check_replicas_every", "deterministic", "_test_straggler"}));
+                                  "check_replicas_every", "deterministic", "_test_straggler", "trace"}));
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "name", &job.name));
   FS_ASSIGN_OR_RETURN(const Json* graph, Required(j, root, "graph"));
   FS_ASSIGN_OR_RETURN(job.graph, api::internal::GraphFromJson(*graph, root.Key("graph"), {}));
@@ -285,6 +316,12 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   int64_t max_steps = 0;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "max_steps", &max_steps, 1));
   if (max_steps > 0) job.max_steps = max_steps;
+  if (const Json* t = FindField(j, "trace")) {
+    FS_RETURN_IF_ERROR(ParseTrace(*t, &job));
+    if (job.replicas > 1) {
+      return PathError(root.Key("trace"), "tracing a job with replicas > 1 is not supported yet");
+    }
+  }
   std::string on_nan = "fail";
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "on_nan", &on_nan));
   if (on_nan == "skip_step") {

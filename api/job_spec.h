@@ -100,7 +100,14 @@ struct JobSpec {
   std::optional<int64_t> max_steps;  // stop early after this many steps
   std::optional<InitFromSpec> init_from;
   OnNan on_nan = OnNan::kFail;  // "on_nan": "fail" | "skip_step"
+  // "trace": {"steps": [100, 101]}: the steps (1-based, as JobInfo::step
+  // counts them) whose ops are traced (GET /v1/jobs/{id}/traces/{step}); at
+  // most kMaxTracedSteps, distinct, ascending once parsed. Not with replicas
+  // > 1 yet.
+  std::vector<int64_t> trace_steps;
 };
+
+inline constexpr int kMaxTracedSteps = 16;
 
 // INVALID_ARGUMENT with the JSON path of the first bad field; unknown fields
 // are errors too (a typo must not be silently ignored).

@@ -160,6 +160,9 @@ struct RunRequest {
   std::vector<std::string> fetches;  // "x" or "x:1"
   std::vector<std::string> targets;  // node names
   Encoding encoding = Encoding::kData;  // of the outputs
+  // "trace": true: the response carries the step's trace as Chrome trace
+  // JSON ("trace": {...}, api/views_json.h StepTraceToChromeJson).
+  bool trace = false;
 };
 
 // Every field is optional (null is the same as absent). Feed names and
@@ -196,8 +199,11 @@ StatusOr<PredictRequest> ParsePredictRequestJson(
 StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view what,
                                          const GraphJsonOptions& options = {});
 
-// {"outputs": {name: tensor, ...}} in the order given.
-std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding);
+// {"outputs": {name: tensor, ...}} in the order given; with a non-empty
+// `trace_json` (a JSON object: a traced run's Chrome trace), also
+// "trace": that object.
+std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding,
+                             std::string_view trace_json = {});
 // The inverse, for clients and tests ({"outputs": ...}, nothing else).
 StatusOr<NamedTensors> ParseRunOutputsJson(std::string_view json, std::string_view path = "",
                                            size_t max_tensor_bytes = kDefaultMaxTensorBytes);

@@ -504,6 +504,26 @@ void JobEventToProto(const JobEvent& event, pb::JobEvent* proto) {
   proto->set_message(event.message);
 }
 
+void JobHistoryToProto(const JobHistory& h, pb::JobHistory* proto) {
+  proto->set_job_id(h.job_id);
+  for (const JobHistoryStep& s : h.steps) {
+    pb::JobHistoryStep* p = proto->add_steps();
+    p->set_step(s.step);
+    p->set_epoch(s.epoch);
+    p->set_loss(s.loss);
+    p->set_examples_per_sec(s.examples_per_sec);
+    p->set_time(s.time);
+  }
+  for (const JobHistoryEval& e : h.evals) {
+    pb::JobHistoryEval* p = proto->add_evals();
+    p->set_step(e.step);
+    p->set_epoch(e.epoch);
+    p->set_time(e.time);
+    for (const auto& [name, v] : e.metrics) (*p->mutable_metrics())[name] = v;
+  }
+  proto->set_downsampled(h.downsampled);
+}
+
 void CheckpointToProto(const JobCheckpointInfo& c, pb::JobCheckpoint* proto) {
   proto->set_step(c.step);
   if (c.time > 0) SecondsToTimestamp(c.time, proto->mutable_time());

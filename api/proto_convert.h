@@ -96,6 +96,8 @@ StatusOr<GraphDef> GraphFromRequest(const pb::ExtendSessionRequest& request,
 void JobToProto(const JobInfo& job, pb::Job* proto);
 void JobEventToProto(const JobEvent& event, pb::JobEvent* proto);
 void CheckpointToProto(const JobCheckpointInfo& c, pb::JobCheckpoint* proto);
+// GET /v1/jobs/{id}/history as a message (time: seconds since the epoch).
+void JobHistoryToProto(const JobHistory& h, pb::JobHistory* proto);
 void OpToProto(const OpInfo& op, pb::Op* proto);
 void DeviceToProto(const DeviceInfo& device, pb::Device* proto);
 // `now`: seconds since the epoch, the time of the view (heartbeat ages), as

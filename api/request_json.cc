@@ -90,7 +90,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v, /*pack_tensor_data=*/true));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run request",
-                                           {"feeds", "fetches", "targets", "encoding"}));
+                                           {"feeds", "fetches", "targets", "encoding", "trace"}));
   RunRequest r;
   if (const Json* feeds = internal::FindField(v, "feeds")) {
     FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(*feeds, root.Key("feeds"),
@@ -111,6 +111,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   if (const Json* encoding = internal::FindField(v, "encoding")) {
     FS_ASSIGN_OR_RETURN(r.encoding, internal::ReadEncoding(*encoding, root.Key("encoding")));
   }
+  FS_RETURN_IF_ERROR(internal::ReadBoolField(v, root, "trace", &r.trace));
   return r;
 }
 
@@ -168,13 +169,19 @@ std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) 
   }
   out += ",\"encoding\":";
   internal::AppendJsonString(EncodingName(request.encoding), &out);
+  if (request.trace) out += ",\"trace\":true";
   out.push_back('}');
   return out;
 }
 
-std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding) {
+std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding,
+                             std::string_view trace_json) {
   std::string out = "{\"outputs\":";
   internal::AppendNamedTensors(outputs, encoding, &out);
+  if (!trace_json.empty()) {
+    out += ",\"trace\":";
+    out += trace_json;
+  }
   out.push_back('}');
   return out;
 }

@@ -76,6 +76,50 @@ struct JobRecord {
   std::vector<JobEvent> history;
 };
 
+// A job's loss and evaluations over time, as GET /v1/jobs/{id}/history
+// gives them (jobs/step_history.h keeps it bounded). Times are seconds since
+// the Unix epoch.
+struct JobHistoryStep {
+  int64_t step = 0;   // steps done, this one included
+  int64_t epoch = 0;  // 0-based
+  double loss = 0;
+  double examples_per_sec = 0;  // of this step alone
+  double time = 0;              // when it ended
+};
+struct JobHistoryEval {
+  int64_t step = 0, epoch = 0;
+  double time = 0;
+  std::map<std::string, double> metrics;
+};
+struct JobHistory {
+  std::string job_id;
+  std::vector<JobHistoryStep> steps;  // ascending by step
+  std::vector<JobHistoryEval> evals;  // every evaluation, ascending
+  // Steps are kept at multiples of `stride` only (a long job); stride 1:
+  // every step. `downsampled` is stride > 1.
+  int64_t stride = 1;
+  bool downsampled = false;
+};
+
+// Where one traced step's time went, op by op (a job's "trace" steps, a
+// session run with "trace": true); rendered as Chrome trace JSON
+// (StepTraceToChromeJson). Times are microseconds since the step started.
+struct StepTraceEvent {
+  std::string node, op;
+  int device = 0;      // index into StepTrace::devices
+  int64_t thread = 0;  // OS thread id
+  double start_us = 0, duration_us = 0;
+  int64_t output_bytes = 0;     // the op's output tensors
+  int64_t allocated_bytes = 0;  // outputs in buffers of their own (not forwarded inputs)
+};
+struct StepTrace {
+  int64_t step = 0;     // the job's step (1-based); a session run's step id
+  double time = 0;      // when it started, seconds since the Unix epoch
+  double wall_us = 0;   // the step from start to end
+  std::vector<std::string> devices;  // full device names
+  std::vector<StepTraceEvent> events;
+};
+
 // One checkpoint of a job, as GET /v1/jobs/{id}/checkpoints lists it.
 struct JobCheckpointInfo {
   int64_t step = 0;

@@ -104,6 +104,35 @@ StatusOr<TaskState> TaskStateFromName(std::string_view name);
 std::string FormatIncarnation(uint64_t incarnation);
 StatusOr<uint64_t> ParseIncarnation(std::string_view hex);
 
+// GET /v1/jobs/{id}/history:
+//   {"job_id": "job-3",
+//    "steps": [{"step": 10, "epoch": 0, "loss": 0.52, "examples_per_sec": 15034.2,
+//               "time": 1796400000.125}, ...],
+//    "evals": [{"step": 469, "epoch": 0, "time": 1796400031.5,
+//               "metrics": {"accuracy": 0.85}}, ...],
+//    "downsampled": false}
+// times in seconds since the Unix epoch (numbers, for charts); non-finite
+// numbers as in the job view. The stored form (JobHistoryRecordToJson, the
+// job manager's) adds "stride". The reader takes both.
+std::string JobHistoryToJson(const JobHistory& history);
+std::string JobHistoryRecordToJson(const JobHistory& history);
+StatusOr<JobHistory> JobHistoryFromJson(std::string_view json);
+
+// A traced step as Chrome trace JSON (the JSON object format that
+// chrome://tracing and Perfetto load):
+//   {"traceEvents": [
+//      {"name": "dense/MatMul", "cat": "MatMul", "ph": "X", "ts": 12.5, "dur": 80.1,
+//       "pid": 1, "tid": 4242, "args": {"node": "dense/MatMul", "op": "MatMul",
+//       "bytes": 51200, "output_bytes": 51200}},
+//      {"name": "step 7", "cat": "step", "ph": "X", "ts": 0, "dur": 950.2, "pid": 0, "tid": 0, ...},
+//      {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "/job:localhost/.../CPU:0"}},
+//      {"name": "thread_name", "ph": "M", "pid": 1, "tid": 4242, "args": {"name": "thread 4242"}}, ...],
+//    "displayTimeUnit": "ms",
+//    "otherData": {"step": 7, "wall_us": 950.2, "start_time": "2026-12-04T..."}}
+// pid 0 is the step as a whole; pid i + 1 is StepTrace::devices[i]; tid is
+// the OS thread. "bytes" is allocated_bytes.
+std::string StepTraceToChromeJson(const StepTrace& trace);
+
 // JobState from its name ("RUNNING"); INVALID_ARGUMENT for another string.
 StatusOr<JobState> JobStateFromName(std::string_view name);
 

@@ -5,10 +5,16 @@
 //   session_step/add_fed_scalars   the same with both scalars fed
 //   executor/chain_10000_noops     10,000 NoOps in a chain, null ops per second
 //   executor/wide_10000_noops      10,000 NoOps between one source and one sink
+//   .../traced                     the same with a step trace recorded
+//                                  (scheduler/step_trace.h; a fresh collector
+//                                  per step)
 // all on one inter-op thread (the caller's: cheap nodes run inline), and the
 // last two also through a Session. Targets (issue 2): <= 5 µs, <= 10 µs,
-// >= 5,000,000 ops/s (the paper's executor: ~2,000,000).
+// >= 5,000,000 ops/s (the paper's executor: ~2,000,000). Tracing off is a
+// null pointer the executor tests once per op: compare the untraced figures
+// with a build of the commit before tracing (BENCHMARKS.md, issue 15).
 #include <cstdio>
+#include <string>
 
 #include "bench/bench_util.h"
 #include "devices/device_pool.h"
@@ -18,6 +24,7 @@
 #include "scheduler/executor.h"
 #include "scheduler/runtime_kernels.h"
 #include "scheduler/session.h"
+#include "scheduler/step_trace.h"
 #include "state/kernels.h"
 
 using namespace flowstate;
@@ -70,6 +77,10 @@ GraphDef Wide(int n) {
 
 int main(int argc, char** argv) {
   bench::TimingOptions t = bench::ParseTimingOptions(argc, argv);
+  // --no-traced: only the figures a build without tracing has too (for an
+  // instruction count of the same calls under callgrind).
+  bool traced_figures = true;
+  for (int i = 1; i < argc; ++i) traced_figures &= std::string(argv[i]) != "--no-traced";
   scheduler::RegisterRuntimeKernels();
   state::RegisterKernels();
   DevicePoolOptions po;
@@ -91,6 +102,17 @@ int main(int argc, char** argv) {
     bench::PrintFigure("session_step/noop_target", noop * 1e6, "us/step");
     double add = bench::BestSecondsPerCall([&] { s->Run({}, {"sum"}, {}, &out).CheckOk(); }, t);
     bench::PrintFigure("session_step/add_scalars_fetch", add * 1e6, "us/step");
+    if (traced_figures) {
+      double traced = bench::BestSecondsPerCall(
+          [&] {
+            StepTraceCollector trace;
+            RunOptions o;
+            o.trace = &trace;
+            s->Run({}, {"sum"}, {}, &out, nullptr, o).CheckOk();
+          },
+          t);
+      bench::PrintFigure("session_step/add_scalars_fetch/traced", traced * 1e6, "us/step");
+    }
     Tensor xv = Tensor::Scalar(1.0f), yv = Tensor::Scalar(2.0f);
     double fed = bench::BestSecondsPerCall(
         [&] { s->Run({{"x", xv}, {"y", yv}}, {"fed_sum"}, {}, &out).CheckOk(); }, t);
@@ -107,6 +129,17 @@ int main(int argc, char** argv) {
     Executor::Args args;  // no pool: one inter-op thread, the caller's
     double sec = bench::BestSecondsPerCall([&] { exec->Run(args).CheckOk(); }, t);
     bench::PrintFigure(std::string("executor/") + shape + "_10000_noops", kNodes / sec, "ops/s");
+    if (traced_figures) {
+      double tsec = bench::BestSecondsPerCall(
+          [&] {
+            StepTraceCollector trace;
+            Executor::Args traced = args;
+            traced.trace = &trace;
+            exec->Run(traced).CheckOk();
+          },
+          t);
+      bench::PrintFigure(std::string("executor/") + shape + "_10000_noops/traced", kNodes / tsec, "ops/s");
+    }
     auto s = NewSession(pool.get(), gd);
     std::vector<Tensor> out;
     std::string target = std::string(shape) == "chain" ? "n" + std::to_string(kNodes - 1) : "sink";

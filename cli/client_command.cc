@@ -28,6 +28,7 @@
 #include "api/views.h"
 #include "api/views_json.h"
 #include "cli/commands.h"
+#include "cli/plot.h"
 #include "cli/progress.h"
 
 namespace flowstate {
@@ -41,12 +42,14 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kJobsUsage =
     "usage: flowstate jobs submit FILE | list [--json] | get ID | watch ID | cancel ID\n"
-    "                      [--server URL] [--token TOKEN]\n"
+    "                      | plot ID --out FILE.svg|FILE.png [--server URL] [--token TOKEN]\n"
     "  --server URL   the server's HTTP address (default: $FLOWSTATE_SERVER or\n"
     "                 http://127.0.0.1:8080)\n"
     "  --token TOKEN  bearer token when the server has auth (default: $FLOWSTATE_TOKEN)\n"
     "watch draws a progress bar on a terminal (plain lines otherwise) and exits 0\n"
-    "when the job SUCCEEDED, 1 when it FAILED or was CANCELLED.\n";
+    "when the job SUCCEEDED, 1 when it FAILED or was CANCELLED.\n"
+    "plot draws the job's loss and eval metrics against the step (GET\n"
+    "/v1/jobs/ID/history) as SVG or PNG, by the extension of --out.\n";
 
 constexpr const char* kRunUsage =
     "usage: flowstate run GRAPH.json --fetch NAME [--fetch NAME ...] [--feed NAME=JSON ...]\n"
@@ -413,6 +416,25 @@ int Watch(Client& client, const std::string& id) {
   return 1;
 }
 
+// `jobs plot`: the job (for the title) and its history, drawn to `out`.
+int Plot(Client& client, const std::string& id, const std::string& out) {
+  JobInfo job = JobOf(client.Do(http::verb::get, "/v1/jobs/" + id));
+  Response r = client.Do(http::verb::get, "/v1/jobs/" + id + "/history");
+  ParseOk(r);
+  StatusOr<JobHistory> history = JobHistoryFromJson(r.body);
+  if (!history.ok()) throw Failure{"the server's job history is not one: " + history.status().message()};
+  std::string title = "Job " + (job.name.empty() ? id : job.name + " (" + id + ")") + " - " +
+                      std::string(JobStateName(job.state)) + ", step " + std::to_string(job.step);
+  Status s = WriteHistoryPlot(*history, title, out);
+  if (!s.ok()) {
+    std::fprintf(stderr, "flowstate: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "wrote %s: %zu step points, %zu evaluations\n", out.c_str(), history->steps.size(),
+               history->evals.size());
+  return 0;
+}
+
 }  // namespace
 
 int JobsCommand(int argc, char** argv) {
@@ -427,10 +449,15 @@ int JobsCommand(int argc, char** argv) {
   std::string sub = c.args[0];
   std::vector<std::string> rest(c.args.begin() + 1, c.args.end());
   bool json_out = false;
+  std::string out_path;  // plot --out
   std::vector<std::string> positional;
-  for (const std::string& a : rest) {
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& a = rest[i];
     if (a == "--json") {
       json_out = true;
+    } else if (sub == "plot" && (a == "--out" || a.rfind("--out=", 0) == 0)) {
+      if (a == "--out" && i + 1 >= rest.size()) return Usage(kJobsUsage, "jobs plot: --out needs a file");
+      out_path = a == "--out" ? rest[++i] : a.substr(6);
     } else if (a.size() > 1 && a[0] == '-') {
       return Usage(kJobsUsage, "jobs " + sub + ": unknown flag '" + a + "'");
     } else {
@@ -438,16 +465,22 @@ int JobsCommand(int argc, char** argv) {
     }
   }
   size_t want = sub == "list" ? 0 : 1;
-  if (sub != "submit" && sub != "list" && sub != "get" && sub != "watch" && sub != "cancel") {
+  if (sub != "submit" && sub != "list" && sub != "get" && sub != "watch" && sub != "cancel" &&
+      sub != "plot") {
     return Usage(kJobsUsage, "jobs: unknown subcommand '" + sub + "'");
   }
   if (positional.size() != want) {
     return Usage(kJobsUsage, "jobs " + sub + (want ? ": expected one argument" : ": takes no argument"));
   }
+  if (sub == "plot" && out_path.empty()) return Usage(kJobsUsage, "jobs plot: --out FILE.svg|FILE.png is required");
+  if (sub == "plot" && !CheckPlotPath(out_path).ok()) {
+    return Usage(kJobsUsage, "jobs plot: --out " + CheckPlotPath(out_path).message());
+  }
   std::optional<Endpoint> ep = ParseUrl(c.server, &error);
   if (!ep) return Usage(kJobsUsage, error);
   Client client(*ep, c.token);
   try {
+    if (sub == "plot") return Plot(client, positional[0], out_path);
     if (sub == "submit") {
       std::string body = ReadFile(positional[0]);
       Response r = client.Do(http::verb::post, "/v1/jobs", body);

@@ -5,7 +5,7 @@
 
 namespace flowstate {
 
-// flowstate train JOB.json [--metrics-out FILE] [--threads N] [--data-root DIR]
+// flowstate train JOB.json [--metrics-out FILE] [--threads N] [--data-root DIR] [--plot FILE]
 int TrainCommand(int argc, char** argv);
 
 // flowstate serve [--config FILE] [--http ADDR] [--grpc ADDR] [--data-dir DIR] ...
@@ -18,7 +18,8 @@ int WorkerCommand(int argc, char** argv);
 // flowstate checkpoints list JOB | export JOB STEP FILE | import FILE [--data-dir DIR]
 int CheckpointsCommand(int argc, char** argv);
 
-// flowstate jobs submit FILE | list | get ID | watch ID | cancel ID [--server URL] [--token T]
+// flowstate jobs submit FILE | list | get ID | watch ID | cancel ID | plot ID --out FILE
+//                [--server URL] [--token T]
 int JobsCommand(int argc, char** argv);
 
 // flowstate cluster [--json] [--server URL] [--token T]: GET /v1/cluster

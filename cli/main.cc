@@ -15,7 +15,7 @@ constexpr const char* kUsage =
     "  worker           run a task of a cluster that only computes (flowstate worker --help)\n"
     "  train JOB.json   run a training job in-process (flowstate train --help)\n"
     "  checkpoints      list, export, import checkpoints of a data directory\n"
-    "  jobs             submit, list, get, watch, cancel jobs of a server (flowstate jobs --help)\n"
+    "  jobs             submit, list, get, watch, cancel, plot jobs of a server (flowstate jobs --help)\n"
     "  run GRAPH.json   run a graph once on a server (flowstate run --help)\n"
     "  cluster          the tasks of a server's cluster (flowstate cluster --help)\n";
 

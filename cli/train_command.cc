@@ -1,5 +1,6 @@
 // `flowstate train`: runs a job file in-process with a progress bar and
-// per-epoch evaluation; --metrics-out writes the final figures as JSON.
+// per-epoch evaluation; --metrics-out writes the final figures as JSON,
+// --plot the loss and eval metrics against the step (cli/plot.h).
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -14,7 +15,9 @@
 #include "devices/device_pool.h"
 #include "cli/commands.h"
 #include "api/job_spec.h"
+#include "cli/plot.h"
 #include "cli/progress.h"
+#include "jobs/step_history.h"
 #include "jobs/training_job.h"
 #include "jobs/training_loop.h"
 
@@ -23,10 +26,17 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: flowstate train JOB.json [--metrics-out FILE] [--threads N] [--data-root DIR]\n"
+    "                                [--plot FILE]\n"
     "  --metrics-out FILE  write steps, epochs, examples_per_sec, final_loss and the eval\n"
     "                      metrics as JSON\n"
     "  --threads N         thread budget (default: the machine's hardware threads)\n"
-    "  --data-root DIR     where dataset paths resolve (default /usr/share/datasets)\n";
+    "  --data-root DIR     where dataset paths resolve (default /usr/share/datasets)\n"
+    "  --plot FILE         draw the loss and eval metrics against the step at the end\n"
+    "                      (FILE.svg or FILE.png)\n";
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 int Fail(int code, const std::string& what, const Status& s) {
   std::fprintf(stderr, "flowstate train: %s%s%s\n", what.c_str(), what.empty() ? "" : ": ",
@@ -50,7 +60,7 @@ int ExitCodeFor(const Status& s) {
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
-  std::string job_path, metrics_out, data_root = "/usr/share/datasets";
+  std::string job_path, metrics_out, plot_path, data_root = "/usr/share/datasets";
   int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -71,6 +81,15 @@ int TrainCommand(int argc, char** argv) {
       threads = std::atoi(v);
       if (threads < 1) {
         std::fprintf(stderr, "flowstate train: --threads must be >= 1\n");
+        return 2;
+      }
+    } else if (a == "--plot") {
+      const char* v = value("--plot");
+      if (!v) return 2;
+      plot_path = v;
+      Status ok = CheckPlotPath(plot_path);
+      if (!ok.ok()) {
+        std::fprintf(stderr, "flowstate train: --plot %s\n", ok.message().c_str());
         return 2;
       }
     } else if (a == "--data-root") {
@@ -134,11 +153,13 @@ int TrainCommand(int argc, char** argv) {
   int64_t last_epoch = 0;
   int64_t skipped = 0;  // NaN/Inf steps (on_nan "skip_step")
   TrainingLoop loop;  // the job manager's loop: the same evaluations
+  StepHistory history;  // the server's rule for a job's history (--plot)
   while (loop.next() != TrainingLoop::Next::kFinish) {
     if (loop.next() == TrainingLoop::Next::kEvaluate) {
       StatusOr<std::map<std::string, double>> m = j.Evaluate();
       if (!m.ok()) return Fail(1, "evaluation", m.status());
       metrics = *m;
+      history.AddEval(j.step(), last_epoch, metrics, WallSeconds());
       progress.Metrics(last_epoch, epochs, metrics);
       loop.AfterEvaluate();
       continue;
@@ -149,8 +170,10 @@ int TrainCommand(int argc, char** argv) {
       // A NaN/Inf step (on_nan "fail") names its step itself.
       return Fail(1, j.IsNanError(r.status()) ? "" : "step " + std::to_string(j.step() + 1), r.status());
     }
-    train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    train_seconds += step_seconds;
     examples += r->examples;
+    history.AddStep(r->step, r->epoch, r->skipped ? NAN : r->loss, r->examples, step_seconds, WallSeconds());
     if (r->skipped) {
       ++skipped;
       progress.Line(r->nan_message);
@@ -174,6 +197,12 @@ int TrainCommand(int argc, char** argv) {
                 ", final loss " + std::to_string(final_loss) + ", " +
                 std::to_string(int64_t(rate)) + " examples/s");
 
+  if (!plot_path.empty()) {
+    const std::string name = spec->name.empty() ? job_path : spec->name;
+    Status s = WriteHistoryPlot(history.View(name), "flowstate train " + name, plot_path);
+    if (!s.ok()) return Fail(1, "--plot", s);
+    progress.Line("plot: " + plot_path);
+  }
   if (!metrics_out.empty()) {
     nlohmann::json out;
     out["steps"] = j.step();

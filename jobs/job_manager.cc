@@ -455,6 +455,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     if (j->restore_on_start) {
       j->restore_on_start = false;
       j->info.step = j->runner->step();
+      j->curves.TruncateAfter(j->info.step);  // the steps after it run again
       j->snapshot_step = restored;
       if (restored >= 0) {
         j->info.resumed_from_step = restored;
@@ -486,6 +487,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       return;
     }
     j->info.metrics = *m;
+    RecordEvalLocked(j);
     PublishLocked(j, JobEvent::Kind::kEval);
     PersistLocked(*j, true);
     if (j->loop.AfterEvaluate() == TrainingLoop::Next::kFinish) {
@@ -521,6 +523,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   }
   j->train_seconds += secs;
   j->examples += r->examples;
+  RecordStepLocked(j, &*r, secs);
   if (options_.observer) options_.observer->OnStep(InfoLocked(*j), secs, r->examples);
   if (options_.observer && !r->replicas.empty()) {
     options_.observer->OnReplicaStep(InfoLocked(*j), r->replicas);

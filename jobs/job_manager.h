@@ -97,6 +97,7 @@ class TrainingJob;
 class ThreadPool;
 struct JobSnapshot;
 struct ReplicaStepStats;
+struct StepResult;
 namespace checkpoints {
 class Store;
 enum class ExportFormat;  // checkpoints/npz.h
@@ -255,6 +256,24 @@ class JobManager {
   // uploaded checkpoint", never `path`.
   StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
 
+  // --- History and traces (job_manager_history.cc).
+  // The job's loss per step and its evaluations, bounded as
+  // jobs/step_history.h says. With a store it is kept across restarts: its
+  // own record in kMeta ("history/<id>"), written with the job's synced
+  // record writes (state changes, evaluations, checkpoint writes,
+  // shutdown), not with the once-a-second progress write; a job resumed
+  // from its checkpoint at step S forgets the points after S (it runs
+  // those steps again). Removed with the job. NOT_FOUND for an unknown id.
+  StatusOr<JobHistory> History(const std::string& id) const;
+  // The steps of the job's "trace" that were traced so far (ascending).
+  StatusOr<std::vector<int64_t>> TracedSteps(const std::string& id) const;
+  // A traced step as Chrome trace JSON. Kept in the store
+  // ("trace/<id>/<step>" in kMeta, written once when the step ran; in
+  // memory without a store), at most kMaxTracedSteps per job, removed with
+  // the job. NOT_FOUND naming the step and the traced ones when the step
+  // has no trace.
+  StatusOr<std::string> Trace(const std::string& id, int64_t step) const;
+
   // Jobs waiting for a running slot.
   int queue_depth() const;
   std::map<JobState, int> CountByState() const;
@@ -276,6 +295,15 @@ class JobManager {
   // Waits until write `seq` of `job` has finished (ok or not).
   void WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq);
   void PersistLocked(Job& job, bool sync);
+  // History and traces (job_manager_history.cc): a step's point and trace,
+  // an evaluation's metrics, the history's write (when it changed), its
+  // reload by Recover (before the job is shared), and the removal of both
+  // from the store (Delete; nothing else is removed when it fails).
+  void RecordStepLocked(Job* job, StepResult* r, double seconds);
+  void RecordEvalLocked(Job* job);
+  void PersistHistoryLocked(Job& job);
+  void LoadHistory(Job* job);
+  Status DeleteHistoryLocked(const Job& job);
   // Releases the sessions, data and variables of a job that reached a
   // terminal state (keeping its model values when no checkpoint holds them).
   void ReleaseLocked(Job* job);

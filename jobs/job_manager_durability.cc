@@ -184,6 +184,9 @@ void JobManager::PersistLocked(Job& j, bool sync) {
   record.history.assign(j.history.begin(), j.history.end());
   // Best effort: a record that cannot be written now is written again at
   // the job's next change; the checkpoints are what a restart relies on.
+  // The history (when changed) unsynced just before: the record's synced
+  // write makes it durable too.
+  if (sync) PersistHistoryLocked(j);
   Status st = options_.store->PutRecord(Store::Kind::kJobs, j.info.id, JobRecordToJson(record), sync);
   j.last_persist = std::chrono::steady_clock::now();
   (void)st;
@@ -257,6 +260,7 @@ Status JobManager::Recover() {
         job->history.push_back(std::move(e));
       }
     }
+    LoadHistory(job.get());
     loaded.push_back(job);
   }
   std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) {
@@ -329,6 +333,7 @@ Status JobManager::DeleteLocked(const std::string& id) {
   if (options_.store != nullptr) {
     FS_RETURN_IF_ERROR(options_.store->PutRecord(Store::Kind::kMeta, kJobCounterKey, std::to_string(next_id_))
                            .WithPrefix("deleting job '" + id + "'"));
+    FS_RETURN_IF_ERROR(DeleteHistoryLocked(*it->second).WithPrefix("deleting job '" + id + "'"));
     // The record first: without it a restart no longer sees the job, even
     // if the document below could not be deleted.
     FS_RETURN_IF_ERROR(options_.store->DeleteJobData(id).WithPrefix("deleting job '" + id + "'"));

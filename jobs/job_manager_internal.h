@@ -25,6 +25,7 @@
 
 #include "checkpoints/store.h"
 #include "jobs/job_state.h"
+#include "jobs/step_history.h"
 #include "jobs/training_loop.h"
 #include "jobs/training_job.h"
 
@@ -122,6 +123,13 @@ struct JobManager::Job {
   int64_t served_step = -1;
   std::chrono::steady_clock::time_point last_persist{};
   std::deque<JobEvent> history;  // notable events, oldest first
+  // Loss per step and evaluations (job_manager_history.cc), the version of
+  // it last written to the store, and the steps traced so far with their
+  // Chrome trace JSON (the text only without a store; with one it is read
+  // back from there).
+  StepHistory curves;
+  uint64_t curves_stored = 0;
+  std::map<int64_t, std::string> traces;
 };
 
 struct JobManager::WriteRequest {

@@ -8,6 +8,8 @@
 
 #include "api/base64.h"
 #include "api/json_codec.h"
+#include "api/views_json.h"
+#include "jobs/step_trace_view.h"
 #include "graph/gradients.h"
 #include "graph/graph.h"
 #include "graph/initializers.h"
@@ -21,6 +23,7 @@
 #include "scheduler/collective.h"
 #include "scheduler/collective_kernels.h"
 #include "scheduler/remote_workers.h"
+#include "scheduler/step_trace.h"
 
 namespace flowstate {
 namespace {
@@ -480,8 +483,16 @@ StatusOr<StepResult> TrainingJob::Step() {
   feeds.reserve(b->components.size());
   for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
   std::vector<Tensor> out;
-  Status run = train_session_->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
+  // A traced step (JobSpec::trace_steps, ascending): its ops are recorded.
+  std::unique_ptr<StepTraceCollector> trace;
+  if (std::binary_search(spec_.trace_steps.begin(), spec_.trace_steps.end(), step_ + 1)) {
+    trace = std::make_unique<StepTraceCollector>();
+  }
+  RunOptions run_options;
+  run_options.trace = trace.get();
+  Status run = train_session_->Run(feeds, {graph_.loss}, {graph_.train_op}, &out, nullptr, run_options);
   StepResult r;
+  if (trace) r.trace_json = StepTraceToChromeJson(MakeStepTrace(*trace, step_ + 1));
   if (!run.ok()) {
     if (std::find(graph_.numerics_checks.begin(), graph_.numerics_checks.end(), run.node()) ==
         graph_.numerics_checks.end()) {

@@ -121,6 +121,9 @@ struct StepResult {
   std::string nan_message;
   // replicas > 1: each replica's part, by replica index.
   std::vector<ReplicaStepStats> replicas;
+  // A step the job traces (JobSpec::trace_steps): its Chrome trace JSON
+  // (api/views_json.h StepTraceToChromeJson); empty otherwise.
+  std::string trace_json;
 };
 
 // A consistent snapshot of a job, taken between steps: everything a fresh

@@ -1,9 +1,11 @@
 #include "scheduler/executor.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "devices/kernel_registry.h"
 #include "scheduler/rendezvous.h"
+#include "scheduler/step_trace.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/wait.h"
 
@@ -157,7 +159,46 @@ class ExecutorState {
     int id;
     std::vector<TensorValue> outputs;
     std::unique_ptr<OpKernelContext> ctx;
+    int64_t trace_start_ns = 0;  // traced steps: when it was launched
   };
+
+  // Traced steps only: the buffers of a node's inputs before it runs, so
+  // that outputs sharing one (forwarded, sliced, reshaped) are not counted
+  // as allocated.
+  struct InputBuffers {
+    std::vector<std::pair<const char*, size_t>> ranges;
+    void Capture(const TensorValue* in, int n) {
+      ranges.clear();
+      for (int k = 0; k < n; ++k) {
+        if (in[k].tensor.IsInitialized()) {
+          ranges.emplace_back(static_cast<const char*>(in[k].tensor.raw_data()), in[k].tensor.TotalBytes());
+        }
+      }
+    }
+    bool Contains(const void* p) const {
+      const char* c = static_cast<const char*>(p);
+      for (const auto& [begin, bytes] : ranges) {
+        if (c >= begin && c < begin + std::max<size_t>(bytes, 1)) return true;
+      }
+      return false;
+    }
+  };
+
+  // Records a kernel run into the step's trace: output bytes, and the bytes
+  // of outputs in buffers of their own (what the executor can tell of
+  // allocations; a kernel's scratch memory is not seen).
+  void RecordTrace(const Executor::NodeItem& item, const TensorValue* outputs, const InputBuffers& in,
+                   int64_t start_ns) {
+    const int64_t end_ns = args_.trace->NowNs();
+    int64_t out_bytes = 0, allocated = 0;
+    for (int k = 0; k < item.num_outputs; ++k) {
+      const Tensor& t = outputs[k].tensor;
+      if (outputs[k].ref != nullptr || !t.IsInitialized()) continue;
+      out_bytes += int64_t(t.TotalBytes());
+      if (t.TotalBytes() > 0 && !in.Contains(t.raw_data())) allocated += int64_t(t.TotalBytes());
+    }
+    args_.trace->Record(exec_->options_.device->name(), *item.kernel, start_ns, end_ns, out_bytes, allocated);
+  }
 
   OpKernelContext::Params MakeParams(const Executor::NodeItem& item, TensorValue* outputs) {
     OpKernelContext::Params p;
@@ -249,6 +290,7 @@ class ExecutorState {
   void RunLoop(std::vector<int>* inline_ready) {
     std::vector<TensorValue> outputs(exec_->max_outputs_);
     std::vector<int> ready;
+    InputBuffers trace_inputs;
     while (!inline_ready->empty()) {
       const int id = inline_ready->back();
       inline_ready->pop_back();
@@ -261,7 +303,14 @@ class ExecutorState {
       }
       if (s.ok()) {
         OpKernelContext ctx(MakeParams(item, outputs.data()));
-        item.kernel->Compute(&ctx);
+        if (args_.trace == nullptr) {
+          item.kernel->Compute(&ctx);
+        } else {
+          trace_inputs.Capture(inputs_.get() + item.input_start, item.num_inputs);
+          const int64_t start = args_.trace->NowNs();
+          item.kernel->Compute(&ctx);
+          RecordTrace(item, outputs.data(), trace_inputs, start);
+        }
         s = ctx.status();
         if (s.ok()) s = CheckOutputs(item, outputs.data());
       }
@@ -281,12 +330,20 @@ class ExecutorState {
     const Executor::NodeItem& item = exec_->items_[id];
     auto* call = new AsyncCall{this, id, std::vector<TensorValue>(item.num_outputs), nullptr};
     call->ctx = std::make_unique<OpKernelContext>(MakeParams(item, call->outputs.data()));
+    if (args_.trace != nullptr) call->trace_start_ns = args_.trace->NowNs();
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     item.kernel->AsAsync()->ComputeAsync(call->ctx.get(), [call] { call->state->AsyncDone(call); });
   }
 
   void AsyncDone(AsyncCall* call) {
     const Executor::NodeItem& item = exec_->items_[call->id];
+    if (args_.trace != nullptr) {
+      // From launch to completion, on the completing thread: an async
+      // kernel's time is mostly waiting (a Recv for its tensor).
+      InputBuffers in;
+      in.Capture(inputs_.get() + item.input_start, item.num_inputs);
+      RecordTrace(item, call->outputs.data(), in, call->trace_start_ns);
+    }
     Status s = call->ctx->status();
     if (s.ok()) s = CheckOutputs(item, call->outputs.data());
     ClearInputs(item);

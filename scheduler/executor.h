@@ -29,6 +29,7 @@
 
 namespace flowstate {
 
+class StepTraceCollector;
 class ThreadPool;
 
 // Kernels of stateful nodes (random generators, variables) shared by every
@@ -80,6 +81,9 @@ class Executor {
     // before the rendezvous and the cancellation manager hear of it), so the
     // caller can abort the step's other partitions.
     std::function<void(const Status&)> on_error;
+    // Where each kernel run of this partition is recorded (step traces);
+    // null: not traced, at the cost of one branch per op.
+    StepTraceCollector* trace = nullptr;
   };
   // Runs the step; `done` is called exactly once, on some thread, after
   // every node has finished or the step was aborted.

@@ -74,6 +74,7 @@ void LocalWorker::RunGraph(RegisteredGraph* graph, const RunGraphArgs& args,
   Executor::Args a;
   a.step_id = step_id;
   a.call_frame = args.call_frame;
+  a.trace = args.trace;
   a.cancellation = cancel.get();
   a.rendezvous = rendezvous.get();
   a.pool = options_.inter_op_pool;
@@ -103,6 +104,7 @@ Status LocalWorker::RunGraphSync(RegisteredGraph* graph, const RunGraphArgs& arg
   Executor::Args a;
   a.step_id = args.step_id;
   a.call_frame = args.call_frame;
+  a.trace = args.trace;
   a.cancellation = &cancel;
   a.pool = options_.inter_op_pool;
   return g->executor->Run(a);

@@ -260,7 +260,7 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
 Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                     const std::vector<std::string>& fetches,
                     const std::vector<std::string>& targets, std::vector<Tensor>* outputs,
-                    RunStats* stats) {
+                    RunStats* stats, const RunOptions& options) {
   {
     std::lock_guard<std::mutex> l(run_mu_);
     if (closed_) return FailedPrecondition("the session is closed");
@@ -307,6 +307,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   RunGraphArgs a;
   a.step_id = step;
   a.call_frame = &frame;
+  a.trace = options.trace;
   Status status;
   if (exe->parts.size() == 1) {
     const Executable::Part& part = exe->parts[0];

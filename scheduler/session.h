@@ -43,6 +43,7 @@ namespace flowstate {
 class LocalWorker;
 class RemoteWorkers;
 class ResourceMgr;
+class StepTraceCollector;
 class ThreadPool;
 class Worker;
 
@@ -73,6 +74,14 @@ struct SessionOptions {
   // unless step_ids is set, and executables are rebuilt when its generation
   // changes or after a step failed UNAVAILABLE. Null: this process only.
   RemoteWorkers* remote = nullptr;
+};
+
+// What a caller asks of one Run beyond its feeds and fetches.
+struct RunOptions {
+  // Records every op of the step's partitions on this process's devices
+  // (scheduler/step_trace.h); not owned, must outlive the Run. Null: not
+  // traced (the default; costs one branch per op).
+  StepTraceCollector* trace = nullptr;
 };
 
 struct RunStats {
@@ -110,7 +119,8 @@ class Session {
   // it); any kernel's error, naming its node.
   Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
              const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
-             std::vector<Tensor>* outputs, RunStats* stats = nullptr);
+             std::vector<Tensor>* outputs, RunStats* stats = nullptr,
+             const RunOptions& options = RunOptions());
 
   // Waits for running steps; afterwards Run and Extend fail with
   // FAILED_PRECONDITION. Idempotent.

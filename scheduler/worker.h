@@ -32,6 +32,7 @@
 namespace flowstate {
 
 class CallFrame;
+class StepTraceCollector;
 
 // One partition: every node of `graph` runs on `device` (a full device name
 // of the worker's task).
@@ -64,6 +65,9 @@ struct RunGraphArgs {
   // every partition of the step reads and writes its own indices of the
   // one frame (a remote worker ships them). Not owned; outlives the call.
   CallFrame* call_frame = nullptr;
+  // The step's trace (scheduler/step_trace.h), or null. LocalWorker's
+  // executors record into it; workers of other tasks do not trace yet.
+  StepTraceCollector* trace = nullptr;
 };
 
 class Worker {

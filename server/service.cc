@@ -11,7 +11,9 @@
 #include "devices/kernel_registry.h"
 #include "graph/op_def.h"
 #include "scheduler/rendezvous.h"
+#include "jobs/step_trace_view.h"
 #include "scheduler/session.h"
+#include "scheduler/step_trace.h"
 #include "scheduler/thread_pool.h"
 #include "state/tensor_store.h"
 
@@ -113,7 +115,7 @@ Status Service::ExtendSession(const std::string& id, const GraphDef& nodes) {
 }
 
 StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
-    const std::string& id, const SessionRunRequest& req) {
+    const std::string& id, const SessionRunRequest& req, StepTrace* trace) {
   FS_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(id));
   for (const auto& [name, t] : req.feeds) {
     if (int64_t(t.TotalBytes()) > options_.max_tensor_bytes) {
@@ -123,7 +125,16 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
     }
   }
   std::vector<Tensor> out;
-  FS_RETURN_IF_ERROR(s->Run(req.feeds, req.fetches, req.targets, &out));
+  std::unique_ptr<StepTraceCollector> collector;
+  RunOptions options;
+  if (req.trace && trace != nullptr) {
+    collector = std::make_unique<StepTraceCollector>();
+    options.trace = collector.get();
+  }
+  RunStats stats;
+  Status run = s->Run(req.feeds, req.fetches, req.targets, &out, &stats, options);
+  if (collector) *trace = MakeStepTrace(*collector, stats.step_id);
+  FS_RETURN_IF_ERROR(run);
   std::vector<std::pair<std::string, Tensor>> named;
   for (size_t i = 0; i < out.size(); ++i) named.emplace_back(req.fetches[i], std::move(out[i]));
   return named;

@@ -80,6 +80,9 @@ struct SessionRunRequest {
   std::vector<std::pair<std::string, Tensor>> feeds;
   std::vector<std::string> fetches;
   std::vector<std::string> targets;
+  // Record where the step's time went, op by op (RunSession's `trace`).
+  // Partitions on other tasks of a cluster are not in it.
+  bool trace = false;
 };
 
 class Service {
@@ -92,9 +95,11 @@ class Service {
   // max_sessions.
   StatusOr<std::string> CreateSession(const GraphDef& graph);
   Status ExtendSession(const std::string& id, const GraphDef& nodes);
-  // Outputs in the order of the fetches.
+  // Outputs in the order of the fetches. With req.trace and a non-null
+  // `trace`, *trace is the step's trace (also when the step failed).
   StatusOr<std::vector<std::pair<std::string, Tensor>>> RunSession(const std::string& id,
-                                                                   const SessionRunRequest& req);
+                                                                   const SessionRunRequest& req,
+                                                                   StepTrace* trace = nullptr);
   Status CloseSession(const std::string& id);
   // Closes sessions idle longer than the timeout; returns how many.
   int Reap();

@@ -61,6 +61,7 @@
 #include "scheduler/thread_pool.h"
 #include "api/proto_convert.h"
 #include "checkpoints/npz.h"
+#include "api/views_json.h"
 #include "server/grpc/grpc_frontend.h"
 #include "server/inline_policy.h"
 #include "server/metrics.h"
@@ -115,11 +116,14 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
                                                                        f_->max_tensor_bytes()));
     FS_ASSIGN_OR_RETURN(run.fetches, proto_convert::TensorNamesFromProto(req.fetches(), "fetches"));
     FS_ASSIGN_OR_RETURN(run.targets, proto_convert::NodeNamesFromProto(req.targets(), "targets"));
+    run.trace = req.trace();
+    StepTrace trace;
     const auto t0 = std::chrono::steady_clock::now();
-    auto ran = f_->service().RunSession(req.session_id(), run);
+    auto ran = f_->service().RunSession(req.session_id(), run, &trace);
     *step_seconds = SecondsSince(t0);
     FS_ASSIGN_OR_RETURN(auto outputs, std::move(ran));
     proto_convert::NamedTensorsToProto(outputs, resp->mutable_outputs());
+    if (run.trace) resp->set_trace_json(StepTraceToChromeJson(trace));
     return Status();
   }
 
@@ -257,6 +261,29 @@ class JobsService final
       std::ifstream in(file.path, std::ios::binary);
       resp->mutable_data()->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
       resp->set_step(step);
+      return Status();
+    });
+  }
+
+  ::grpc::Status History(ServerContext* ctx, const pb::JobHistoryRequest* req,
+                         pb::JobHistory* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/History", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(JobHistory h, jobs().History(req->job_id()));
+      proto_convert::JobHistoryToProto(h, resp);
+      return Status();
+    });
+  }
+
+  ::grpc::Status GetTrace(ServerContext* ctx, const pb::JobTraceRequest* req, pb::JobTrace* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/GetTrace", [&]() -> Status {
+      if (req->step() < 0) return InvalidArgument("step: expected a step number (an integer >= 1), or 0 for the list");
+      FS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, jobs().TracedSteps(req->job_id()));
+      if (req->step() > 0) {
+        FS_ASSIGN_OR_RETURN(*resp->mutable_trace_json(), jobs().Trace(req->job_id(), req->step()));
+      }
+      resp->set_job_id(req->job_id());
+      resp->set_step(req->step());
+      for (int64_t s : steps) resp->add_traced_steps(s);
       return Status();
     });
   }

@@ -36,6 +36,7 @@ struct Call {
   const HttpRequest& req;
   RouteContext& ctx;
   const std::string& id;
+  const std::string& arg;  // the second parameter of the path ({step}), "" when none
   Service& service() const { return *ctx.service; }
   int64_t max_tensor_bytes() const { return ctx.options.max_tensor_bytes; }
 };
@@ -49,7 +50,7 @@ struct MethodEntry {
 };
 
 struct Route {
-  const char* path;  // the template: "{id}" matches one non-empty segment
+  const char* path;  // the template: "{id}" (then "{step}") matches one non-empty segment
   std::vector<MethodEntry> methods;
   // Served without a token whatever auth.open_routes says: the web
   // console's static files, which hold no data (its API calls carry the token).
@@ -166,11 +167,14 @@ HttpResponse RunSession(const Call& c) {
   run.feeds = std::move(req->feeds);
   run.fetches = std::move(req->fetches);
   run.targets = std::move(req->targets);
+  run.trace = req->trace;
+  StepTrace trace;
   const auto t0 = std::chrono::steady_clock::now();
-  StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run);
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run, &trace);
   const double step = SecondsSince(t0);
   if (!out.ok()) return ErrorResponse(out.status());
-  HttpResponse r = JsonResponse(200, api::RunOutputsToJson(*out, req->encoding));
+  HttpResponse r = JsonResponse(
+      200, api::RunOutputsToJson(*out, req->encoding, run.trace ? StepTraceToChromeJson(trace) : ""));
   r.timings.emplace_back("step", step);
   return r;
 }
@@ -240,6 +244,34 @@ HttpResponse Predict(const Call& c) {
   }
   HttpResponse r = JsonResponse(200, api::RunOutputsToJson(named, req->encoding));
   r.timings.emplace_back("step", step);
+  return r;
+}
+
+HttpResponse GetJobHistory(const Call& c) {
+  StatusOr<JobHistory> h = c.service().jobs().History(c.id);
+  if (!h.ok()) return ErrorResponse(h.status());
+  return JsonResponse(200, JobHistoryToJson(*h));
+}
+
+HttpResponse ListTraces(const Call& c) {
+  StatusOr<std::vector<int64_t>> steps = c.service().jobs().TracedSteps(c.id);
+  if (!steps.ok()) return ErrorResponse(steps.status());
+  std::string body = "{\"job_id\":\"" + c.id + "\",\"steps\":[";  // ids are [a-z0-9-]
+  for (size_t i = 0; i < steps->size(); ++i) body += (i ? "," : "") + std::to_string((*steps)[i]);
+  return JsonResponse(200, body + "]}");
+}
+
+HttpResponse GetTrace(const Call& c) {
+  char* end = nullptr;
+  const long long step = std::strtoll(c.arg.c_str(), &end, 10);
+  if (c.arg.empty() || *end != '\0' || step < 1) {
+    return ErrorResponse(InvalidArgument("step: expected a step number (an integer >= 1), got '" + c.arg + "'"));
+  }
+  StatusOr<std::string> trace = c.service().jobs().Trace(c.id, step);
+  if (!trace.ok()) return ErrorResponse(trace.status());
+  HttpResponse r = JsonResponse(200, std::move(trace).value());
+  r.headers.emplace_back("Content-Disposition", "inline; filename=\"" + c.id + "-step-" +
+                                                    std::to_string(step) + ".trace.json\"");
   return r;
 }
 
@@ -375,6 +407,10 @@ const std::vector<Route>& Routes() {
       {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, RequestCost::kExpensive}}},
       {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
+      {"/v1/jobs/{id}/history", {{"GET", GetJobHistory, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/traces", {{"GET", ListTraces, RequestCost::kCheap}}},
+      // A trace is read back from the store.
+      {"/v1/jobs/{id}/traces/{step}", {{"GET", GetTrace, RequestCost::kExpensive}}},
       {"/", {{"GET", ConsolePage, RequestCost::kCheap}}, true},
       {"/console/{id}", {{"GET", ConsoleAsset, RequestCost::kCheap}}, true},
   };
@@ -444,25 +480,29 @@ const std::vector<std::vector<std::string_view>>& RouteSegments() {
   return segments;
 }
 
-// The route of a target split into path segments, with its {id}; nullptr
-// when none.
-const Route* MatchSegments(const std::vector<std::string>& segs, std::string* id) {
+// The route of a target split into path segments, with its {id} and its
+// second parameter ({step}) if any; nullptr when none.
+const Route* MatchSegments(const std::vector<std::string>& segs, std::string* id,
+                           std::string* arg = nullptr) {
   const std::vector<Route>& routes = Routes();
   const std::vector<std::vector<std::string_view>>& templates = RouteSegments();
   for (size_t r = 0; r < routes.size(); ++r) {
     const std::vector<std::string_view>& t = templates[r];
     if (t.size() != segs.size()) continue;
     bool ok = true;
-    size_t id_at = t.size();
+    size_t id_at = t.size(), arg_at = t.size();
     for (size_t i = 0; i < t.size() && ok; ++i) {
       if (t[i] == "{id}") {
         id_at = i;
+      } else if (t[i].size() > 2 && t[i].front() == '{' && t[i].back() == '}') {
+        arg_at = i;
       } else {
         ok = t[i] == segs[i];
       }
     }
     if (ok) {
       id->assign(id_at < segs.size() ? segs[id_at] : std::string());
+      if (arg != nullptr) arg->assign(arg_at < segs.size() ? segs[arg_at] : std::string());
       return &routes[r];
     }
   }
@@ -523,7 +563,7 @@ std::string RequestPath(const std::vector<std::string>& segs) {
 struct Resolved {
   const Route* route = nullptr;
   const MethodEntry* method = nullptr;
-  std::string id;
+  std::string id, arg;
   std::optional<BearerCheck> auth_failure;
   bool open = false;           // an open route (served without a token)
   bool authenticated = true;   // tokens off, or a valid one was sent
@@ -533,7 +573,7 @@ struct Resolved {
 Resolved Resolve(const HttpRequest& req, const RouteContext& ctx) {
   Resolved r;
   r.segs = PathSegments(req.target);
-  r.route = MatchSegments(r.segs, &r.id);
+  r.route = MatchSegments(r.segs, &r.id, &r.arg);
   if (!ctx.options.tokens.empty()) {
     BearerCheck auth = CheckAuth(req, ctx.options);
     r.authenticated = auth.ok();
@@ -564,7 +604,7 @@ HttpResponse Dispatch(const HttpRequest& req, RouteContext& ctx, std::string* ro
     resp.headers.emplace_back("Allow", allow);
     return resp;
   }
-  return r.method->handler(Call{req, ctx, r.id});
+  return r.method->handler(Call{req, ctx, r.id, r.arg});
 }
 
 }  // namespace

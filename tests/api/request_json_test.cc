@@ -48,7 +48,8 @@ TEST(RunRequestJson, Errors) {
   const std::pair<const char*, const char*> cases[] = {
       {"[]", "expected a run request (an object), got an array"},
       {R"({"feed": {}})", "feed: unknown field (a run request has \"feeds\", \"fetches\", "
-                          "\"targets\", \"encoding\")"},
+                          "\"targets\", \"encoding\", \"trace\")"},
+      {R"({"trace": "yes"})", "trace: expected a bool"},
       {R"({"feeds": []})", "feeds: expected an object of named tensors, got an array"},
       {R"({"feeds": {"^x": 1}})", "feeds[\"^x\"]: bad name: '^x' is a control input"},
       {R"({"feeds": {"x:": 1}})", "feeds[\"x:\"]: bad name: malformed input 'x:'"},
@@ -96,7 +97,12 @@ TEST(RunRequestJson, RoundTrips) {
     EXPECT_EQ(back->fetches, r.fetches);
     EXPECT_EQ(back->targets, r.targets);
     EXPECT_EQ(back->encoding, Encoding::kB64);
+    EXPECT_FALSE(back->trace);
   }
+  r.trace = true;
+  StatusOr<RunRequest> traced = ParseRunRequestJson(RunRequestToJson(r));
+  ASSERT_TRUE(traced.ok()) << traced.status().ToString();
+  EXPECT_TRUE(traced->trace);
 }
 
 TEST(RunOutputsJson, SerializesInOrder) {
