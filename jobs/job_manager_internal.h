@@ -122,6 +122,16 @@ struct JobManager::Job {
   int64_t served_step = -1;
   std::chrono::steady_clock::time_point last_persist{};
   std::deque<JobEvent> history;  // notable events, oldest first
+  // Replicas on the tasks of a cluster (job_manager_replicas.cc).
+  struct Membership {
+    std::vector<int> replicas;  // indices into spec.devices of the runner's replicas
+    int number = 0;             // memberships built; the prefix is "<id>/m<number - 1>"
+    std::string note;           // for the next "resume" event: who was lost or rejoined
+    std::vector<std::string> rejoined;  // tasks that answer again (MaybeRejoinLocked)
+    std::optional<std::chrono::steady_clock::time_point> wait_until;  // fewer than min_replicas
+    int rebuilds_without_step = 0;
+    std::string last_error;
+  } membership;
 };
 
 struct JobManager::WriteRequest {

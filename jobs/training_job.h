@@ -37,9 +37,15 @@
 // session runs its graph on task i through the cluster, its variables live
 // in that task's worker session, and the group is a GlooCollective (the
 // collective factory "gloo") meeting in options.collective_store; every
-// replica is fed its batch from here. Not yet across tasks: backup
-// replicas, the test straggler, init_from and restoring a checkpoint into
-// the replicas (FAILED_PRECONDITION / INVALID_ARGUMENT say so).
+// replica is fed its batch from here. Restore() feeds the checkpoint's
+// values to each replica's variables through restore nodes of its graph (a
+// Placeholder and an Assign per variable, "_restore/<variable>"); the
+// kernels' random states of a replica on another task are not restored (its
+// dropout streams then differ from an uninterrupted run's). Not yet across
+// tasks: backup replicas, the test straggler and init_from
+// (INVALID_ARGUMENT says so). The job manager rebuilds such a job with the
+// replicas still alive when a task is lost (jobs/job_manager.h, "Replicas
+// on the tasks of a cluster").
 //
 // Thread safety: one thread drives a job at a time (Step, Evaluate); the
 // accessors of Progress are safe from any thread.
@@ -247,6 +253,11 @@ class TrainingJob {
   // RunReplica of a replica on another task.
   Status RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   Status CheckReplicasAgree();
+  // Restore's part for replica i >= 1: its variables from `values` (local:
+  // assigned; on another task: fed to its graph's restore nodes) and, on
+  // this task, the kernels' random states.
+  Status RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
+                        const std::map<std::string, std::string>& kernel_states);
   // Replica i's values of graph().variables (read through its session).
   StatusOr<std::vector<Tensor>> ReadReplicaVariables(int i);
   bool Finished() const;

@@ -314,6 +314,29 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   s = ParseJobSpec(Job(opt, 2, 8, R"(, "_test_straggler": {"replica": 2, "delay_ms": 1})"));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
+  // min_replicas: 1 <= min_replicas <= replicas (default: replicas).
+  for (const char* bad : {R"(, "min_replicas": 4)", R"(, "min_replicas": 0)",
+                          R"(, "min_replicas": -1)", R"(, "min_replicas": 1.5)",
+                          R"(, "min_replicas": "2")"}) {
+    s = ParseJobSpec(Job(opt, 3, 8, bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.status().message().find("min_replicas"), std::string::npos)
+        << bad << ": " << s.status().ToString();
+  }
+  for (const char* bad : {R"(, "replica_wait_seconds": -1)", R"(, "replica_wait_seconds": "x")"}) {
+    s = ParseJobSpec(Job(opt, 3, 8, bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("replica_wait_seconds"), std::string::npos)
+        << bad << ": " << s.status().ToString();
+  }
+  s = ParseJobSpec(Job(opt, 3, 8, ""));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->min_replicas, 3);  // by default a job waits for all of its replicas
+  s = ParseJobSpec(Job(opt, 3, 8, R"(, "min_replicas": 2, "replica_wait_seconds": 0.5)"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->min_replicas, 2);
+  EXPECT_DOUBLE_EQ(s->replica_wait_seconds, 0.5);
 }
 
 // Outside a cluster (no TrainingJobOptions::remote), a replica device on
