@@ -142,6 +142,9 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
   }
   TrainingJobOptions o = RunnerOptions();
   o.collective_prefix = j->info.id + "/m" + std::to_string(number);
+  // The job's global batch whatever the membership: the survivors each
+  // train on more of it.
+  o.batches_per_step = spec.replicas;
   StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(m, o);
   std::shared_ptr<TrainingJob> old;
   {

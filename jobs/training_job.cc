@@ -425,8 +425,8 @@ int64_t TrainingJob::steps_per_epoch() const {
     int64_t n = train_data_.num_examples(), b = spec_.input.batch_size;
     batches = spec_.input.drop_remainder ? n / b : (n + b - 1) / b;
   }
-  // Replicas: a step takes up to `replicas` batches of one epoch.
-  return (batches + spec_.replicas - 1) / spec_.replicas;
+  // Replicas: a step takes up to batches_per_step() batches of one epoch.
+  return (batches + batches_per_step() - 1) / batches_per_step();
 }
 
 bool TrainingJob::Finished() const {
@@ -445,7 +445,7 @@ int64_t TrainingJob::total_steps() const {
     // left (a job restored from a checkpoint of another number of replicas
     // took another number of steps to get there).
     const PipelinePosition p = pipeline_->position();
-    const int64_t n = spec_.replicas, b = spec_.input.batch_size;
+    const int64_t n = batches_per_step(), b = spec_.input.batch_size;
     const int64_t left_in_epoch =
         p.epoch >= spec_.input.epochs
             ? 0
@@ -481,6 +481,15 @@ StatusOr<StepResult> TrainingJob::Step() {
   if (spec_.replicas > 1) return StepReplicas();
   StatusOr<Batch> b = pipeline_->Next();
   if (!b.ok()) return b.status();
+  if (batches_per_step() > 1) {
+    // The global batch of a job with replicas run with one: one step on
+    // the step's batches together.
+    std::vector<Batch> more;
+    more.push_back(std::move(b).value());
+    FS_ASSIGN_OR_RETURN(std::vector<Batch> rest, NextBatches(batches_per_step() - 1, more.front().epoch));
+    for (Batch& r : rest) more.push_back(std::move(r));
+    b = ConcatBatches(more);
+  }
   std::vector<std::pair<std::string, Tensor>> feeds;
   feeds.reserve(b->components.size());
   for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));

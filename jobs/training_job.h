@@ -52,6 +52,7 @@
 #ifndef FLOWSTATE_JOBS_TRAINING_JOB_H_
 #define FLOWSTATE_JOBS_TRAINING_JOB_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -101,6 +102,12 @@ struct TrainingJobOptions {
   RemoteWorkers* remote = nullptr;
   std::string collective_store;
   std::string collective_prefix;
+  // Batches of batch_size a step trains on, when more than `replicas`
+  // (0: replicas): replica i trains on batches i, i + replicas, ... of the
+  // step, concatenated. The job manager sets it to the job's replicas when
+  // it runs the job with fewer (a task was lost), so that the global batch,
+  // the steps per epoch and the training run stay those of the job.
+  int batches_per_step = 0;
 };
 
 // One replica's part of the last step (replicas > 1).
@@ -151,6 +158,11 @@ struct JobSnapshot {
 // base64), and back. Decode: INVALID_ARGUMENT when the text is not one.
 std::string EncodeSnapshotMetadata(const JobSnapshot& s);
 Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s);
+
+// The examples of `batches` (of one pipeline, in order) as one batch: each
+// component concatenated along its first dimension; the first's epoch,
+// offset and step.
+Batch ConcatBatches(const std::vector<Batch>& batches);
 
 // Checks that `values` hold every model variable of `graph` with its dtype
 // and a shape it allows (extra tensors are ignored): what `init_from` needs.
@@ -224,6 +236,8 @@ class TrainingJob {
   // or out of range.
   Session* replica_session(int i);
   int num_replicas() const { return spec_.replicas; }
+  // Batches of batch_size a step trains on: the global batch.
+  int batches_per_step() const { return std::max(spec_.replicas, options_.batches_per_step); }
   // How many steps each replica was dropped from (backup replicas); empty
   // without.
   std::vector<int64_t> dropped_steps() const;
@@ -243,6 +257,8 @@ class TrainingJob {
   // What replicas across tasks need (before anything starts).
   Status CheckReplicasAcrossTasks() const;
   StatusOr<StepResult> StepReplicas();
+  // Up to `k` more batches of the pipeline while they are of `epoch`.
+  StatusOr<std::vector<Batch>> NextBatches(int k, int64_t epoch);
   // A step whose loss or gradients were NaN/Inf (`nan`: the CheckNumerics
   // error): with on_nan "fail" the job ends with an error naming the step;
   // with "skip_step", `r` says the step was skipped (loss NaN). The batch

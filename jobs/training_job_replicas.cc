@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <span>
 #include <thread>
 
 #include "jobs/training_job.h"
@@ -337,16 +338,26 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
 
 StatusOr<StepResult> TrainingJob::StepReplicas() {
   const int n = spec_.replicas;
-  // Up to n batches of one epoch: replica i trains on the i-th.
+  // Up to batches_per_step() batches of one epoch: replica i trains on the
+  // i-th, and on the (i + n)-th, ... when the step has more than n.
   std::vector<Batch> batches;
+  int64_t examples = 0;
   {
     StatusOr<Batch> first = pipeline_->Next();
     if (!first.ok()) return first.status();
-    batches.push_back(std::move(first).value());
-    while (int(batches.size()) < n && pipeline_->position().epoch == batches.front().epoch) {
-      StatusOr<Batch> b = pipeline_->Next();
-      if (!b.ok()) return b.status();
-      batches.push_back(std::move(b).value());
+    std::vector<Batch> all;
+    all.push_back(std::move(first).value());
+    FS_ASSIGN_OR_RETURN(std::vector<Batch> rest, NextBatches(batches_per_step() - 1, all.front().epoch));
+    for (Batch& b : rest) all.push_back(std::move(b));
+    for (const Batch& b : all) examples += b.size;
+    if (int(all.size()) <= n) {
+      batches = std::move(all);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        std::vector<Batch> mine;
+        for (size_t k = i; k < all.size(); k += n) mine.push_back(std::move(all[k]));
+        batches.push_back(ConcatBatches(mine));
+      }
     }
   }
   std::vector<int64_t> dropped_before = dropped_steps();
@@ -404,7 +415,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   }
   r.step = ++step_;
   r.epoch = batches.front().epoch;
-  for (const Batch& b : batches) r.examples += b.size;
+  r.examples = examples;
   r.epoch_end = pipeline_->position().epoch != batches.front().epoch;
   r.replicas = std::move(stats);
   if (spec_.check_replicas_every > 0 && step_ % spec_.check_replicas_every == 0) {
@@ -440,6 +451,38 @@ Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tens
     FS_RETURN_IF_ERROR(var->Assign(*values.at(v)));
   }
   return session->ImportKernelStates(kernel_states);
+}
+
+StatusOr<std::vector<Batch>> TrainingJob::NextBatches(int k, int64_t epoch) {
+  std::vector<Batch> out;
+  while (int(out.size()) < k && pipeline_->position().epoch == epoch) {
+    StatusOr<Batch> b = pipeline_->Next();
+    if (!b.ok()) return b.status();
+    out.push_back(std::move(b).value());
+  }
+  return out;
+}
+
+Batch ConcatBatches(const std::vector<Batch>& batches) {
+  if (batches.size() == 1) return batches.front();
+  Batch out;
+  out.epoch = batches.front().epoch;
+  out.offset = batches.front().offset;
+  out.step = batches.front().step;
+  for (const Batch& b : batches) out.size += b.size;
+  for (const auto& [name, first] : batches.front().components) {
+    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+    dims[0] = out.size;
+    Tensor t(first.dtype(), TensorShape(std::span<const int64_t>(dims)));
+    char* at = static_cast<char*>(t.raw_data());
+    for (const Batch& b : batches) {
+      const Tensor& part = b.components.at(name);
+      std::memcpy(at, part.raw_data(), part.TotalBytes());
+      at += part.TotalBytes();
+    }
+    out.components.emplace(name, std::move(t));
+  }
+  return out;
 }
 
 Status TrainingJob::CheckReplicasAgree() {

@@ -139,6 +139,11 @@ class ReplicaFailures : public ::testing::Test {
 TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins) {
   LocalCluster cluster(3);
   JobManager* jobs = Manager(&cluster);
+  // The reference: the same job, uninterrupted.
+  StatusOr<JobInfo> ref = jobs->Submit(Job(/*min_replicas=*/2, 30));
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const JobInfo uninterrupted = WaitFor(jobs, ref->id, 120, Finished, "the reference job finishing");
+  ASSERT_EQ(uninterrupted.state, JobState::kSucceeded) << uninterrupted.error;
   StatusOr<JobInfo> info = jobs->Submit(Job(/*min_replicas=*/2, 30));
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   const std::string id = info->id;
@@ -180,6 +185,10 @@ TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins
   EXPECT_EQ(j.state, JobState::kSucceeded) << j.error;
   EXPECT_EQ(j.step, j.total_steps);
   EXPECT_LT(j.loss, before.loss / 4) << "it went on learning";
+  // Every membership trained on the job's global batches from its
+  // checkpoints: the run is the uninterrupted one's, within float tolerance.
+  EXPECT_EQ(j.step, uninterrupted.step);
+  EXPECT_NEAR(j.loss, uninterrupted.loss, 1e-3 * (1 + uninterrupted.loss));
   if (HasFailure()) std::printf("resume events:%s\n", All(resumes).c_str());
 }
 

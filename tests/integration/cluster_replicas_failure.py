@@ -11,8 +11,13 @@ membership"), as users run a cluster: `flowstate serve` as task 0 and two
   resumes from its last checkpoint with tasks 0 and 1 (a "resume" event in
   GET /v1/jobs/{id}/events?history=true names the step and the tasks),
   succeeds, and ends within 0.01 of the reference accuracy.
-- /metrics shows flowstate_job_restarts_total and
-  flowstate_job_replicas_alive 2 for it.
+- /metrics counts the restart (flowstate_job_restarts_total).
+
+The resumed job keeps the job's global batch (the two survivors train on
+three batches a step), so it repeats the uninterrupted run up to float
+rounding (2-rank instead of 3-rank sums); at a learning rate of 0.001 that
+rounding does not grow into a different run (at 0.003 this 512-512 MLP
+amplifies it to about 0.015 of accuracy after 250 steps).
 
 Skipped (77) without the dataset. Usage:
   tests/integration/cluster_replicas_failure.py --flowstate build/flowstate
@@ -39,15 +44,15 @@ def job(min_replicas):
     with open(os.path.join(SOURCE, "examples", "jobs", "fashion_mlp.json")) as f:
         graph = json.load(f)["graph"]
     return {"graph": graph, "loss": "loss",
-            "optimizer": {"type": "adam", "learning_rate": 0.003},
+            "optimizer": {"type": "adam", "learning_rate": 0.001},
             "input": {"format": "idx",
                       "files": {"x": "fashion-mnist/train-images-idx3-ubyte.gz",
                                 "y": "fashion-mnist/train-labels-idx1-ubyte.gz"},
-                      "batch_size": 32, "epochs": 2, "max_examples": 9600},
+                      "batch_size": 32, "epochs": 3, "max_examples": 9600},
             "eval": {"files": {"x": "fashion-mnist/t10k-images-idx3-ubyte.gz",
                                "y": "fashion-mnist/t10k-labels-idx1-ubyte.gz"},
                      "metrics": ["accuracy"], "max_examples": 3000, "batch_size": 1000,
-                     "every_epochs": 2},
+                     "every_epochs": 3},
             "checkpoint": {"every_steps": 20, "keep": 2},
             "replicas": 3, "devices": TASKS, "min_replicas": min_replicas,
             "replica_wait_seconds": 30, "check_replicas_every": 20, "seed": 11}
@@ -55,6 +60,10 @@ def job(min_replicas):
 
 def get(api, jid):
     return request("GET", api + "/v1/jobs/" + jid)[1]
+
+
+def checkpoint_step(j):
+    return (j.get("checkpoint") or {}).get("step", -1)
 
 
 def wait_for(api, jid, seconds, pred):
@@ -137,8 +146,8 @@ def main():
             code, killed = request("POST", api + "/v1/jobs", job(2))
             expect(code == 201, "the second job is accepted")
             jid = killed.get("job_id", "")
-            j = wait_for(api, jid, 60, lambda j: j.get("checkpoint_step", -1) >= 40)
-            expect(j.get("state") == "RUNNING" and j.get("checkpoint_step", -1) >= 40,
+            j = wait_for(api, jid, 60, lambda j: checkpoint_step(j) >= 40)
+            expect(j.get("state") == "RUNNING" and checkpoint_step(j) >= 40,
                    "it runs and writes a checkpoint at step 40 (%s, step %s)" %
                    (j.get("state"), j.get("step")))
             procs[2].send_signal(signal.SIGKILL)
@@ -151,7 +160,7 @@ def main():
             expect(abs(acc - acc_ref) <= 0.01,
                    "its accuracy %.4f is within 0.01 of the uninterrupted run's %.4f" %
                    (acc, acc_ref))
-            expect(b.get("resumed_from_step", -1) >= 40,
+            expect((b.get("resumed_from_step") or -1) >= 40,
                    "it resumed from a checkpoint (resumed_from_step %s)" % b.get("resumed_from_step"))
             resumes = [e.get("message", "") for e in history(api, jid) if e.get("kind") == "resume"]
             want = ("with 2 of 3 replicas, on /job:worker/task:0, /job:worker/task:1 "
