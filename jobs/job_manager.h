@@ -76,7 +76,11 @@
 // every replica's step has been aborted; the job stays RUNNING, a "state"
 // event says so, and it resumes from its last checkpoint (step 0 without
 // one) with the replicas alive, when there are at least min_replicas of
-// them: a "resume" event names the step, the tasks and the lost ones.
+// them: a "resume" event names the step, the tasks and the lost ones. The
+// job keeps its global batch (replicas x batch_size; the survivors each
+// train on more of it, TrainingJobOptions::batches_per_step), so its steps,
+// its data order and its updates are those of the uninterrupted run, up to
+// float rounding.
 // Fewer: it waits (a "state" event says for whom), polling the heartbeats,
 // at most replica_wait_seconds, then FAILS naming the lost tasks. A lost
 // task that answers again rejoins at the job's next checkpoint (the job is

@@ -22,7 +22,11 @@
 // same epoch, and replica i trains on the i-th (a replica without one joins
 // with zeros): the shards are disjoint, the global batch is N x batch_size,
 // and the input position (a multiple of batch_size) does not depend on N,
-// so a checkpoint of N replicas resumes with any other number. Snapshots,
+// so a checkpoint of N replicas resumes with any other number. With
+// TrainingJobOptions::batches_per_step B > N a step takes up to B batches
+// and replica i trains on batches i, i + N, ... concatenated (one replica:
+// all of them): what the job manager runs when a job lost replicas, so
+// that its global batch stays B x batch_size. Snapshots,
 // evaluation and predictions use replica 0; a job started without its data
 // (predictions only) creates no other replica. Every check_replicas_every
 // steps a checksum of every replica's variables is compared with replica
