@@ -9,6 +9,7 @@
 #include <map>
 
 #include "api/json_codec.h"
+#include "api/json_internal.h"
 #include "api/views_json.h"
 #include "graph/graph.h"
 
@@ -21,50 +22,11 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-// Paths, written as api/json_internal.h's JsonPath writes them.
-bool IsIdentifier(std::string_view s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
-
-void AppendQuoted(std::string_view s, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (c < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 15]);
-        } else {
-          out->push_back(ch);
-        }
-    }
-  }
-  out->push_back('"');
-}
-
+// Paths, written by the rule of api/json_internal.h (AppendPathKey), so a
+// field is named alike over REST and gRPC.
 std::string Key(std::string_view path, std::string_view key) {
   std::string s(path);
-  if (IsIdentifier(key)) {
-    if (!s.empty()) s.push_back('.');
-    s.append(key);
-  } else {
-    s.push_back('[');
-    AppendQuoted(key, &s);
-    s.push_back(']');
-  }
+  api::internal::AppendPathKey(key, &s);
   return s;
 }
 
@@ -73,9 +35,7 @@ std::string Index(std::string_view path, int64_t i) {
 }
 
 Status PathError(std::string_view path, std::string_view message, std::string_view node = "") {
-  std::string m = path.empty() ? std::string(message)
-                               : std::string(path) + ": " + std::string(message);
-  return InvalidArgument(std::move(m), std::string(node));
+  return api::internal::PathError(std::string(path), message, node);
 }
 
 // A prefix for a status from elsewhere (keeps its code and node).

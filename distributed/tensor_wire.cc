@@ -1,7 +1,9 @@
 #include "distributed/tensor_wire.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/worker.pb.h"
@@ -36,8 +38,14 @@ size_t VarintSize(uint64_t v) {
 // Reads a message spread over several slices.
 class Reader {
  public:
-  explicit Reader(const std::vector<::grpc::Slice>& slices) : slices_(slices) { Skip0(); }
+  explicit Reader(const std::vector<::grpc::Slice>& slices) : slices_(slices) {
+    for (const ::grpc::Slice& s : slices) size_ += s.size();
+    Skip0();
+  }
   size_t position() const { return pos_; }
+  // Bytes not read yet: a length field over it is a truncated message,
+  // refused before anything of that length is allocated.
+  size_t remaining() const { return size_ - pos_; }
   bool done() const { return slice_ >= slices_.size(); }
 
   bool Varint(uint64_t* v) {
@@ -77,13 +85,34 @@ class Reader {
     }
   }
   const std::vector<::grpc::Slice>& slices_;
-  size_t slice_ = 0, offset_ = 0, pos_ = 0;
+  size_t size_ = 0, slice_ = 0, offset_ = 0, pos_ = 0;
 };
 
 void ReleaseTensor(void* p) { delete static_cast<Tensor*>(p); }
 
 Status Malformed(std::string_view what, const std::string& why) {
   return InvalidArgument(std::string(what) + ": malformed RecvTensor response: " + why);
+}
+
+// The bytes of a tensor of `dims` and the named dtype, checked before it is
+// allocated: the dtype and shape are valid and the size is `bytes`.
+StatusOr<std::pair<DataType, TensorShape>> CheckedHeader(std::string_view what,
+                                                         const std::string& dtype_name,
+                                                         const std::vector<int64_t>& dims,
+                                                         uint64_t bytes, const char* field) {
+  StatusOr<DataType> dtype = DataTypeFromString(dtype_name);
+  if (!dtype.ok()) return Malformed(what, "no valid dtype before the " + std::string(field));
+  StatusOr<TensorShape> shape = TensorShape::Make(dims);
+  if (!shape.ok()) return Malformed(what, shape.status().message());
+  const uint64_t size = DataTypeSize(*dtype);
+  const uint64_t n = uint64_t(shape->num_elements());
+  if (size == 0 || n > bytes / size || n * size != bytes) {
+    return Malformed(what, std::string(field) + " has " + std::to_string(bytes) + " bytes, a " +
+                               dtype_name + shape->ToString() + " tensor has " +
+                               (size != 0 && n <= UINT64_MAX / size ? std::to_string(n * size)
+                                                                   : std::string("more")));
+  }
+  return std::make_pair(*dtype, *shape);
 }
 
 }  // namespace
@@ -144,6 +173,7 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
     }
     if (type != kLen) return Malformed(what, "unexpected wire type " + std::to_string(type));
     if (!r.Varint(&len)) return Malformed(what, "truncated length");
+    if (len > r.remaining()) return Malformed(what, "truncated field " + std::to_string(field));
     if (field == 3) {  // status
       std::string bytes(len, '\0');
       if (!r.Bytes(bytes.data(), len)) return Malformed(what, "truncated status");
@@ -179,6 +209,7 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
       }
       if (w2 != kLen) return Malformed(what, "unexpected wire type in tensor");
       if (!r.Varint(&l2)) return Malformed(what, "truncated tensor field");
+      if (l2 > r.remaining()) return Malformed(what, "truncated tensor field " + std::to_string(f2));
       if (f2 == 1) {
         dtype_name.resize(l2);
         if (!r.Bytes(dtype_name.data(), l2)) return Malformed(what, "truncated dtype");
@@ -192,18 +223,12 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
       } else if (f2 == 3) {
         // The content: straight into the tensor, once dtype and shape are
         // known (they come first from every encoder we know of).
-        StatusOr<DataType> dtype = DataTypeFromString(dtype_name);
-        if (!dtype.ok()) return Malformed(what, "content before a valid dtype");
-        StatusOr<TensorShape> shape = TensorShape::Make(dims);
-        if (!shape.ok()) return Malformed(what, shape.status().message());
-        StatusOr<Tensor> t = Tensor::Allocate(HostAllocator(), *dtype, *shape);
+        FS_ASSIGN_OR_RETURN(auto header, CheckedHeader(what, dtype_name, dims, l2, "content"));
+        const DataType dtype = header.first;
+        StatusOr<Tensor> t = Tensor::Allocate(HostAllocator(), dtype, header.second);
         if (!t.ok()) return t.status();
-        if (t->TotalBytes() != l2) {
-          return Malformed(what, "content has " + std::to_string(l2) + " bytes, the tensor " +
-                                     std::to_string(t->TotalBytes()));
-        }
         if (!r.Bytes(t->raw_data(), l2)) return Malformed(what, "truncated content");
-        if (*dtype == DataType::kBool) {
+        if (dtype == DataType::kBool) {
           const auto* b = static_cast<const uint8_t*>(t->raw_data());
           for (size_t i = 0; i < l2; ++i) {
             if (b[i] > 1) return Malformed(what, "a bool that is not 0 or 1");
@@ -218,13 +243,9 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
     if (r.position() != end) return Malformed(what, "tensor overruns its length");
     if (!have_content) {
       // An empty tensor (protobuf leaves an empty content out).
-      StatusOr<DataType> dtype = DataTypeFromString(dtype_name);
-      if (!dtype.ok()) return Malformed(what, "no valid dtype");
-      StatusOr<TensorShape> shape = TensorShape::Make(dims);
-      if (!shape.ok()) return Malformed(what, shape.status().message());
-      StatusOr<Tensor> t = Tensor::Allocate(HostAllocator(), *dtype, *shape);
+      FS_ASSIGN_OR_RETURN(auto header, CheckedHeader(what, dtype_name, dims, 0, "content"));
+      StatusOr<Tensor> t = Tensor::Allocate(HostAllocator(), header.first, header.second);
       if (!t.ok()) return t.status();
-      if (t->TotalBytes() != 0) return Malformed(what, "no content for a non-empty tensor");
       out = std::move(t).value();
     }
     have_tensor = true;
@@ -294,6 +315,7 @@ Status ChunkReceiver::Add(const ::grpc::ByteBuffer& chunk) {
     }
     if (type != kLen) return Malformed(what_, "unexpected wire type " + std::to_string(type));
     if (!r.Varint(&len)) return Malformed(what_, "truncated length");
+    if (len > r.remaining()) return Malformed(what_, "truncated field " + std::to_string(field));
     if (field == 1) {
       std::string bytes(len, '\0');
       if (!r.Bytes(bytes.data(), len)) return Malformed(what_, "truncated status");
@@ -314,17 +336,11 @@ Status ChunkReceiver::Add(const ::grpc::ByteBuffer& chunk) {
       if (!have_header_) {
         // The header fields come before the data in the first chunk.
         if (!have_total) return Malformed(what_, "data before the tensor's header");
-        StatusOr<DataType> dtype = DataTypeFromString(dtype_name);
-        if (!dtype.ok()) return Malformed(what_, "no valid dtype");
-        StatusOr<TensorShape> shape = TensorShape::Make(dims);
-        if (!shape.ok()) return Malformed(what_, shape.status().message());
+        FS_ASSIGN_OR_RETURN(auto header,
+                            CheckedHeader(what_, dtype_name, dims, total, "total_bytes"));
         StatusOr<Tensor> t = Tensor::Allocate(
-            allocator_ != nullptr ? allocator_ : HostAllocator(), *dtype, *shape);
+            allocator_ != nullptr ? allocator_ : HostAllocator(), header.first, header.second);
         if (!t.ok()) return t.status();
-        if (t->TotalBytes() != total) {
-          return Malformed(what_, "total_bytes " + std::to_string(total) + " for a tensor of " +
-                                      std::to_string(t->TotalBytes()));
-        }
         tensor_ = std::move(t).value();
         total_ = total;
         have_header_ = true;

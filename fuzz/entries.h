@@ -47,6 +47,13 @@ Status GrpcRequests(std::string_view input);
 // header and index records of checkpoints/format.h of the same bytes.
 Status CheckpointImport(std::string_view input);
 
+// distributed/tensor_wire.h's decoders of another task's bytes: the first
+// byte picks a RecvTensor response (even) or RecvTensorStream chunks (odd,
+// each a one-byte length and its bytes) and the slice size gRPC hands them
+// over in; an accepted tensor encodes and decodes back exactly. A status the
+// peer sent comes back as OK (its code is the peer's, not a decoder error).
+Status TensorWire(std::string_view input);
+
 // True when `s` is OK or an error a client's input may cause
 // (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, OUT_OF_RANGE, FAILED_PRECONDITION,
 // NOT_FOUND; DATA_LOSS where `data_loss_ok`) with a message.

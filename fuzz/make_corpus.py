@@ -185,6 +185,39 @@ CHECKPOINTS = {
 }
 
 
+# distributed/tensor_wire.h: another task's RecvTensor responses and
+# RecvTensorStream chunks (api/worker.proto). First byte: even, a response;
+# odd, chunks (each a one-byte length and its bytes); the rest of it picks
+# the slice size.
+F32_2x3 = struct.pack("<6f", 1, 2, 3, 4, 5, 6)
+
+
+def chunk(dtype=None, shape=(), total=None, offset=0, data=b"", status=None):
+    out = b""
+    if status is not None:
+        out += s(1, status)
+    if dtype is not None:
+        out += s(2, dtype) + s(3, b"".join(varint(d) for d in shape)) + field(4, 0, total)
+    return out + field(5, 0, offset) + s(6, data)
+
+
+def chunks(*parts):
+    return bytes([1]) + b"".join(bytes([len(p)]) + p for p in parts)
+
+
+WIRE = {
+    "float_2x3": bytes([0]) + s(1, tensor("float32", [2, 3], F32_2x3)),
+    "float_2x3_sliced": bytes([6]) + s(1, tensor("float32", [2, 3], F32_2x3)),
+    "bool": bytes([0]) + s(1, tensor("bool", [3], b"\x01\x00\x01")),
+    "empty": bytes([0]) + s(1, s(1, "int64") + field(2, 0, 0)),
+    "scalar_dead": bytes([0]) + s(1, tensor("float64", [], struct.pack("<d", 2.5))) + field(2, 0, 1),
+    "status": bytes([0]) + s(3, field(1, 0, 10) + s(2, "/job:worker/task:1: step aborted") + s(3, "n")),
+    "chunks_2": chunks(chunk("float32", [2, 3], 24, 0, F32_2x3[:12]), chunk(offset=12, data=F32_2x3[12:])),
+    "chunks_one": chunks(chunk("int32", [2], 8, 0, struct.pack("<2i", 7, -7))),
+    "chunks_status": chunks(chunk(status=field(1, 0, 14) + s(2, "/job:worker/task:2: gone"))),
+}
+
+
 def write(target, name, data):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -211,6 +244,8 @@ def main():
         write("grpc_requests", k, v)
     for k, v in CHECKPOINTS.items():
         write("checkpoint_import", k, v)
+    for k, v in WIRE.items():
+        write("tensor_wire", k, v)
     return 0
 
 

@@ -152,5 +152,43 @@ TEST(TensorWire, ChunksOutOfPlaceOrMissingAreRefused) {
   }
 }
 
+// A hostile peer's lengths and shapes: refused before anything of their size
+// is allocated (a length over the message, a shape whose bytes the content
+// does not have; each would otherwise ask for terabytes or throw).
+TEST(TensorWire, HugeLengthsAndShapesAreRefusedBeforeAllocating) {
+  // A status field whose length says 2^62 bytes, in a 12-byte message.
+  std::string status_bomb = "\x1a";  // field 3, length-delimited
+  status_bomb += std::string("\x80\x80\x80\x80\x80\x80\x80\x80\x40", 9);
+  status_bomb += "xx";
+  StatusOr<Tensor> a = DecodeRecvTensorResponse(Split(status_bomb, 5), "key");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("truncated"), std::string::npos) << a.status().message();
+
+  // A float32[2^40] tensor with no content (4 TiB if it were allocated), and
+  // with 4 bytes of content.
+  wpb::RecvTensorResponse r;
+  r.mutable_tensor()->set_dtype("float32");
+  r.mutable_tensor()->add_shape(int64_t(1) << 40);
+  StatusOr<Tensor> b = DecodeRecvTensorResponse(Split(r.SerializeAsString(), 100), "key");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  r.mutable_tensor()->set_content(std::string(4, '\0'));
+  StatusOr<Tensor> c = DecodeRecvTensorResponse(Split(r.SerializeAsString(), 100), "key");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("4 bytes"), std::string::npos) << c.status().message();
+
+  // A chunk header that declares a total_bytes unlike its shape's.
+  wpb::RecvTensorChunk chunk;
+  chunk.set_dtype("float64");
+  chunk.add_shape(int64_t(1) << 61);  // 2^64 bytes: wraps to 0 in size_t
+  chunk.set_total_bytes(4);
+  chunk.set_data("abcd");
+  ChunkReceiver rec("key", nullptr);
+  ::grpc::Slice slice(chunk.SerializeAsString());
+  Status d = rec.Add(::grpc::ByteBuffer(&slice, 1));
+  EXPECT_EQ(d.code(), Code::kInvalidArgument) << d.ToString();
+}
+
 }  // namespace
 }  // namespace flowstate::distributed_internal

@@ -33,6 +33,7 @@ const Target kTargets[] = {
     {"job_spec", JobSpec},
     {"grpc_requests", GrpcRequests},
     {"checkpoint_import", CheckpointImport, /*data_loss_ok=*/true},
+    {"tensor_wire", TensorWire},
 };
 
 std::vector<fs::path> Inputs(const std::string& folder) {

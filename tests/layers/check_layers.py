@@ -5,7 +5,9 @@ folder in that folder's "may use" column. The build enforces the same rule
 with per-library include roots (cmake/FlowstateLibrary.cmake); this test
 also catches what the build cannot see, such as a library that lists a
 folder above it in USES, or the REST and gRPC frontends including each
-other.
+other. It also keeps the heavy third-party headers (gRPC, protobuf, Gloo,
+Boost, Eigen, RocksDB, prometheus-cpp) out of every header but the few
+adapter headers listed in ADAPTERS.
 
 Usage: check_layers.py --source DIR   (exit 1 listing every violation)
        check_layers.py --self-test    (the checker finds a planted violation)
@@ -35,6 +37,23 @@ MAY_USE = {
 # adapters over the service layer, not over each other.
 SIBLINGS = [("server/rest", "server/grpc")]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
+# Third-party headers that stay inside .cc files ("Keep Eigen, Boost, gRPC,
+# Gloo inside .cc files"): a header that includes one hands its types to
+# every includer and its compile time to every build.
+HEAVY = re.compile(r'^\s*#\s*include\s+[<"]((?:grpc|grpcpp|gloo|boost|Eigen|unsupported/Eigen|'
+                   r'google/protobuf|rocksdb|prometheus)/[^">]*|[^">]*\.pb\.h)[">]', re.M)
+# The adapter headers allowed to name them: each is included only by the
+# .cc files of the module that wraps the library (and by its tests).
+ADAPTERS = {
+    "api/proto_convert.h",           # protobuf <-> internal types, for the gRPC frontend
+    "server/grpc/grpc_frontend.h",   # the gRPC frontend's own services
+    "server/rest/http_connection.h", # one Beast connection, inside server/rest
+    "checkpoints/store_internal.h",  # RocksDB behind checkpoints/store.h
+    "distributed/wire.h",            # worker.proto stubs, inside distributed/
+    "distributed/grpc_worker.h",     # the generic stub of a remote worker
+    "distributed/tensor_wire.h",     # RecvTensor chunks as grpc::ByteBuffer
+    "distributed/gloo_store.h",      # Gloo's Store over the collective store
+}
 SOURCE = (".h", ".cc")
 
 
@@ -62,6 +81,19 @@ def violations(root):
                             if rel.startswith(mine + "/") and f"{m.group(1)}/{m.group(2)}".startswith(other + "/"):
                                 found.append(f"{rel}: includes \"{m.group(1)}/{m.group(2)}\": "
                                              f"{mine}/ and {other}/ must not include each other")
+    for folder in MAY_USE:
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for name in sorted(files):
+                if not name.endswith(".h"):
+                    continue
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root)
+                if rel in ADAPTERS:
+                    continue
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for m in HEAVY.finditer(f.read()):
+                        found.append(f"{rel}: includes <{m.group(1)}> in a header; keep it in the "
+                                     f".cc file (or behind an adapter header listed in ADAPTERS)")
     # Nothing outside cli/ includes cli/ (checked above for the layered
     # folders; MAY_USE lists cli for nobody).
     return found
@@ -82,13 +114,17 @@ def self_test():
         write("api/up.h", '  #  include "jobs/job_manager.h"\n')
         write("server/rest/x.cc", '#include "server/grpc/grpc_server.h"\n')
         write("jobs/cli.cc", '#include "cli/commands.h"\n')
+        write("scheduler/heavy.h", '#include <Eigen/Core>\n')
+        write("jobs/heavy.h", '#include "api/flowstate.pb.h"\n')
+        write("jobs/fine.cc", '#include <grpcpp/grpcpp.h>\n')
         got = violations(d)
-        want = ["devices/up.cc", "api/up.h", "server/rest/x.cc", "jobs/cli.cc"]
+        want = ["devices/up.cc", "api/up.h", "server/rest/x.cc", "jobs/cli.cc", "scheduler/heavy.h",
+                "jobs/heavy.h"]
         missing = [w for w in want if not any(g.startswith(w + ":") for g in got)]
         if missing or len(got) != len(want):
             print("self-test: expected one violation in each of", want, "got", got)
             return 1
-    print("self-test: ok (4 planted violations found, none in a clean tree)")
+    print(f"self-test: ok ({len(want)} planted violations found, none in a clean tree)")
     return 0
 
 
