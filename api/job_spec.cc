@@ -265,7 +265,8 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
                                  {"name", "graph", "loss", "optimizer", "input", "eval",
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
                                   "init_from", "on_nan", "bucket_bytes", "backup_replicas",
-                                  "check_replicas_every", "deterministic", "_test_straggler", "trace"}));
+                                  "check_replicas_every", "deterministic", "min_replicas",
+                                  "replica_wait_seconds", "_test_straggler", "trace"}));
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "name", &job.name));
   FS_ASSIGN_OR_RETURN(const Json* graph, Required(j, root, "graph"));
   FS_ASSIGN_OR_RETURN(job.graph, api::internal::GraphFromJson(*graph, root.Key("graph"), {}));
@@ -291,6 +292,17 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
                      "must be less than replicas (" + std::to_string(job.replicas) + ")");
   }
   job.backup_replicas = int(backup);
+  int64_t min_replicas = job.replicas;
+  FS_RETURN_IF_ERROR(ReadIntField(j, root, "min_replicas", &min_replicas, 1));
+  if (min_replicas > job.replicas) {
+    return PathError(root.Key("min_replicas"),
+                     "must be at most replicas (" + std::to_string(job.replicas) + ")");
+  }
+  job.min_replicas = int(min_replicas);
+  FS_RETURN_IF_ERROR(ReadNumberField(j, root, "replica_wait_seconds", &job.replica_wait_seconds));
+  if (!(job.replica_wait_seconds >= 0) || job.replica_wait_seconds > 1e7) {
+    return PathError(root.Key("replica_wait_seconds"), "must be between 0 and 1e7 seconds");
+  }
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "check_replicas_every", &job.check_replicas_every, 0));
   FS_RETURN_IF_ERROR(ReadBoolField(j, root, "deterministic", &job.deterministic));
   if (job.deterministic && job.backup_replicas > 0) {

@@ -85,6 +85,13 @@ struct JobSpec {
   // Backup replicas: each step uses the gradients of the first
   // replicas - backup_replicas replicas to finish their backward pass.
   int backup_replicas = 0;
+  // Replicas on the tasks of a cluster (jobs/training_job.h): when a
+  // replica's task is lost the job resumes from its last checkpoint with
+  // the replicas still alive if there are at least min_replicas of them
+  // (1 <= min_replicas <= replicas; default: replicas, i.e. wait), else it
+  // waits up to replica_wait_seconds for tasks to come back, then fails.
+  int min_replicas = 1;
+  double replica_wait_seconds = 300;
   // Compare a checksum of the variables across replicas every this many
   // steps (0: never); a difference fails the job.
   int64_t check_replicas_every = 100;

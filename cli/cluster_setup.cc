@@ -139,6 +139,10 @@ Status ClusterRuntime::Start(int grpc_port, DevicePool* devices, const std::atom
 
 RemoteWorkers* ClusterRuntime::remote_workers() const { return started_cluster_.load(); }
 
+void ClusterRuntime::DropCollectivePrefix(const std::string& prefix) const {
+  if (collective_store_ != nullptr) collective_store_->DropPrefix(prefix);
+}
+
 ClusterInfo ClusterRuntime::View() const {
   ClusterInfo c;
   if (Cluster* cluster = started_cluster_.load()) {

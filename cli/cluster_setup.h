@@ -75,6 +75,9 @@ class ClusterRuntime {
   // The runtime's other tasks for sessions (ServiceOptions::remote_workers);
   // null until Start succeeded. Thread-safe.
   RemoteWorkers* remote_workers() const;
+  // Forgets a membership's keys in this task's collective store
+  // (JobManagerOptions::drop_collective_prefix). Thread-safe.
+  void DropCollectivePrefix(const std::string& prefix) const;
 
  private:
   ClusterRuntime() = default;

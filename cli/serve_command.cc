@@ -277,6 +277,7 @@ int RunServer(int argc, char** argv, Mode mode) {
       StatusOr<std::string> a = spec.address(spec.self);
       return a.ok() ? *a : std::string();
     };
+    so.jobs.drop_collective_prefix = [rt](const std::string& p) { rt->DropCollectivePrefix(p); };
   }
   Service service(so);
   if (Status rs = worker ? Status() : service.jobs().Recover(); !rs.ok()) {

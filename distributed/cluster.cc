@@ -323,6 +323,22 @@ std::vector<std::string> Cluster::UnreachableTasks() const {
   return out;
 }
 
+bool Cluster::TaskUp(const std::string& task, uint64_t* incarnation, std::string* why) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  for (const Impl::Task& t : impl_->tasks) {
+    if (t.info.name != task) continue;
+    if (incarnation != nullptr) *incarnation = t.info.incarnation;
+    const bool up = t.info.is_self || (t.info.state == ClusterTaskInfo::State::kUp &&
+                                       t.info.incarnation != 0);
+    if (!up && why != nullptr) {
+      *why = t.info.last_error.empty() ? "no heartbeat answered yet" : t.info.last_error;
+    }
+    return up;
+  }
+  if (why != nullptr) *why = "not a task of the cluster";
+  return false;
+}
+
 uint64_t Cluster::generation() const { return impl_->generation.load(); }
 
 StatusOr<std::unique_ptr<Worker>> Cluster::NewWorker(const std::string& task,

@@ -99,6 +99,7 @@ class Cluster final : public RemoteWorkers {
   uint64_t local_incarnation() const override;
   std::vector<std::shared_ptr<RemoteDevice>> RemoteDevices(uint64_t* generation) override;
   std::vector<std::string> UnreachableTasks() const override;
+  bool TaskUp(const std::string& task, uint64_t* incarnation, std::string* why) const override;
   uint64_t generation() const override;
   StatusOr<std::unique_ptr<Worker>> NewWorker(const std::string& task,
                                               const std::string& session_handle) override;

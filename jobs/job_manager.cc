@@ -182,14 +182,7 @@ std::deque<std::string>::iterator JobManager::PickReadyLocked() {
 
 StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   FS_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job_json));
-  TrainingJobOptions o;
-  o.data_root = options_.data_root;
-  o.devices = options_.devices;
-  o.inter_op_pool = inter_op_pool_.get();
-  o.max_shape_bytes = options_.max_shape_bytes;
-  if (options_.remote) o.remote = options_.remote();
-  if (options_.collective_store) o.collective_store = options_.collective_store();
-  FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, o));
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, RunnerOptions()));
   bool init_values_set = false;
   if (spec.init_from) {
     const InitFromSpec& f = *spec.init_from;
@@ -442,10 +435,13 @@ void JobManager::WorkerLoop() {
 void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   Job* j = job.get();
   if (!j->started) {
+    // Replicas on other tasks: those whose task answers (or wait for them).
+    if (AcrossTasks(j->spec) && !PrepareMembership(job)) return;
     int64_t restored = -1;
     Status s = StartRunner(j, /*load_data=*/true, &restored);
     std::lock_guard<std::mutex> l(mu_);
     if (!s.ok()) {
+      if (OnReplicaFailureLocked(j, s, "starting the replicas")) return;
       TransitionLocked(j, JobAction::kFail, s.ToString());
       return;
     }
@@ -461,18 +457,21 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
         j->info.resumed_from_step = restored;
         PublishLocked(j, JobEvent::Kind::kResume,
                       "resumed from the checkpoint at step " + std::to_string(restored) +
-                          (j->spec.replicas > 1
+                          (!j->membership.note.empty() ? " " + j->membership.note
+                           : j->spec.replicas > 1
                                ? " with " + std::to_string(j->spec.replicas) + " replicas"
                                : ""));
         if (options_.observer) options_.observer->OnRestart(InfoLocked(*j));
       } else if (j->was_running) {
         j->info.resumed_from_step = 0;
         PublishLocked(j, JobEvent::Kind::kResume,
-                      "restarted from step 0: no checkpoint had been written");
+                      "restarted from step 0: no checkpoint had been written" +
+                          (j->membership.note.empty() ? "" : " (" + j->membership.note + ")"));
         if (options_.observer) options_.observer->OnRestart(InfoLocked(*j));
       } else {
         PublishLocked(j, JobEvent::Kind::kState);
       }
+      j->membership.note.clear();
       PersistLocked(*j, true);
       return;
     }
@@ -508,10 +507,13 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       TransitionLocked(j, JobAction::kFail, r.status().message());
       return;
     }
-    TransitionLocked(j, JobAction::kFail, "step " + std::to_string(j->info.step + 1) + ": " +
-                                             r.status().ToString());
+    const std::string what = "step " + std::to_string(j->info.step + 1);
+    if (OnReplicaFailureLocked(j, r.status(), what)) return;
+    TransitionLocked(j, JobAction::kFail, what + ": " + r.status().ToString());
     return;
   }
+  j->membership.rebuilds_without_step = 0;
+  j->membership.last_error.clear();
   j->info.step = r->step;
   j->info.epoch = r->epoch;
   if (r->skipped) {  // on_nan "skip_step": the loss stays the last finite one
@@ -555,7 +557,8 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   if (options_.store == nullptr) return;
   bool requested = j->checkpoint_ticket > j->served_ticket;
   if (requested || (CheckpointDueLocked(*j) && j->pending_writes == 0)) {
-    SnapshotLocked(j, job, requested ? "on demand" : "policy");
+    // A lost replica's task that answers again rejoins at this checkpoint.
+    if (SnapshotLocked(j, job, requested ? "on demand" : "policy") != 0) MaybeRejoinLocked(j);
   }
 }
 

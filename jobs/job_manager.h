@@ -65,6 +65,28 @@
 // "skip_step" the step is counted in JobInfo::skipped_steps and training
 // goes on. Either way a "nan" event names the step.
 //
+// Replicas on the tasks of a cluster (a job whose "devices" name other
+// tasks; job_manager_replicas.cc). Each (re)start of such a job first asks
+// every task for a heartbeat and builds the job with the replicas whose
+// task answers (replica 0 is on this task), as a membership with its own
+// collective key prefix ("<job id>/m<k>"; the previous one is dropped from
+// the store). When a step or start fails because a replica's task is lost
+// (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED or CANCELLED from a remote
+// worker or the collective, or a task the heartbeats call UNREACHABLE),
+// every replica's step has been aborted; the job stays RUNNING, a "state"
+// event says so, and it resumes from its last checkpoint (step 0 without
+// one) with the replicas alive, when there are at least min_replicas of
+// them: a "resume" event names the step, the tasks and the lost ones. The
+// job keeps its global batch (replicas x batch_size; the survivors each
+// train on more of it, TrainingJobOptions::batches_per_step), so its steps,
+// its data order and its updates are those of the uninterrupted run, up to
+// float rounding.
+// Fewer: it waits (a "state" event says for whom), polling the heartbeats,
+// at most replica_wait_seconds, then FAILS naming the lost tasks. A lost
+// task that answers again rejoins at the job's next checkpoint (the job is
+// rebuilt with it and resumes from that checkpoint). More than 5 rebuilds
+// in a row without a step fail the job with the last error.
+//
 // Thread safety: every public method is thread-safe. Destruction stops the
 // workers after their current step.
 #ifndef FLOWSTATE_JOBS_JOB_MANAGER_H_
@@ -95,6 +117,7 @@ class RemoteWorkers;
 
 class TrainingJob;
 class ThreadPool;
+struct TrainingJobOptions;
 struct JobSnapshot;
 struct ReplicaStepStats;
 struct StepResult;
@@ -162,6 +185,9 @@ struct JobManagerOptions {
   // (TrainingJobOptions::remote). Empty functions: this process only.
   std::function<RemoteWorkers*()> remote;
   std::function<std::string()> collective_store;
+  // Forgets a membership's keys in that store once the job has moved on
+  // to a new membership (CollectiveStoreService::DropPrefix); may be empty.
+  std::function<void(const std::string& prefix)> drop_collective_prefix;
 };
 
 // A subscription to one job's events. Next() blocks until an event arrives,
@@ -337,6 +363,28 @@ class JobManager {
   // Runs one unit of work (start, a step, an evaluation) of `job`, without
   // the lock; returns false when the job left the running set.
   void RunSlice(const std::shared_ptr<Job>& job);
+
+  // The options every runner of this manager's jobs gets.
+  TrainingJobOptions RunnerOptions() const;
+
+  // --- Replicas on the tasks of a cluster (job_manager_replicas.cc).
+  // The task of replica i of `spec` ("/job:worker/task:2"); "" on this task.
+  std::string ReplicaTask(const JobSpec& spec, int i) const;
+  // Whether the job's replicas run on other tasks of the cluster.
+  bool AcrossTasks(const JobSpec& spec) const;
+  // `spec` with only its replica 0 (on this task): what a recovered job
+  // runs before the cluster has started, and a finished one predicts with.
+  static JobSpec ReplicaZeroSpec(const JobSpec& spec);
+  // Before such a job (re)starts, without the lock: builds its runner for
+  // the replicas whose task answers a heartbeat now. false: not now (it
+  // waits for min_replicas, or it was FAILED).
+  bool PrepareMembership(const std::shared_ptr<Job>& job);
+  // A start or step of such a job failed with `s` (REQUIRES: mu_ held):
+  // true when it is rebuilt instead of failing.
+  bool OnReplicaFailureLocked(Job* job, const Status& s, const std::string& what);
+  // After a checkpoint snapshot of such a job: rebuilds it at that
+  // checkpoint when a lost replica's task answers again.
+  void MaybeRejoinLocked(Job* job);
 
   JobManagerOptions options_;
   mutable std::mutex mu_;

@@ -222,14 +222,12 @@ Status JobManager::Recover() {
         problem = spec.status().ToString();
       } else {
         job->spec = *spec;
-        TrainingJobOptions o;
-        o.data_root = options_.data_root;
-        o.devices = options_.devices;
-        o.inter_op_pool = inter_op_pool_.get();
-        o.max_shape_bytes = options_.max_shape_bytes;
-        if (options_.remote) o.remote = options_.remote();
-        if (options_.collective_store) o.collective_store = options_.collective_store();
-        StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(job->spec, o);
+        StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(job->spec, RunnerOptions());
+        if (!runner.ok() && AcrossTasks(job->spec)) {
+          // Replicas on other tasks, before the cluster has started: replica
+          // 0 for now (a start builds the job with the tasks that answer).
+          runner = TrainingJob::Create(ReplicaZeroSpec(job->spec), RunnerOptions());
+        }
         if (runner.ok()) {
           job->runner = std::move(runner).value();
         } else {

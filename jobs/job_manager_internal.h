@@ -130,6 +130,16 @@ struct JobManager::Job {
   StepHistory curves;
   uint64_t curves_stored = 0;
   std::map<int64_t, std::string> traces;
+  // Replicas on the tasks of a cluster (job_manager_replicas.cc).
+  struct Membership {
+    std::vector<int> replicas;  // indices into spec.devices of the runner's replicas
+    int number = 0;             // memberships built; the prefix is "<id>/m<number - 1>"
+    std::string note;           // for the next "resume" event: who was lost or rejoined
+    std::vector<std::string> rejoined;  // tasks that answer again (MaybeRejoinLocked)
+    std::optional<std::chrono::steady_clock::time_point> wait_until;  // fewer than min_replicas
+    int rebuilds_without_step = 0;
+    std::string last_error;
+  } membership;
 };
 
 struct JobManager::WriteRequest {

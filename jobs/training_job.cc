@@ -285,10 +285,6 @@ StatusOr<JobSnapshot> TrainingJob::Snapshot() {
 
 Status TrainingJob::Restore(const JobSnapshot& snapshot) {
   if (!started_) return FailedPrecondition("the job has not started");
-  if (!replica_sessions_.empty() && ReplicasAcrossTasks()) {
-    return FailedPrecondition(
-        "restoring a checkpoint into replicas on other tasks is not supported yet");
-  }
   if (snapshot.seed != spec_.seed) {
     return FailedPrecondition("the checkpoint was taken with seed " + std::to_string(snapshot.seed) +
                               " but the job has seed " + std::to_string(spec_.seed));
@@ -321,11 +317,7 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
   FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
   for (int i = 1; i <= int(replica_sessions_.size()); ++i) {
-    for (const std::string& v : graph_.variables) {
-      FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
-      FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
-    }
-    FS_RETURN_IF_ERROR(replica_session(i)->ImportKernelStates(snapshot.kernel_states));
+    FS_RETURN_IF_ERROR(RestoreReplica(i, by_name, snapshot.kernel_states));
   }
   if (pipeline) {
     pipeline_->Cancel();
@@ -436,21 +428,34 @@ int64_t TrainingJob::steps_per_epoch() const {
     int64_t n = train_data_.num_examples(), b = spec_.input.batch_size;
     batches = spec_.input.drop_remainder ? n / b : (n + b - 1) / b;
   }
-  // Replicas: a step takes up to `replicas` batches of one epoch.
-  return (batches + spec_.replicas - 1) / spec_.replicas;
+  // Replicas: a step takes up to batches_per_step() batches of one epoch.
+  return (batches + batches_per_step() - 1) / batches_per_step();
 }
 
 bool TrainingJob::Finished() const {
-  if (spec_.replicas == 1 || !pipeline_) return step_ >= total_steps();
-  // Replicas: by the input's position, so that a job restored from a
-  // checkpoint of another number of replicas (other steps per epoch) ends
-  // at the end of its data.
+  if (!pipeline_) return step_ >= total_steps();
+  // By the input's position, so that a job restored from a checkpoint of
+  // another number of replicas (other steps per epoch) ends at the end of
+  // its data.
   if (spec_.max_steps && step_ >= *spec_.max_steps) return true;
   return spec_.input.epochs > 0 && pipeline_->position().epoch >= spec_.input.epochs;
 }
 
 int64_t TrainingJob::total_steps() const {
   int64_t total = steps_per_epoch() * spec_.input.epochs;
+  if (pipeline_ && spec_.input.epochs > 0) {
+    // From the input's position: the steps done plus those its data has
+    // left (a job restored from a checkpoint of another number of replicas
+    // took another number of steps to get there).
+    const PipelinePosition p = pipeline_->position();
+    const int64_t n = batches_per_step(), b = spec_.input.batch_size;
+    const int64_t left_in_epoch =
+        p.epoch >= spec_.input.epochs
+            ? 0
+            : (std::max<int64_t>(0, pipeline_->batches_per_epoch() - p.offset / b) + n - 1) / n;
+    const int64_t later_epochs = std::max<int64_t>(0, spec_.input.epochs - p.epoch - 1);
+    total = step_ + left_in_epoch + later_epochs * steps_per_epoch();
+  }
   if (spec_.max_steps) total = std::min(total, *spec_.max_steps);
   return total;
 }
@@ -479,6 +484,15 @@ StatusOr<StepResult> TrainingJob::Step() {
   if (spec_.replicas > 1) return StepReplicas();
   StatusOr<Batch> b = pipeline_->Next();
   if (!b.ok()) return b.status();
+  if (batches_per_step() > 1) {
+    // The global batch of a job with replicas run with one: one step on
+    // the step's batches together.
+    std::vector<Batch> more;
+    more.push_back(std::move(b).value());
+    FS_ASSIGN_OR_RETURN(std::vector<Batch> rest, NextBatches(batches_per_step() - 1, more.front().epoch));
+    for (Batch& r : rest) more.push_back(std::move(r));
+    b = ConcatBatches(more);
+  }
   std::vector<std::pair<std::string, Tensor>> feeds;
   feeds.reserve(b->components.size());
   for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
@@ -507,7 +521,7 @@ StatusOr<StepResult> TrainingJob::Step() {
   r.loss = out[0].ElementAsDouble(0);
   r.examples = b->size;
   r.epoch_end = pipeline_->position().epoch != b->epoch;
-  r.done = step_ >= total_steps();
+  r.done = Finished();
   done_ = r.done;
   return r;
 }

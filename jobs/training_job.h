@@ -22,7 +22,11 @@
 // same epoch, and replica i trains on the i-th (a replica without one joins
 // with zeros): the shards are disjoint, the global batch is N x batch_size,
 // and the input position (a multiple of batch_size) does not depend on N,
-// so a checkpoint of N replicas resumes with any other number. Snapshots,
+// so a checkpoint of N replicas resumes with any other number. With
+// TrainingJobOptions::batches_per_step B > N a step takes up to B batches
+// and replica i trains on batches i, i + N, ... concatenated (one replica:
+// all of them): what the job manager runs when a job lost replicas, so
+// that its global batch stays B x batch_size. Snapshots,
 // evaluation and predictions use replica 0; a job started without its data
 // (predictions only) creates no other replica. Every check_replicas_every
 // steps a checksum of every replica's variables is compared with replica
@@ -37,15 +41,22 @@
 // session runs its graph on task i through the cluster, its variables live
 // in that task's worker session, and the group is a GlooCollective (the
 // collective factory "gloo") meeting in options.collective_store; every
-// replica is fed its batch from here. Not yet across tasks: backup
-// replicas, the test straggler, init_from and restoring a checkpoint into
-// the replicas (FAILED_PRECONDITION / INVALID_ARGUMENT say so).
+// replica is fed its batch from here. Restore() feeds the checkpoint's
+// values to each replica's variables through restore nodes of its graph (a
+// Placeholder and an Assign per variable, "_restore/<variable>"); the
+// kernels' random states of a replica on another task are not restored (its
+// dropout streams then differ from an uninterrupted run's). Not yet across
+// tasks: backup replicas, the test straggler and init_from
+// (INVALID_ARGUMENT says so). The job manager rebuilds such a job with the
+// replicas still alive when a task is lost (jobs/job_manager.h, "Replicas
+// on the tasks of a cluster").
 //
 // Thread safety: one thread drives a job at a time (Step, Evaluate); the
 // accessors of Progress are safe from any thread.
 #ifndef FLOWSTATE_JOBS_TRAINING_JOB_H_
 #define FLOWSTATE_JOBS_TRAINING_JOB_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -95,6 +106,12 @@ struct TrainingJobOptions {
   RemoteWorkers* remote = nullptr;
   std::string collective_store;
   std::string collective_prefix;
+  // Batches of batch_size a step trains on, when more than `replicas`
+  // (0: replicas): replica i trains on batches i, i + replicas, ... of the
+  // step, concatenated. The job manager sets it to the job's replicas when
+  // it runs the job with fewer (a task was lost), so that the global batch,
+  // the steps per epoch and the training run stay those of the job.
+  int batches_per_step = 0;
 };
 
 // One replica's part of the last step (replicas > 1).
@@ -148,6 +165,11 @@ struct JobSnapshot {
 // base64), and back. Decode: INVALID_ARGUMENT when the text is not one.
 std::string EncodeSnapshotMetadata(const JobSnapshot& s);
 Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s);
+
+// The examples of `batches` (of one pipeline, in order) as one batch: each
+// component concatenated along its first dimension; the first's epoch,
+// offset and step.
+Batch ConcatBatches(const std::vector<Batch>& batches);
 
 // Checks that `values` hold every model variable of `graph` with its dtype
 // and a shape it allows (extra tensors are ignored): what `init_from` needs.
@@ -221,6 +243,8 @@ class TrainingJob {
   // or out of range.
   Session* replica_session(int i);
   int num_replicas() const { return spec_.replicas; }
+  // Batches of batch_size a step trains on: the global batch.
+  int batches_per_step() const { return std::max(spec_.replicas, options_.batches_per_step); }
   // How many steps each replica was dropped from (backup replicas); empty
   // without.
   std::vector<int64_t> dropped_steps() const;
@@ -240,6 +264,8 @@ class TrainingJob {
   // What replicas across tasks need (before anything starts).
   Status CheckReplicasAcrossTasks() const;
   StatusOr<StepResult> StepReplicas();
+  // Up to `k` more batches of the pipeline while they are of `epoch`.
+  StatusOr<std::vector<Batch>> NextBatches(int k, int64_t epoch);
   // A step whose loss or gradients were NaN/Inf (`nan`: the CheckNumerics
   // error): with on_nan "fail" the job ends with an error naming the step;
   // with "skip_step", `r` says the step was skipped (loss NaN). The batch
@@ -250,6 +276,11 @@ class TrainingJob {
   // RunReplica of a replica on another task.
   Status RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   Status CheckReplicasAgree();
+  // Restore's part for replica i >= 1: its variables from `values` (local:
+  // assigned; on another task: fed to its graph's restore nodes) and, on
+  // this task, the kernels' random states.
+  Status RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
+                        const std::map<std::string, std::string>& kernel_states);
   // Replica i's values of graph().variables (read through its session).
   StatusOr<std::vector<Tensor>> ReadReplicaVariables(int i);
   bool Finished() const;

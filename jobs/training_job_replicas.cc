@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <span>
 #include <thread>
 
 #include "jobs/training_job.h"
@@ -34,6 +36,36 @@ uint64_t Checksum(const Tensor& t, uint64_t h = 1469598103934665603ull) {
   for (int64_t d : t.shape().dims()) mix(&d, sizeof d);
   mix(t.raw_data(), t.TotalBytes());
   return h;
+}
+
+// The restore nodes of a replica's graph: "_restore/<v>" (a Placeholder of
+// v's dtype and shape) and "_restore/<v>/assign" (Assign(v, it)) for each
+// variable v, so that a checkpoint can be fed to a replica on another task.
+void AddRestoreNodes(const std::vector<std::string>& variables, GraphDef* g) {
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& n : g->nodes) by_name[n.name] = &n;
+  std::vector<NodeDef> added;
+  for (const std::string& v : variables) {
+    auto it = by_name.find(v);
+    if (it == by_name.end()) continue;
+    const NodeDef& var = *it->second;
+    NodeDef p;
+    p.name = "_restore/" + v;
+    p.op = "Placeholder";
+    p.device = var.device;
+    for (const char* a : {"dtype", "shape"}) {
+      if (auto at = var.attrs.find(a); at != var.attrs.end()) p.attrs[a] = at->second;
+    }
+    NodeDef assign;
+    assign.name = p.name + "/assign";
+    assign.op = "Assign";
+    assign.device = var.device;
+    assign.inputs = {v, p.name};
+    assign.attrs["validate_shape"] = AttrValue(true);
+    added.push_back(std::move(p));
+    added.push_back(std::move(assign));
+  }
+  for (NodeDef& n : added) g->nodes.push_back(std::move(n));
 }
 
 }  // namespace
@@ -120,6 +152,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
                {"allreduce_timeout_ms", AttrValue(int64_t(options_.allreduce_timeout.count()))},
                {"host", AttrValue(std::string())}};
     create_nodes[i] = c.name;
+    AddRestoreNodes(graph_.variables, &g);
     // Every node of replica i on task i (a partial device, e.g.
     // "/device:CPU:1", on that task's device of that name).
     FS_ASSIGN_OR_RETURN(DeviceName task, DeviceName::Parse(spec_.devices[i]));
@@ -305,16 +338,26 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
 
 StatusOr<StepResult> TrainingJob::StepReplicas() {
   const int n = spec_.replicas;
-  // Up to n batches of one epoch: replica i trains on the i-th.
+  // Up to batches_per_step() batches of one epoch: replica i trains on the
+  // i-th, and on the (i + n)-th, ... when the step has more than n.
   std::vector<Batch> batches;
+  int64_t examples = 0;
   {
     StatusOr<Batch> first = pipeline_->Next();
     if (!first.ok()) return first.status();
-    batches.push_back(std::move(first).value());
-    while (int(batches.size()) < n && pipeline_->position().epoch == batches.front().epoch) {
-      StatusOr<Batch> b = pipeline_->Next();
-      if (!b.ok()) return b.status();
-      batches.push_back(std::move(b).value());
+    std::vector<Batch> all;
+    all.push_back(std::move(first).value());
+    FS_ASSIGN_OR_RETURN(std::vector<Batch> rest, NextBatches(batches_per_step() - 1, all.front().epoch));
+    for (Batch& b : rest) all.push_back(std::move(b));
+    for (const Batch& b : all) examples += b.size;
+    if (int(all.size()) <= n) {
+      batches = std::move(all);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        std::vector<Batch> mine;
+        for (size_t k = i; k < all.size(); k += n) mine.push_back(std::move(all[k]));
+        batches.push_back(ConcatBatches(mine));
+      }
     }
   }
   std::vector<int64_t> dropped_before = dropped_steps();
@@ -347,14 +390,23 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   StepResult r;
   // A NaN/Inf loss or gradient is seen by every replica alike (the checks
   // read the all-reduced tensors); any other error wins.
-  Status nan;
+  // The cause first: a replica whose task is gone (UNAVAILABLE) rather
+  // than the others, whose collective failed because of it.
+  Status nan, failed;
   for (int i = 0; i < n; ++i) {
     if (status[i].ok()) continue;
     if (!IsNanError(status[i])) {
-      done_ = true;
-      return status[i];
+      if (failed.ok() || (status[i].code() == Code::kUnavailable &&
+                          failed.code() != Code::kUnavailable)) {
+        failed = status[i];
+      }
+      continue;
     }
     if (nan.ok()) nan = status[i];
+  }
+  if (!failed.ok()) {
+    done_ = true;
+    return failed;
   }
   if (!nan.ok()) {
     FS_RETURN_IF_ERROR(OnNanStep(nan, &r));
@@ -363,7 +415,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   }
   r.step = ++step_;
   r.epoch = batches.front().epoch;
-  for (const Batch& b : batches) r.examples += b.size;
+  r.examples = examples;
   r.epoch_end = pipeline_->position().epoch != batches.front().epoch;
   r.replicas = std::move(stats);
   if (spec_.check_replicas_every > 0 && step_ % spec_.check_replicas_every == 0) {
@@ -376,6 +428,61 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   r.done = Finished();
   done_ = r.done;
   return r;
+}
+
+Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
+                                   const std::map<std::string, std::string>& kernel_states) {
+  Session* session = replica_session(i);
+  if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
+  if (i < int(comms_.size()) && comms_[i] == nullptr) {
+    // On another task: through its graph's restore nodes, in one step.
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    std::vector<std::string> targets;
+    for (const std::string& v : graph_.variables) {
+      feeds.emplace_back("_restore/" + v, *values.at(v));
+      targets.push_back("_restore/" + v + "/assign");
+    }
+    std::vector<Tensor> out;
+    Status s = session->Run(feeds, {}, targets, &out);
+    return s.ok() ? s : s.WithPrefix("restoring replica " + std::to_string(i));
+  }
+  for (const std::string& v : graph_.variables) {
+    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(session, v));
+    FS_RETURN_IF_ERROR(var->Assign(*values.at(v)));
+  }
+  return session->ImportKernelStates(kernel_states);
+}
+
+StatusOr<std::vector<Batch>> TrainingJob::NextBatches(int k, int64_t epoch) {
+  std::vector<Batch> out;
+  while (int(out.size()) < k && pipeline_->position().epoch == epoch) {
+    StatusOr<Batch> b = pipeline_->Next();
+    if (!b.ok()) return b.status();
+    out.push_back(std::move(b).value());
+  }
+  return out;
+}
+
+Batch ConcatBatches(const std::vector<Batch>& batches) {
+  if (batches.size() == 1) return batches.front();
+  Batch out;
+  out.epoch = batches.front().epoch;
+  out.offset = batches.front().offset;
+  out.step = batches.front().step;
+  for (const Batch& b : batches) out.size += b.size;
+  for (const auto& [name, first] : batches.front().components) {
+    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+    dims[0] = out.size;
+    Tensor t(first.dtype(), TensorShape(std::span<const int64_t>(dims)));
+    char* at = static_cast<char*>(t.raw_data());
+    for (const Batch& b : batches) {
+      const Tensor& part = b.components.at(name);
+      std::memcpy(at, part.raw_data(), part.TotalBytes());
+      at += part.TotalBytes();
+    }
+    out.components.emplace(name, std::move(t));
+  }
+  return out;
 }
 
 Status TrainingJob::CheckReplicasAgree() {

@@ -217,33 +217,59 @@ std::vector<int64_t> StepRace::dropped() const {
   return dropped_;
 }
 
-ReplicaComm::ReplicaComm(Options options) : options_(std::move(options)) {
-  thread_ = std::thread([this] { Loop(); });
+struct ReplicaComm::State {
+  explicit State(const Options& o) : options(o) {}
+  const Options options;
+  std::atomic<int64_t> steps_begun{0};
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> wait_ns{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, Request> pending;  // GUARDED_BY(mu): by bucket
+  int next_bucket = 0;             // GUARDED_BY(mu)
+  bool stop = false;               // GUARDED_BY(mu)
+};
+
+ReplicaComm::ReplicaComm(Options options)
+    : options_(std::move(options)), state_(std::make_shared<State>(options_)) {
+  thread_ = std::thread([state = state_] { Loop(state); });
 }
 
 ReplicaComm::~ReplicaComm() {
   options_.collective->Abort(Cancelled("the replica's collective was closed"));
+  std::map<int, Request> pending;
   {
-    std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-    cv_.notify_all();
+    std::lock_guard<std::mutex> l(state_->mu);
+    state_->stop = true;
+    state_->cv.notify_all();
+    pending.swap(state_->pending);
   }
-  thread_.join();
-  for (auto& [b, r] : pending_) r.done(Cancelled("the replica's collective was closed"), {});
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // our own thread, in a callback: it ends when that returns
+  } else {
+    thread_.join();
+  }
+  for (auto& [b, r] : pending) r.done(Cancelled("the replica's collective was closed"), {});
 }
+
+int64_t ReplicaComm::steps_begun() const { return state_->steps_begun.load(); }
+int64_t ReplicaComm::bytes() const { return state_->bytes.load(); }
+int64_t ReplicaComm::calls() const { return state_->calls.load(); }
 
 void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done) {
   weighted.push_back(Tensor::Scalar<double>(count));
-  std::lock_guard<std::mutex> l(mu_);
-  if (bucket == 0) steps_begun_.fetch_add(1);
-  if (stop_ || bucket >= options_.num_buckets || pending_.count(bucket)) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  if (bucket == 0) state_->steps_begun.fetch_add(1);
+  if (state_->stop || bucket >= options_.num_buckets || state_->pending.count(bucket)) {
     done(Internal("_AllReduce: bucket " + std::to_string(bucket) +
-                  (stop_ ? " after the collective was closed" : " handed in twice or out of range")),
+                  (state_->stop ? " after the collective was closed"
+                                : " handed in twice or out of range")),
          {});
     return;
   }
-  pending_.emplace(bucket, Request{std::move(weighted), std::move(done)});
-  cv_.notify_all();
+  state_->pending.emplace(bucket, Request{std::move(weighted), std::move(done)});
+  state_->cv.notify_all();
 }
 
 StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
@@ -279,31 +305,32 @@ StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
   return out;
 }
 
-void ReplicaComm::Loop() {
+void ReplicaComm::Loop(std::shared_ptr<State> state) {
+  const Options& options = state->options;
   for (;;) {
     Request req;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || pending_.count(next_bucket_) > 0; });
-      if (stop_) return;
-      auto it = pending_.find(next_bucket_);
+      std::unique_lock<std::mutex> l(state->mu);
+      state->cv.wait(l, [&] { return state->stop || state->pending.count(state->next_bucket) > 0; });
+      if (state->stop) return;
+      auto it = state->pending.find(state->next_bucket);
       req = std::move(it->second);
-      pending_.erase(it);
-      next_bucket_ = (next_bucket_ + 1) % options_.num_buckets;
+      state->pending.erase(it);
+      state->next_bucket = (state->next_bucket + 1) % options.num_buckets;
     }
     int64_t nbytes = 0;
     for (const Tensor& t : req.tensors) nbytes += int64_t(t.TotalBytes());
     auto start = std::chrono::steady_clock::now();
-    Status s = options_.collective->AllReduce(&req.tensors, ReduceOp::kSum, start + options_.timeout);
-    wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+    Status s = options.collective->AllReduce(&req.tensors, ReduceOp::kSum, start + options.timeout);
+    state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - start)
                            .count());
-    calls_.fetch_add(1);
+    state->calls.fetch_add(1);
     if (!s.ok()) {
       req.done(s, {});
       continue;
     }
-    bytes_.fetch_add(nbytes);
+    state->bytes.fetch_add(nbytes);
     double total = req.tensors.back().scalar<double>();
     req.tensors.pop_back();
     if (total <= 0) {
@@ -318,7 +345,7 @@ void ReplicaComm::Loop() {
   }
 }
 
-double ReplicaComm::wait_seconds() const { return double(wait_ns_.load()) * 1e-9; }
+double ReplicaComm::wait_seconds() const { return double(state_->wait_ns.load()) * 1e-9; }
 
 std::string ReplicaComm::DebugString() const {
   return "ReplicaComm rank " + std::to_string(options_.collective->rank()) + " of " +

@@ -19,7 +19,8 @@
 // optimizer.
 //
 // Thread safety: ReplicaComm and StepRace are thread-safe. A ReplicaComm's
-// destructor aborts its collective and joins its thread.
+// destructor aborts its collective and joins its thread (detaches it when
+// it runs on that thread: a callback dropped the last reference).
 #ifndef FLOWSTATE_SCHEDULER_COLLECTIVE_KERNELS_H_
 #define FLOWSTATE_SCHEDULER_COLLECTIVE_KERNELS_H_
 
@@ -97,7 +98,7 @@ class ReplicaComm final : public ResourceBase {
   int rank() const { return options_.collective->rank(); }
   StepRace* race() const { return options_.race.get(); }
   // Steps whose bucket 0 has been handed in (the number of the next step).
-  int64_t steps_begun() const { return steps_begun_.load(); }
+  int64_t steps_begun() const;
 
   // Hands in bucket `bucket` of the current step: `weighted` already holds
   // count * tensor. `done` runs on the communication thread with the
@@ -115,8 +116,8 @@ class ReplicaComm final : public ResourceBase {
   // Totals since creation: seconds inside collective calls (waiting for the
   // other replicas, and reducing), bytes reduced, calls.
   double wait_seconds() const;
-  int64_t bytes() const { return bytes_.load(); }
-  int64_t calls() const { return calls_.load(); }
+  int64_t bytes() const;
+  int64_t calls() const;
 
   std::string DebugString() const override;
 
@@ -125,18 +126,14 @@ class ReplicaComm final : public ResourceBase {
     std::vector<Tensor> tensors;  // weighted, then the count
     Callback done;
   };
-  void Loop();
+  // What the communication thread uses, shared with it: a ReplicaComm
+  // whose last reference is dropped on that thread (by a callback) detaches
+  // it instead of joining itself, and the thread ends touching only this.
+  struct State;
+  static void Loop(std::shared_ptr<State> state);
 
   const Options options_;
-  std::atomic<int64_t> steps_begun_{0};
-  std::atomic<int64_t> bytes_{0};
-  std::atomic<int64_t> calls_{0};
-  std::atomic<int64_t> wait_ns_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int, Request> pending_;  // GUARDED_BY(mu_): by bucket
-  int next_bucket_ = 0;             // GUARDED_BY(mu_)
-  bool stop_ = false;               // GUARDED_BY(mu_)
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

@@ -78,6 +78,13 @@ class RemoteWorkers {
   virtual std::vector<std::shared_ptr<RemoteDevice>> RemoteDevices(uint64_t* generation) = 0;
   // Tasks never heard from, for error messages ("/job:worker/task:3").
   virtual std::vector<std::string> UnreachableTasks() const = 0;
+  // Whether `task` ("/job:worker/task:2") answered its last heartbeat; when
+  // not, *why (may be null) says what failed. `incarnation` (may be null):
+  // the task's as last heard (0: never). A task never probed counts as
+  // down. Default (no heartbeats): up.
+  virtual bool TaskUp(const std::string& task, uint64_t* incarnation, std::string* why) const {
+    return true;
+  }
   // Changes when a task's incarnation or devices change; executables built
   // at another generation are rebuilt.
   virtual uint64_t generation() const = 0;

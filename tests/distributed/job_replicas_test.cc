@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <tuple>
 #include <thread>
 
 #include "distributed/collective_store.h"
@@ -123,6 +125,69 @@ TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
     std::vector<Tensor> got = Read((*many)->replica_session(r), names);
     for (size_t k = 0; k < names.size(); ++k) {
       EXPECT_LT(MaxDiff(want[k], got[k]), 1e-4) << "replica " << r << " " << names[k];
+    }
+  }
+}
+
+// A checkpoint of 3 replicas across tasks restores into replicas across
+// tasks (fed to their graphs' restore nodes): into 3, the run goes on as if
+// uninterrupted; into 2 with batches_per_step 3 (what the job manager runs
+// when task 2 is lost), it trains on the same global batches, to the same
+// variables within float tolerance.
+TEST_F(ReplicasAcrossTasks, ACheckpointRestoresIntoReplicasOnTheTasks) {
+  LocalCluster cluster(3);
+  auto options = [&](const std::string& prefix, int batches_per_step) {
+    TrainingJobOptions o;
+    o.devices = cluster.task(0).pool.get();
+    o.remote = cluster.task(0).cluster.get();
+    o.collective_store = store_address_;
+    o.collective_prefix = prefix;
+    o.batches_per_step = batches_per_step;
+    return o;
+  };
+  const std::string all3 = R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("])";
+  const std::string two = R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"("])";
+  StatusOr<std::unique_ptr<TrainingJob>> a = Make(Job(3, all3), options("a/m0", 0));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<double> losses;
+  std::optional<JobSnapshot> at8;
+  for (;;) {
+    StatusOr<StepResult> r = (*a)->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    losses.push_back(r->loss);
+    if (r->step == 8) {
+      StatusOr<JobSnapshot> s = (*a)->Snapshot();
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      at8 = *s;
+    }
+    if (r->done) break;
+    ASSERT_LT(losses.size(), 1000u);
+  }
+  ASSERT_TRUE(at8.has_value());
+  std::vector<std::string> names = {"w", "b"};
+  std::vector<Tensor> want = Read((*a)->train_session(), names);
+  for (auto [devices, n, prefix] : {std::tuple{all3, 3, "b/m0"}, std::tuple{two, 2, "c/m0"}}) {
+    StatusOr<std::unique_ptr<TrainingJob>> b = Make(Job(n, devices), options(prefix, 3));
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    Status st = (*b)->Restore(*at8);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ((*b)->total_steps(), int64_t(losses.size())) << n;
+    for (;;) {
+      StatusOr<StepResult> r = (*b)->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_LE(r->step, int64_t(losses.size()));
+      EXPECT_NEAR(r->loss, losses[r->step - 1], 1e-5 * (1 + std::abs(r->loss)))
+          << n << " replicas, step " << r->step;
+      if (r->done) {
+        EXPECT_EQ(r->step, int64_t(losses.size()));
+        break;
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      std::vector<Tensor> got = Read((*b)->replica_session(r), names);
+      for (size_t k = 0; k < names.size(); ++k) {
+        EXPECT_LT(MaxDiff(want[k], got[k]), 1e-5) << n << " replicas: replica " << r << " " << names[k];
+      }
     }
   }
 }

@@ -22,12 +22,14 @@ namespace {
 
 DevicePool* Pool() { return server_test::TestPool(2); }
 
-std::unique_ptr<TrainingJob> MakeJob(const std::string& json, const std::string& root) {
+std::unique_ptr<TrainingJob> MakeJob(const std::string& json, const std::string& root,
+                                     int batches_per_step = 0) {
   StatusOr<JobSpec> spec = ParseJobSpec(json);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   if (!spec.ok()) return nullptr;
   TrainingJobOptions o;
   o.data_root = root;
+  o.batches_per_step = batches_per_step;
   o.devices = Pool();
   o.allreduce_timeout = std::chrono::seconds(60);  // a hang becomes a failure
   StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
@@ -115,6 +117,51 @@ TEST_F(Replicas, NReplicasWithBatchBTrainLikeOneWithBatchNB) {
         for (size_t k = 0; k < all.size(); ++k) EXPECT_TRUE(TensorsEqual(first[k], other[k])) << all[k];
       }
     }
+  }
+}
+
+// What the job manager runs when a task of a 3-replica job is lost: 2
+// replicas (or 1) with batches_per_step 3 keep the job's global batch, so
+// they train like the 3 replicas, step by step, to the end of the data.
+TEST_F(Replicas, FewerReplicasKeepTheGlobalBatch) {
+  const std::string opt = R"({"type": "adam", "learning_rate": 0.05})";
+  auto three = MakeJob(Job(opt, 3, 8, "", 2), dir_.string());
+  ASSERT_NE(three, nullptr);
+  for (int n : {2, 1}) {
+    auto fewer = MakeJob(Job(opt, n, 8, "", 2), dir_.string(), /*batches_per_step=*/3);
+    ASSERT_NE(fewer, nullptr);
+    EXPECT_EQ(fewer->batches_per_step(), 3);
+    EXPECT_EQ(fewer->total_steps(), 20) << "n=" << n;  // 30 batches an epoch, 3 a step
+  }
+  auto two = MakeJob(Job(opt, 2, 8, "", 2), dir_.string(), 3);
+  auto one = MakeJob(Job(opt, 1, 8, "", 2), dir_.string(), 3);
+  ASSERT_NE(two, nullptr);
+  ASSERT_NE(one, nullptr);
+  for (int step = 1;; ++step) {
+    StatusOr<StepResult> a = three->Step();
+    StatusOr<StepResult> b = two->Step();
+    StatusOr<StepResult> c = one->Step();
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << step;
+    EXPECT_EQ(b->examples, 24) << step;
+    EXPECT_EQ(c->examples, 24) << step;
+    ASSERT_EQ(b->replicas.size(), 2u);
+    EXPECT_EQ(b->replicas[0].examples, 16);  // batches 0 and 2 of the step
+    EXPECT_EQ(b->replicas[1].examples, 8);
+    EXPECT_NEAR(a->loss, b->loss, 1e-4 * (1 + std::abs(a->loss))) << "step " << step;
+    EXPECT_NEAR(a->loss, c->loss, 1e-4 * (1 + std::abs(a->loss))) << "step " << step;
+    ASSERT_EQ(a->done, b->done) << step;
+    ASSERT_EQ(a->done, c->done) << step;
+    if (a->done) {
+      EXPECT_EQ(step, 20);
+      break;
+    }
+    ASSERT_LT(step, 100);
+  }
+  std::vector<std::string> names = {"w", "b"};
+  std::vector<Tensor> want = Read(three->train_session(), names);
+  for (TrainingJob* j : {two.get(), one.get()}) {
+    std::vector<Tensor> got = Read(j->train_session(), names);
+    for (size_t k = 0; k < names.size(); ++k) EXPECT_LT(MaxDiff(want[k], got[k]), 1e-4) << names[k];
   }
 }
 
@@ -314,6 +361,29 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   s = ParseJobSpec(Job(opt, 2, 8, R"(, "_test_straggler": {"replica": 2, "delay_ms": 1})"));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("_test_straggler.replica"), std::string::npos);
+  // min_replicas: 1 <= min_replicas <= replicas (default: replicas).
+  for (const char* bad : {R"(, "min_replicas": 4)", R"(, "min_replicas": 0)",
+                          R"(, "min_replicas": -1)", R"(, "min_replicas": 1.5)",
+                          R"(, "min_replicas": "2")"}) {
+    s = ParseJobSpec(Job(opt, 3, 8, bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.status().message().find("min_replicas"), std::string::npos)
+        << bad << ": " << s.status().ToString();
+  }
+  for (const char* bad : {R"(, "replica_wait_seconds": -1)", R"(, "replica_wait_seconds": "x")"}) {
+    s = ParseJobSpec(Job(opt, 3, 8, bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("replica_wait_seconds"), std::string::npos)
+        << bad << ": " << s.status().ToString();
+  }
+  s = ParseJobSpec(Job(opt, 3, 8, ""));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->min_replicas, 3);  // by default a job waits for all of its replicas
+  s = ParseJobSpec(Job(opt, 3, 8, R"(, "min_replicas": 2, "replica_wait_seconds": 0.5)"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->min_replicas, 2);
+  EXPECT_DOUBLE_EQ(s->replica_wait_seconds, 0.5);
 }
 
 // Outside a cluster (no TrainingJobOptions::remote), a replica device on
