@@ -19,7 +19,7 @@ printed with it).
 
 Prints one JSON line per figure ({"name", "value", "unit"}).
 
-    bench/replicas_bench.py --flowstate build/flowstate [--reps 3] [--steps 200] [--batch 64]
+    bench/replicas_bench.py --flowstate build/flowstate [--reps 3] [--steps 200] [--batch 64] [--no-pin]
 """
 
 import argparse
@@ -195,11 +195,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the two tasks to one core each")
     a = ap.parse_args()
     flowstate = os.path.abspath(a.flowstate)
     if not os.path.exists(os.path.join(DATA_ROOT, "fashion-mnist")):
         sys.exit("needs the Fashion-MNIST files (Debian's dataset-fashion-mnist)")
-    ncpu = os.cpu_count() or 1
+    ncpu = 1 if a.no_pin else (os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="flowstate_replicas_bench_") as tmp:
         srv = Server(tmp)
         try:

@@ -9,10 +9,11 @@
 namespace flowstate {
 namespace {
 
-// The ranks' inputs and the results of one round (the k-th call of every
-// rank). Phase 1: ranks arrive; the last one checks the inputs and makes
-// the results. Phase 2: each rank reduces its slice of every tensor, reading
-// every rank's inputs, so no rank returns before all slices are done.
+// The ranks' tensors in one round (the k-th call of every rank). Phase 1:
+// ranks arrive; the last one checks the inputs. Phase 2: each rank reduces
+// its slice of every tensor, reading every rank's tensors and writing the
+// sum into all of them in place (no buffer is allocated per round), so no
+// rank returns before all slices are done.
 struct Round {
   explicit Round(int size) : inputs(size), ops(size) {}
   std::vector<std::vector<Tensor>*> inputs;  // null until the rank arrived
@@ -21,7 +22,6 @@ struct Round {
   int reduced = 0;
   bool ready = false;  // everyone arrived, the inputs agree: phase 2 runs
   Status error;        // the round failed (mismatch, a deadline)
-  std::vector<Tensor> results;
 };
 
 bool Supported(DataType t) {
@@ -65,13 +65,13 @@ Status Check(const Round& r) {
   return Status();
 }
 
-// out[lo, hi) = in_0 + in_1 + ... (in rank order), then / n for a mean.
+// Every input's [lo, hi) = in_0 + in_1 + ... (in rank order), then / n for
+// a mean: the sum goes to rank 0's tensor and is copied to the others'.
+// Ranks reduce disjoint slices, so each reads and writes only its own.
 template <typename T>
-void ReduceSlice(const std::vector<std::vector<Tensor>*>& inputs, size_t index, ReduceOp op,
-                 int64_t lo, int64_t hi, Tensor* out) {
-  T* o = out->data<T>();
-  const T* in0 = (*inputs[0])[index].data<T>();
-  for (int64_t j = lo; j < hi; ++j) o[j] = in0[j];
+void ReduceSliceInPlace(const std::vector<std::vector<Tensor>*>& inputs, size_t index,
+                        ReduceOp op, int64_t lo, int64_t hi) {
+  T* o = (*inputs[0])[index].data<T>();
   for (size_t r = 1; r < inputs.size(); ++r) {
     const T* in = (*inputs[r])[index].data<T>();
     for (int64_t j = lo; j < hi; ++j) o[j] += in[j];
@@ -79,6 +79,10 @@ void ReduceSlice(const std::vector<std::vector<Tensor>*>& inputs, size_t index, 
   if (op == ReduceOp::kMean) {
     const T n = T(inputs.size());
     for (int64_t j = lo; j < hi; ++j) o[j] /= n;
+  }
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    T* dst = (*inputs[r])[index].data<T>();
+    std::memcpy(dst + lo, o + lo, size_t(hi - lo) * sizeof(T));
   }
 }
 
@@ -127,14 +131,20 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
     ++r.arrived;
     if (r.arrived == g.size) g.rounds.erase(round_id);  // everyone holds it now
     if (!r.error.ok()) return r.error;  // the round failed before this rank came
+    // The sum is written into every rank's tensors in place: a buffer that
+    // is shared with anything else gets a copy of its own first.
+    for (Tensor& t : *tensors) {
+      if (!t.RefCountIsOne() && t.TotalBytes() > 0) {
+        Tensor own(t.dtype(), t.shape());
+        own.CopyFromBytes(t.raw_data(), t.TotalBytes());
+        t = std::move(own);
+      }
+    }
     r.inputs[rank_] = tensors;
     r.ops[rank_] = op;
     if (r.arrived == g.size) {
       r.error = Check(r);
-      if (r.error.ok()) {
-        for (const Tensor& t : *r.inputs[0]) r.results.emplace_back(t.dtype(), t.shape());
-        r.ready = true;
-      }
+      if (r.error.ok()) r.ready = true;
       g.cv.notify_all();
     } else {
       auto done = [&] { return r.ready || !r.error.ok() || !g.aborted.ok(); };
@@ -155,16 +165,17 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
     }
   }
 
-  // Phase 2: this rank's slice of every tensor, then wait for the others'.
+  // Phase 2: this rank's slice of every tensor, then wait for the others'
+  // (until then they read this rank's tensors).
   Round& r = *round;
-  for (size_t i = 0; i < r.results.size(); ++i) {
-    const int64_t n = r.results[i].num_elements();
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    const int64_t n = (*tensors)[i].num_elements();
     const int64_t lo = n * rank_ / g.size, hi = n * (rank_ + 1) / g.size;
     if (lo == hi) continue;
-    DispatchDataType(r.results[i].dtype(), [&]<typename T>() {
+    DispatchDataType((*tensors)[i].dtype(), [&]<typename T>() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
                     std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
-        ReduceSlice<T>(r.inputs, i, op, lo, hi, &r.results[i]);
+        ReduceSliceInPlace<T>(r.inputs, i, op, lo, hi);
       }
     });
   }
@@ -173,14 +184,6 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
     if (++r.reduced == g.size) g.cv.notify_all();
     // Bounded without a deadline: every rank is here and only computes.
     g.cv.wait(l, [&] { return r.reduced == g.size; });
-  }
-  for (size_t i = 0; i < tensors->size(); ++i) {
-    Tensor& t = (*tensors)[i];
-    if (t.RefCountIsOne()) {
-      t.CopyFromBytes(r.results[i].raw_data(), r.results[i].TotalBytes());
-    } else {
-      t = r.results[i];
-    }
   }
   return Status();
 }
