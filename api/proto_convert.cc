@@ -494,6 +494,9 @@ void JobToProto(const JobInfo& job, pb::Job* proto) {
   proto->set_checkpoint_error(job.checkpoint_error);
   if (job.resumed_from_step >= 0) proto->set_resumed_from_step(job.resumed_from_step);
   proto->set_skipped_steps(job.skipped_steps);
+  proto->set_replicas(job.replicas);
+  proto->set_replicas_alive(job.replicas_alive);
+  proto->set_restarts(job.restarts);
   if (job.eta_seconds >= 0 && std::isfinite(job.eta_seconds)) proto->set_eta_seconds(job.eta_seconds);
 }
 

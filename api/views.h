@@ -51,6 +51,13 @@ struct JobInfo {
   // time per step so far, evaluations and checkpoints not counted); -1 when
   // not known (before its first step, after it finished).
   double eta_seconds = -1;
+  // Data-parallel replicas: how many the job asks for, how many train in
+  // its current membership (fewer after a lost task, until it rejoins;
+  // 0 while it does not run), and how many times it resumed from a
+  // checkpoint with a new membership or after a restart.
+  int replicas = 1;
+  int replicas_alive = 0;
+  int64_t restarts = 0;
 };
 
 struct JobEvent {

@@ -60,6 +60,9 @@ Json JobJson(const JobInfo& j) {
   o["resumed_from_step"] = j.resumed_from_step >= 0 ? Json(j.resumed_from_step) : Json(nullptr);
   o["skipped_steps"] = j.skipped_steps;
   o["eta_seconds"] = j.eta_seconds >= 0 && std::isfinite(j.eta_seconds) ? Json(j.eta_seconds) : Json(nullptr);
+  o["replicas"] = j.replicas;
+  o["replicas_alive"] = j.replicas_alive;
+  o["restarts"] = j.restarts;
   return o;
 }
 
@@ -260,6 +263,12 @@ StatusOr<JobInfo> JobFrom(const Json& v, const std::string& path) {
   FS_RETURN_IF_ERROR(ReadInt(v, path, "resumed_from_step", &j.resumed_from_step));
   FS_RETURN_IF_ERROR(ReadInt(v, path, "skipped_steps", &j.skipped_steps));
   FS_RETURN_IF_ERROR(ReadNumber(v, path, "eta_seconds", &j.eta_seconds));
+  int64_t replicas = j.replicas, alive = j.replicas_alive;
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "replicas", &replicas));
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "replicas_alive", &alive));
+  j.replicas = int(replicas);
+  j.replicas_alive = int(alive);
+  FS_RETURN_IF_ERROR(ReadInt(v, path, "restarts", &j.restarts));
   return j;
 }
 
@@ -499,6 +508,7 @@ std::string JobRecordToJson(const JobRecord& record) {
                      {"error", j.checkpoint_error}};
   r["resumed_from_step"] = j.resumed_from_step;
   r["skipped_steps"] = j.skipped_steps;
+  r["restarts"] = j.restarts;
   Json h = Json::array();
   for (const JobEvent& e : record.history) {
     h.push_back({{"kind", std::string(JobEventKindName(e.kind))},
@@ -550,6 +560,7 @@ StatusOr<JobRecord> JobRecordFromJson(std::string_view json) {
   }
   FS_RETURN_IF_ERROR(ReadInt(r, "", "resumed_from_step", &j.resumed_from_step));
   FS_RETURN_IF_ERROR(ReadInt(r, "", "skipped_steps", &j.skipped_steps));
+  FS_RETURN_IF_ERROR(ReadInt(r, "", "restarts", &j.restarts));
   if (const Json* h = Field(r, "history"); h != nullptr && h->is_array()) {
     for (const Json& e : *h) {
       if (!e.is_object()) continue;

@@ -59,6 +59,10 @@ JobInfo JobManager::InfoLocked(const Job& j) const {
   i.epochs = j.spec.input.epochs;
   i.examples_per_sec = j.train_seconds > 0 ? double(j.examples) / j.train_seconds : 0;
   i.eta_seconds = -1;
+  i.replicas = j.spec.replicas;
+  i.replicas_alive = i.state != JobState::kRunning || j.runner == nullptr ? 0
+                     : j.membership.replicas.empty() ? j.spec.replicas
+                                                     : int(j.membership.replicas.size());
   if (!IsTerminal(i.state) && i.step > 0 && i.total_steps >= i.step && j.train_seconds > 0) {
     i.eta_seconds = j.train_seconds / double(i.step) * double(i.total_steps - i.step);
   }
@@ -461,12 +465,14 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
                            : j->spec.replicas > 1
                                ? " with " + std::to_string(j->spec.replicas) + " replicas"
                                : ""));
+        ++j->info.restarts;
         if (options_.observer) options_.observer->OnRestart(InfoLocked(*j));
       } else if (j->was_running) {
         j->info.resumed_from_step = 0;
         PublishLocked(j, JobEvent::Kind::kResume,
                       "restarted from step 0: no checkpoint had been written" +
                           (j->membership.note.empty() ? "" : " (" + j->membership.note + ")"));
+        ++j->info.restarts;
         if (options_.observer) options_.observer->OnRestart(InfoLocked(*j));
       } else {
         PublishLocked(j, JobEvent::Kind::kState);

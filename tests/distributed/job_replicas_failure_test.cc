@@ -164,6 +164,10 @@ TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - stopped).count(), 20.0)
       << "detecting the lost task and resuming took too long";
   EXPECT_GE(j.resumed_from_step, 10);
+  // The job's view says so (GET /v1/jobs/{id}: replicas, replicas_alive, restarts).
+  EXPECT_EQ(j.replicas, 3);
+  EXPECT_EQ(j.replicas_alive, 2);
+  EXPECT_GE(j.restarts, 1);
   // The lost step was announced, and the first membership's keys dropped.
   EXPECT_TRUE(Contains(Events(id, JobEvent::Kind::kState), "the replicas are rebuilt"));
   {

@@ -84,6 +84,28 @@ def wait_for(pred, seconds, what):
     raise RuntimeError("timed out after %d s waiting for %s" % (seconds, what))
 
 
+def stop_processes(procs):
+    """SIGTERM to each process of ours still running, then reaps them all
+    (SIGKILL after 10 s): the cluster tests end only what they started."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def print_logs(tmp, tasks):
+    """The end of each task's log, task-<i>.log under tmp, for a failure."""
+    for i in range(tasks):
+        path = os.path.join(tmp, "task-%d.log" % i)
+        if os.path.exists(path):
+            print("--- task %d log ---\n%s" % (i, open(path, errors="replace").read()[-3000:]))
+
+
 def graph(chain):
     """x (fed on task 0) -> `chain` MatMuls of 512x512 on task 2 -> a sum on task 0."""
     d2 = "/job:worker/task:2"
@@ -139,23 +161,10 @@ class Cluster:
         return all(t["state"] == "UP" for t in self.tasks())
 
     def stop(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(list(self.procs.values()))
 
     def logs(self):
-        for i in range(3):
-            path = os.path.join(self.tmp, "task-%d.log" % i)
-            if os.path.exists(path):
-                print("--- task %d:" % i)
-                print(open(path, errors="replace").read()[-3000:])
-
+        print_logs(self.tmp, 3)
 
 def main():
     ap = argparse.ArgumentParser()

@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_failover import stop_processes  # noqa: E402
+
 SKIP = 77
 FAILURES = []
 
@@ -120,15 +123,7 @@ def main():
                 expect(code == 200 and y == [[1, 4], [3, 8]],
                        "a step with its MatMul on the other host: y = %s (%d)" % (y, code))
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=10)
+            stop_processes(procs)
             for n in made:
                 sh("ip", "netns", "del", n, check=False)
             if FAILURES:

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_failover import expect, free_ports, request, FAILURES  # noqa: E402
+from cluster_failover import expect, free_ports, print_logs, request, stop_processes, FAILURES  # noqa: E402
 
 GRAPH = {"nodes": [
     {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
@@ -113,20 +113,9 @@ def main():
             expect(abs(la - lb) <= 1e-4 * (1 + abs(lb)),
                    "the final losses agree (%.7f across tasks, %.7f in one)" % (la, lb))
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=10)
+            stop_processes(procs)
             if FAILURES:
-                for i in range(2):
-                    path = os.path.join(tmp, "task-%d.log" % i)
-                    if os.path.exists(path):
-                        print("--- task %d log ---\n%s" % (i, open(path).read()[-3000:]))
+                print_logs(tmp, 2)
     print("%d failure(s)" % len(FAILURES))
     sys.exit(1 if FAILURES else 0)
 

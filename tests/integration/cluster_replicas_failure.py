@@ -33,7 +33,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_failover import expect, free_ports, request, FAILURES  # noqa: E402
+from cluster_failover import expect, free_ports, print_logs, request, stop_processes, FAILURES  # noqa: E402
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = "/usr/share/datasets"
@@ -175,20 +175,9 @@ def main():
                   "%.1f s after the kill; %s" % (acc_ref, acc, time.monotonic() - killed_at,
                                                  resumes))
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=10)
+            stop_processes(procs)
             if FAILURES:
-                for i in range(3):
-                    path = os.path.join(tmp, "task-%d.log" % i)
-                    if os.path.exists(path):
-                        print("--- task %d log ---\n%s" % (i, open(path).read()[-3000:]))
+                print_logs(tmp, 3)
     print("%.1f s, %d failure(s)" % (time.monotonic() - t0, len(FAILURES)))
     sys.exit(1 if FAILURES else 0)
 

@@ -267,6 +267,14 @@ def no_auth_part(args, tmp, driver, data_root):
     if code != 200 or len(body) == 0:
         fail("the export link %s answered %d" % (href, code))
     print("checkpoint export link %s: %d bytes" % (href, len(body)))
+    npz = js(driver, "const a = document.querySelector('#checkpoints a.export-npz'); "
+                     "return a && a.getAttribute('href');")
+    if not npz or "format=npz" not in npz:
+        fail("no .npz export link beside the .fsck one: %s" % npz)
+    code, body = server.request("GET", npz, raw=True)
+    if code != 200 or not body.startswith(b"PK"):
+        fail("the .npz link %s answered %d with %r" % (npz, code, body[:8]))
+    print("npz export link %s: %d bytes" % (npz, len(body)))
 
     shot = os.path.join(args.out, "web_console.png")
     driver.save_screenshot(shot)

@@ -462,13 +462,17 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
   ASSERT_TRUE(ParseRfc3339("2026-12-02T17:03:11.204Z").ok());
   j.created = *ParseRfc3339("2026-12-02T17:03:11.204Z");
   j.started = *ParseRfc3339("2026-12-02T17:03:11.420Z");
+  j.replicas = 3;
+  j.replicas_alive = 2;
+  j.restarts = 1;
   EXPECT_EQ(JobInfoToJson(j),
             R"({"job_id":"job-3","name":"fashion-mlp","state":"RUNNING","epoch":1,"epochs":3,)"
             R"("step":612,"total_steps":1407,"loss":0.3712,"examples_per_sec":15234.5,)"
             R"("metrics":{"accuracy":0.871,"loss":0.362},"error":"",)"
             R"("created":"2026-12-02T17:03:11.204Z","started":"2026-12-02T17:03:11.420Z",)"
             R"("finished":null,"checkpoint":null,"checkpoint_failures":0,"checkpoint_error":"",)"
-            R"("resumed_from_step":null,"skipped_steps":0,"eta_seconds":null})");
+            R"("resumed_from_step":null,"skipped_steps":0,"eta_seconds":null,)"
+            R"("replicas":3,"replicas_alive":2,"restarts":1})");
   StatusOr<JobInfo> back = JobInfoFromJson(JobInfoToJson(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->id, j.id);
@@ -478,6 +482,9 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
   EXPECT_EQ(back->metrics, j.metrics);
   EXPECT_NEAR(back->created, j.created, 1e-3);
   EXPECT_EQ(back->finished, 0);
+  EXPECT_EQ(back->replicas, 3);
+  EXPECT_EQ(back->replicas_alive, 2);
+  EXPECT_EQ(back->restarts, 1);
 
   j.loss = std::numeric_limits<double>::quiet_NaN();
   j.metrics = {{"loss", std::numeric_limits<double>::infinity()}};

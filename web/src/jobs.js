@@ -199,8 +199,12 @@ class JobDetail {
     if (job.resumed_from_step !== null && job.resumed_from_step !== undefined) {
       rows.push(['Resumed from step', fmtInt(job.resumed_from_step)]);
     }
-    if (job.replicas !== undefined) {
-      rows.push(['Replicas', typeof job.replicas === 'object' ? JSON.stringify(job.replicas) : String(job.replicas)]);
+    if (job.replicas > 1) {
+      // Alive of asked for (fewer after a lost task, until it rejoins), and restarts.
+      rows.push(['Replicas', (job.state === 'RUNNING' ? fmtInt(job.replicas_alive) + ' of ' : '') +
+                 fmtInt(job.replicas) + (job.restarts ? ', ' + fmtInt(job.restarts) + ' restart(s)' : '')]);
+    } else if (job.restarts) {
+      rows.push(['Restarts', fmtInt(job.restarts)]);
     }
     if (this.replicaNote) rows.push(['Replicas', this.replicaNote]);
     fill(n.summary, rows.map(([k, v]) => [el('dt', {text: k}), el('dd', {}, v)]));
@@ -264,17 +268,21 @@ class JobDetail {
     fill(box, el('table', {class: 'grid'},
         el('thead', {}, el('tr', {}, ['Step', 'Time', 'Size', 'Tensors', 'Export'].map((t) => el('th', {text: t})))),
         el('tbody', {}, cps.slice().reverse().map((c) => {
-          const path = jobPath(this.id, '/checkpoints/export?step=' + encodeURIComponent(c.step));
-          const file = this.id + '-' + c.step + '.fsck';
-          const link = el('a', {href: path, download: file, class: 'export', text: file,
-            onclick: (ev) => {
-              if (!auth.headers().Authorization) return;  // a plain download works
-              ev.preventDefault();
-              download(path, file).catch((e) => this.ui.error(e));
-            }});
+          // .fsck (re-importable) and .npz (numpy.load) of the same checkpoint.
+          const links = ['fsck', 'npz'].map((format) => {
+            const path = jobPath(this.id, '/checkpoints/export?step=' + encodeURIComponent(c.step) +
+                                          (format === 'fsck' ? '' : '&format=' + format));
+            const file = this.id + '-' + c.step + '.' + format;
+            return el('a', {href: path, download: file, class: 'export export-' + format, text: file,
+              onclick: (ev) => {
+                if (!auth.headers().Authorization) return;  // a plain download works
+                ev.preventDefault();
+                download(path, file).catch((e) => this.ui.error(e));
+              }});
+          });
           return el('tr', {}, el('td', {class: 'num', text: fmtInt(c.step)}), el('td', {text: fmtTime(c.time)}),
                     el('td', {class: 'num', text: fmtBytes(c.bytes)}), el('td', {class: 'num', text: fmtInt(c.tensors)}),
-                    el('td', {}, link));
+                    el('td', {}, links[0], ' ', links[1]));
         }))));
   }
 
