@@ -291,6 +291,10 @@ class JobManager {
   // from its checkpoint at step S forgets the points after S (it runs
   // those steps again). Removed with the job. NOT_FOUND for an unknown id.
   StatusOr<JobHistory> History(const std::string& id) const;
+  // The job's document as it was submitted (JSON text: graph, optimizer,
+  // input ...), kept with the job and removed with it. NOT_FOUND for an
+  // unknown id.
+  StatusOr<std::string> Document(const std::string& id) const;
   // The steps of the job's "trace" that were traced so far (ascending).
   StatusOr<std::vector<int64_t>> TracedSteps(const std::string& id) const;
   // A traced step as Chrome trace JSON. Kept in the store

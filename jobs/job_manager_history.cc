@@ -87,6 +87,13 @@ StatusOr<JobHistory> JobManager::History(const std::string& id) const {
   return it->second->curves.View(id);
 }
 
+StatusOr<std::string> JobManager::Document(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  return it->second->spec_json;
+}
+
 StatusOr<std::vector<int64_t>> JobManager::TracedSteps(const std::string& id) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = jobs_.find(id);

@@ -274,6 +274,15 @@ class JobsService final
     });
   }
 
+  ::grpc::Status GetSpec(ServerContext* ctx, const pb::JobSpecRequest* req,
+                         pb::JobSpecDocument* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/GetSpec", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(*resp->mutable_json(), jobs().Document(req->job_id()));
+      resp->set_job_id(req->job_id());
+      return Status();
+    });
+  }
+
   ::grpc::Status GetTrace(ServerContext* ctx, const pb::JobTraceRequest* req, pb::JobTrace* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/GetTrace", [&]() -> Status {
       if (req->step() < 0) return InvalidArgument("step: expected a step number (an integer >= 1), or 0 for the list");

@@ -253,6 +253,13 @@ HttpResponse GetJobHistory(const Call& c) {
   return JsonResponse(200, JobHistoryToJson(*h));
 }
 
+// The document as submitted: JSON already (Submit parsed it).
+HttpResponse GetJobSpec(const Call& c) {
+  StatusOr<std::string> doc = c.service().jobs().Document(c.id);
+  if (!doc.ok()) return ErrorResponse(doc.status());
+  return JsonResponse(200, std::move(doc).value());
+}
+
 HttpResponse ListTraces(const Call& c) {
   StatusOr<std::vector<int64_t>> steps = c.service().jobs().TracedSteps(c.id);
   if (!steps.ok()) return ErrorResponse(steps.status());
@@ -408,6 +415,7 @@ const std::vector<Route>& Routes() {
       {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
       {"/v1/jobs/{id}/history", {{"GET", GetJobHistory, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/spec", {{"GET", GetJobSpec, RequestCost::kCheap}}},
       {"/v1/jobs/{id}/traces", {{"GET", ListTraces, RequestCost::kCheap}}},
       // A trace is read back from the store.
       {"/v1/jobs/{id}/traces/{step}", {{"GET", GetTrace, RequestCost::kExpensive}}},

@@ -13,6 +13,7 @@
 //   GET    POST /v1/jobs/{id}/checkpoints (501 on a server without a store)
 //   GET    /v1/jobs/{id}/checkpoints/export[?step=N][&format=fsck|npz]
 //   POST   /v1/checkpoints/import
+//   GET    /v1/jobs/{id}/spec (the document as submitted)
 //   GET    /v1/jobs/{id}/history   /v1/jobs/{id}/traces   /v1/jobs/{id}/traces/{step}
 //   GET    /  /console/{file}           the web console (web/), served without a token
 //

@@ -267,6 +267,10 @@ def no_auth_part(args, tmp, driver, data_root):
     if code != 200 or len(body) == 0:
         fail("the export link %s answered %d" % (href, code))
     print("checkpoint export link %s: %d bytes" % (href, len(body)))
+    spec = wait_for("the job's configuration", lambda: js(
+        driver, "const p = document.getElementById('job-spec'); return p && p.textContent;"), timeout=30)
+    if '"optimizer"' not in spec or '"graph"' not in spec:
+        fail("the configuration panel does not show the submitted job: %r" % spec[:200])
     npz = js(driver, "const a = document.querySelector('#checkpoints a.export-npz'); "
                      "return a && a.getAttribute('href');")
     if not npz or "format=npz" not in npz:

@@ -31,6 +31,16 @@ TEST_F(GrpcServerTest, GrpcHistoryTracesAndATracedRun) {
   EXPECT_DOUBLE_EQ(history.steps(0).loss(), view.steps[0].loss);
   EXPECT_DOUBLE_EQ(history.steps(0).time(), view.steps[0].time);
 
+  // The document as submitted (Jobs/GetSpec, GET /v1/jobs/{id}/spec).
+  grpc::ClientContext sctx;
+  Deadline(&sctx);
+  pb::JobSpecRequest sreq;
+  sreq.set_job_id(job.job_id());
+  pb::JobSpecDocument spec;
+  s = jobs_->GetSpec(&sctx, sreq, &spec);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(spec.json(), job_json);
+
   grpc::ClientContext tctx;
   Deadline(&tctx);
   pb::JobTraceRequest treq;

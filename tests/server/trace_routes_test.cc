@@ -112,6 +112,12 @@ TEST_F(HttpRoutesTest, AJobTracesExactlyTheAskedStepsAndHasAHistory) {
   EXPECT_EQ(Do("GET", "/v1/jobs/job-404/traces").status, 404);
   EXPECT_EQ(Do("GET", "/v1/jobs/job-404/traces/1").status, 404);
   EXPECT_EQ(Do("POST", "/v1/jobs/" + id + "/history").status, 405);
+
+  // The document as submitted, for the console's configuration panel.
+  HttpResponse spec = Do("GET", "/v1/jobs/" + id + "/spec");
+  ASSERT_EQ(spec.status, 200) << spec.body;
+  EXPECT_EQ(Json::parse(spec.body), Json::parse(TracedJob(2, R"({"steps": [5, 2]})")));
+  EXPECT_EQ(Do("GET", "/v1/jobs/job-404/spec").status, 404);
 }
 
 TEST_F(HttpRoutesTest, BadTraceSpecsAreRefusedNamingTheField) {

@@ -115,6 +115,7 @@ class JobDetail {
     this.applyJob(job);
     await this.loadHistory();
     this.loadCheckpoints();
+    this.loadSpec();
     this.follow();
   }
 
@@ -143,6 +144,7 @@ class JobDetail {
       events: el('ol', {class: 'events', id: 'events', reversed: true}),
       streamState: el('span', {class: 'muted', id: 'stream-state'}),
       config: el('pre', {class: 'config'}),
+      spec: el('pre', {class: 'config', id: 'job-spec'}),
     };
     fill(this.container,
          el('div', {class: 'detail-head'}, n.title, n.actions,
@@ -156,6 +158,8 @@ class JobDetail {
          this.section('Metrics per evaluation', n.metrics),
          this.section('Checkpoints', n.checkpoints),
          this.section('Events', n.streamState, n.events),
+         el('details', {class: 'panel', id: 'job-spec-panel'},
+            el('summary', {text: 'Configuration (the job as submitted)'}), n.spec),
          el('details', {class: 'panel'},
             el('summary', {text: 'Job (as GET /v1/jobs/{id} reports it)'}), n.config));
     this.charts.loss = new StepChart(n.lossChart, 'loss', false);
@@ -250,6 +254,16 @@ class JobDetail {
     const after = Array.from(body.rows).find((r) => Number(r.dataset.step) > step);
     tr.dataset.step = String(step);
     body.insertBefore(tr, after || null);
+  }
+
+  async loadSpec() {
+    try {
+      const spec = await apiJson('GET', jobPath(this.id, '/spec'), {signal: this.abort.signal});
+      setText(this.nodes.spec, JSON.stringify(spec, null, 2));
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      setText(this.nodes.spec, 'The configuration is not available: ' + e.message);
+    }
   }
 
   async loadCheckpoints() {
