@@ -173,7 +173,9 @@ struct RunRequest {
 StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path = "",
                                          size_t max_tensor_bytes = kDefaultMaxTensorBytes);
 // The body ParseRunRequestJson reads (for clients and tests); feeds in
-// `feed_encoding`.
+// `feed_encoding`, except that a nested feed whose dtype would not be
+// inferred back (only float32, int32 and bool are) is written with its
+// dtype in the data form, so the body reads back as the same request.
 std::string RunRequestToJson(const RunRequest& request,
                              Encoding feed_encoding = Encoding::kData);
 

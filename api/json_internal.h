@@ -186,7 +186,12 @@ void AppendFloat(float v, std::string* out);    // shortest; "NaN" etc. quoted
 void AppendDouble(double v, std::string* out);  // shortest; "NaN" etc. quoted
 void AppendTensorJson(const Tensor& t, Encoding encoding, std::string* out);
 void AppendGraphJson(const GraphDef& graph, Encoding tensor_encoding, std::string* out);
-void AppendNamedTensors(const NamedTensors& tensors, Encoding encoding, std::string* out);
+// With `self_describing`, a tensor whose dtype a reader without a graph
+// would not infer back from its nested form (float64, int64, uint8,
+// float16 ...: only float32, int32 and bool are) is written in the data
+// form instead, with its dtype: what request writers need.
+void AppendNamedTensors(const NamedTensors& tensors, Encoding encoding, std::string* out,
+                        bool self_describing = false);
 
 // The float nearest to the decimal a JSON number was read from, given the
 // double the parser made of it. Plain (float)d differs when d lies exactly

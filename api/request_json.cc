@@ -67,13 +67,21 @@ StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
   return out;
 }
 
-void AppendNamedTensors(const NamedTensors& tensors, Encoding encoding, std::string* out) {
+void AppendNamedTensors(const NamedTensors& tensors, Encoding encoding, std::string* out,
+                        bool self_describing) {
   out->push_back('{');
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (i) out->push_back(',');
     AppendJsonString(tensors[i].first, out);
     out->push_back(':');
-    AppendTensorJson(tensors[i].second, encoding, out);
+    const DataType dtype = tensors[i].second.dtype();
+    const bool inferred_back = dtype == DataType::kFloat32 || dtype == DataType::kInt32 ||
+                               dtype == DataType::kBool;
+    AppendTensorJson(tensors[i].second,
+                     self_describing && encoding == Encoding::kNested && !inferred_back
+                         ? Encoding::kData
+                         : encoding,
+                     out);
   }
   out->push_back('}');
 }
@@ -157,7 +165,7 @@ StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view
 
 std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) {
   std::string out = "{\"feeds\":";
-  internal::AppendNamedTensors(request.feeds, feed_encoding, &out);
+  internal::AppendNamedTensors(request.feeds, feed_encoding, &out, /*self_describing=*/true);
   for (const auto& [key, names] : {std::pair{"fetches", &request.fetches},
                                    std::pair{"targets", &request.targets}}) {
     out += ",\"" + std::string(key) + "\":[";

@@ -141,6 +141,14 @@ Status Requests(std::string_view input) {
         again->targets != r->targets) {
       Fail("Requests", "a run request read back different: " + text.substr(0, 2000));
     }
+    for (size_t i = 0; i < r->feeds.size(); ++i) {
+      const Tensor& a = r->feeds[i].second;
+      const Tensor& b = again->feeds[i].second;
+      if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
+        Fail("Requests", "feed '" + r->feeds[i].first + "' read back as another dtype or shape: " +
+                             text.substr(0, 2000));
+      }
+    }
   }
   return Status();
 }

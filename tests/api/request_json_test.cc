@@ -99,6 +99,19 @@ TEST(RunRequestJson, RoundTrips) {
     EXPECT_EQ(back->encoding, Encoding::kB64);
     EXPECT_FALSE(back->trace);
   }
+  // Nested feeds of a dtype a reader would not infer back (float64, int64,
+  // uint8) are written with their dtype, so the body reads back the same
+  // (a float64 3.3e95 once came back as an out-of-range float32).
+  RunRequest wide;
+  wide.feeds = {{"d", Tensor::FromVector<double>({1, 2.4, 3.3333333333333335e+95})},
+                {"i", Tensor::FromVector<int64_t>({7})},
+                {"u", Tensor::FromVector<uint8_t>({255})}};
+  const std::string nested = RunRequestToJson(wide, Encoding::kNested);
+  StatusOr<RunRequest> wide_back = ParseRunRequestJson(nested);
+  ASSERT_TRUE(wide_back.ok()) << wide_back.status().ToString() << "\n" << nested;
+  for (size_t i = 0; i < wide.feeds.size(); ++i) {
+    EXPECT_TRUE(TensorsEqual(wide_back->feeds[i].second, wide.feeds[i].second)) << nested;
+  }
   r.trace = true;
   StatusOr<RunRequest> traced = ParseRunRequestJson(RunRequestToJson(r));
   ASSERT_TRUE(traced.ok()) << traced.status().ToString();
