@@ -40,13 +40,21 @@ std::unique_ptr<Session> NewSession(DevicePool* pool, const GraphDef& g) {
   return std::move(s).value();
 }
 
+// prefix + i, appended rather than "n" + std::to_string(i): GCC 12 warns
+// (-Wrestrict, a false positive in its inlined std::string operator+).
+std::string Name(const char* prefix, int i) {
+  std::string s = prefix;
+  s += std::to_string(i);
+  return s;
+}
+
 GraphDef Chain(int n) {
   GraphDef g;
   for (int i = 0; i < n; ++i) {
     NodeDef d;
-    d.name = "n" + std::to_string(i);
+    d.name = Name("n", i);
     d.op = "NoOp";
-    if (i > 0) d.inputs.push_back("^n" + std::to_string(i - 1));
+    if (i > 0) d.inputs.push_back(Name("^n", i - 1));
     g.nodes.push_back(d);
   }
   return g;
@@ -63,7 +71,7 @@ GraphDef Wide(int n) {
   sink.op = "NoOp";
   for (int i = 0; i < n - 2; ++i) {
     NodeDef d;
-    d.name = "n" + std::to_string(i);
+    d.name = Name("n", i);
     d.op = "NoOp";
     d.inputs.push_back("^src");
     g.nodes.push_back(d);
@@ -142,7 +150,7 @@ int main(int argc, char** argv) {
     }
     auto s = NewSession(pool.get(), gd);
     std::vector<Tensor> out;
-    std::string target = std::string(shape) == "chain" ? "n" + std::to_string(kNodes - 1) : "sink";
+    std::string target = std::string(shape) == "chain" ? Name("n", kNodes - 1) : "sink";
     double ssec = bench::BestSecondsPerCall([&] { s->Run({}, {}, {target}, &out).CheckOk(); }, t);
     bench::PrintFigure(std::string("session/") + shape + "_10000_noops", kNodes / ssec, "ops/s");
   }
