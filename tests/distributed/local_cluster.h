@@ -5,6 +5,10 @@
 #ifndef FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_
 #define FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 #include <random>
 #include <string>
@@ -22,6 +26,10 @@ struct LocalTask {
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<Cluster> cluster;
   int port = 0;
+  // While the task is stopped: a socket bound (not listening) to its port,
+  // so that no other test process running at the same time is handed that
+  // port and answers calls meant for this task; -1 otherwise.
+  int port_hold = -1;
 };
 
 class LocalCluster {
@@ -33,7 +41,10 @@ class LocalCluster {
     for (int i = 0; i < n; ++i) Attach(i);
   }
   ~LocalCluster() {
-    for (int i = int(tasks_.size()) - 1; i >= 0; --i) Stop(i);
+    for (int i = int(tasks_.size()) - 1; i >= 0; --i) {
+      Stop(i);
+      Release(i);
+    }
   }
 
   std::string Address(int i) const { return "127.0.0.1:" + std::to_string(tasks_[i].port); }
@@ -46,10 +57,12 @@ class LocalCluster {
     t.service.reset();
     t.cluster.reset();
     t.pool.reset();
+    if (t.port_hold < 0 && t.port > 0) t.port_hold = HoldPort(t.port);
   }
   // A new process, as far as the others can tell: same port, new incarnation.
   void Restart(int i) {
-    StartServer(i, tasks_[i].port);
+    StartServer(i, tasks_[i].port);  // gRPC binds with SO_REUSEPORT, as the hold does
+    Release(i);
     Attach(i);
   }
 
@@ -64,6 +77,29 @@ class LocalCluster {
   }
 
  private:
+  // A socket bound to 127.0.0.1:port with SO_REUSEADDR and SO_REUSEPORT
+  // (so the restarted server can bind beside it), never listening: a
+  // connection to it is refused, as to a dead task. -1 if it cannot bind.
+  static int HoldPort(int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  void Release(int i) {
+    if (tasks_[i].port_hold >= 0) ::close(tasks_[i].port_hold);
+    tasks_[i].port_hold = -1;
+  }
   void StartServer(int i, int port) {
     LocalTask& t = tasks_[i];
     DevicePoolOptions po;
