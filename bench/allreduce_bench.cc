@@ -40,7 +40,7 @@
 #include "bench/bench_util.h"
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
-#include "distributed/gloo_store.h"
+#include "distributed/gloo_store_internal.h"
 
 namespace flowstate {
 namespace {

@@ -10,8 +10,8 @@
 #include <random>
 #include <thread>
 
-#include "distributed/grpc_worker.h"
-#include "distributed/wire.h"
+#include "distributed/grpc_worker_internal.h"
+#include "distributed/wire_internal.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/step_id.h"
 #include "scheduler/thread_pool.h"

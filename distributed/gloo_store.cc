@@ -1,4 +1,4 @@
-#include "distributed/gloo_store.h"
+#include "distributed/gloo_store_internal.h"
 
 #include <gloo/common/error.h>
 

@@ -1,4 +1,4 @@
-#include "distributed/grpc_worker.h"
+#include "distributed/grpc_worker_internal.h"
 
 #include <algorithm>
 #include <mutex>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "api/proto_convert.h"
-#include "distributed/tensor_wire.h"
+#include "distributed/tensor_wire_internal.h"
 #include "scheduler/call_frame.h"
 
 namespace flowstate::distributed_internal {

@@ -1,4 +1,4 @@
-#include "distributed/tensor_wire.h"
+#include "distributed/tensor_wire_internal.h"
 
 #include <cstdint>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "api/worker.pb.h"
-#include "distributed/wire.h"
+#include "distributed/wire_internal.h"
 #include "graph/allocator.h"
 
 namespace flowstate::distributed_internal {

@@ -1,4 +1,4 @@
-#include "distributed/wire.h"
+#include "distributed/wire_internal.h"
 
 #include "api/proto_convert.h"
 

@@ -11,8 +11,8 @@
 
 #include "api/proto_convert.h"
 #include "distributed/cluster.h"
-#include "distributed/tensor_wire.h"
-#include "distributed/wire.h"
+#include "distributed/tensor_wire_internal.h"
+#include "distributed/wire_internal.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
 #include "scheduler/rendezvous.h"

@@ -47,7 +47,7 @@ Status GrpcRequests(std::string_view input);
 // header and index records of checkpoints/format.h of the same bytes.
 Status CheckpointImport(std::string_view input);
 
-// distributed/tensor_wire.h's decoders of another task's bytes: the first
+// distributed/tensor_wire_internal.h's decoders of another task's bytes: the first
 // byte picks a RecvTensor response (even) or RecvTensorStream chunks (odd,
 // each a one-byte length and its bytes) and the slice size gRPC hands them
 // over in; an accepted tensor encodes and decodes back exactly. A status the

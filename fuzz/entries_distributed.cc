@@ -1,6 +1,6 @@
 // The fuzz entry of the worker-to-worker tensor decoders (entries.h): a
 // peer's RecvTensor response and RecvTensorStream chunks
-// (distributed/tensor_wire.h), the bytes another task of a cluster sends.
+// (distributed/tensor_wire_internal.h), the bytes another task of a cluster sends.
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/tensor_wire.h"
+#include "distributed/tensor_wire_internal.h"
 #include "fuzz/entries.h"
 #include "fuzz/entries_internal.h"
 

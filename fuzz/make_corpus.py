@@ -185,7 +185,7 @@ CHECKPOINTS = {
 }
 
 
-# distributed/tensor_wire.h: another task's RecvTensor responses and
+# distributed/tensor_wire_internal.h: another task's RecvTensor responses and
 # RecvTensorStream chunks (api/worker.proto). First byte: even, a response;
 # odd, chunks (each a one-byte length and its bytes); the rest of it picks
 # the slice size.

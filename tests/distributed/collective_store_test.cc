@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "distributed/collective_store.h"
-#include "distributed/gloo_store.h"
+#include "distributed/gloo_store_internal.h"
 
 namespace flowstate {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "graph/ops.h"
 #include "graph/scope.h"
-#include "distributed/wire.h"
+#include "distributed/wire_internal.h"
 #include "scheduler/rendezvous.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/distributed/test_ops.h"

@@ -1,14 +1,14 @@
-// The hand-encoded RecvTensor response (distributed/tensor_wire.h): the
+// The hand-encoded RecvTensor response (distributed/tensor_wire_internal.h): the
 // same bytes protobuf reads, decoded from any split into slices, and
 // malformed input refused.
-#include "distributed/tensor_wire.h"
+#include "distributed/tensor_wire_internal.h"
 
 #include <gtest/gtest.h>
 
 #include <grpcpp/support/slice.h>
 
 #include "api/worker.pb.h"
-#include "distributed/wire.h"
+#include "distributed/wire_internal.h"
 
 namespace flowstate::distributed_internal {
 namespace {

@@ -21,8 +21,8 @@
 //
 // Thread-safe. Calls in flight keep what they need alive: destroying either
 // object never waits for the network.
-#ifndef FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_
-#define FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_
+#ifndef FLOWSTATE_DISTRIBUTED_GRPC_WORKER_INTERNAL_H_
+#define FLOWSTATE_DISTRIBUTED_GRPC_WORKER_INTERNAL_H_
 
 #include <functional>
 #include <map>
@@ -32,7 +32,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
-#include "distributed/wire.h"
+#include "distributed/wire_internal.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
@@ -105,4 +105,4 @@ std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::strin
 
 }  // namespace flowstate::distributed_internal
 
-#endif  // FLOWSTATE_DISTRIBUTED_GRPC_WORKER_H_
+#endif  // FLOWSTATE_DISTRIBUTED_GRPC_WORKER_INTERNAL_H_

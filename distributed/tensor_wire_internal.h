@@ -5,8 +5,8 @@
 // gRPC has sent it; the decoder copies the received slices straight into a
 // tensor allocated for them. The bytes on the wire are exactly protobuf's,
 // so either side may be a plain protobuf peer.
-#ifndef FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_H_
-#define FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_H_
+#ifndef FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_INTERNAL_H_
+#define FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_INTERNAL_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -58,4 +58,4 @@ class ChunkReceiver {
 
 }  // namespace flowstate::distributed_internal
 
-#endif  // FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_H_
+#endif  // FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_INTERNAL_H_

@@ -2,8 +2,8 @@
 // api/worker.proto's messages, the gRPC settings every worker channel and
 // server uses, and task names. Includes gRPC and protobuf headers: include
 // it from .cc files only.
-#ifndef FLOWSTATE_DISTRIBUTED_WIRE_H_
-#define FLOWSTATE_DISTRIBUTED_WIRE_H_
+#ifndef FLOWSTATE_DISTRIBUTED_WIRE_INTERNAL_H_
+#define FLOWSTATE_DISTRIBUTED_WIRE_INTERNAL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -56,4 +56,4 @@ std::chrono::system_clock::time_point DeadlineIn(double seconds);
 
 }  // namespace flowstate::distributed_internal
 
-#endif  // FLOWSTATE_DISTRIBUTED_WIRE_H_
+#endif  // FLOWSTATE_DISTRIBUTED_WIRE_INTERNAL_H_

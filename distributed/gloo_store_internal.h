@@ -8,8 +8,8 @@
 // files. Errors are thrown as gloo::IoException, as Gloo's stores do. get()
 // waits for the key; every call is bounded by `timeout` (wait's own timeout
 // argument is honoured, unlike the base class). Thread-safe.
-#ifndef FLOWSTATE_DISTRIBUTED_GLOO_STORE_H_
-#define FLOWSTATE_DISTRIBUTED_GLOO_STORE_H_
+#ifndef FLOWSTATE_DISTRIBUTED_GLOO_STORE_INTERNAL_H_
+#define FLOWSTATE_DISTRIBUTED_GLOO_STORE_INTERNAL_H_
 
 #include <gloo/rendezvous/store.h>
 
@@ -40,4 +40,4 @@ class GlooStore final : public ::gloo::rendezvous::Store {
 
 }  // namespace flowstate
 
-#endif  // FLOWSTATE_DISTRIBUTED_GLOO_STORE_H_
+#endif  // FLOWSTATE_DISTRIBUTED_GLOO_STORE_INTERNAL_H_
