@@ -61,8 +61,8 @@ class LocalCluster {
   }
   // A new process, as far as the others can tell: same port, new incarnation.
   void Restart(int i) {
-    StartServer(i, tasks_[i].port);  // gRPC binds with SO_REUSEPORT, as the hold does
-    Release(i);
+    Release(i);  // just before the new server binds the port again
+    StartServer(i, tasks_[i].port);
     Attach(i);
   }
 
@@ -77,15 +77,17 @@ class LocalCluster {
   }
 
  private:
-  // A socket bound to 127.0.0.1:port with SO_REUSEADDR and SO_REUSEPORT
-  // (so the restarted server can bind beside it), never listening: a
-  // connection to it is refused, as to a dead task. -1 if it cannot bind.
+  // A socket bound to 127.0.0.1:port, never listening: a connection to it
+  // is refused, as to a dead task. No SO_REUSEPORT: with it, another
+  // process's gRPC server (which sets SO_REUSEPORT) could be handed the
+  // same port by bind(0) and answer in the stopped task's place. Only
+  // SO_REUSEADDR, so a port in TIME_WAIT can still be held. -1 if it
+  // cannot bind.
   static int HoldPort(int port) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
