@@ -330,9 +330,6 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   if (max_steps > 0) job.max_steps = max_steps;
   if (const Json* t = FindField(j, "trace")) {
     FS_RETURN_IF_ERROR(ParseTrace(*t, &job));
-    if (job.replicas > 1) {
-      return PathError(root.Key("trace"), "tracing a job with replicas > 1 is not supported yet");
-    }
   }
   std::string on_nan = "fail";
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "on_nan", &on_nan));

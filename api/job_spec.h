@@ -109,8 +109,8 @@ struct JobSpec {
   OnNan on_nan = OnNan::kFail;  // "on_nan": "fail" | "skip_step"
   // "trace": {"steps": [100, 101]}: the steps (1-based, as JobInfo::step
   // counts them) whose ops are traced (GET /v1/jobs/{id}/traces/{step}); at
-  // most kMaxTracedSteps, distinct, ascending once parsed. Not with replicas
-  // > 1 yet.
+  // most kMaxTracedSteps, distinct, ascending once parsed. With replicas,
+  // the replicas in this process record into the one trace.
   std::vector<int64_t> trace_steps;
 };
 

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <charconv>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -105,9 +106,48 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     return r;
   }
 
+  ::grpc::ServerUnaryReactor* Add(::grpc::CallbackServerContext* ctx,
+                                  const wpb::StoreAddRequest* req,
+                                  wpb::StoreAddResponse* resp) override {
+    auto* r = ctx->DefaultReactor();
+    std::vector<Answer> answers;
+    ::grpc::Status s;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      int64_t value = 0;
+      auto it = prefixes_.find(req->prefix());
+      if (it != prefixes_.end()) {
+        auto k = it->second.kv.find(req->key());
+        if (k != it->second.kv.end()) {
+          const std::string& old = k->second;
+          auto [end, ec] = std::from_chars(old.data(), old.data() + old.size(), value);
+          if (ec != std::errc() || end != old.data() + old.size()) {
+            s = ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
+                               "collective store: key \"" + req->key() + "\" of prefix \"" +
+                                   req->prefix() + "\" does not hold an integer; cannot add to it");
+          }
+        }
+      }
+      if (s.ok()) {
+        value += req->delta();
+        s = DoSetLocked(req->prefix(), req->key(), std::to_string(value), &answers);
+        if (s.ok()) resp->set_value(value);
+      }
+    }
+    Send(answers);
+    r->Finish(s);
+    return r;
+  }
+
   ::grpc::Status DoSet(const std::string& prefix, const std::string& key, const std::string& value,
                        std::vector<Answer>* answers) {
     std::lock_guard<std::mutex> l(mu_);
+    return DoSetLocked(prefix, key, value, answers);
+  }
+
+  // REQUIRES: mu_ held.
+  ::grpc::Status DoSetLocked(const std::string& prefix, const std::string& key,
+                             const std::string& value, std::vector<Answer>* answers) {
     if (shutdown_) return ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the store is stopping");
     if (prefix.empty()) {
       return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "collective store: empty prefix");
@@ -483,6 +523,20 @@ Status CollectiveStoreClient::Wait(const std::string& prefix, const std::vector<
     }
   }
   return impl_->Convert(gs, "wait");
+}
+
+StatusOr<int64_t> CollectiveStoreClient::Add(const std::string& prefix, const std::string& key,
+                                             int64_t delta, Deadline deadline) {
+  ::grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, deadline);
+  wpb::StoreAddRequest req;
+  req.set_prefix(prefix);
+  req.set_key(key);
+  req.set_delta(delta);
+  wpb::StoreAddResponse resp;
+  Status s = impl_->Convert(impl_->stub_->Add(&ctx, req, &resp), "add " + key);
+  if (!s.ok()) return s;
+  return resp.value();
 }
 
 Status CollectiveStoreClient::DropPrefix(const std::string& prefix, Deadline deadline) {

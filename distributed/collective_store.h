@@ -1,7 +1,8 @@
 // The collective store: the rendezvous of collective groups (api/worker.proto,
-// service CollectiveStore: Set, Get, Wait, DropPrefix), through which the
-// ranks of a Gloo group publish their transport addresses and their failure
-// records (distributed/gloo_collective.h).
+// service CollectiveStore: Set, Get, Wait, Add, DropPrefix), through which
+// the ranks of a Gloo group publish their transport addresses and their
+// failure records (distributed/gloo_collective.h), and the replicas of a job
+// with backup replicas race for each step's places (store_step_race.h).
 //
 // CollectiveStoreService is the server side. It holds keys per prefix (one
 // prefix per membership of a job) in memory, bounded: at most
@@ -93,6 +94,10 @@ class CollectiveStoreClient {
   // still missing in *missing (when not null).
   Status Wait(const std::string& prefix, const std::vector<std::string>& keys, Deadline deadline,
               std::vector<std::string>* missing = nullptr);
+  // Adds `delta` to the key's integer value (unset: 0) atomically; returns
+  // the sum. INVALID_ARGUMENT when the key holds something else.
+  StatusOr<int64_t> Add(const std::string& prefix, const std::string& key, int64_t delta,
+                        Deadline deadline);
   Status DropPrefix(const std::string& prefix, Deadline deadline);
 
   class Impl;

@@ -21,6 +21,7 @@
 
 #include "distributed/collective_signature.h"
 #include "distributed/collective_store.h"
+#include "distributed/store_step_race.h"
 
 // --- The one thing this file needs from Gloo that Gloo does not expose.
 //
@@ -695,6 +696,7 @@ Status GlooCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Dead
 void GlooCollective::Abort(const Status& status) { impl_->Abort(status); }
 
 void RegisterGlooCollectiveFactory() {
+  RegisterStoreStepRaceFactory();  // backup replicas of gloo groups race in their store
   RegisterCollectiveFactory(
       "gloo", [](const CollectiveGroupSpec& spec) -> StatusOr<std::unique_ptr<Collective>> {
         GlooCollectiveOptions o;

@@ -116,7 +116,8 @@ class GlooCollective final : public Collective {
 };
 
 // Registers GlooCollective as the collective factory "gloo"
-// (scheduler/collective.h: what a task's _CreateReplicaComm kernels make).
+// (scheduler/collective.h: what a task's _CreateReplicaComm kernels make),
+// and StoreStepRace as the backup-replica race of "gloo" groups.
 // Idempotent; every process that runs replicas across processes calls it.
 void RegisterGlooCollectiveFactory();
 

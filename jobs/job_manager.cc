@@ -61,6 +61,7 @@ JobInfo JobManager::InfoLocked(const Job& j) const {
   i.eta_seconds = -1;
   i.replicas = j.spec.replicas;
   i.replicas_alive = i.state != JobState::kRunning || j.runner == nullptr ? 0
+                     : j.membership.wait_until       ? j.membership.alive_while_waiting
                      : j.membership.replicas.empty() ? j.spec.replicas
                                                      : int(j.membership.replicas.size());
   if (!IsTerminal(i.state) && i.step > 0 && i.total_steps >= i.step && j.train_seconds > 0) {

@@ -137,6 +137,7 @@ struct JobManager::Job {
     std::string note;           // for the next "resume" event: who was lost or rejoined
     std::vector<std::string> rejoined;  // tasks that answer again (MaybeRejoinLocked)
     std::optional<std::chrono::steady_clock::time_point> wait_until;  // fewer than min_replicas
+    int alive_while_waiting = 0;  // replicas alive at the last look, while wait_until is set
     int rebuilds_without_step = 0;
     std::string last_error;
   } membership;

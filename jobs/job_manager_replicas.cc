@@ -101,6 +101,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
     std::unique_lock<std::mutex> l(mu_);
     if (j->info.state != JobState::kRunning) return false;
     const auto now = Clock::now();
+    j->membership.alive_while_waiting = int(alive.size());
     if (!j->membership.wait_until) {
       j->membership.wait_until =
           now + std::chrono::duration_cast<Clock::duration>(

@@ -45,9 +45,11 @@
 // values to each replica's variables through restore nodes of its graph (a
 // Placeholder and an Assign per variable, "_restore/<variable>"); the
 // kernels' random states of a replica on another task are not restored (its
-// dropout streams then differ from an uninterrupted run's). Not yet across
-// tasks: backup replicas, the test straggler and init_from
-// (INVALID_ARGUMENT says so). The job manager rebuilds such a job with the
+// dropout streams then differ from an uninterrupted run's). Backup replicas
+// race in the same store (distributed/store_step_race.h); each remote
+// replica's graph also has a _ReplicaCommStats node, fetched with its step,
+// so that its own all-reduce wait is reported; init_from's values reach
+// them through the restore nodes too. The job manager rebuilds such a job with the
 // replicas still alive when a task is lost (jobs/job_manager.h, "Replicas
 // on the tasks of a cluster").
 //
@@ -81,6 +83,7 @@ namespace flowstate {
 class RemoteWorkers;
 class ReplicaComm;
 class StepRace;
+class StepTraceCollector;
 class ThreadPool;
 class Variable;
 
@@ -298,9 +301,18 @@ class TrainingJob {
   std::vector<std::unique_ptr<Session>> replica_sessions_;
   std::vector<std::shared_ptr<ReplicaComm>> comms_;
   std::shared_ptr<StepRace> race_;
+  // Backup replicas: how many steps each replica was dropped from (after
+  // the last step), and the race's number of the step running now.
+  std::vector<int64_t> dropped_;
+  int64_t race_step_ = 0;
+  // Replicas on other tasks: the totals (all-reduce seconds, bytes) that
+  // each reported with its last step.
+  std::vector<std::pair<double, double>> remote_totals_;
   // During StepReplicas: the batch a replica on another task without one
-  // of its own computes on (with 0 examples).
+  // of its own computes on (with 0 examples), and the trace the replicas
+  // record into when the step is traced (else null).
   const Batch* remote_fallback_ = nullptr;
+  StepTraceCollector* step_trace_ = nullptr;
   InputPipelineOptions pipeline_options_;
   std::vector<std::pair<std::string, Tensor>> initial_values_;
   int64_t step_ = 0;

@@ -13,15 +13,21 @@
 
 #include "jobs/training_job.h"
 #include "devices/device_name.h"
+#include "api/views_json.h"
+#include "jobs/step_trace_view.h"
 #include "scheduler/remote_workers.h"
 #include "scheduler/collective.h"
 #include "scheduler/collective_kernels.h"
+#include "scheduler/step_trace.h"
 #include "state/variable.h"
 
 namespace flowstate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The node of a remote replica's graph that reports its all-reduce totals.
+constexpr const char* kRemoteStatsNode = "_replica_comm_stats";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -76,10 +82,7 @@ Session* TrainingJob::replica_session(int i) {
   return replica_sessions_[i - 1].get();
 }
 
-std::vector<int64_t> TrainingJob::dropped_steps() const {
-  if (race_ == nullptr) return {};
-  return race_->dropped();
-}
+std::vector<int64_t> TrainingJob::dropped_steps() const { return dropped_; }
 
 bool TrainingJob::ReplicasAcrossTasks() const {
   if (options_.remote == nullptr) return false;
@@ -107,12 +110,6 @@ Status TrainingJob::CheckReplicasAcrossTasks() const {
     return FailedPrecondition("replicas on other tasks need a collective store (this task's "
                               "gRPC address)");
   }
-  if (spec_.backup_replicas > 0 || spec_.test_straggler_delay_ms > 0) {
-    return InvalidArgument("backup_replicas: not supported yet with replicas on other tasks");
-  }
-  if (!initial_values_.empty()) {
-    return InvalidArgument("init_from: not supported yet with replicas on other tasks");
-  }
   return Status();
 }
 
@@ -131,6 +128,12 @@ Status TrainingJob::StartReplicasAcrossTasks() {
                      : "replicas/" + std::to_string(memberships.fetch_add(1)) + "/m0";
   group.size = n;
   group.timeout = std::chrono::milliseconds(30000);
+  // Backup replicas: the first n - k to finish a step's backward pass
+  // contribute, decided in the group's store (every rank's race meets there).
+  const int contributors = spec_.backup_replicas > 0 ? n - spec_.backup_replicas : 0;
+  race_.reset();
+  dropped_.clear();
+  remote_totals_.assign(n, {0.0, 0.0});
   // Replicas 1..n-1: a session whose graph runs on task i, with a
   // _CreateReplicaComm node there (its worker session gets the participant).
   replica_sessions_.clear();
@@ -150,9 +153,18 @@ Status TrainingJob::StartReplicasAcrossTasks() {
                {"num_buckets", AttrValue(int64_t(num_buckets))},
                {"timeout_ms", AttrValue(int64_t(group.timeout.count()))},
                {"allreduce_timeout_ms", AttrValue(int64_t(options_.allreduce_timeout.count()))},
-               {"host", AttrValue(std::string())}};
+               {"host", AttrValue(std::string())},
+               {"backup_contributors", AttrValue(int64_t(contributors))}};
     create_nodes[i] = c.name;
     AddRestoreNodes(graph_.variables, &g);
+    // The replica's all-reduce totals, fetched with each step (its wait
+    // happens there, not here).
+    NodeDef stats;
+    stats.name = kRemoteStatsNode;
+    stats.op = "_ReplicaCommStats";
+    stats.device = spec_.devices[i];
+    stats.attrs["group"] = AttrValue(std::string("replicas"));
+    stats.inputs = {"^" + graph_.train_op};
     // Every node of replica i on task i (a partial device, e.g.
     // "/device:CPU:1", on that task's device of that name).
     FS_ASSIGN_OR_RETURN(DeviceName task, DeviceName::Parse(spec_.devices[i]));
@@ -169,6 +181,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
       node.device = d->ToString();
     }
     g.nodes.push_back(std::move(c));
+    g.nodes.push_back(std::move(stats));
     SessionOptions so;
     so.devices = options_.devices;
     so.inter_op_pool = options_.inter_op_pool;
@@ -195,14 +208,24 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   {
     CollectiveGroupSpec g0 = group;
     g0.rank = 0;
+    if (contributors > 0) {
+      StatusOr<std::shared_ptr<StepRace>> race = CreateStepRace(g0, contributors);
+      if (race.ok()) {
+        race_ = std::move(race).value();
+        dropped_.assign(n, 0);
+      } else {
+        joined[0] = race.status();
+      }
+    }
     StatusOr<std::unique_ptr<Collective>> c = CreateCollective(g0);
-    if (c.ok()) {
+    if (c.ok() && joined[0].ok()) {
       ReplicaComm::Options o;
       o.collective = std::shared_ptr<Collective>(std::move(c).value());
       o.num_buckets = num_buckets;
       o.timeout = options_.allreduce_timeout;
+      o.race = race_;
       comm0 = std::make_shared<ReplicaComm>(std::move(o));
-    } else {
+    } else if (!c.ok()) {
       joined[0] = c.status();
     }
   }
@@ -243,7 +266,8 @@ Status TrainingJob::StartReplicas() {
     replica_sessions_.push_back(std::move(s).value());
   }
   if (spec_.backup_replicas > 0) {
-    race_ = std::make_shared<StepRace>(n, n - spec_.backup_replicas);
+    race_ = std::make_shared<LocalStepRace>(n, n - spec_.backup_replicas);
+    dropped_.assign(n, 0);
   }
   std::vector<std::unique_ptr<InProcessCollective>> group = InProcessCollective::Create(n);
   comms_.clear();
@@ -277,7 +301,12 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
     // step is decided without it first (backup replicas), when it abandons it.
     auto delay = std::chrono::milliseconds(spec_.test_straggler_delay_ms);
     if (race_ != nullptr) {
-      abandon = race_->WaitDecidedWithout(comm.steps_begun(), i, delay);
+      StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
+      if (!decided.ok()) {
+        comm.Abort(decided.status());
+        return decided.status().WithPrefix("replica " + std::to_string(i));
+      }
+      abandon = *decided;
       stats->dropped = abandon;
     } else {
       std::this_thread::sleep_for(delay);
@@ -305,7 +334,9 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
     }
   }
   std::vector<Tensor> out;
-  Status s = session->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
+  RunOptions run_options;
+  run_options.trace = step_trace_;
+  Status s = session->Run(feeds, {graph_.loss}, {graph_.train_op}, &out, nullptr, run_options);
   if (!s.ok() && !IsNanError(s)) {
     // Nobody may wait on this replica: fail the group's calls at once.
     comm.Abort(s);
@@ -322,6 +353,25 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   // without data of its own trains on `fallback` with 0 examples (its
   // all-reduce contribution is zeros; it applies the others' average).
   const auto start = Clock::now();
+  if (batch != nullptr && i == spec_.test_straggler_replica && spec_.test_straggler_delay_ms > 0) {
+    // The test straggler, as in RunReplica: late by delay_ms, unless the
+    // step is decided without it first; then it abandons its batch and
+    // joins with 0 examples.
+    auto delay = std::chrono::milliseconds(spec_.test_straggler_delay_ms);
+    if (race_ != nullptr) {
+      StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
+      if (!decided.ok()) {
+        if (comms_[0] != nullptr) comms_[0]->Abort(decided.status());
+        return decided.status().WithPrefix("replica " + std::to_string(i));
+      }
+      if (*decided) {
+        batch = nullptr;
+        stats->dropped = true;
+      }
+    } else {
+      std::this_thread::sleep_for(delay);
+    }
+  }
   std::vector<std::pair<std::string, Tensor>> feeds;
   const Batch* b = batch != nullptr ? batch : remote_fallback_;
   for (const auto& [name, t] : b->components) feeds.emplace_back(name, t);
@@ -329,9 +379,20 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   feeds.emplace_back(graph_.replica_examples, Tensor::Scalar<double>(examples));
   stats->examples = int64_t(examples);
   std::vector<Tensor> out;
-  Status s = replica_session(i)->Run(feeds, {graph_.loss}, {graph_.train_op}, &out);
+  RunOptions run_options;
+  run_options.trace = step_trace_;  // records this task's part (none, or the fed inputs)
+  Status s = replica_session(i)->Run(feeds, {graph_.loss, kRemoteStatsNode}, {graph_.train_op}, &out,
+                                     nullptr, run_options);
   if (!s.ok() && !IsNanError(s) && comms_[0] != nullptr) comms_[0]->Abort(s);
-  if (s.ok()) stats->loss = out[0].ElementAsDouble(0);
+  if (s.ok()) {
+    stats->loss = out[0].ElementAsDouble(0);
+    // The replica's totals since its group began: this step's share.
+    const double wait = out[1].ElementAsDouble(0), bytes = out[1].ElementAsDouble(1);
+    std::pair<double, double>& before = remote_totals_[i];
+    stats->allreduce_seconds = wait - std::min(before.first, wait);
+    stats->allreduce_bytes = int64_t(bytes - std::min(before.second, bytes));
+    before = {wait, bytes};
+  }
   stats->step_seconds = Seconds(Clock::now() - start);
   return s.ok() ? Status() : s.WithPrefix("replica " + std::to_string(i));
 }
@@ -360,13 +421,25 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
       }
     }
   }
-  std::vector<int64_t> dropped_before = dropped_steps();
+  const std::vector<int64_t> dropped_before = dropped_;
+  race_step_ = comms_[0]->steps_begun();
   if (race_ != nullptr) {
     // Of the m replicas with a batch, the first m - k contribute (at least one).
-    race_->Begin(comms_[0]->steps_begun(),
-                 std::max(1, int(batches.size()) - spec_.backup_replicas));
+    Status begun =
+        race_->Begin(race_step_, std::max(1, int(batches.size()) - spec_.backup_replicas));
+    if (!begun.ok()) {
+      done_ = true;
+      return begun;
+    }
   }
   remote_fallback_ = &batches[0];
+  // A traced step: every replica in this process records into one trace
+  // (replicas on other tasks run their ops there, untraced).
+  std::unique_ptr<StepTraceCollector> trace;
+  if (std::binary_search(spec_.trace_steps.begin(), spec_.trace_steps.end(), step_ + 1)) {
+    trace = std::make_unique<StepTraceCollector>();
+  }
+  step_trace_ = trace.get();
   std::vector<ReplicaStepStats> stats(n);
   std::vector<Status> status(n);
   std::vector<std::thread> threads;
@@ -377,17 +450,25 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   }
   status[0] = RunReplica(0, &batches[0], &stats[0]);
   for (std::thread& t : threads) t.join();
+  step_trace_ = nullptr;
   if (race_ != nullptr) {
-    std::vector<int64_t> dropped = dropped_steps();
-    for (int i = 0; i < n; ++i) {
-      if (dropped[i] > dropped_before[i]) {
-        stats[i].dropped = true;
-        stats[i].examples = 0;
+    StatusOr<std::vector<int64_t>> dropped = race_->Dropped();
+    Status ended = race_->End(race_step_);
+    if (dropped.ok() && ended.ok()) {
+      dropped_ = std::move(dropped).value();
+      for (int i = 0; i < n && i < int(dropped_before.size()); ++i) {
+        if (dropped_[i] > dropped_before[i]) {
+          stats[i].dropped = true;
+          stats[i].examples = 0;
+        }
       }
+    } else if (status[0].ok()) {
+      status[0] = !dropped.ok() ? dropped.status() : ended;
     }
   }
 
   StepResult r;
+  if (trace) r.trace_json = StepTraceToChromeJson(MakeStepTrace(*trace, step_ + 1));
   // A NaN/Inf loss or gradient is seen by every replica alike (the checks
   // read the all-reduced tensors); any other error wins.
   // The cause first: a replica whose task is gone (UNAVAILABLE) rather

@@ -197,6 +197,15 @@ std::map<std::string, CollectiveFactory>& Factories() {
   static auto* f = new std::map<std::string, CollectiveFactory>();
   return *f;
 }
+std::mutex& RaceFactoryMu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, StepRaceFactory>& RaceFactories() {
+  static auto* f = new std::map<std::string, StepRaceFactory>();
+  return *f;
+}
+
 }  // namespace
 
 void RegisterCollectiveFactory(const std::string& kind, CollectiveFactory factory) {
@@ -221,6 +230,32 @@ StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec
                            std::to_string(spec.size) + " is out of range");
   }
   return f(spec);
+}
+
+void RegisterStepRaceFactory(const std::string& kind, StepRaceFactory factory) {
+  std::lock_guard<std::mutex> l(RaceFactoryMu());
+  RaceFactories()[kind] = std::move(factory);
+}
+
+StatusOr<std::shared_ptr<StepRace>> CreateStepRace(const CollectiveGroupSpec& spec,
+                                                   int contributors) {
+  StepRaceFactory f;
+  {
+    std::lock_guard<std::mutex> l(RaceFactoryMu());
+    auto it = RaceFactories().find(spec.kind);
+    if (it == RaceFactories().end()) {
+      return NotFound("no backup-replica race for collectives of kind '" + spec.kind +
+                      "' in this process");
+    }
+    f = it->second;
+  }
+  if (spec.size < 1 || spec.rank < 0 || spec.rank >= spec.size || contributors < 1 ||
+      contributors > spec.size) {
+    return InvalidArgument("backup-replica race: rank " + std::to_string(spec.rank) + " of " +
+                           std::to_string(spec.size) + " with " + std::to_string(contributors) +
+                           " contributors is out of range");
+  }
+  return f(spec, contributors);
 }
 
 }  // namespace flowstate

@@ -31,6 +31,9 @@
 // Thread safety: each participant is used by one thread at a time (its
 // replica); different participants are used from different threads, and
 // Abort may be called from any thread at any time.
+//
+// StepRace (below) decides, for a job with backup replicas, which replicas
+// contribute to each step; every implementation is thread-safe.
 #ifndef FLOWSTATE_SCHEDULER_COLLECTIVE_H_
 #define FLOWSTATE_SCHEDULER_COLLECTIVE_H_
 
@@ -118,6 +121,45 @@ using CollectiveFactory =
 void RegisterCollectiveFactory(const std::string& kind, CollectiveFactory factory);
 // NOT_FOUND naming the kind when no factory is registered for it.
 StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec& spec);
+
+// Who contributes to each step when only the first `contributors` of
+// `replicas` replicas to finish their backward pass count. Steps are
+// numbered by the replicas' ReplicaComm (steps begun), which agree. Each
+// participant holds a StepRace: replicas in one process share one
+// LocalStepRace; replicas on several tasks each hold one made by
+// CreateStepRace, which meet in the group's store (distributed/).
+class StepRace {
+ public:
+  virtual ~StepRace() = default;
+
+  // Sets how many replicas contribute to `step` (default: `contributors`),
+  // before any replica arrives: fewer when fewer replicas have data.
+  virtual Status Begin(int64_t step, int contributors) = 0;
+  // A replica finished its backward pass of `step`: true when it is among
+  // the first `contributors` (its gradients count), false when it is late
+  // (it joins with zeros; counted as dropped).
+  virtual StatusOr<bool> Arrive(int64_t step, int rank) = 0;
+  // Waits up to `delay` (a straggler's extra time) or until `step` has its
+  // contributors without `rank`: then `rank` is dropped from the step and
+  // true is returned (it abandons the step's computation).
+  virtual StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
+                                            std::chrono::milliseconds delay) = 0;
+  // Every replica is done with `step`: its bookkeeping may go.
+  virtual Status End(int64_t step) = 0;
+  // How many steps each replica was dropped from.
+  virtual StatusOr<std::vector<int64_t>> Dropped() = 0;
+};
+
+// Races across processes, made by the kind of their collective (a library
+// that implements one registers a factory, as for CreateCollective): rank
+// `spec.rank` of `spec.size`, meeting under `spec.prefix` in the store at
+// `spec.store_address`. Thread-safe.
+using StepRaceFactory = std::function<StatusOr<std::shared_ptr<StepRace>>(
+    const CollectiveGroupSpec& spec, int contributors)>;
+void RegisterStepRaceFactory(const std::string& kind, StepRaceFactory factory);
+// NOT_FOUND naming the kind when no factory is registered for it.
+StatusOr<std::shared_ptr<StepRace>> CreateStepRace(const CollectiveGroupSpec& spec,
+                                                   int contributors);
 
 }  // namespace flowstate
 

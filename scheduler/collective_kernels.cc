@@ -72,9 +72,13 @@ class AllReduceOp final : public AsyncOpKernel {
     double count = ctx->input(n).scalar<double>();
     // Backup replicas: the first replicas to get here contribute; a late
     // one joins this step with zeros (every bucket is one, see the builder).
-    if (bucket_ == 0 && (*comm)->race() != nullptr &&
-        !(*comm)->race()->Arrive((*comm)->steps_begun(), (*comm)->rank())) {
-      count = 0;
+    // A replica without examples (count 0) takes no place among them. (The
+    // race's Arrive may call the group's store: a round trip on this
+    // thread, once a step.)
+    if (bucket_ == 0 && count > 0 && (*comm)->race() != nullptr) {
+      StatusOr<bool> first = (*comm)->race()->Arrive((*comm)->steps_begun(), (*comm)->rank());
+      FS_OP_REQUIRES_ASYNC(ctx, first.ok(), first.status(), done);
+      if (!*first) count = 0;
     }
     std::vector<Tensor> weighted;
     weighted.reserve(n);
@@ -115,7 +119,7 @@ class AllReduceOp final : public AsyncOpKernel {
 class CreateReplicaCommOp final : public AsyncOpKernel {
  public:
   explicit CreateReplicaCommOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    int64_t rank = 0, size = 1, buckets = 1, timeout = 1, allreduce_timeout = 1;
+    int64_t rank = 0, size = 1, buckets = 1, timeout = 1, allreduce_timeout = 1, contributors = 0;
     (void)c->GetAttr("group", &group_);
     (void)c->GetAttr("kind", &spec_.kind);
     (void)c->GetAttr("store_address", &spec_.store_address);
@@ -126,6 +130,8 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
     (void)c->GetAttr("num_buckets", &buckets);
     (void)c->GetAttr("timeout_ms", &timeout);
     (void)c->GetAttr("allreduce_timeout_ms", &allreduce_timeout);
+    (void)c->GetAttr("backup_contributors", &contributors);
+    contributors_ = int(contributors);
     spec_.rank = int(rank);
     spec_.size = int(size);
     spec_.timeout = std::chrono::milliseconds(timeout);
@@ -157,6 +163,12 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
     o.collective = std::shared_ptr<Collective>(std::move(c).value());
     o.num_buckets = num_buckets_;
     o.timeout = allreduce_timeout_;
+    if (contributors_ > 0) {
+      // Backup replicas: this rank's place in the group's race.
+      StatusOr<std::shared_ptr<StepRace>> race = CreateStepRace(spec_, contributors_);
+      if (!race.ok()) return race.status();
+      o.race = std::move(race).value();
+    }
     auto comm = std::make_shared<ReplicaComm>(std::move(o));
     return rm->LookupOrCreate<ReplicaComm>(
                  kReplicaContainer, group_,
@@ -167,26 +179,53 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
   std::string group_;
   CollectiveGroupSpec spec_;
   int num_buckets_ = 1;
+  int contributors_ = 0;  // > 0: backup replicas (the race's quota)
   std::chrono::milliseconds allreduce_timeout_{1};
+};
+
+// The totals of the session's ReplicaComm `group`: [seconds waited in
+// collective calls, bytes reduced, calls], so that a replica on another
+// task reports its own wait with the step that fetches them.
+class ReplicaCommStatsOp final : public OpKernel {
+ public:
+  explicit ReplicaCommStatsOp(OpKernelConstruction* c) : OpKernel(c) {
+    (void)c->GetAttr("group", &group_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    FS_OP_REQUIRES(ctx, ctx->resource_manager() != nullptr,
+                   FailedPrecondition("_ReplicaCommStats: the session has no ResourceMgr"));
+    StatusOr<std::shared_ptr<ReplicaComm>> comm =
+        ctx->resource_manager()->Lookup<ReplicaComm>(kReplicaContainer, group_);
+    FS_OP_REQUIRES(ctx, comm.ok(),
+                   FailedPrecondition("_ReplicaCommStats: no collective group '" + group_ +
+                                      "' in this session"));
+    ctx->set_output(0, Tensor::FromVector<double>({(*comm)->wait_seconds(), double((*comm)->bytes()),
+                                                   double((*comm)->calls())},
+                                                  TensorShape({3})));
+  }
+
+ private:
+  std::string group_;
 };
 
 }  // namespace
 
-StepRace::StepRace(int replicas, int contributors)
+LocalStepRace::LocalStepRace(int replicas, int contributors)
     : replicas_(replicas), quota_(contributors), dropped_(replicas, 0) {}
 
-void StepRace::Seen(int64_t step, StepState& s) {
+void LocalStepRace::Seen(int64_t step, StepState& s) {
   if (++s.seen >= replicas_) steps_.erase(step);
   // Steps far behind can no longer be decided: keep the map small.
   while (!steps_.empty() && steps_.begin()->first < step - 1000) steps_.erase(steps_.begin());
 }
 
-void StepRace::Begin(int64_t step, int contributors) {
+Status LocalStepRace::Begin(int64_t step, int contributors) {
   std::lock_guard<std::mutex> l(mu_);
   steps_[step].quota = contributors;
+  return Status();
 }
 
-bool StepRace::Arrive(int64_t step, int rank) {
+StatusOr<bool> LocalStepRace::Arrive(int64_t step, int rank) {
   std::lock_guard<std::mutex> l(mu_);
   StepState& s = steps_[step];
   bool contributes = s.contributors < (s.quota < 0 ? quota_ : s.quota);
@@ -200,7 +239,8 @@ bool StepRace::Arrive(int64_t step, int rank) {
   return contributes;
 }
 
-bool StepRace::WaitDecidedWithout(int64_t step, int rank, std::chrono::milliseconds delay) {
+StatusOr<bool> LocalStepRace::WaitDecidedWithout(int64_t step, int rank,
+                                                 std::chrono::milliseconds delay) {
   std::unique_lock<std::mutex> l(mu_);
   bool decided = cv_.wait_for(l, delay, [&] {
     const StepState& s = steps_[step];
@@ -212,7 +252,7 @@ bool StepRace::WaitDecidedWithout(int64_t step, int rank, std::chrono::milliseco
   return true;
 }
 
-std::vector<int64_t> StepRace::dropped() const {
+StatusOr<std::vector<int64_t>> LocalStepRace::Dropped() {
   std::lock_guard<std::mutex> l(mu_);
   return dropped_;
 }
@@ -361,6 +401,10 @@ void RegisterCollectiveKernels(const std::string& device_type) {
   KernelRegistry::Global()
       ->Register(KernelDef("_CreateReplicaComm").Device(device_type),
                  MakeKernel<CreateReplicaCommOp>)
+      .CheckOk();
+  KernelRegistry::Global()
+      ->Register(KernelDef("_ReplicaCommStats").Device(device_type).HostMemory("stats"),
+                 MakeKernel<ReplicaCommStatsOp>)
       .CheckOk();
 }
 

@@ -18,7 +18,7 @@
 // zeros and count 0 through JoinWithZeros, and feeds the results to its
 // optimizer.
 //
-// Thread safety: ReplicaComm and StepRace are thread-safe. A ReplicaComm's
+// Thread safety: ReplicaComm and every StepRace are thread-safe. A ReplicaComm's
 // destructor aborts its collective and joins its thread (detaches it when
 // it runs on that thread: a callback dropped the last reference).
 #ifndef FLOWSTATE_SCHEDULER_COLLECTIVE_KERNELS_H_
@@ -45,26 +45,17 @@ namespace flowstate {
 // The container of ReplicaComm resources.
 inline constexpr const char* kReplicaContainer = "_replicas";
 
-// Who contributes to each step when only the first `contributors` of
-// `replicas` replicas to finish their backward pass count. Steps are
-// numbered by the replicas' ReplicaComm (steps begun), which agree.
-class StepRace {
+// The race of replicas in one process (scheduler/collective.h, StepRace).
+class LocalStepRace final : public StepRace {
  public:
-  StepRace(int replicas, int contributors);
+  LocalStepRace(int replicas, int contributors);
 
-  // Sets how many replicas contribute to `step` (default: `contributors`),
-  // before any replica arrives: fewer when fewer replicas have data.
-  void Begin(int64_t step, int contributors);
-  // A replica finished its backward pass of `step`: true when it is among
-  // the first `contributors` (its gradients count), false when it is late
-  // (it joins with zeros; counted as dropped).
-  bool Arrive(int64_t step, int rank);
-  // Waits up to `delay` (a straggler's extra time) or until `step` has its
-  // contributors without `rank`: then `rank` is dropped from the step and
-  // true is returned (it abandons the step's computation).
-  bool WaitDecidedWithout(int64_t step, int rank, std::chrono::milliseconds delay);
-  // How many steps each replica was dropped from.
-  std::vector<int64_t> dropped() const;
+  Status Begin(int64_t step, int contributors) override;
+  StatusOr<bool> Arrive(int64_t step, int rank) override;
+  StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
+                                    std::chrono::milliseconds delay) override;
+  Status End(int64_t) override { return Status(); }
+  StatusOr<std::vector<int64_t>> Dropped() override;
 
  private:
   struct StepState {

@@ -101,13 +101,26 @@ void RegisterRuntimeOps(OpRegistry* r) {
                       .Attr("timeout_ms: int >= 1")
                       .Attr("allreduce_timeout_ms: int >= 1")
                       .Attr("host: string")
+                      .Attr("backup_contributors: int = 0")
                       .SetIsStateful()
                       .Doc("Makes this replica's participant of a collective across processes "
                            "(the registered factory `kind`, meeting the others under `prefix` "
                            "in the store at `store_address`) and puts it, as the ReplicaComm "
                            "named `group`, into the session's ResourceMgr, replacing one of "
                            "that name (a new membership). Blocks until every rank joined or "
-                           "timeout_ms passed."));
+                           "timeout_ms passed. backup_contributors > 0: the job has backup "
+                           "replicas, and only the first that many replicas to finish a "
+                           "step's backward pass contribute to it (the group's StepRace)."));
+  MustRegister(r, OpDefBuilder("_ReplicaCommStats")
+                      .Output("stats: double")
+                      .Attr("group: string")
+                      .SetIsStateful()
+                      .SetShapeFn([](InferenceContext* c) {
+                        c->set_output(0, PartialShape({3}));
+                        return Status();
+                      })
+                      .Doc("The totals of the session's ReplicaComm `group`: [seconds spent "
+                           "in collective calls, bytes reduced, calls]."));
 }
 
 }  // namespace flowstate::internal

@@ -1,15 +1,18 @@
-// The collective store over loopback gRPC: Set/Get/Wait, a Wait's timeout
-// naming the missing keys, prefix isolation, the caps, DropPrefix, and Gloo's
-// Store interface over it (GlooStore).
+// The collective store over loopback gRPC: Set/Get/Wait, Add, a Wait's
+// timeout naming the missing keys, prefix isolation, the caps, DropPrefix,
+// Gloo's Store interface over it (GlooStore), and the backup-replica race
+// of ranks in several processes (StoreStepRace).
 #include <gloo/common/error.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
 
 #include "distributed/collective_store.h"
 #include "distributed/gloo_store_internal.h"
+#include "distributed/store_step_race.h"
 
 namespace flowstate {
 namespace {
@@ -45,6 +48,124 @@ TEST(CollectiveStore, SetGetAndWait) {
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_TRUE(waiting.get().ok());
   EXPECT_EQ(f.service.num_keys("p"), 3);
+}
+
+TEST(CollectiveStore, AddIsAtomicAndAnswersWaits) {
+  StoreFixture f;
+  StatusOr<int64_t> v = f.client->Add("p", "n", 0, f.In(5000));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 0);  // unset: 0
+  // 4 threads x 25 adds: every ticket 1..100 is handed out once.
+  std::vector<std::future<std::vector<int64_t>>> adders;
+  for (int t = 0; t < 4; ++t) {
+    adders.push_back(std::async(std::launch::async, [&] {
+      std::vector<int64_t> got;
+      for (int i = 0; i < 25; ++i) {
+        StatusOr<int64_t> x = f.client->Add("p", "n", 1, f.In(5000));
+        EXPECT_TRUE(x.ok()) << x.status().ToString();
+        got.push_back(x.ok() ? *x : -1);
+      }
+      return got;
+    }));
+  }
+  std::vector<int64_t> all;
+  for (auto& a : adders) {
+    for (int64_t x : a.get()) all.push_back(x);
+  }
+  std::sort(all.begin(), all.end());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(all[i], i + 1);
+  EXPECT_EQ(*f.client->Get("p", "n", f.In(5000)), "100");
+  v = f.client->Add("p", "n", -40, f.In(5000));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 60);
+  // A Wait on a key is answered by the Add that sets it.
+  auto waiting = std::async(std::launch::async, [&] { return f.client->Wait("p", {"m"}, f.In(10000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_TRUE(f.client->Add("p", "m", 7, f.In(5000)).ok());
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(waiting.get().ok());
+  // Not a number: refused, and the value is unchanged.
+  ASSERT_TRUE(f.client->Set("p", "text", "12abc", f.In(5000)).ok());
+  v = f.client->Add("p", "text", 1, f.In(5000));
+  EXPECT_EQ(v.status().code(), Code::kInvalidArgument) << v.status().ToString();
+  EXPECT_NE(v.status().message().find("\"text\""), std::string::npos) << v.status().message();
+  EXPECT_EQ(*f.client->Get("p", "text", f.In(5000)), "12abc");
+}
+
+// Three ranks of a group with one backup replica: the first two to arrive
+// at a step contribute, the third is dropped; a straggler's wait ends as
+// soon as the step is decided without it; End forgets the step.
+TEST(StoreStepRace, FirstArrivalsContributeAndLateOnesAreDropped) {
+  StoreFixture f;
+  CollectiveGroupSpec spec;
+  spec.kind = "gloo";
+  spec.store_address = f.client->address();
+  spec.prefix = "job-1/m0";
+  spec.size = 3;
+  spec.timeout = milliseconds(5000);
+  std::vector<std::unique_ptr<StoreStepRace>> race;
+  for (int r = 0; r < 3; ++r) {
+    spec.rank = r;
+    race.push_back(std::make_unique<StoreStepRace>(spec, 2));
+  }
+  ASSERT_TRUE(race[0]->Begin(0, 2).ok());
+  // Rank 2 straggles: nothing decided within 100 ms.
+  StatusOr<bool> decided = race[2]->WaitDecidedWithout(0, 2, milliseconds(100));
+  ASSERT_TRUE(decided.ok()) << decided.status().ToString();
+  EXPECT_FALSE(*decided);
+  auto straggler = std::async(std::launch::async, [&] {
+    const auto start = Clock::now();
+    StatusOr<bool> d = race[2]->WaitDecidedWithout(0, 2, milliseconds(10000));
+    return std::make_pair(d, std::chrono::duration<double>(Clock::now() - start).count());
+  });
+  StatusOr<bool> a = race[1]->Arrive(0, 1);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(*a);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(straggler.wait_for(milliseconds(0)), std::future_status::timeout);  // one of two
+  a = race[0]->Arrive(0, 0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(*a);
+  auto [d, took] = straggler.get();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(*d);  // decided without rank 2: it abandons the step
+  EXPECT_LT(took, 5.0);
+  StatusOr<std::vector<int64_t>> dropped = race[0]->Dropped();
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(*dropped, (std::vector<int64_t>{0, 0, 1}));
+  ASSERT_TRUE(race[0]->End(0).ok());
+  EXPECT_EQ(f.service.num_keys("job-1/m0/race/0"), 0);
+
+  // Step 1 with a quota of 1 (fewer replicas had data): one contributes,
+  // the next arrival is late and counts itself dropped.
+  ASSERT_TRUE(race[0]->Begin(1, 1).ok());
+  a = race[2]->Arrive(1, 2);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(*a);
+  a = race[0]->Arrive(1, 0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(*a);
+  dropped = race[1]->Dropped();
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_EQ(*dropped, (std::vector<int64_t>{1, 0, 1}));
+  ASSERT_TRUE(race[0]->End(1).ok());
+  // The membership's end drops the counters too.
+  EXPECT_EQ(f.service.DropPrefix("job-1/m0"), 1);
+  EXPECT_EQ(f.service.num_prefixes(), 0);
+}
+
+TEST(StoreStepRace, AnUnreachableStoreIsAnErrorNamingIt) {
+  CollectiveGroupSpec spec;
+  spec.kind = "gloo";
+  spec.store_address = "127.0.0.1:1";
+  spec.prefix = "job-1/m0";
+  spec.size = 2;
+  spec.timeout = milliseconds(300);
+  StoreStepRace race(spec, 1);
+  StatusOr<bool> a = race.Arrive(0, 0);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("127.0.0.1:1"), std::string::npos) << a.status().ToString();
+  EXPECT_NE(a.status().message().find("backup replicas"), std::string::npos) << a.status().ToString();
 }
 
 TEST(CollectiveStore, WaitTimesOutNamingTheMissingKeys) {

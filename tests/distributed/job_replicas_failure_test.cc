@@ -225,6 +225,10 @@ TEST_F(ReplicaFailures, FewerThanMinReplicasWaitsForTheTaskToComeBack) {
     return IsTerminal(j.state) || Contains(Events(id, JobEvent::Kind::kState), "waiting for replicas");
   }, "the job waiting");
   EXPECT_EQ(jobs->Get(id)->state, JobState::kRunning);
+  // While it waits, the view counts the replicas alive now, not those of
+  // the membership that ran before.
+  EXPECT_EQ(jobs->Get(id)->replicas_alive, 2);
+  EXPECT_EQ(jobs->Get(id)->replicas, 3);
   cluster.Restart(2);
   JobInfo j = WaitFor(jobs, id, 120, Finished, "the job finishing");
   EXPECT_EQ(j.state, JobState::kSucceeded) << j.error;

@@ -6,6 +6,7 @@
 // process, with every replica holding the same variables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -217,6 +218,112 @@ TEST_F(ReplicasAcrossTasks, AJobManagerJobRunsItsReplicasOnTheTasks) {
   EXPECT_EQ(now->step, now->total_steps);
   EXPECT_GT(now->step, 0);
   jobs.Shutdown();
+}
+
+// Backup replicas across tasks: replica 2 (on task 2) straggles 400 ms a
+// step. Without a backup replica every step waits for it, and the replicas
+// on other tasks report that wait (their _ReplicaCommStats); with one, the
+// other two decide each step in the store's race and the straggler is
+// dropped from every step, its batch abandoned; the replicas still agree.
+TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
+  LocalCluster cluster(3);
+  const std::string all3 = R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("])";
+  auto run = [&](int backup, std::vector<StepResult>* steps, std::vector<int64_t>* dropped) {
+    TrainingJobOptions o;
+    o.devices = cluster.task(0).pool.get();
+    o.remote = cluster.task(0).cluster.get();
+    o.collective_store = store_address_;
+    o.collective_prefix = "straggler-" + std::to_string(backup) + "/m0";
+    StatusOr<std::unique_ptr<TrainingJob>> j =
+        Make(Job(3, all3 + ", \"backup_replicas\": " + std::to_string(backup) +
+                        R"(, "max_steps": 6, "_test_straggler": {"replica": 2, "delay_ms": 400})"),
+             o);
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    for (;;) {
+      StatusOr<StepResult> r = (*j)->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      steps->push_back(*r);
+      if (r->done) break;
+      ASSERT_LT(steps->size(), 100u);
+    }
+    *dropped = (*j)->dropped_steps();
+    std::vector<Tensor> first = Read((*j)->replica_session(0), {"w", "b"});
+    for (int r = 1; r < 3; ++r) {
+      std::vector<Tensor> other = Read((*j)->replica_session(r), {"w", "b"});
+      for (size_t k = 0; k < other.size(); ++k) EXPECT_EQ(MaxDiff(first[k], other[k]), 0.0) << r;
+    }
+  };
+  auto median = [](const std::vector<StepResult>& steps) {
+    std::vector<double> t;
+    for (const StepResult& r : steps) t.push_back(r.replicas[0].step_seconds);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  std::vector<StepResult> without, with;
+  std::vector<int64_t> dropped0, dropped1;
+  run(0, &without, &dropped0);
+  run(1, &with, &dropped1);
+  ASSERT_EQ(without.size(), 6u);
+  ASSERT_EQ(with.size(), 6u);
+  EXPECT_GE(median(without), 0.35);  // every step waits for the straggler
+  EXPECT_LT(median(with), 0.25);     // the other two decide it
+  EXPECT_TRUE(dropped0.empty());
+  // 100 rows in batches of 8: step 5 is the epoch's last batch alone (the
+  // straggler has none then, so it neither waits nor is dropped).
+  int64_t full = 0;
+  for (const StepResult& r : with) {
+    EXPECT_TRUE(std::isfinite(r.loss));
+    EXPECT_FALSE(r.replicas[1].dropped) << "step " << r.step;
+    EXPECT_EQ(r.replicas[2].examples, 0) << "step " << r.step;
+    if (r.examples < 24) continue;
+    ++full;
+    EXPECT_TRUE(r.replicas[2].dropped) << "step " << r.step;
+  }
+  EXPECT_EQ(full, 5);
+  EXPECT_EQ(dropped1, (std::vector<int64_t>{0, 0, full}));
+  // Replica 1 runs on task 1: its wait for the straggler is its own,
+  // reported from there, and so are its bytes.
+  for (const StepResult& r : without) {
+    if (r.examples < 24) continue;
+    EXPECT_GT(r.replicas[1].allreduce_seconds, 0.2) << "step " << r.step;
+    EXPECT_GT(r.replicas[1].allreduce_bytes, 0) << "step " << r.step;
+    EXPECT_GT(r.replicas[2].allreduce_bytes, 0) << "step " << r.step;
+  }
+}
+
+// init_from's values (another job's checkpoint) start every replica, the
+// ones on other tasks through their restore nodes; the first step keeps
+// them equal.
+TEST_F(ReplicasAcrossTasks, InitFromReachesTheReplicasOnTheTasks) {
+  LocalCluster cluster(2);
+  TrainingJobOptions o;
+  o.devices = cluster.task(0).pool.get();
+  o.remote = cluster.task(0).cluster.get();
+  o.collective_store = store_address_;
+  o.collective_prefix = "init-from/m0";
+  o.data_root = dir_.string();
+  o.allreduce_timeout = std::chrono::seconds(30);
+  StatusOr<JobSpec> spec =
+      ParseJobSpec(Job(2, R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"("])"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  const Tensor w = Tensor::FromVector<float>({0.25f, -1.5f}, TensorShape({2, 1}));
+  const Tensor b = Tensor::FromVector<float>({3.0f}, TensorShape({1}));
+  (*j)->SetInitialValues({{"w", w}, {"b", b}});
+  Status st = (*j)->Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Tensor> got = Read((*j)->replica_session(r), {"w", "b"});
+    EXPECT_EQ(MaxDiff(got[0], w), 0.0) << "replica " << r;
+    EXPECT_EQ(MaxDiff(got[1], b), 0.0) << "replica " << r;
+  }
+  StatusOr<StepResult> step = (*j)->Step();
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  std::vector<Tensor> first = Read((*j)->replica_session(0), {"w", "b"});
+  std::vector<Tensor> second = Read((*j)->replica_session(1), {"w", "b"});
+  EXPECT_EQ(MaxDiff(first[0], second[0]), 0.0);
+  EXPECT_GT(MaxDiff(first[0], w), 0.0) << "the step trained from the given values";
 }
 
 TEST_F(ReplicasAcrossTasks, ReplicaZeroMustBeOnThisTask) {

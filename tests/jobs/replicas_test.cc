@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "api/job_spec.h"
 #include "jobs/training_job.h"
@@ -270,6 +273,35 @@ TEST_F(Replicas, BackupReplicasDropTheStraggler) {
   EXPECT_EQ(dropped1[2], 7);
   EXPECT_EQ(dropped1[0] + dropped1[1], 0);
   EXPECT_TRUE(std::isfinite(loss1));
+}
+
+// A traced step of a job with replicas records every replica of this
+// process into one trace: both replicas' ops, on their threads, with each
+// one's _AllReduce (its wait for the other) among them.
+TEST_F(Replicas, ATracedStepRecordsEveryReplica) {
+  auto job = MakeJob(Job(R"({"type": "sgd", "learning_rate": 0.1})", 2, 8,
+                         R"(, "max_steps": 3, "trace": {"steps": [2]})"),
+                     dir_.string());
+  ASSERT_NE(job, nullptr);
+  StatusOr<StepResult> r1 = job->Step();
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_TRUE(r1->trace_json.empty());
+  StatusOr<StepResult> r2 = job->Step();
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  ASSERT_FALSE(r2->trace_json.empty());
+  nlohmann::json t = nlohmann::json::parse(r2->trace_json);
+  int allreduces = 0;
+  std::set<int64_t> threads;
+  for (const nlohmann::json& e : t["traceEvents"]) {
+    if (e.value("ph", "") != "X" || e.value("cat", "") == "step") continue;
+    threads.insert(e["tid"].get<int64_t>());
+    if (e["args"].value("op", "") == "_AllReduce") ++allreduces;
+  }
+  EXPECT_EQ(allreduces, 2 * int(job->graph().allreduce.size())) << r2->trace_json.substr(0, 2000);
+  EXPECT_GE(threads.size(), 2u);
+  StatusOr<StepResult> r3 = job->Step();
+  ASSERT_TRUE(r3.ok());
+  EXPECT_TRUE(r3->trace_json.empty());
 }
 
 TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
