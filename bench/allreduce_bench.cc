@@ -8,6 +8,7 @@
 //   tcp:       a plain TCP ring: each rank streams 2(n-1)/n * bytes to its
 //              right neighbour while reading as much from its left one (what
 //              the ring moves, with no reduction),
+//   header:    a Flowstate round without tensors (its header exchange alone),
 // measured in the same processes, interleaved, best of --reps. The driver
 // serves the store and starts n copies of itself as workers
 // (--worker ...); rank 0 prints the figures (bench_util.h's JSON lines).
@@ -167,6 +168,14 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
     auto run_tcp = [&] {
       for (int i = 0; i < iters; ++i) ring.Exchange(tcp_out.data(), tcp_in.data(), wire);
     };
+    // A round without tensors: Flowstate's per-round header exchange alone.
+    auto run_header = [&] {
+      for (int i = 0; i < iters; ++i) {
+        std::vector<Tensor> none;
+        Status s = (*fs)->AllReduce(&none, ReduceOp::kSum, Clock::now() + std::chrono::seconds(60));
+        if (!s.ok()) Die(s.ToString());
+      }
+    };
     std::map<std::string, double> best;
     auto time = [&](const std::string& mode, const std::function<void()>& fn) {
       const auto start = Clock::now();
@@ -178,10 +187,12 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
     run_flowstate();
     run_gloo();
     run_tcp();
+    run_header();
     for (int r = 0; r < reps; ++r) {
       time("flowstate", run_flowstate);
       time("gloo", run_gloo);
       time("tcp", run_tcp);
+      time("header", run_header);
     }
     if (rank != 0) continue;
     auto busbw = [&](const std::string& m) { return double(wire) / best[m] / 1e9; };
@@ -193,6 +204,10 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
                        busbw("flowstate") / busbw("gloo"));
     bench::PrintFigure("allreduce/flowstate_vs_tcp" + at, busbw("flowstate"), "GB/s",
                        "allreduce/tcp_ring" + at, busbw("flowstate") / busbw("tcp"));
+    // Per round: Flowstate's, bare Gloo's, and the header exchange alone.
+    bench::PrintFigure("allreduce/flowstate_round" + at, best["flowstate"] * 1e6, "us");
+    bench::PrintFigure("allreduce/gloo_round" + at, best["gloo"] * 1e6, "us");
+    bench::PrintFigure("allreduce/header_round" + at, best["header"] * 1e6, "us");
   }
   return 0;
 }
