@@ -1,6 +1,7 @@
 #include "distributed/grpc_worker_internal.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -104,6 +105,19 @@ class GrpcRemoteWorker final : public Worker {
     o_.tracker->Remove(token);
     FS_RETURN_IF_ERROR(WithTask(o_.task, StatusFromProto(resp.status())));
     g->handle = resp.graph_handle();
+    std::map<std::string, std::string> pending;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!registered_) pending.swap(pending_states_);
+      registered_ = true;
+    }
+    if (!pending.empty()) {
+      Status st = SendKernelStates(pending);
+      if (!st.ok()) {
+        DeregisterGraph(g.release());
+        return st;
+      }
+    }
     return g.release();
   }
 
@@ -198,8 +212,33 @@ class GrpcRemoteWorker final : public Worker {
   }
   Status ImportKernelStates(const std::map<std::string, std::string>& states) override {
     if (states.empty()) return Status();
-    return Unimplemented(o_.task + ": kernel states of another task cannot be imported");
+    {
+      // The task makes this session's worker there at its first
+      // RegisterGraph: until then the states wait here.
+      std::lock_guard<std::mutex> l(mu_);
+      if (!registered_) {
+        for (const auto& [node, state] : states) pending_states_[node] = state;
+        return Status();
+      }
+    }
+    return SendKernelStates(states);
   }
+
+  Status SendKernelStates(const std::map<std::string, std::string>& states) {
+    ::grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(o_.rpc_timeout_s));
+    ctx.set_wait_for_ready(true);
+    wpb::ImportKernelStatesRequest req;
+    wpb::ImportKernelStatesResponse resp;
+    req.set_session_handle(o_.session_handle);
+    for (const auto& [node, state] : states) (*req.mutable_states())[node] = state;
+    const uint64_t token = o_.tracker->Add(&ctx);
+    ::grpc::Status s = o_.stub->ImportKernelStates(&ctx, req, &resp);
+    if (!s.ok()) return TrackedCallFailed(o_.tracker.get(), token, o_.task, "ImportKernelStates", s);
+    o_.tracker->Remove(token);
+    return WithTask(o_.task, StatusFromProto(resp.status()));
+  }
+
   void ClearKernelStates() override {}
 
  private:
@@ -224,6 +263,10 @@ class GrpcRemoteWorker final : public Worker {
   RemoteWorkerOptions o_;
   std::mutex mu_;
   std::vector<int64_t> to_clean_;  // GUARDED_BY(mu_): steps ended, not yet forgotten there
+  // Kernel states imported before the first RegisterGraph (the task has no
+  // worker of this session until then).
+  bool registered_ = false;                             // GUARDED_BY(mu_)
+  std::map<std::string, std::string> pending_states_;   // GUARDED_BY(mu_)
 };
 
 // --- The rendezvous.

@@ -576,6 +576,25 @@ class WorkerService::Impl final : public WorkerBase {
     return r;
   }
 
+  // Synchronous, like GetStatus (a restore's rare call).
+  ::grpc::Status ImportKernelStates(::grpc::ServerContext*, const wpb::ImportKernelStatesRequest* req,
+                                    wpb::ImportKernelStatesResponse* resp) override {
+    Cluster* c = cluster_.load();
+    if (c == nullptr) return NotReady();
+    const std::string task = c->local_task();
+    std::shared_ptr<WorkerSession> s = FindSession(req->session_handle());
+    Status st;
+    if (s == nullptr) {
+      st = FailedPrecondition("no session '" + req->session_handle() +
+                              "' on this task (it registered no graph here, or it was closed)");
+    } else {
+      std::map<std::string, std::string> states(req->states().begin(), req->states().end());
+      st = s->worker->ImportKernelStates(states);
+    }
+    StatusToProto(WithTask(task, st), resp->mutable_status());
+    return ::grpc::Status::OK;
+  }
+
   ::grpc::Status GetStatus(::grpc::ServerContext*, const wpb::GetStatusRequest*,
                            wpb::GetStatusResponse* resp) override {
     Cluster* c = cluster_.load();

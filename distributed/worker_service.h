@@ -10,7 +10,9 @@
 // call frame's arguments in, its results out, by index), RecvTensor (a
 // tensor a _Send of this task produced; answered when it is sent or the step
 // is aborted, holding no thread while it waits), AbortStep, CleanupStep,
-// CloseSession and GetStatus (task, incarnation, devices: the heartbeat).
+// CloseSession, GetStatus (task, incarnation, devices: the heartbeat) and
+// ImportKernelStates (a checkpoint's random streams for a session's kernels
+// here).
 // The engine's errors travel in the responses, prefixed with this task's
 // name; a non-OK gRPC status means the call did not reach a working task.
 //

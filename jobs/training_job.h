@@ -43,9 +43,8 @@
 // collective factory "gloo") meeting in options.collective_store; every
 // replica is fed its batch from here. Restore() feeds the checkpoint's
 // values to each replica's variables through restore nodes of its graph (a
-// Placeholder and an Assign per variable, "_restore/<variable>"); the
-// kernels' random states of a replica on another task are not restored (its
-// dropout streams then differ from an uninterrupted run's). Backup replicas
+// Placeholder and an Assign per variable, "_restore/<variable>") and the
+// kernels' random states to its task (Session::ImportKernelStates). Backup replicas
 // race in the same store (distributed/store_step_race.h); each remote
 // replica's graph also has a _ReplicaCommStats node, fetched with its step,
 // so that its own all-reduce wait is reported; init_from's values reach
@@ -280,8 +279,8 @@ class TrainingJob {
   Status RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   Status CheckReplicasAgree();
   // Restore's part for replica i >= 1: its variables from `values` (local:
-  // assigned; on another task: fed to its graph's restore nodes) and, on
-  // this task, the kernels' random states.
+  // assigned; on another task: fed to its graph's restore nodes) and the
+  // kernels' random states (wherever its kernels run).
   Status RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
                         const std::map<std::string, std::string>& kernel_states);
   // Replica i's values of graph().variables (read through its session).

@@ -525,6 +525,9 @@ Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tens
     }
     std::vector<Tensor> out;
     Status s = session->Run(feeds, {}, targets, &out);
+    // And the random streams of its kernels, there (replica 0's, as the
+    // replicas in this process get).
+    if (s.ok()) s = session->ImportKernelStates(kernel_states);
     return s.ok() ? s : s.WithPrefix("restoring replica " + std::to_string(i));
   }
   for (const std::string& v : graph_.variables) {

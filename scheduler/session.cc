@@ -207,6 +207,9 @@ StatusOr<Worker*> Session::WorkerFor(const Device* device) {
   auto it = remote_workers_.find(task);
   if (it != remote_workers_.end()) return it->second.get();
   FS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> w, options_.remote->NewWorker(task, session_handle_));
+  // Kernel states imported before this task ran anything: its kernels
+  // take theirs as they are built.
+  FS_RETURN_IF_ERROR(w->ImportKernelStates(remote_kernel_states_));
   Worker* raw = w.get();
   remote_workers_.emplace(task, std::move(w));
   return raw;
@@ -382,7 +385,15 @@ Status Session::ImportKernelStates(const std::map<std::string, std::string>& sta
                              node);
     }
   }
-  return local_worker_->ImportKernelStates(states);
+  FS_RETURN_IF_ERROR(local_worker_->ImportKernelStates(states));
+  if (options_.remote == nullptr || states.empty()) return Status();
+  // Every task's worker gets them (a node's kernel is built by the task it
+  // is placed on; the others never use the state), and so will workers of
+  // tasks this session has not used yet.
+  std::lock_guard<std::mutex> l(remote_mu_);
+  for (const auto& [node, state] : states) remote_kernel_states_[node] = state;
+  for (auto& [task, w] : remote_workers_) FS_RETURN_IF_ERROR(w->ImportKernelStates(states));
+  return Status();
 }
 
 Status Session::Close() {

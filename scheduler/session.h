@@ -139,10 +139,12 @@ class Session {
   // run. Only kernels built so far (or imported) have a state. Call between
   // steps.
   StatusOr<std::map<std::string, std::string>> ExportKernelStates() const;
-  // Restores them, into kernels built now or later. INVALID_ARGUMENT naming
-  // the node when it is not a stateful node of the graph or its kernel
-  // refuses the state. Call before steps run (a fresh session) or between
-  // steps.
+  // Restores them, into kernels built now or later, on this task and on
+  // every task of the cluster the session runs partitions on (the
+  // ImportKernelStates call of distributed/'s workers). INVALID_ARGUMENT
+  // naming the node when it is not a stateful node of the graph or its
+  // kernel refuses the state. Call before steps run (a fresh session) or
+  // between steps.
   Status ImportKernelStates(const std::map<std::string, std::string>& states);
 
  private:
@@ -181,6 +183,8 @@ class Session {
   std::string session_handle_;
   std::mutex remote_mu_;
   std::map<std::string, std::unique_ptr<Worker>> remote_workers_;  // GUARDED_BY(remote_mu_)
+  // Imported kernel states, for the workers of tasks created later.
+  std::map<std::string, std::string> remote_kernel_states_;  // GUARDED_BY(remote_mu_)
 
   mutable std::mutex graph_mu_;
   GraphDef graph_def_;                  // GUARDED_BY(graph_mu_)

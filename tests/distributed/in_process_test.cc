@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "graph/ops.h"
@@ -87,6 +88,53 @@ TEST(DistributedInProcess, ArithmeticChainAcrossTasks) {
   }
   EXPECT_EQ(held(), 0);
   EXPECT_EQ(cluster.task(1).service->num_sessions(), 0);  // closed with the session
+}
+
+// A kernel's random stream restored into a session whose kernel runs on
+// another task (a checkpoint's states, as a replica there resumes): the
+// remote RandomUniform goes on where the local one left off, and only
+// with the import.
+TEST(DistributedInProcess, KernelStatesReachTheTaskTheKernelRunsOn) {
+  LocalCluster cluster(2);
+  auto graph = [](const char* device) {
+    Scope root;
+    ops::RandomAttrs a;
+    a.seed = 7;
+    a.seed2 = 3;
+    ops::RandomUniform(root.WithOpName("r").WithDevice(device), {4}, a);
+    return root.graph_def();
+  };
+  std::vector<Tensor> first, second, out;
+  auto here = cluster.NewSession(graph(kT0));
+  ASSERT_NE(here, nullptr);
+  ASSERT_TRUE(RunWithin(here.get(), 30, {}, {"r"}, {}, &first).ok());
+  StatusOr<std::map<std::string, std::string>> states = here->ExportKernelStates();
+  ASSERT_TRUE(states.ok()) << states.status().ToString();
+  ASSERT_EQ(states->count("r"), 1u);
+  ASSERT_TRUE(RunWithin(here.get(), 30, {}, {"r"}, {}, &second).ok());
+  ASSERT_FALSE(TensorsEqual(first[0], second[0]));
+
+  // On task 1, imported before its first step (its worker there does not
+  // exist yet): the next tensor of the stream.
+  auto there = cluster.NewSession(graph(kT1));
+  ASSERT_NE(there, nullptr);
+  Status st = there->ImportKernelStates(*states);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(RunWithin(there.get(), 30, {}, {"r"}, {}, &out).ok());
+  EXPECT_TRUE(TensorsEqual(out[0], second[0])) << out[0].DebugString() << " vs " << second[0].DebugString();
+  // Imported between steps, once the kernel there is built: back again.
+  ASSERT_TRUE(there->ImportKernelStates(*states).ok());
+  ASSERT_TRUE(RunWithin(there.get(), 30, {}, {"r"}, {}, &out).ok());
+  EXPECT_TRUE(TensorsEqual(out[0], second[0]));
+  // Without the import the stream starts from its seed.
+  auto fresh = cluster.NewSession(graph(kT1));
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(RunWithin(fresh.get(), 30, {}, {"r"}, {}, &out).ok());
+  EXPECT_TRUE(TensorsEqual(out[0], first[0]));
+  // A state the kernel there refuses names the node and the task.
+  st = fresh->ImportKernelStates({{"r", "not a state"}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/job:worker/task:1"), std::string::npos) << st.ToString();
 }
 
 TEST(DistributedInProcess, FanOutFanInAndControlEdges) {
