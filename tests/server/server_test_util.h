@@ -23,9 +23,11 @@ namespace flowstate::server_test {
 // each count and never destroyed (tests share it, as servers share theirs).
 inline DevicePool* TestPool(int intra_op_threads = 1) {
   static std::mutex mu;
-  static std::map<int, DevicePool*> pools;
+  // On the heap and never freed, so the pools stay reachable (not leaks) to
+  // LeakSanitizer at exit.
+  static auto* pools = new std::map<int, DevicePool*>();
   std::lock_guard<std::mutex> l(mu);
-  DevicePool*& p = pools[intra_op_threads];
+  DevicePool*& p = (*pools)[intra_op_threads];
   if (p == nullptr) {
     DevicePoolOptions o;
     o.intra_op_threads = intra_op_threads;
