@@ -3,7 +3,7 @@
 #   make bench   also install the reference libraries, build, run bench/
 #   make serve   install deps, build, run `flowstate serve` in the foreground (embedded defaults)
 #   make asan    every test under AddressSanitizer + UBSan (build-asan/)
-#   make tsan    the engine's, server's and jobs' tests under ThreadSanitizer (build-tsan/)
+#   make tsan    the engine's, server's, jobs' and distributed tests under ThreadSanitizer (build-tsan/)
 #   make fuzz    the libFuzzer targets of fuzz/ (clang-14, build-fuzz/), each run
 #                for FUZZ_SECONDS (default 60); fails if any finds a crash
 BUILD ?= build
