@@ -258,8 +258,14 @@ TEST_F(FrontendLimitsTest, BigUnauthenticatedBodiesAreNotBuffered) {
   }
   for (std::thread& t : clients) t.join();
   const int64_t growth = ResidentBytes() - rss_before;
-  // Buffered, the bodies would be 960 MiB.
-  EXPECT_LT(growth, int64_t{64} << 20) << "resident memory grew by " << (growth >> 20) << " MiB";
+  // Buffered, the bodies would be 960 MiB. (Under AddressSanitizer freed
+  // memory waits in its quarantine and the budget is 128 MiB.)
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr int64_t kBudget = int64_t{128} << 20;
+#else
+  constexpr int64_t kBudget = int64_t{64} << 20;
+#endif
+  EXPECT_LT(growth, kBudget) << "resident memory grew by " << (growth >> 20) << " MiB";
   EXPECT_EQ(other.load(), 0);
   EXPECT_GT(refused.load(), 0);
   // The server still serves.
