@@ -9,9 +9,13 @@
 //              right neighbour while reading as much from its left one (what
 //              the ring moves, with no reduction),
 //   header:    a Flowstate round without tensors (its header exchange alone),
-// measured in the same processes, interleaved, best of --reps. The driver
-// serves the store and starts n copies of itself as workers
-// (--worker ...); rank 0 prints the figures (bench_util.h's JSON lines).
+//   control:   a second bare Gloo context run like `gloo` (an A/A control:
+//              how far from 1 this harness reads identical code),
+// measured in the same processes, interleaved (a barrier before each timed
+// block; flowstate, gloo and control take turns going first): the best and
+// the median of --reps. The driver serves the store and starts n copies of
+// itself as workers (--worker ...); rank 0 prints the figures (bench_util.h's
+// JSON lines).
 //
 //   allreduce_bench [--ranks=2,3,4] [--mib=1,16,64] [--reps=3]
 #include <arpa/inet.h>
@@ -25,10 +29,12 @@
 #include <unistd.h>
 
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -136,6 +142,12 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
   auto bare = std::make_shared<::gloo::rendezvous::Context>(rank, size);
   bare->setTimeout(std::chrono::seconds(60));
   bare->connectFullMesh(gstore, device);
+  // The control: a second bare Gloo context, run exactly like the first.
+  GlooStore cstore(store, prefix + "/control", std::chrono::seconds(60));
+  auto control = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  control->setTimeout(std::chrono::seconds(60));
+  auto control_device = ::gloo::transport::tcp::CreateDevice(attr);
+  control->connectFullMesh(cstore, control_device);
   TcpRing ring;
   ring.Connect(store.get(), prefix + "/tcp", rank, size);
 
@@ -154,17 +166,20 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
         if (!s.ok()) Die(s.ToString());
       }
     };
-    auto run_gloo = [&] {
+    std::vector<float> control_buf(elements, 1.0f);
+    auto bare_loop = [&](const std::shared_ptr<::gloo::Context>& ctx, float* data) {
       for (int i = 0; i < iters; ++i) {
-        ::gloo::AllreduceOptions ao(bare);
+        ::gloo::AllreduceOptions ao(ctx);
         ao.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-        ao.setOutput(buf.data(), elements);
+        ao.setOutput(data, elements);
         ao.setReduceFunction(
             static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
         ao.setTag(7);
         ::gloo::allreduce(ao);
       }
     };
+    auto run_gloo = [&] { bare_loop(bare, buf.data()); };
+    auto run_control = [&] { bare_loop(control, control_buf.data()); };
     auto run_tcp = [&] {
       for (int i = 0; i < iters; ++i) ring.Exchange(tcp_out.data(), tcp_in.data(), wire);
     };
@@ -177,20 +192,37 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
       }
     };
     std::map<std::string, double> best;
+    std::map<std::string, std::vector<double>> samples;
     auto time = [&](const std::string& mode, const std::function<void()>& fn) {
+      // Every rank starts the block together: without this, the skew the
+      // previous block left lands on whichever mode comes first.
+      ::gloo::BarrierOptions bo(bare);
+      bo.setTag(8);
+      ::gloo::barrier(bo);
       const auto start = Clock::now();
       fn();
       const double s = std::chrono::duration<double>(Clock::now() - start).count() / iters;
       if (!best.count(mode) || s < best[mode]) best[mode] = s;
+      samples[mode].push_back(s);
+    };
+    // The median rep: steadier than the best on a shared VM, where one lucky
+    // rep of either side decides the best-of ratio.
+    auto median = [&](const std::string& mode) {
+      std::vector<double> v = samples[mode];
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
     };
     // Warm up each (page faults, connections), then interleave.
     run_flowstate();
     run_gloo();
+    run_control();
     run_tcp();
     run_header();
     for (int r = 0; r < reps; ++r) {
-      time("flowstate", run_flowstate);
-      time("gloo", run_gloo);
+      // The three compared take turns going first.
+      const std::vector<std::pair<std::string, std::function<void()>>> turn = {
+          {"flowstate", run_flowstate}, {"gloo", run_gloo}, {"control", run_control}};
+      for (int k = 0; k < 3; ++k) time(turn[(r + k) % 3].first, turn[(r + k) % 3].second);
       time("tcp", run_tcp);
       time("header", run_header);
     }
@@ -202,6 +234,14 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
                        busbw("gloo") / busbw("tcp"));
     bench::PrintFigure("allreduce/flowstate" + at, busbw("flowstate"), "GB/s", "allreduce/gloo" + at,
                        busbw("flowstate") / busbw("gloo"));
+    bench::PrintFigure("allreduce/flowstate_median" + at, double(wire) / median("flowstate") / 1e9,
+                       "GB/s", "allreduce/gloo_median" + at, median("gloo") / median("flowstate"));
+    // Bare Gloo against itself: what this harness reads for identical code
+    // (on a shared 2-core VM it is far from 1 at 1 MiB for n >= 3).
+    bench::PrintFigure("allreduce/control" + at, busbw("control"), "GB/s", "allreduce/gloo" + at,
+                       busbw("control") / busbw("gloo"));
+    bench::PrintFigure("allreduce/control_median" + at, double(wire) / median("control") / 1e9,
+                       "GB/s", "allreduce/gloo_median" + at, median("gloo") / median("control"));
     bench::PrintFigure("allreduce/flowstate_vs_tcp" + at, busbw("flowstate"), "GB/s",
                        "allreduce/tcp_ring" + at, busbw("flowstate") / busbw("tcp"));
     // Per round: Flowstate's, bare Gloo's, and the header exchange alone.

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstring>
 #include <map>
@@ -22,6 +23,7 @@
 #include "distributed/collective_signature.h"
 #include "distributed/collective_store.h"
 #include "distributed/store_step_race.h"
+#include "scheduler/reduce_loops.h"
 
 // --- The one thing this file needs from Gloo that Gloo does not expose.
 //
@@ -92,36 +94,6 @@ Status DecodeRecord(const std::string& v, std::vector<int>* failed) {
     i = c + 1;
   }
   return Status(Code(std::atoi(v.c_str())), v.substr(b + 1));
-}
-
-// x + y per element; integers wrap (unsigned arithmetic: no UB).
-template <typename T>
-struct Wrapping {
-  using type = T;
-};
-template <>
-struct Wrapping<int32_t> {
-  using type = uint32_t;
-};
-template <>
-struct Wrapping<int64_t> {
-  using type = uint64_t;
-};
-
-template <typename T>
-void Sum(void* out, const void* a, const void* b, size_t n) {
-  using U = typename Wrapping<T>::type;
-  U* o = static_cast<U*>(out);
-  const U* x = static_cast<const U*>(a);
-  const U* y = static_cast<const U*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-
-template <typename T>
-void Divide(void* data, size_t n, int by) {
-  T* d = static_cast<T*>(data);
-  const T div = T(by);
-  for (size_t i = 0; i < n; ++i) d[i] /= div;
 }
 
 // Whether `message` names `address` ("[10.0.0.1]:123" is not "...:1234").
@@ -281,8 +253,44 @@ class GlooCollective::Impl {
   Status Fail(int64_t round, const RoundError& e, const std::vector<int>& late);
 
   // --- One round's steps; gloo exceptions propagate.
-  void ExchangeHeaders(const Header& mine, std::vector<Header>* all, std::vector<int>* arrived,
-                       Clock::time_point deadline, uint64_t slot);
+
+  // The headers of a round: one receive buffer per peer, so that after a
+  // failure it is known exactly whose arrived. Not movable (Gloo holds
+  // pointers into it).
+  struct HeaderExchange {
+    std::vector<Header> in;  // per rank
+    Header out;
+    std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> recv;  // per rank
+    std::unique_ptr<::gloo::transport::UnboundBuffer> send;
+    std::vector<bool> arrived;
+  };
+  void PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot);
+  void WaitHeaders(HeaderExchange* x, Clock::time_point deadline);
+  // After a timeout (the group is closed then): the ranks whose header never
+  // arrived. Only then: a wait that times out closes every connection, which
+  // the peers would take for this rank's failure.
+  std::vector<int> Late(HeaderExchange* x);
+
+  // One dtype's share of a round: the tensors of that dtype (their indices)
+  // reduced into `out`, which is one of them when `in_place`.
+  struct Reduced {
+    std::vector<size_t> idx;
+    Tensor out;
+    bool in_place = false;
+  };
+  // Runs the ring of every dtype of `tensors` (tags from `base`); `in_place`
+  // allows a dtype's only tensor to be reduced in its own buffer. Leaves the
+  // tensors untouched otherwise: Commit moves the results into them.
+  void Reduce(const std::vector<Tensor>& tensors, ReduceOp op, bool in_place,
+              Clock::time_point deadline, uint64_t base, std::vector<Reduced>* out);
+  void Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced);
+  // Takes part in a ring over buffers of `totals` elements per dtype with
+  // zeros, and drops the result: what a rank whose call differs does in a
+  // round others started speculatively, so that theirs ends.
+  void JoinWithZeros(const std::array<int64_t, 4>& totals, Clock::time_point deadline,
+                     uint64_t base);
+  void Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op, uint32_t tag,
+            Clock::time_point deadline);
   void ExchangeSignatures(const std::vector<int64_t>& mine, const std::vector<Header>& headers,
                           std::vector<std::vector<int64_t>>* all, Clock::time_point deadline,
                           uint64_t slot);
@@ -296,6 +304,13 @@ class GlooCollective::Impl {
   // Per rank: what Gloo's errors call its end of our connection.
   std::vector<std::vector<std::string>> peer_addresses_;
   int64_t next_round_ = 0;                      // the caller's thread only
+  // The last round every rank completed: its signature and elements per
+  // dtype. A round with the same signature starts its ring speculatively,
+  // while the headers are in flight (AllReduce). The caller's thread only.
+  bool have_last_ = false;
+  std::vector<int64_t> last_sig_;
+  uint64_t last_hash_ = 0;
+  std::array<int64_t, 4> last_totals_{};
   std::map<std::pair<DataType, int64_t>, Tensor> spare_;  // the caller's thread only
 
   mutable std::mutex mu_;
@@ -304,29 +319,51 @@ class GlooCollective::Impl {
   bool closed_ = false;       // GUARDED_BY(mu_)
 };
 
-void GlooCollective::Impl::ExchangeHeaders(const Header& mine, std::vector<Header>* all,
-                                           std::vector<int>* arrived, Clock::time_point deadline,
-                                           uint64_t slot) {
-  all->assign(size_, Header());
-  (*all)[rank_] = mine;
-  arrived->assign(1, rank_);
-  Header out = mine;
-  auto send = ctx_->createUnboundBuffer(&out, sizeof(out));
-  auto recv = ctx_->createUnboundBuffer(all->data(), all->size() * sizeof(Header));
+void GlooCollective::Impl::PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot) {
+  x->in.assign(size_, Header());
+  x->in[rank_] = mine;
+  x->out = mine;
+  x->arrived.assign(size_, false);
+  x->arrived[rank_] = true;
+  x->recv.resize(size_);
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) recv->recv(p, slot, p * sizeof(Header), sizeof(Header));
+    if (p == rank_) continue;
+    x->recv[p] = ctx_->createUnboundBuffer(&x->in[p], sizeof(Header));
+    x->recv[p]->recv(p, slot);
   }
+  x->send = ctx_->createUnboundBuffer(&x->out, sizeof(Header));
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) send->send(p, slot);
+    if (p != rank_) x->send->send(p, slot);
+  }
+}
+
+void GlooCollective::Impl::WaitHeaders(HeaderExchange* x, Clock::time_point deadline) {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (!x->recv[p]->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+    x->arrived[p] = true;
   }
   for (int i = 1; i < size_; ++i) {
-    int src = -1;
-    if (!recv->waitRecv(&src, Left(deadline))) throw ::gloo::IoException("aborted");
-    arrived->push_back(src);
+    if (!x->send->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
   }
-  for (int i = 1; i < size_; ++i) {
-    if (!send->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+}
+
+std::vector<int> GlooCollective::Impl::Late(HeaderExchange* x) {
+  std::vector<int> late;
+  for (int p = 0; p < size_; ++p) {
+    if (x->arrived.empty() || x->arrived[p]) continue;
+    // A receive that completed returns at once; one that did not throws the
+    // group's failure (or times out at once, which fails the group anyway).
+    try {
+      if (x->recv[p] != nullptr && x->recv[p]->waitRecv(nullptr, std::chrono::milliseconds(1))) {
+        x->arrived[p] = true;
+        continue;
+      }
+    } catch (const std::exception&) {
+    }
+    late.push_back(p);
   }
+  return late;
 }
 
 void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
@@ -406,7 +443,6 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
   }
   Status s;
   std::vector<int> failed;
-  // Peers whose connection failed on their side (not by us).
   // The peer whose connection failed (Gloo's message names its address).
   std::vector<int> closed;
   std::map<int, std::string> why;
@@ -470,6 +506,96 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
   return s;
 }
 
+void GlooCollective::Impl::Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op,
+                                uint32_t tag, Clock::time_point deadline) {
+  const size_t n = size_t(out->num_elements());
+  DispatchDataType(dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+      ::gloo::AllreduceOptions o(ctx_);
+      o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+      if (input != nullptr) o.setInput<T>(static_cast<T*>(const_cast<void*>(input)), n);
+      o.setOutput<T>(out->data<T>(), n);
+      o.setReduceFunction(&reduce_loops::Sum<T>);
+      o.setTag(tag);
+      o.setTimeout(Left(deadline));
+      ::gloo::allreduce(o);
+      if (op == ReduceOp::kMean && size_ > 1) reduce_loops::Divide<T>(out->data<T>(), n, T(size_));
+    }
+  });
+}
+
+void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp op, bool in_place,
+                                  Clock::time_point deadline, uint64_t base,
+                                  std::vector<Reduced>* out) {
+  out->clear();
+  for (int d = 0; d < 4; ++d) {
+    const DataType dtype = kDtypes[d];
+    Reduced r;
+    int64_t total = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].dtype() == dtype) {
+        r.idx.push_back(i);
+        total += tensors[i].num_elements();
+      }
+    }
+    if (total == 0) continue;
+    const bool single = r.idx.size() == 1;
+    const Tensor& first = tensors[r.idx[0]];
+    r.in_place = in_place && single && first.RefCountIsOne();
+    r.out = r.in_place ? first
+            : single   ? Scratch(dtype, first.shape())
+                       : Scratch(dtype, TensorShape({total}));
+    if (!single) {
+      char* at = static_cast<char*>(r.out.raw_data());
+      for (size_t i : r.idx) {
+        std::memcpy(at, tensors[i].raw_data(), tensors[i].TotalBytes());
+        at += tensors[i].TotalBytes();
+      }
+    }
+    Ring(dtype, single && !r.in_place ? first.raw_data() : nullptr, &r.out, op,
+         uint32_t(base + 2 + d), deadline);
+    out->push_back(std::move(r));
+  }
+}
+
+void GlooCollective::Impl::Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced) {
+  for (Reduced& r : *reduced) {
+    if (r.in_place) continue;  // the tensor holds the result
+    if (r.idx.size() == 1) {
+      Tensor old = std::move((*tensors)[r.idx[0]]);
+      (*tensors)[r.idx[0]] = std::move(r.out);
+      Recycle(std::move(old));
+      continue;
+    }
+    const char* at = static_cast<const char*>(r.out.raw_data());
+    for (size_t i : r.idx) {
+      Tensor& t = (*tensors)[i];
+      if (t.RefCountIsOne()) {
+        t.CopyFromBytes(at, t.TotalBytes());
+      } else {
+        Tensor fresh(t.dtype(), t.shape());
+        fresh.CopyFromBytes(at, t.TotalBytes());
+        t = std::move(fresh);
+      }
+      at += t.TotalBytes();
+    }
+    Recycle(std::move(r.out));
+  }
+  reduced->clear();
+}
+
+void GlooCollective::Impl::JoinWithZeros(const std::array<int64_t, 4>& totals,
+                                         Clock::time_point deadline, uint64_t base) {
+  for (int d = 0; d < 4; ++d) {
+    if (totals[d] == 0) continue;
+    Tensor zeros = Scratch(kDtypes[d], TensorShape({totals[d]}));
+    std::memset(zeros.raw_data(), 0, zeros.TotalBytes());
+    Ring(kDtypes[d], nullptr, &zeros, ReduceOp::kSum, uint32_t(base + 2 + d), deadline);
+    Recycle(std::move(zeros));
+  }
+}
+
 Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
                                        Clock::time_point deadline) {
   {
@@ -478,6 +604,8 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   }
   const int64_t round = next_round_++;
   std::vector<int64_t> sig = Signature(*tensors, op);
+  // One rank: the sum and the mean of its own tensors, if the call is valid.
+  if (size_ == 1) return Check(round, {Decode(sig)});
   Header mine;
   mine.round = uint64_t(round);
   mine.op = uint32_t(op);
@@ -488,126 +616,79 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   // Slots: ours use a prefix byte apart from Gloo's collectives (1-8).
   const uint64_t base = uint64_t(round) * 8;
   auto slot = [&](int k) { return uint64_t(::gloo::Slot::build(0x40, uint32_t(base + k))); };
-  std::vector<int> arrived;
-  std::vector<Tensor> results;
+  auto fail = [&](const std::exception& e, HeaderExchange* x) {
+    const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
+    return Fail(round, {timeout, e.what()}, timeout && x != nullptr ? Late(x) : std::vector<int>{});
+  };
+  // A training step makes the same call every round. Then the ring does not
+  // wait for the headers: it starts at once on the last round's layout (in
+  // place where the tensor is ours alone, as below), and the headers are
+  // checked when it ends. A rank whose call differs sees a header equal to
+  // the last round's and joins that ring with zeros; then every rank finds
+  // the mismatch, and nothing packed or replaced is committed.
+  const bool speculate = have_last_ && sig == last_sig_;
+  HeaderExchange hx;
+  std::vector<Reduced> reduced;
   try {
-    if (size_ > 1) {
-      std::vector<Header> headers;
-      try {
-        ExchangeHeaders(mine, &headers, &arrived, deadline, slot(0));
-      } catch (const ::gloo::IoException& e) {
-        const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
-        std::vector<int> late;
-        for (int p = 0; p < size_; ++p) {
-          if (std::find(arrived.begin(), arrived.end(), p) == arrived.end()) late.push_back(p);
-        }
-        return Fail(round, {timeout, e.what()}, late);
-      }
-      bool same = true;
-      for (const Header& h : headers) {
-        same = same && h.round == mine.round && h.hash == mine.hash && h.count == mine.count &&
-               h.op == mine.op && h.sig_bytes == mine.sig_bytes;
-      }
-      if (!same) {
-        for (int p = 1; p < size_; ++p) {
-          if (headers[p].round != headers[0].round) {
-            // Not a caller's mismatch: the group lost count. Fatal.
-            return Fail(round, {false, "rank " + std::to_string(p) + " is at all-reduce round " +
-                                           std::to_string(headers[p].round) + ", rank 0 at " +
-                                           std::to_string(headers[0].round)}, {});
-          }
-        }
-        std::vector<std::vector<int64_t>> sigs;
-        ExchangeSignatures(sig, headers, &sigs, deadline, slot(1));
-        std::vector<Call> calls;
-        for (const auto& s : sigs) calls.push_back(Decode(s));
-        Status s = Check(round, calls);
-        if (!s.ok()) return s;
-        return InvalidArgument("all-reduce round " + std::to_string(round) +
-                               ": the ranks' calls differ (their signatures' hashes do)");
+    PostHeaders(mine, &hx, slot(0));
+    if (speculate) Reduce(*tensors, op, /*in_place=*/true, deadline, base, &reduced);
+    WaitHeaders(&hx, deadline);
+  } catch (const std::exception& e) {
+    return fail(e, &hx);
+  }
+  const std::vector<Header>& headers = hx.in;
+  bool same = true;
+  bool someone_speculated = false;
+  for (const Header& h : headers) {
+    same = same && h.round == mine.round && h.hash == mine.hash && h.count == mine.count &&
+           h.op == mine.op && h.sig_bytes == mine.sig_bytes;
+    someone_speculated = someone_speculated || (have_last_ && h.hash == last_hash_);
+  }
+  if (!same) {
+    for (Reduced& r : reduced) Recycle(std::move(r.out));
+    for (int p = 1; p < size_; ++p) {
+      if (headers[p].round != headers[0].round) {
+        // Not a caller's mismatch: the group lost count. Fatal.
+        return Fail(round, {false, "rank " + std::to_string(p) + " is at all-reduce round " +
+                                       std::to_string(headers[p].round) + ", rank 0 at " +
+                                       std::to_string(headers[0].round)}, {});
       }
     }
+    std::vector<std::vector<int64_t>> sigs;
+    try {
+      if (someone_speculated && !speculate) JoinWithZeros(last_totals_, deadline, base);
+      ExchangeSignatures(sig, headers, &sigs, deadline, slot(1));
+    } catch (const std::exception& e) {
+      return fail(e, nullptr);
+    }
+    std::vector<Call> calls;
+    for (const auto& s : sigs) calls.push_back(Decode(s));
+    Status s = Check(round, calls);
+    if (!s.ok()) return s;
+    return InvalidArgument("all-reduce round " + std::to_string(round) +
+                           ": the ranks' calls differ (their signatures' hashes do)");
+  }
+  if (!speculate) {
     // Every rank made the same call: validity is the same everywhere.
     Status valid = Check(round, {Decode(sig)});
     if (!valid.ok()) return valid;
-    if (size_ == 1) return Status();  // the sum and the mean of one rank's tensors
-
-    results.resize(tensors->size());
-    for (int d = 0; d < 4; ++d) {
-      const DataType dtype = kDtypes[d];
-      std::vector<size_t> idx;
-      int64_t total = 0;
-      for (size_t i = 0; i < tensors->size(); ++i) {
-        if ((*tensors)[i].dtype() == dtype) {
-          idx.push_back(i);
-          total += (*tensors)[i].num_elements();
-        }
-      }
-      if (total == 0) continue;
-      const bool single = idx.size() == 1;
-      // A dtype's only tensor is reduced in place when nobody else holds its
-      // buffer (a failure of the group leaves it undefined, see the header),
-      // else into a buffer of its own that replaces it.
-      const bool in_place = single && (*tensors)[idx[0]].RefCountIsOne();
-      Tensor out = in_place ? (*tensors)[idx[0]]
-                   : single ? Scratch(dtype, (*tensors)[idx[0]].shape())
-                            : Scratch(dtype, TensorShape({total}));
-      if (!single) {
-        char* at = static_cast<char*>(out.raw_data());
-        for (size_t i : idx) {
-          std::memcpy(at, (*tensors)[i].raw_data(), (*tensors)[i].TotalBytes());
-          at += (*tensors)[i].TotalBytes();
-        }
-      }
-      DispatchDataType(dtype, [&]<typename T>() {
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                      std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
-          ::gloo::AllreduceOptions o(ctx_);
-          o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-          if (single && !in_place) {
-            o.setInput<T>(static_cast<T*>((*tensors)[idx[0]].raw_data()), size_t(total));
-          }
-          o.setOutput<T>(out.data<T>(), size_t(total));
-          o.setReduceFunction(&Sum<T>);
-          o.setTag(uint32_t(base + 2 + d));
-          o.setTimeout(Left(deadline));
-          ::gloo::allreduce(o);
-          if (op == ReduceOp::kMean && size_ > 1) Divide<T>(out.raw_data(), size_t(total), size_);
-        }
-      });
-      if (in_place) {
-        // Done: the tensor holds the result.
-      } else if (single) {
-        results[idx[0]] = std::move(out);
-      } else {
-        const char* at = static_cast<const char*>(out.raw_data());
-        for (size_t i : idx) {
-          Tensor& t = (*tensors)[i];
-          if (t.RefCountIsOne()) {
-            t.CopyFromBytes(at, t.TotalBytes());
-          } else {
-            Tensor fresh(t.dtype(), t.shape());
-            fresh.CopyFromBytes(at, t.TotalBytes());
-            t = std::move(fresh);
-          }
-          at += t.TotalBytes();
-        }
-        Recycle(std::move(out));
-      }
+    try {
+      Reduce(*tensors, op, /*in_place=*/true, deadline, base, &reduced);
+    } catch (const std::exception& e) {
+      return fail(e, nullptr);
     }
-  } catch (const ::gloo::Exception& e) {
-    const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
-    return Fail(round, {timeout, e.what()}, {});
-  } catch (const std::exception& e) {
-    return Fail(round, {false, e.what()}, {});
   }
-  // Success: the single tensors of a dtype take their results' buffers.
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].IsInitialized()) continue;
-    Tensor old = std::move((*tensors)[i]);
-    (*tensors)[i] = std::move(results[i]);
-    Recycle(std::move(old));
+  std::array<int64_t, 4> totals{};
+  for (const Tensor& t : *tensors) {
+    for (int d = 0; d < 4; ++d) {
+      if (t.dtype() == kDtypes[d]) totals[d] += t.num_elements();
+    }
   }
+  Commit(tensors, &reduced);
+  have_last_ = true;
+  last_sig_ = std::move(sig);
+  last_hash_ = mine.hash;
+  last_totals_ = totals;
   return Status();
 }
 

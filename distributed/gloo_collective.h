@@ -13,18 +13,24 @@
 // for every other rank's (DEADLINE_EXCEEDED naming the ranks that did not
 // come by `timeout`) and connects to each.
 //
-// Each AllReduce is a round (k-th call of every rank): first every rank sends
-// every other a small header (round, op, count, a hash of the dtypes and
-// shapes); a mismatch fails the round on every rank with INVALID_ARGUMENT
-// naming the first rank that differs from rank 0 and both sides (the group
-// stays usable); a rank that has not joined by the deadline fails it with
+// Each AllReduce is a round (k-th call of every rank): every rank sends every
+// other a small header (round, op, count, a hash of the dtypes and shapes);
+// a mismatch fails the round on every rank with INVALID_ARGUMENT naming the
+// first rank that differs from rank 0 and both sides (the group stays
+// usable); a rank that has not joined by the deadline fails it with
 // DEADLINE_EXCEEDED naming it. Then one ring all-reduce per dtype: a dtype's
 // only tensor is reduced in its own buffer when nobody else holds it (no
 // copy), else into a buffer of the collective's that replaces it; several
-// tensors of a dtype are packed into one buffer and copied back. When the
-// group fails during that step (a peer gone, a deadline, an abort), a
-// tensor reduced in place is left undefined (the group is dead then; a
-// mismatch or a late rank is found before any tensor is touched).
+// tensors of a dtype are packed into one buffer and copied back. The first
+// round, and a round whose call differs from the last completed one's, waits
+// for the headers before its ring, so a mismatch or a late rank is found
+// before any tensor is touched. A round that repeats the last completed call
+// (every training step) starts its ring at once, while the headers are in
+// flight; a rank whose call differs then joins that ring with zeros and
+// every rank fails the round as above: the differing rank's tensors are
+// untouched, the repeating ranks' tensors reduced in place are left
+// undefined. So is any tensor reduced in place when the group fails during
+// a ring (a peer gone, a deadline, an abort; the group is dead then).
 //
 // Reduction order (what "deterministic" means here): Gloo's ring splits the
 // buffer into one chunk per rank; chunk c is summed starting at rank c-1 and

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "scheduler/reduce_loops.h"
+
 namespace flowstate {
 namespace {
 
@@ -74,12 +76,9 @@ void ReduceSliceInPlace(const std::vector<std::vector<Tensor>*>& inputs, size_t 
   T* o = (*inputs[0])[index].data<T>();
   for (size_t r = 1; r < inputs.size(); ++r) {
     const T* in = (*inputs[r])[index].data<T>();
-    for (int64_t j = lo; j < hi; ++j) o[j] += in[j];
+    reduce_loops::Sum<T>(o + lo, o + lo, in + lo, size_t(hi - lo));
   }
-  if (op == ReduceOp::kMean) {
-    const T n = T(inputs.size());
-    for (int64_t j = lo; j < hi; ++j) o[j] /= n;
-  }
+  if (op == ReduceOp::kMean) reduce_loops::Divide<T>(o + lo, size_t(hi - lo), T(inputs.size()));
   for (size_t r = 1; r < inputs.size(); ++r) {
     T* dst = (*inputs[r])[index].data<T>();
     std::memcpy(dst + lo, o + lo, size_t(hi - lo) * sizeof(T));

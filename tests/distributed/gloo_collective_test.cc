@@ -263,6 +263,99 @@ TEST_F(GlooCollectiveTest, MismatchFailsEveryRankNamingBothSidesAndTheGroupGoesO
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// A round that repeats the last round's call starts its ring before the
+// headers arrive (gloo_collective.h). A rank that changes its call then must
+// still fail the round on every rank, with its own tensors untouched, and
+// keep the group usable; and a rank that does not come must still be named.
+TEST_F(GlooCollectiveTest, RepeatedCallsStartAtOnceYetAMismatchOrALateRankIsStillCaught) {
+  const int n = 3;
+  Group g = MakeGroup("repeat", n);
+  // Two dtypes, one packed (two float32 tensors) and one single (int64).
+  auto call = [](int r, int salt, int64_t f32) {
+    return std::vector<Tensor>{Input(DataType::kFloat32, TensorShape({f32}), r, salt),
+                               Input(DataType::kInt64, TensorShape({5}), r, salt),
+                               Input(DataType::kFloat32, TensorShape({3}), r, salt + 1)};
+  };
+  auto steady = [&](int salt) {
+    std::vector<std::vector<Tensor>> in(n), got(n);
+    for (int r = 0; r < n; ++r) {
+      in[r] = call(r, salt, 1000);
+      for (const Tensor& t : in[r]) got[r].push_back(t.DeepCopy());
+    }
+    auto st = OnEveryRank(n, [&](int r) { return g[r]->AllReduce(&got[r], ReduceOp::kSum, In(10000)); });
+    auto want = Reference(in, ReduceOp::kSum);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+      for (size_t i = 0; i < got[r].size(); ++i) {
+        // The int64 sum is exact; float32 at n = 3 sums in ring order.
+        if (got[r][i].dtype() == DataType::kInt64) {
+          EXPECT_TRUE(SameBytes(got[r][i], want[r][i])) << "rank " << r << " tensor " << i;
+        } else {
+          for (int64_t k = 0; k < got[r][i].num_elements(); ++k) {
+            ASSERT_NEAR(got[r][i].data<float>()[k], want[r][i].data<float>()[k], 1e-3);
+          }
+        }
+        EXPECT_TRUE(SameBytes(got[r][i], got[0][i])) << "rank " << r << " tensor " << i;
+      }
+    }
+  };
+  for (int salt = 0; salt < 4; ++salt) steady(salt);  // rounds 1-3 speculate
+
+  // Rank 2 changes a shape while ranks 0 and 1 repeat theirs: they have
+  // started the ring; rank 2 joins it with zeros; all fail. Rank 2's tensors
+  // and the packed ones (float32) are untouched; a repeating rank's int64,
+  // reduced in place, is undefined (gloo_collective.h).
+  std::vector<std::vector<Tensor>> in(n), got(n);
+  for (int r = 0; r < n; ++r) {
+    in[r] = call(r, 9, r == 2 ? 999 : 1000);
+    for (const Tensor& t : in[r]) got[r].push_back(t.DeepCopy());
+  }
+  auto st = OnEveryRank(n, [&](int r) { return g[r]->AllReduce(&got[r], ReduceOp::kSum, In(10000)); });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kInvalidArgument) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank 2: tensor 0 is float32[999], rank 0's is float32[1000]"),
+              std::string::npos)
+        << st[r].message();
+    for (size_t i = 0; i < got[r].size(); ++i) {
+      if (r != 2 && got[r][i].dtype() == DataType::kInt64) continue;
+      EXPECT_TRUE(SameBytes(got[r][i], in[r][i])) << "rank " << r << " tensor " << i << " changed";
+    }
+  }
+  steady(10);  // the group goes on, and speculates again
+  // Rank 0 alone repeats; 1 and 2 agree on a new call among themselves.
+  st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts = call(r, 11, r == 0 ? 1000 : 7);
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(st[r].message().find("rank 1: tensor 0 is float32[7], rank 0's is float32[1000]"),
+              std::string::npos)
+        << st[r].ToString();
+  }
+  // Everyone changes the call together: no speculation, and it works.
+  st = OnEveryRank(n, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r, 1})};
+    Status s = g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+    if (s.ok() && (ts[0].data<int32_t>()[0] != 3 || ts[0].data<int32_t>()[1] != 3)) {
+      return Internal("wrong sum " + ts[0].DebugString());
+    }
+    return s;
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+
+  // Rank 2 does not come to a repeated round: ranks 0 and 1 are in the ring
+  // at once, and still name it when the deadline passes.
+  st = OnEveryRank(2, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r, 1})};
+    return g[r]->AllReduce(&ts, ReduceOp::kSum, In(500));
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kDeadlineExceeded) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank(s) 2 did not join"), std::string::npos) << st[r].message();
+    EXPECT_EQ(g[r]->failed_ranks(), std::vector<int>{2});
+  }
+}
+
 TEST_F(GlooCollectiveTest, ALateRankIsNamedByTheDeadlineAndFailsAtOnceWhenItComes) {
   const int n = 3;
   Group g = MakeGroup("late", n);
