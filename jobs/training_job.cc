@@ -223,22 +223,8 @@ Status TrainingJob::Start(bool load_data) {
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [name, t] : initial_values_) by_name[name] = &t;
     for (int i = 0; i <= int(replica_sessions_.size()); ++i) {
-      if (i < int(comms_.size()) && comms_[i] == nullptr) {
-        // On another task: fed to its graph's restore nodes, in one step.
-        std::vector<std::pair<std::string, Tensor>> feeds;
-        std::vector<std::string> targets;
-        for (const std::string& v : graph_.model_variables) {
-          feeds.emplace_back("_restore/" + v, *by_name.at(v));
-          targets.push_back("_restore/" + v + "/assign");
-        }
-        Status s = replica_session(i)->Run(feeds, {}, targets, &out);
-        if (!s.ok()) return s.WithPrefix("init_from: replica " + std::to_string(i));
-        continue;
-      }
-      for (const std::string& v : graph_.model_variables) {
-        FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(replica_session(i), v));
-        FS_RETURN_IF_ERROR(var->Assign(*by_name.at(v)));
-      }
+      Status s = AssignReplicaVariables(i, graph_.model_variables, by_name);
+      if (!s.ok()) return s.WithPrefix("init_from: replica " + std::to_string(i));
     }
     initial_values_.clear();
   }

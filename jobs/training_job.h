@@ -278,9 +278,13 @@ class TrainingJob {
   // RunReplica of a replica on another task.
   Status RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   Status CheckReplicasAgree();
-  // Restore's part for replica i >= 1: its variables from `values` (local:
-  // assigned; on another task: fed to its graph's restore nodes) and the
-  // kernels' random states (wherever its kernels run).
+  // Replica i's `variables` set from `values` (every name must be there):
+  // assigned in this process; on another task, fed to its graph's restore
+  // nodes in one step.
+  Status AssignReplicaVariables(int i, const std::vector<std::string>& variables,
+                                const std::map<std::string, const Tensor*>& values);
+  // Restore's part for replica i >= 1: its variables from `values` (as
+  // above) and the kernels' random states (wherever its kernels run).
   Status RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
                         const std::map<std::string, std::string>& kernel_states);
   // Replica i's values of graph().variables (read through its session).

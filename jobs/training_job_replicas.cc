@@ -511,30 +511,35 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   return r;
 }
 
-Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
-                                   const std::map<std::string, std::string>& kernel_states) {
+Status TrainingJob::AssignReplicaVariables(int i, const std::vector<std::string>& variables,
+                                           const std::map<std::string, const Tensor*>& values) {
   Session* session = replica_session(i);
   if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
   if (i < int(comms_.size()) && comms_[i] == nullptr) {
     // On another task: through its graph's restore nodes, in one step.
     std::vector<std::pair<std::string, Tensor>> feeds;
     std::vector<std::string> targets;
-    for (const std::string& v : graph_.variables) {
+    for (const std::string& v : variables) {
       feeds.emplace_back("_restore/" + v, *values.at(v));
       targets.push_back("_restore/" + v + "/assign");
     }
     std::vector<Tensor> out;
-    Status s = session->Run(feeds, {}, targets, &out);
-    // And the random streams of its kernels, there (replica 0's, as the
-    // replicas in this process get).
-    if (s.ok()) s = session->ImportKernelStates(kernel_states);
-    return s.ok() ? s : s.WithPrefix("restoring replica " + std::to_string(i));
+    return session->Run(feeds, {}, targets, &out);
   }
-  for (const std::string& v : graph_.variables) {
+  for (const std::string& v : variables) {
     FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(session, v));
     FS_RETURN_IF_ERROR(var->Assign(*values.at(v)));
   }
-  return session->ImportKernelStates(kernel_states);
+  return Status();
+}
+
+Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
+                                   const std::map<std::string, std::string>& kernel_states) {
+  Status s = AssignReplicaVariables(i, graph_.variables, values);
+  // And the random streams of its kernels, wherever they run (replica 0's,
+  // as every replica gets).
+  if (s.ok()) s = replica_session(i)->ImportKernelStates(kernel_states);
+  return s.ok() ? s : s.WithPrefix("restoring replica " + std::to_string(i));
 }
 
 StatusOr<std::vector<Batch>> TrainingJob::NextBatches(int k, int64_t epoch) {

@@ -27,6 +27,13 @@ using testing::LocalCluster;
 
 std::string Task(int i) { return "/job:worker/replica:0/task:" + std::to_string(i) + "/device:CPU:0"; }
 
+// A job's `, "devices": [...]` naming these tasks' CPUs, in order.
+std::string OnTasks(std::initializer_list<int> tasks) {
+  std::string list;
+  for (int t : tasks) list += std::string(list.empty() ? "" : ", ") + "\"" + Task(t) + "\"";
+  return R"(, "devices": [)" + list + "]";
+}
+
 double MaxDiff(const Tensor& a, const Tensor& b) {
   double d = 0;
   for (int64_t i = 0; i < a.num_elements(); ++i) {
@@ -70,6 +77,19 @@ class ReplicasAcrossTasks : public ::testing::Test {
     })";
   }
 
+  // A job's options for replicas on `cluster`'s tasks, task 0 its master,
+  // meeting in this test's store under `prefix`.
+  TrainingJobOptions Across(LocalCluster& cluster, const std::string& prefix) {
+    TrainingJobOptions o;
+    o.devices = cluster.task(0).pool.get();
+    o.remote = cluster.task(0).cluster.get();
+    o.collective_store = store_address_;
+    o.collective_prefix = prefix;
+    o.data_root = dir_.string();  // as Make sets, for a job made without it
+    o.allreduce_timeout = std::chrono::seconds(30);
+    return o;
+  }
+
   StatusOr<std::unique_ptr<TrainingJob>> Make(const std::string& json, TrainingJobOptions o) {
     StatusOr<JobSpec> spec = ParseJobSpec(json);
     if (!spec.ok()) return spec.status();
@@ -88,14 +108,8 @@ class ReplicasAcrossTasks : public ::testing::Test {
 TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
   constexpr int kN = 3;
   LocalCluster cluster(kN);
-  TrainingJobOptions across;
-  across.devices = cluster.task(0).pool.get();
-  across.remote = cluster.task(0).cluster.get();
-  across.collective_store = store_address_;
-  across.collective_prefix = "job-1/m0";
-  StatusOr<std::unique_ptr<TrainingJob>> many = Make(
-      Job(kN, R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("])"),
-      across);
+  StatusOr<std::unique_ptr<TrainingJob>> many =
+      Make(Job(kN, OnTasks({0, 1, 2})), Across(cluster, "job-1/m0"));
   ASSERT_TRUE(many.ok()) << many.status().ToString();
   TrainingJobOptions local;
   local.devices = server_test::TestPool(1);
@@ -138,16 +152,12 @@ TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
 TEST_F(ReplicasAcrossTasks, ACheckpointRestoresIntoReplicasOnTheTasks) {
   LocalCluster cluster(3);
   auto options = [&](const std::string& prefix, int batches_per_step) {
-    TrainingJobOptions o;
-    o.devices = cluster.task(0).pool.get();
-    o.remote = cluster.task(0).cluster.get();
-    o.collective_store = store_address_;
-    o.collective_prefix = prefix;
+    TrainingJobOptions o = Across(cluster, prefix);
     o.batches_per_step = batches_per_step;
     return o;
   };
-  const std::string all3 = R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("])";
-  const std::string two = R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"("])";
+  const std::string all3 = OnTasks({0, 1, 2});
+  const std::string two = OnTasks({0, 1});
   StatusOr<std::unique_ptr<TrainingJob>> a = Make(Job(3, all3), options("a/m0", 0));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   std::vector<double> losses;
@@ -204,7 +214,7 @@ TEST_F(ReplicasAcrossTasks, AJobManagerJobRunsItsReplicasOnTheTasks) {
   o.collective_store = [&] { return store_address_; };
   JobManager jobs(o);
   StatusOr<JobInfo> info =
-      jobs.Submit(Job(2, R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"("])"));
+      jobs.Submit(Job(2, OnTasks({0, 1})));
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   StatusOr<JobInfo> now = jobs.Get(info->id);
@@ -227,17 +237,11 @@ TEST_F(ReplicasAcrossTasks, AJobManagerJobRunsItsReplicasOnTheTasks) {
 // dropped from every step, its batch abandoned; the replicas still agree.
 TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
   LocalCluster cluster(3);
-  const std::string all3 = R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("])";
   auto run = [&](int backup, std::vector<StepResult>* steps, std::vector<int64_t>* dropped) {
-    TrainingJobOptions o;
-    o.devices = cluster.task(0).pool.get();
-    o.remote = cluster.task(0).cluster.get();
-    o.collective_store = store_address_;
-    o.collective_prefix = "straggler-" + std::to_string(backup) + "/m0";
     StatusOr<std::unique_ptr<TrainingJob>> j =
-        Make(Job(3, all3 + ", \"backup_replicas\": " + std::to_string(backup) +
+        Make(Job(3, OnTasks({0, 1, 2}) + ", \"backup_replicas\": " + std::to_string(backup) +
                         R"(, "max_steps": 6, "_test_straggler": {"replica": 2, "delay_ms": 400})"),
-             o);
+             Across(cluster, "straggler-" + std::to_string(backup) + "/m0"));
     ASSERT_TRUE(j.ok()) << j.status().ToString();
     for (;;) {
       StatusOr<StepResult> r = (*j)->Step();
@@ -296,17 +300,9 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
 // them equal.
 TEST_F(ReplicasAcrossTasks, InitFromReachesTheReplicasOnTheTasks) {
   LocalCluster cluster(2);
-  TrainingJobOptions o;
-  o.devices = cluster.task(0).pool.get();
-  o.remote = cluster.task(0).cluster.get();
-  o.collective_store = store_address_;
-  o.collective_prefix = "init-from/m0";
-  o.data_root = dir_.string();
-  o.allreduce_timeout = std::chrono::seconds(30);
-  StatusOr<JobSpec> spec =
-      ParseJobSpec(Job(2, R"(, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"("])"));
+  StatusOr<JobSpec> spec = ParseJobSpec(Job(2, OnTasks({0, 1})));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
+  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, Across(cluster, "init-from/m0"));
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   const Tensor w = Tensor::FromVector<float>({0.25f, -1.5f}, TensorShape({2, 1}));
   const Tensor b = Tensor::FromVector<float>({3.0f}, TensorShape({1}));
@@ -328,13 +324,7 @@ TEST_F(ReplicasAcrossTasks, InitFromReachesTheReplicasOnTheTasks) {
 
 TEST_F(ReplicasAcrossTasks, ReplicaZeroMustBeOnThisTask) {
   LocalCluster cluster(2);
-  TrainingJobOptions o;
-  o.devices = cluster.task(0).pool.get();
-  o.remote = cluster.task(0).cluster.get();
-  o.collective_store = store_address_;
-  o.collective_prefix = "job-2/m0";
-  StatusOr<std::unique_ptr<TrainingJob>> j =
-      Make(Job(2, R"(, "devices": [")" + Task(1) + R"(", ")" + Task(0) + R"("])"), o);
+  StatusOr<std::unique_ptr<TrainingJob>> j = Make(Job(2, OnTasks({1, 0})), Across(cluster, "job-2/m0"));
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), Code::kInvalidArgument) << j.status().ToString();
   EXPECT_NE(j.status().message().find("devices[0]"), std::string::npos) << j.status().ToString();
