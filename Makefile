@@ -47,7 +47,9 @@ asan: deps
 	@cmake --build --preset asan -j $(JOBS)
 	@ctest --preset asan
 
-tsan: deps
+tsan:
+	@scripts/install-deps --tsan
+	@scripts/tsan-abseil
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan -j $(JOBS)
 	@ctest --preset tsan

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -59,7 +60,6 @@ class MeshContext final : public ::gloo::Context {
     device_ = std::move(device);
     transportContext_ = std::move(transport);
   }
-  bool connected() const { return transportContext_ != nullptr; }
   // Fails every pending operation with `msg` and closes the connections.
   void Signal(const std::string& msg) {
     if (transportContext_ != nullptr) flowstate_gloo_abi::SignalException(transportContext_.get(), msg);
@@ -240,13 +240,26 @@ class GlooCollective::Impl {
       s = broken_;
       failed = failed_;
     }
+    // Wake this rank's blocked call first; a peer that sees the connection
+    // close waits `failure_grace` for the record.
+    if (size_ > 1 && ctx_ != nullptr) ctx_->Signal(kClosedByUs);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      signalled_ = true;
+    }
+    signalled_cv_.notify_all();
     if (size_ > 1) {
-      // Wake this rank's blocked call first; a peer that sees the connection
-      // close waits `failure_grace` for the record.
-      if (ctx_ != nullptr) ctx_->Signal(kClosedByUs);
       (void)ep_->store->Set(prefix_, "fail/" + std::to_string(rank_), EncodeRecord(s, failed),
                             Clock::now() + std::chrono::milliseconds(500));
     }
+  }
+
+  // The group's failure, once whoever broke it has closed every connection
+  // (`l` holds mu_). Until then Gloo may still signal this round's pending
+  // buffers, which the caller frees when the round returns.
+  Status Closed(std::unique_lock<std::mutex>* l) {
+    signalled_cv_.wait(*l, [&] { return signalled_; });
+    return broken_;
   }
 
   // The group failed in `round`: the status to report (the first cause).
@@ -317,6 +330,8 @@ class GlooCollective::Impl {
   Status broken_;             // GUARDED_BY(mu_): sticky once set
   std::vector<int> failed_;   // GUARDED_BY(mu_)
   bool closed_ = false;       // GUARDED_BY(mu_)
+  bool signalled_ = false;    // GUARDED_BY(mu_): CloseGroup closed the connections
+  std::condition_variable signalled_cv_;
 };
 
 void GlooCollective::Impl::PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot) {
@@ -384,13 +399,9 @@ void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
     recv->recv(p, slot, offset[p], offset[p + 1] - offset[p]);
     ++expect;
   }
-  int sends = 0;
-  if (!out.empty()) {
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      send->send(p, slot);
-      ++sends;
-    }
+  const int sends = out.empty() ? 0 : size_ - 1;
+  for (int p = 0; p < size_ && sends > 0; ++p) {
+    if (p != rank_) send->send(p, slot);
   }
   for (int i = 0; i < expect; ++i) {
     if (!recv->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
@@ -400,13 +411,10 @@ void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
   }
   all->assign(size_, {});
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) {
-      (*all)[p] = mine;
-      continue;
-    }
     (*all)[p].resize((offset[p + 1] - offset[p]) / 8);
     std::memcpy((*all)[p].data(), in.data() + offset[p], (*all)[p].size() * 8);
   }
+  (*all)[rank_] = mine;
 }
 
 Tensor GlooCollective::Impl::Scratch(DataType dtype, const TensorShape& shape) {
@@ -438,8 +446,8 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
       "all-reduce round " + std::to_string(round) + " of " + prefix_ + " (rank " +
       std::to_string(rank_) + "): ";
   {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!broken_.ok()) return broken_;  // aborted: the abort's status
+    std::unique_lock<std::mutex> l(mu_);
+    if (!broken_.ok()) return Closed(&l);  // aborted: the abort's status
   }
   Status s;
   std::vector<int> failed;
@@ -497,8 +505,8 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
   }
   if (s.ok()) s = Unavailable(where + e.message);
   {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!broken_.ok()) return broken_;
+    std::unique_lock<std::mutex> l(mu_);
+    if (!broken_.ok()) return Closed(&l);
     broken_ = s;
     failed_ = failed;
   }
@@ -571,13 +579,8 @@ void GlooCollective::Impl::Commit(std::vector<Tensor>* tensors, std::vector<Redu
     const char* at = static_cast<const char*>(r.out.raw_data());
     for (size_t i : r.idx) {
       Tensor& t = (*tensors)[i];
-      if (t.RefCountIsOne()) {
-        t.CopyFromBytes(at, t.TotalBytes());
-      } else {
-        Tensor fresh(t.dtype(), t.shape());
-        fresh.CopyFromBytes(at, t.TotalBytes());
-        t = std::move(fresh);
-      }
+      if (!t.RefCountIsOne()) t = Tensor(t.dtype(), t.shape());  // another holds it
+      t.CopyFromBytes(at, t.TotalBytes());
       at += t.TotalBytes();
     }
     Recycle(std::move(r.out));
@@ -680,9 +683,7 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   }
   std::array<int64_t, 4> totals{};
   for (const Tensor& t : *tensors) {
-    for (int d = 0; d < 4; ++d) {
-      if (t.dtype() == kDtypes[d]) totals[d] += t.num_elements();
-    }
+    for (int d = 0; d < 4; ++d) totals[d] += t.dtype() == kDtypes[d] ? t.num_elements() : 0;
   }
   Commit(tensors, &reduced);
   have_last_ = true;
