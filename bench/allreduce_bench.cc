@@ -32,6 +32,7 @@
 #include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -47,7 +48,7 @@
 #include "bench/bench_util.h"
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
-#include "distributed/gloo_store_internal.h"
+#include "distributed/gloo_store.h"
 
 namespace flowstate {
 namespace {
@@ -135,19 +136,19 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
   auto fs = GlooCollective::Create(o);
   if (!fs.ok()) Die(fs.status().ToString());
   // Bare Gloo: its own rendezvous through the same store.
-  GlooStore gstore(store, prefix + "/gloo", std::chrono::seconds(60));
+  auto gstore = NewGlooStore(store, prefix + "/gloo", std::chrono::seconds(60));
   ::gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
   auto device = ::gloo::transport::tcp::CreateDevice(attr);
   auto bare = std::make_shared<::gloo::rendezvous::Context>(rank, size);
   bare->setTimeout(std::chrono::seconds(60));
-  bare->connectFullMesh(gstore, device);
+  bare->connectFullMesh(*gstore, device);
   // The control: a second bare Gloo context, run exactly like the first.
-  GlooStore cstore(store, prefix + "/control", std::chrono::seconds(60));
+  auto cstore = NewGlooStore(store, prefix + "/control", std::chrono::seconds(60));
   auto control = std::make_shared<::gloo::rendezvous::Context>(rank, size);
   control->setTimeout(std::chrono::seconds(60));
   auto control_device = ::gloo::transport::tcp::CreateDevice(attr);
-  control->connectFullMesh(cstore, control_device);
+  control->connectFullMesh(*cstore, control_device);
   TcpRing ring;
   ring.Connect(store.get(), prefix + "/tcp", rank, size);
 

@@ -10,6 +10,10 @@
 #include <random>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
+#include "api/worker.grpc.pb.h"
+#include "api/worker.pb.h"
 #include "distributed/grpc_worker_internal.h"
 #include "distributed/wire_internal.h"
 #include "scheduler/rendezvous.h"
@@ -50,8 +54,8 @@ class Cluster::Impl {
   struct Task {
     ClusterTaskInfo info;
     std::chrono::steady_clock::time_point last;
-    std::shared_ptr<wpb::Worker::Stub> stub;  // null for this task
-    std::shared_ptr<::grpc::GenericStub> generic;
+    std::shared_ptr<::grpc::Channel> channel;   // null for this task
+    std::shared_ptr<wpb::Worker::Stub> stub;    // on `channel`: the heartbeats'; null for this task
     std::shared_ptr<CallTracker> tracker = std::make_shared<CallTracker>();
     std::vector<std::shared_ptr<RemoteDevice>> remote_devices;
   };
@@ -77,14 +81,10 @@ class Cluster::Impl {
   bool stop = false;  // GUARDED_BY(stop_mu)
   std::thread heartbeat;
 
-  std::shared_ptr<wpb::Worker::Stub> StubFor(const std::string& task) const {
-    auto it = by_name.find(task);
-    return it == by_name.end() ? nullptr : tasks[it->second].stub;
-  }
   TaskStubs StubsFor(const std::string& task) const {
     auto it = by_name.find(task);
     if (it == by_name.end()) return {};
-    return {tasks[it->second].stub, tasks[it->second].generic, tasks[it->second].tracker};
+    return {tasks[it->second].channel, tasks[it->second].tracker};
   }
 
   void Round();
@@ -238,7 +238,7 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
             addresses[i], options.heartbeat_interval_s > 0 ? options.heartbeat_interval_s : 1.0,
             options.heartbeat_deadline_s);
         t.stub = wpb::Worker::NewStub(channel);
-        t.generic = std::make_shared<::grpc::GenericStub>(channel);
+        t.channel = channel;
       }
       impl->by_name[t.info.name] = impl->tasks.size();
       impl->tasks.push_back(std::move(t));
@@ -343,12 +343,12 @@ uint64_t Cluster::generation() const { return impl_->generation.load(); }
 
 StatusOr<std::unique_ptr<Worker>> Cluster::NewWorker(const std::string& task,
                                                      const std::string& session_handle) {
-  std::shared_ptr<wpb::Worker::Stub> stub = impl_->StubFor(task);
-  if (stub == nullptr) return InvalidArgument("task " + task + " is not a remote task of the cluster");
+  TaskStubs stubs = impl_->StubsFor(task);
+  if (stubs.channel == nullptr) return InvalidArgument("task " + task + " is not a remote task of the cluster");
   RemoteWorkerOptions o;
   o.task = task;
-  o.stub = std::move(stub);
-  o.tracker = impl_->StubsFor(task).tracker;
+  o.channel = std::move(stubs.channel);
+  o.tracker = std::move(stubs.tracker);
   o.session_handle = session_handle;
   o.master_task = impl_->self_name;
   o.master_incarnation = impl_->incarnation;

@@ -6,8 +6,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include "api/worker.grpc.pb.h"
+#include "api/worker.pb.h"
 #include "api/proto_convert.h"
 #include "distributed/tensor_wire_internal.h"
+#include "distributed/wire_internal.h"
 #include "scheduler/call_frame.h"
 
 namespace flowstate::distributed_internal {
@@ -69,7 +75,8 @@ class RemoteGraph final : public RegisteredGraph {
 
 class GrpcRemoteWorker final : public Worker {
  public:
-  explicit GrpcRemoteWorker(RemoteWorkerOptions o) : o_(std::move(o)) {}
+  explicit GrpcRemoteWorker(RemoteWorkerOptions o)
+      : o_(std::move(o)), stub_(wpb::Worker::NewStub(o_.channel)) {}
 
   ~GrpcRemoteWorker() override {
     FlushCleanups();
@@ -78,7 +85,7 @@ class GrpcRemoteWorker final : public Worker {
     wpb::CloseSessionRequest req;
     wpb::CloseSessionResponse resp;
     req.set_session_handle(o_.session_handle);
-    o_.stub->CloseSession(&ctx, req, &resp);  // best effort: a dead task has nothing to close
+    stub_->CloseSession(&ctx, req, &resp);  // best effort: a dead task has nothing to close
   }
 
   StatusOr<RegisteredGraph*> RegisterGraph(RegisterGraphRequest request) override {
@@ -100,7 +107,7 @@ class GrpcRemoteWorker final : public Worker {
     req.set_master_incarnation(o_.master_incarnation);
     proto_convert::GraphToProto(request.graph, req.mutable_graph());
     const uint64_t token = o_.tracker->Add(&ctx);
-    ::grpc::Status s = o_.stub->RegisterGraph(&ctx, req, &resp);
+    ::grpc::Status s = stub_->RegisterGraph(&ctx, req, &resp);
     if (!s.ok()) return TrackedCallFailed(o_.tracker.get(), token, o_.task, "RegisterGraph", s);
     o_.tracker->Remove(token);
     FS_RETURN_IF_ERROR(WithTask(o_.task, StatusFromProto(resp.status())));
@@ -129,7 +136,7 @@ class GrpcRemoteWorker final : public Worker {
     wpb::DeregisterGraphResponse resp;
     req.set_session_handle(o_.session_handle);
     req.set_graph_handle(g->handle);
-    o_.stub->DeregisterGraph(&ctx, req, &resp);  // best effort
+    stub_->DeregisterGraph(&ctx, req, &resp);  // best effort
   }
 
   void RunGraph(RegisteredGraph* graph, const RunGraphArgs& args, StatusCallback done) override {
@@ -159,7 +166,7 @@ class GrpcRemoteWorker final : public Worker {
     const std::string task = o_.task;
     std::shared_ptr<CallTracker> tracker = o_.tracker;
     const uint64_t token = tracker->Add(&call->ctx);
-    o_.stub->async()->RunGraph(
+    stub_->async()->RunGraph(
         &call->ctx, &call->req, &call->resp,
         [call, frame, task, tracker, token, done = std::move(done)](::grpc::Status s) {
           if (!s.ok()) {
@@ -195,7 +202,7 @@ class GrpcRemoteWorker final : public Worker {
     call->req.set_reason(status.message());
     StatusToProto(status.ok() ? Cancelled("the step was aborted") : status,
                   call->req.mutable_status());
-    o_.stub->async()->AbortStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
+    stub_->async()->AbortStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
   }
 
   void CleanupStep(int64_t step_id) override {
@@ -233,7 +240,7 @@ class GrpcRemoteWorker final : public Worker {
     req.set_session_handle(o_.session_handle);
     for (const auto& [node, state] : states) (*req.mutable_states())[node] = state;
     const uint64_t token = o_.tracker->Add(&ctx);
-    ::grpc::Status s = o_.stub->ImportKernelStates(&ctx, req, &resp);
+    ::grpc::Status s = stub_->ImportKernelStates(&ctx, req, &resp);
     if (!s.ok()) return TrackedCallFailed(o_.tracker.get(), token, o_.task, "ImportKernelStates", s);
     o_.tracker->Remove(token);
     return WithTask(o_.task, StatusFromProto(resp.status()));
@@ -256,11 +263,12 @@ class GrpcRemoteWorker final : public Worker {
     call->req.set_step_id(steps[0]);
     for (size_t i = 1; i < steps.size(); ++i) call->req.add_more_step_ids(steps[i]);
     call->req.set_session_handle(o_.session_handle);
-    o_.stub->async()->CleanupStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
+    stub_->async()->CleanupStep(&call->ctx, &call->req, &call->resp, [call](::grpc::Status) {});
   }
 
   static constexpr size_t kMaxDeferredCleanups = 64;
   RemoteWorkerOptions o_;
+  std::unique_ptr<wpb::Worker::Stub> stub_;  // on o_.channel
   std::mutex mu_;
   std::vector<int64_t> to_clean_;  // GUARDED_BY(mu_): steps ended, not yet forgotten there
   // Kernel states imported before the first RegisterGraph (the task has no
@@ -296,7 +304,7 @@ class DistributedRendezvous final : public Rendezvous {
       return;
     }
     TaskStubs stubs = core_->stub_for(src_task);
-    if (stubs.generic == nullptr) {
+    if (stubs.channel == nullptr) {
       done(Internal("tensor '" + key + "' comes from " + src_task + ", which is not in the cluster"),
            Tensor());
       return;
@@ -330,7 +338,7 @@ class DistributedRendezvous final : public Rendezvous {
       pull->done(aborted, Tensor());
       return;
     }
-    pull->Start(pull, stubs.generic.get());
+    pull->Start(pull, stubs.channel);
   }
 
   void StartAbort(const Status& status) override {
@@ -358,10 +366,11 @@ class DistributedRendezvous final : public Rendezvous {
          Allocator* allocator, DoneCallback d)
         : core(core), task(std::move(task)), receiver(key, allocator), done(std::move(d)) {}
 
-    void Start(const std::shared_ptr<Pull>& me, ::grpc::GenericStub* stub) {
+    void Start(const std::shared_ptr<Pull>& me, const std::shared_ptr<::grpc::Channel>& channel) {
       self = me;
       if (tracker) token = tracker->Add(&ctx);
-      stub->PrepareBidiStreamingCall(&ctx, "/flowstate.worker.v1.Worker/RecvTensorStream",
+      ::grpc::GenericStub stub(channel);  // the call holds the channel, not the stub
+      stub.PrepareBidiStreamingCall(&ctx, "/flowstate.worker.v1.Worker/RecvTensorStream",
                                      ::grpc::StubOptions(), this);
       StartWriteLast(&req, ::grpc::WriteOptions());
       StartRead(&chunk);

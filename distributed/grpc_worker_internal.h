@@ -29,13 +29,19 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
-#include <grpcpp/generic/generic_stub.h>
-
-#include "distributed/wire_internal.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
+
+// gRPC's types are only declared here; grpc_worker.cc and cluster.cc include
+// gRPC (which stays inside .cc files).
+namespace grpc {
+class Channel;
+class ClientContext;
+class Status;
+}  // namespace grpc
 
 namespace flowstate::distributed_internal {
 
@@ -68,18 +74,19 @@ class CallTracker {
 Status TrackedCallFailed(CallTracker* tracker, uint64_t token, const std::string& task,
                          std::string_view rpc, const ::grpc::Status& s);
 
-// The stubs of one task: the Worker service's, and a generic one for the
-// RecvTensor calls whose messages are encoded by hand (tensor_wire.h).
+// The connection to one task: its channel (the callers make the stubs they
+// need on it: the Worker service's, or a generic one for the RecvTensor
+// calls whose messages are encoded by hand, tensor_wire_internal.h) and the
+// tracker of the calls that wait for it.
 struct TaskStubs {
-  std::shared_ptr<wpb::Worker::Stub> worker;
-  std::shared_ptr<::grpc::GenericStub> generic;
+  std::shared_ptr<::grpc::Channel> channel;
   std::shared_ptr<CallTracker> tracker;
 };
 using StubFor = std::function<TaskStubs(const std::string& task)>;
 
 struct RemoteWorkerOptions {
   std::string task;  // "/job:worker/task:2"
-  std::shared_ptr<wpb::Worker::Stub> stub;
+  std::shared_ptr<::grpc::Channel> channel;
   std::shared_ptr<CallTracker> tracker;
   std::string session_handle;
   // This (the master's) task and incarnation, sent with RegisterGraph.

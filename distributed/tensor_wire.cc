@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "api/worker.pb.h"
 #include "distributed/wire_internal.h"
 #include "graph/allocator.h"

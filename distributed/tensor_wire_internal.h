@@ -4,17 +4,21 @@
 // that points at the tensor's own bytes and keeps the tensor alive until
 // gRPC has sent it; the decoder copies the received slices straight into a
 // tensor allocated for them. The bytes on the wire are exactly protobuf's,
-// so either side may be a plain protobuf peer.
+// so either side may be a plain protobuf peer. Stateless functions are
+// thread-safe; a ChunkReceiver is not.
 #ifndef FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_INTERNAL_H_
 #define FLOWSTATE_DISTRIBUTED_TENSOR_WIRE_INTERNAL_H_
 
-#include <grpcpp/support/byte_buffer.h>
-
 #include <string>
+#include <string_view>
 
 #include "graph/allocator.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
+
+namespace grpc {
+class ByteBuffer;  // <grpcpp/support/byte_buffer.h>, included by the .cc files
+}  // namespace grpc
 
 namespace flowstate::distributed_internal {
 

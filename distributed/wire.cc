@@ -1,5 +1,9 @@
 #include "distributed/wire_internal.h"
 
+#include <grpcpp/grpcpp.h>
+
+#include "api/worker.grpc.pb.h"
+#include "api/worker.pb.h"
 #include "api/proto_convert.h"
 
 namespace flowstate::distributed_internal {

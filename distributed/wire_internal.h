@@ -1,22 +1,31 @@
 // Private to distributed/: conversions between the engine's types and
 // api/worker.proto's messages, the gRPC settings every worker channel and
-// server uses, and task names. Includes gRPC and protobuf headers: include
-// it from .cc files only.
+// server uses, and task names. gRPC's and the generated messages' types are
+// only declared here: the .cc files that use them include their headers
+// (gRPC stays inside .cc files). Stateless functions: thread-safe.
 #ifndef FLOWSTATE_DISTRIBUTED_WIRE_INTERNAL_H_
 #define FLOWSTATE_DISTRIBUTED_WIRE_INTERNAL_H_
 
-#include <grpcpp/grpcpp.h>
-
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "api/worker.grpc.pb.h"
-#include "api/worker.pb.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
+
+namespace grpc {
+class Channel;
+class Status;
+}  // namespace grpc
+namespace flowstate::v1 {
+class Tensor;
+}  // namespace flowstate::v1
+namespace flowstate::worker::v1 {
+class StepStatus;
+}  // namespace flowstate::worker::v1
 
 namespace flowstate::distributed_internal {
 

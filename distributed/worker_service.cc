@@ -9,6 +9,10 @@
 #include <thread>
 #include <unordered_set>
 
+#include <grpcpp/grpcpp.h>
+
+#include "api/worker.grpc.pb.h"
+#include "api/worker.pb.h"
 #include "api/proto_convert.h"
 #include "distributed/cluster.h"
 #include "distributed/tensor_wire_internal.h"

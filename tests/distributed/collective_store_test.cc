@@ -3,6 +3,7 @@
 // Gloo's Store interface over it (GlooStore), and the backup-replica race
 // of ranks in several processes (StoreStepRace).
 #include <gloo/common/error.h>
+#include <gloo/rendezvous/store.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 #include <thread>
 
 #include "distributed/collective_store.h"
-#include "distributed/gloo_store_internal.h"
+#include "distributed/gloo_store.h"
 #include "distributed/store_step_race.h"
 
 namespace flowstate {
@@ -258,8 +259,10 @@ TEST(CollectiveStore, UnreachableStoreFailsByTheDeadline) {
 
 TEST(GlooStore, GlooStoreInterfaceOverTheService) {
   StoreFixture f;
-  GlooStore a(f.client, "g", milliseconds(2000));
-  GlooStore b(f.client, "h", milliseconds(2000));
+  std::shared_ptr<::gloo::rendezvous::Store> sa = NewGlooStore(f.client, "g", milliseconds(2000));
+  std::shared_ptr<::gloo::rendezvous::Store> sb = NewGlooStore(f.client, "h", milliseconds(2000));
+  ::gloo::rendezvous::Store& a = *sa;
+  ::gloo::rendezvous::Store& b = *sb;
   a.set("k", {'x', 'y'});
   EXPECT_EQ(a.get("k"), (std::vector<char>{'x', 'y'}));
   a.wait({"k"});

@@ -11,6 +11,10 @@
 #include <map>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
+#include "api/worker.grpc.pb.h"
+#include "api/worker.pb.h"
 #include "graph/ops.h"
 #include "graph/scope.h"
 #include "distributed/wire_internal.h"

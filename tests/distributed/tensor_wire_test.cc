@@ -1,6 +1,8 @@
 // The hand-encoded RecvTensor response (distributed/tensor_wire_internal.h): the
 // same bytes protobuf reads, decoded from any split into slices, and
 // malformed input refused.
+#include <grpcpp/grpcpp.h>
+
 #include "distributed/tensor_wire_internal.h"
 
 #include <gtest/gtest.h>

@@ -51,10 +51,6 @@ ADAPTERS = {
     "server/grpc/grpc_frontend.h",   # the gRPC frontend's own services
     "server/rest/http_connection.h", # one Beast connection, inside server/rest
     "checkpoints/store_internal.h",  # RocksDB behind checkpoints/store.h
-    "distributed/wire_internal.h",            # worker.proto stubs, inside distributed/
-    "distributed/grpc_worker_internal.h",     # the generic stub of a remote worker
-    "distributed/tensor_wire_internal.h",     # RecvTensor chunks as grpc::ByteBuffer
-    "distributed/gloo_store_internal.h",      # Gloo's Store over the collective store
 }
 SOURCE = (".h", ".cc")
 
