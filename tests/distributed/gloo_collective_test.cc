@@ -92,6 +92,16 @@ std::vector<Status> OnEveryRank(int size, const std::function<Status(int)>& fn) 
 
 Clock::time_point In(int ms) { return Clock::now() + milliseconds(ms); }
 
+// Rank r of a group of three sums {r, 1}: OK when every rank got {3, 3}.
+Status SumOfRankIndices(GlooCollective* c, int r) {
+  std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r, 1})};
+  Status s = c->AllReduce(&ts, ReduceOp::kSum, In(10000));
+  if (s.ok() && (ts[0].data<int32_t>()[0] != 3 || ts[0].data<int32_t>()[1] != 3)) {
+    return Internal("wrong sum " + ts[0].DebugString());
+  }
+  return s;
+}
+
 // Rank r's input: deterministic pseudo-random values of `dtype`.
 Tensor Input(DataType dtype, const TensorShape& shape, int rank, int salt) {
   Tensor t(dtype, shape);
@@ -252,14 +262,7 @@ TEST_F(GlooCollectiveTest, MismatchFailsEveryRankNamingBothSidesAndTheGroupGoesO
         << st[r].message();
   }
   // The group still works.
-  st = OnEveryRank(n, [&](int r) {
-    std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r, 1})};
-    Status s = g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
-    if (s.ok() && (ts[0].data<int32_t>()[0] != 3 || ts[0].data<int32_t>()[1] != 3)) {
-      return Internal("wrong sum " + ts[0].DebugString());
-    }
-    return s;
-  });
+  st = OnEveryRank(n, [&](int r) { return SumOfRankIndices(g[r].get(), r); });
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
@@ -333,14 +336,7 @@ TEST_F(GlooCollectiveTest, RepeatedCallsStartAtOnceYetAMismatchOrALateRankIsStil
         << st[r].ToString();
   }
   // Everyone changes the call together: no speculation, and it works.
-  st = OnEveryRank(n, [&](int r) {
-    std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r, 1})};
-    Status s = g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
-    if (s.ok() && (ts[0].data<int32_t>()[0] != 3 || ts[0].data<int32_t>()[1] != 3)) {
-      return Internal("wrong sum " + ts[0].DebugString());
-    }
-    return s;
-  });
+  st = OnEveryRank(n, [&](int r) { return SumOfRankIndices(g[r].get(), r); });
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
 
   // Rank 2 does not come to a repeated round: ranks 0 and 1 are in the ring
