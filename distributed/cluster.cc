@@ -152,6 +152,8 @@ void Cluster::Impl::Round() {
       t.info.state = ClusterTaskInfo::State::kUnreachable;
       t.info.last_error = "the server at " + t.info.address + " is /job:" + r.job() + "/task:" +
                           std::to_string(r.task_index()) + ", not " + t.info.name;
+      // Calls waiting for this address would reach the wrong task.
+      t.tracker->CancelBefore(p->mark, t.info.last_error);
       continue;
     }
     t.info.state = ClusterTaskInfo::State::kUp;
