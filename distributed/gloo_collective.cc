@@ -291,11 +291,12 @@ class GlooCollective::Impl {
     Tensor out;
     bool in_place = false;
   };
-  // Runs the ring of every dtype of `tensors` (tags from `base`); `in_place`
-  // allows a dtype's only tensor to be reduced in its own buffer. Leaves the
-  // tensors untouched otherwise: Commit moves the results into them.
-  void Reduce(const std::vector<Tensor>& tensors, ReduceOp op, bool in_place,
-              Clock::time_point deadline, uint64_t base, std::vector<Reduced>* out);
+  // Runs the ring of every dtype of `tensors` (tags from `base`): a dtype's
+  // only tensor is reduced in its own buffer when nobody else holds it;
+  // the other tensors are left untouched, and Commit moves the results
+  // into them.
+  void Reduce(const std::vector<Tensor>& tensors, ReduceOp op, Clock::time_point deadline,
+              uint64_t base, std::vector<Reduced>* out);
   void Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced);
   // Takes part in a ring over buffers of `totals` elements per dtype with
   // zeros, and drops the result: what a rank whose call differs does in a
@@ -533,7 +534,7 @@ void GlooCollective::Impl::Ring(DataType dtype, const void* input, Tensor* out, 
   });
 }
 
-void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp op, bool in_place,
+void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp op,
                                   Clock::time_point deadline, uint64_t base,
                                   std::vector<Reduced>* out) {
   out->clear();
@@ -550,7 +551,7 @@ void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp o
     if (total == 0) continue;
     const bool single = r.idx.size() == 1;
     const Tensor& first = tensors[r.idx[0]];
-    r.in_place = in_place && single && first.RefCountIsOne();
+    r.in_place = single && first.RefCountIsOne();
     r.out = r.in_place ? first
             : single   ? Scratch(dtype, first.shape())
                        : Scratch(dtype, TensorShape({total}));
@@ -625,8 +626,8 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   };
   // A training step makes the same call every round. Then the ring does not
   // wait for the headers: it starts at once on the last round's layout (in
-  // place where the tensor is ours alone, as below), and the headers are
-  // checked when it ends. A rank whose call differs sees a header equal to
+  // place where the tensor is ours alone, as in every round), and the
+  // headers are checked when it ends. A rank whose call differs sees a header equal to
   // the last round's and joins that ring with zeros; then every rank finds
   // the mismatch, and nothing packed or replaced is committed.
   const bool speculate = have_last_ && sig == last_sig_;
@@ -634,7 +635,7 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   std::vector<Reduced> reduced;
   try {
     PostHeaders(mine, &hx, slot(0));
-    if (speculate) Reduce(*tensors, op, /*in_place=*/true, deadline, base, &reduced);
+    if (speculate) Reduce(*tensors, op, deadline, base, &reduced);
     WaitHeaders(&hx, deadline);
   } catch (const std::exception& e) {
     return fail(e, &hx);
@@ -676,20 +677,21 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
     Status valid = Check(round, {Decode(sig)});
     if (!valid.ok()) return valid;
     try {
-      Reduce(*tensors, op, /*in_place=*/true, deadline, base, &reduced);
+      Reduce(*tensors, op, deadline, base, &reduced);
     } catch (const std::exception& e) {
       return fail(e, nullptr);
     }
   }
-  std::array<int64_t, 4> totals{};
-  for (const Tensor& t : *tensors) {
-    for (int d = 0; d < 4; ++d) totals[d] += t.dtype() == kDtypes[d] ? t.num_elements() : 0;
+  if (!speculate) {  // a new call: the rounds that repeat it speculate
+    last_totals_ = {};
+    for (const Tensor& t : *tensors) {
+      for (int d = 0; d < 4; ++d) last_totals_[d] += t.dtype() == kDtypes[d] ? t.num_elements() : 0;
+    }
+    have_last_ = true;
+    last_sig_ = std::move(sig);
+    last_hash_ = mine.hash;
   }
   Commit(tensors, &reduced);
-  have_last_ = true;
-  last_sig_ = std::move(sig);
-  last_hash_ = mine.hash;
-  last_totals_ = totals;
   return Status();
 }
 
