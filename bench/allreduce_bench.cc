@@ -135,20 +135,20 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
   o.timeout = std::chrono::seconds(60);
   auto fs = GlooCollective::Create(o);
   if (!fs.ok()) Die(fs.status().ToString());
-  // Bare Gloo: its own rendezvous through the same store.
-  auto gstore = NewGlooStore(store, prefix + "/gloo", std::chrono::seconds(60));
-  ::gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = ::gloo::transport::tcp::CreateDevice(attr);
-  auto bare = std::make_shared<::gloo::rendezvous::Context>(rank, size);
-  bare->setTimeout(std::chrono::seconds(60));
-  bare->connectFullMesh(*gstore, device);
+  // Bare Gloo: a context (and device) of its own, met through the same store.
+  auto bare_gloo = [&](const std::string& name) {
+    ::gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(std::chrono::seconds(60));
+    auto device = ::gloo::transport::tcp::CreateDevice(attr);  // the context keeps it
+    context->connectFullMesh(*NewGlooStore(store, prefix + "/" + name, std::chrono::seconds(60)),
+                             device);
+    return context;
+  };
+  auto bare = bare_gloo("gloo");
   // The control: a second bare Gloo context, run exactly like the first.
-  auto cstore = NewGlooStore(store, prefix + "/control", std::chrono::seconds(60));
-  auto control = std::make_shared<::gloo::rendezvous::Context>(rank, size);
-  control->setTimeout(std::chrono::seconds(60));
-  auto control_device = ::gloo::transport::tcp::CreateDevice(attr);
-  control->connectFullMesh(*cstore, control_device);
+  auto control = bare_gloo("control");
   TcpRing ring;
   ring.Connect(store.get(), prefix + "/tcp", rank, size);
 
