@@ -266,7 +266,8 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
                                   "init_from", "on_nan", "bucket_bytes", "backup_replicas",
                                   "check_replicas_every", "deterministic", "min_replicas",
-                                  "replica_wait_seconds", "_test_straggler", "trace"}));
+                                  "replica_wait_seconds", "replicas_per_task", "_test_straggler",
+                                  "trace"}));
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "name", &job.name));
   FS_ASSIGN_OR_RETURN(const Json* graph, Required(j, root, "graph"));
   FS_ASSIGN_OR_RETURN(job.graph, api::internal::GraphFromJson(*graph, root.Key("graph"), {}));
@@ -284,6 +285,14 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   int64_t replicas = 1;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "replicas", &replicas, 1));
   job.replicas = int(std::min<int64_t>(replicas, 1024));
+  int64_t per_task = 0;
+  FS_RETURN_IF_ERROR(ReadIntField(j, root, "replicas_per_task", &per_task, 1));
+  if (per_task > 0 && !job.devices.empty()) {
+    return PathError(root.Key("replicas_per_task"),
+                     "places replicas on the cluster's tasks by itself; leave it out when "
+                     "\"devices\" names each replica's device");
+  }
+  job.replicas_per_task = int(std::min<int64_t>(per_task, 1024));
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "bucket_bytes", &job.bucket_bytes, 1));
   int64_t backup = 0;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "backup_replicas", &backup, 0));

@@ -78,6 +78,11 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   std::vector<std::string> devices;  // e.g. ["CPU:0"]; empty: the default device
   int replicas = 1;
+  // In a cluster, a job with replicas and no `devices` is placed this many
+  // replicas a task, in task order from the task that received it
+  // (jobs/job_manager.h, "Placement"); 0: ceil(replicas / tasks), i.e. one
+  // replica a task when there are enough tasks. Not with `devices`.
+  int replicas_per_task = 0;
   // Data-parallel replicas (replicas > 1; jobs/training_job.h): gradients
   // are all-reduced in buckets of about this many bytes (a smaller first
   // one), in the order the backward pass produces them.

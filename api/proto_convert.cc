@@ -496,6 +496,11 @@ void JobToProto(const JobInfo& job, pb::Job* proto) {
   proto->set_skipped_steps(job.skipped_steps);
   proto->set_replicas(job.replicas);
   proto->set_replicas_alive(job.replicas_alive);
+  for (const JobInfo::Replica& r : job.placement) {
+    pb::ReplicaPlacement* p = proto->add_placement();
+    p->set_device(r.device);
+    p->set_alive(r.alive);
+  }
   proto->set_restarts(job.restarts);
   if (job.eta_seconds >= 0 && std::isfinite(job.eta_seconds)) proto->set_eta_seconds(job.eta_seconds);
 }

@@ -58,6 +58,14 @@ struct JobInfo {
   int replicas = 1;
   int replicas_alive = 0;
   int64_t restarts = 0;
+  // Where each replica runs, by replica index (replicas > 1): its device as
+  // placed ("/job:worker/task:1" on a cluster's task; "" for this server's
+  // default device) and whether it trains in the current membership.
+  struct Replica {
+    std::string device;
+    bool alive = false;
+  };
+  std::vector<Replica> placement;
 };
 
 struct JobEvent {

@@ -63,6 +63,11 @@ Json JobJson(const JobInfo& j) {
   o["replicas"] = j.replicas;
   o["replicas_alive"] = j.replicas_alive;
   o["restarts"] = j.restarts;
+  Json placement = Json::array();
+  for (const JobInfo::Replica& r : j.placement) {
+    placement.push_back(Json{{"device", r.device}, {"alive", r.alive}});
+  }
+  o["placement"] = std::move(placement);
   return o;
 }
 
@@ -269,6 +274,18 @@ StatusOr<JobInfo> JobFrom(const Json& v, const std::string& path) {
   j.replicas = int(replicas);
   j.replicas_alive = int(alive);
   FS_RETURN_IF_ERROR(ReadInt(v, path, "restarts", &j.restarts));
+  if (const Json* p = Field(v, "placement")) {
+    const std::string ppath = Key(path, "placement");
+    if (!p->is_array()) return Expected(ppath, "an array", *p);
+    for (size_t r = 0; r < p->size(); ++r) {
+      const std::string rpath = ppath + "[" + std::to_string(r) + "]";
+      FS_RETURN_IF_ERROR(CheckObject((*p)[r], rpath, "an object"));
+      JobInfo::Replica replica;
+      FS_RETURN_IF_ERROR(ReadString((*p)[r], rpath, "device", &replica.device));
+      FS_RETURN_IF_ERROR(ReadBool((*p)[r], rpath, "alive", &replica.alive));
+      j.placement.push_back(std::move(replica));
+    }
+  }
   return j;
 }
 

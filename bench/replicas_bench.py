@@ -82,16 +82,19 @@ def metric(text, name, labels):
     return 0.0
 
 
-def mlp_job(batch, steps, devices):
+def mlp_job(batch, steps, replicas, bucket_bytes=None):
+    """The MLP example; its replicas placed by the server (one per task)."""
     with open(os.path.join(SOURCE, "examples/jobs/fashion_mlp.json")) as f:
         job = json.load(f)
     job.pop("eval", None)
     job.pop("checkpoint", None)
+    job.pop("devices", None)
     job["input"]["batch_size"] = batch
     job["max_steps"] = steps
     job["input"]["epochs"] = 100
-    job["devices"] = devices
-    job["replicas"] = len(devices)
+    job["replicas"] = replicas
+    if bucket_bytes:
+        job["bucket_bytes"] = bucket_bytes
     job["optimizer"].pop("schedule", None)
     return job
 
@@ -196,6 +199,8 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--no-pin", action="store_true", help="do not pin the two tasks to one core each")
+    ap.add_argument("--bucket-bytes", type=int, default=0,
+                    help="the 2-process job's bucket_bytes (default: the job's default)")
     a = ap.parse_args()
     flowstate = os.path.abspath(a.flowstate)
     if not os.path.exists(os.path.join(DATA_ROOT, "fashion-mnist")):
@@ -220,10 +225,8 @@ def main():
             wait_up(single, 0)
             runs_a, runs_b = [], []
             for _ in range(a.reps):
-                runs_a.append(run_job(across, mlp_job(a.batch, a.steps, [
-                    "/job:worker/replica:0/task:0/device:CPU:0",
-                    "/job:worker/replica:0/task:1/device:CPU:0"]), 2))
-                runs_b.append(run_job(single, mlp_job(2 * a.batch, a.steps, ["CPU:0"]), 1))
+                runs_a.append(run_job(across, mlp_job(a.batch, a.steps, 2, a.bucket_bytes), 2))
+                runs_b.append(run_job(single, mlp_job(2 * a.batch, a.steps, 1), 1))
         finally:
             srv.stop()
     med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731

@@ -83,6 +83,7 @@ StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterS
   WorkerServiceOptions wo;
   wo.inter_op_threads = cfg.jobs.inter_op_threads;
   wo.orphan_session_seconds = cfg.cluster_options.orphan_session_seconds;
+  wo.data_root = cfg.data_root;
   rt->worker_ = std::make_unique<WorkerService>(nullptr, wo);
   WorkerService* ws = rt->worker_.get();
   go->builder_hooks.push_back([ws](::grpc::ServerBuilder& b) { ws->RegisterOn(&b); });

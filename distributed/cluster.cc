@@ -298,6 +298,12 @@ std::vector<ClusterTaskInfo> Cluster::Snapshot() const {
 void Cluster::HeartbeatNow() { impl_->Round(); }
 
 std::string Cluster::local_task() const { return impl_->self_name; }
+
+std::vector<std::string> Cluster::Tasks() const {
+  std::vector<std::string> out;
+  for (const TaskId& t : impl_->options.spec.tasks()) out.push_back(t.DeviceNamePrefix());
+  return out;
+}
 uint64_t Cluster::local_incarnation() const { return impl_->incarnation; }
 
 std::vector<std::shared_ptr<RemoteDevice>> Cluster::RemoteDevices(uint64_t* generation) {

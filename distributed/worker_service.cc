@@ -23,6 +23,7 @@
 #include "scheduler/runtime_kernels.h"
 #include "scheduler/thread_pool.h"
 #include "state/kernels.h"
+#include "state/replica_input.h"
 #include "state/resource_mgr.h"
 
 namespace flowstate {
@@ -284,6 +285,12 @@ class WorkerService::Impl final : public WorkerBase {
       s->master_task = master_task;
       s->master_incarnation = master_incarnation;
       s->resources = std::make_shared<ResourceMgr>();
+      if (!options_.data_root.empty()) {
+        (void)s->resources->LookupOrCreate<TaskDataRoot>(
+            kTaskContainer, kDataRootResource, [&]() -> StatusOr<std::shared_ptr<TaskDataRoot>> {
+              return std::make_shared<TaskDataRoot>(options_.data_root);
+            });
+      }
       LocalWorkerOptions o;
       o.devices = c->devices();
       o.resources = s->resources.get();

@@ -3,7 +3,7 @@
 //
 // Per master session (session_handle) it keeps a worker session: a
 // ResourceMgr of its own (the session's variables placed on this task live
-// there across steps) and a LocalWorker over this task's DevicePool, whose
+// there across steps, beside the task's data root, state/replica_input.h) and a LocalWorker over this task's DevicePool, whose
 // steps meet in the task's RendezvousMgr (Cluster::rendezvous_mgr()). The
 // RPCs: RegisterGraph (refused, ABORTED, when the master cut the partition
 // for another incarnation of this task), DeregisterGraph, RunGraph (the
@@ -50,6 +50,10 @@ struct WorkerServiceOptions {
   // unreachable for this long; <= 0: never (only CloseSession drops it).
   // Checked about once a second, from the cluster's heartbeats.
   double orphan_session_seconds = 60;
+  // This task's data root: the replicas of a data-parallel job that run
+  // here read their input beneath it (state/replica_input.h); "": none
+  // (such a replica fails naming this task).
+  std::string data_root;
 };
 
 class WorkerService {

@@ -64,6 +64,19 @@ JobInfo JobManager::InfoLocked(const Job& j) const {
                      : j.membership.wait_until       ? j.membership.alive_while_waiting
                      : j.membership.replicas.empty() ? j.spec.replicas
                                                      : int(j.membership.replicas.size());
+  i.placement.clear();
+  if (j.spec.replicas > 1) {
+    const bool running = i.state == JobState::kRunning && j.runner != nullptr && !j.membership.wait_until;
+    const std::vector<int>& m = j.membership.replicas;
+    for (int r = 0; r < j.spec.replicas; ++r) {
+      JobInfo::Replica p;
+      p.device = r < int(j.spec.devices.size())   ? j.spec.devices[r]
+                 : j.spec.devices.empty()         ? ""
+                                                  : j.spec.devices.front();
+      p.alive = running && (m.empty() || std::count(m.begin(), m.end(), r) > 0);
+      i.placement.push_back(std::move(p));
+    }
+  }
   if (!IsTerminal(i.state) && i.step > 0 && i.total_steps >= i.step && j.train_seconds > 0) {
     i.eta_seconds = j.train_seconds / double(i.step) * double(i.total_steps - i.step);
   }
@@ -187,6 +200,7 @@ std::deque<std::string>::iterator JobManager::PickReadyLocked() {
 
 StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   FS_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job_json));
+  FS_RETURN_IF_ERROR(PlaceReplicas(&spec));
   FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> runner, TrainingJob::Create(spec, RunnerOptions()));
   bool init_values_set = false;
   if (spec.init_from) {

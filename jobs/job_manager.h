@@ -65,8 +65,20 @@
 // "skip_step" the step is counted in JobInfo::skipped_steps and training
 // goes on. Either way a "nan" event names the step.
 //
+// Placement. In a cluster (JobManagerOptions::remote knows its tasks), a
+// job with replicas and no "devices" is placed on the tasks at Submit and
+// at every reload after a restart (the same placement, from the cluster
+// spec): replicas_per_task replicas a task (default ceil(replicas /
+// tasks): one a task when there are enough), in the spec's task order
+// starting with this task, so replica 0 is here; each replica's device is
+// its task's prefix ("/job:worker/task:1"), whose first device runs it.
+// More replicas than tasks x replicas_per_task is INVALID_ARGUMENT naming
+// the tasks. A single process keeps every replica here, as before.
+// JobInfo::placement says where each replica runs and whether it is in
+// the current membership.
+//
 // Replicas on the tasks of a cluster (a job whose "devices" name other
-// tasks; job_manager_replicas.cc). Each (re)start of such a job first asks
+// tasks, placed so or by hand; job_manager_replicas.cc). Each (re)start of such a job first asks
 // every task for a heartbeat and builds the job with the replicas whose
 // task answers (replica 0 is on this task), as a membership with its own
 // collective key prefix ("<job id>/m<k>"; the previous one is dropped from
@@ -372,6 +384,9 @@ class JobManager {
   TrainingJobOptions RunnerOptions() const;
 
   // --- Replicas on the tasks of a cluster (job_manager_replicas.cc).
+  // Fills spec->devices with each replica's task ("Placement" above) when
+  // the job has replicas, no devices, and this manager is in a cluster.
+  Status PlaceReplicas(JobSpec* spec) const;
   // The task of replica i of `spec` ("/job:worker/task:2"); "" on this task.
   std::string ReplicaTask(const JobSpec& spec, int i) const;
   // Whether the job's replicas run on other tasks of the cluster.

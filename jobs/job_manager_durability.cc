@@ -218,6 +218,10 @@ Status JobManager::Recover() {
     if (problem.empty()) {
       job->spec_json = doc->second;
       StatusOr<JobSpec> spec = ParseJobSpec(job->spec_json);
+      if (spec.ok()) {
+        Status placed = PlaceReplicas(&*spec);
+        if (!placed.ok()) spec = placed;
+      }
       if (!spec.ok()) {
         problem = spec.status().ToString();
       } else {

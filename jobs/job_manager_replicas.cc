@@ -43,6 +43,27 @@ TrainingJobOptions JobManager::RunnerOptions() const {
   return o;
 }
 
+Status JobManager::PlaceReplicas(JobSpec* spec) const {
+  if (spec->replicas <= 1 || !spec->devices.empty()) return Status();
+  RemoteWorkers* remote = options_.remote ? options_.remote() : nullptr;
+  std::vector<std::string> tasks = remote != nullptr ? remote->Tasks() : std::vector<std::string>{};
+  if (tasks.size() <= 1) return Status();  // one process: every replica here
+  // This task first, then the others in the spec's order.
+  const std::string self = remote->local_task();
+  auto it = std::find(tasks.begin(), tasks.end(), self);
+  if (it != tasks.end()) std::rotate(tasks.begin(), it, it + 1);
+  const int n = spec->replicas, t = int(tasks.size());
+  const int per_task = spec->replicas_per_task > 0 ? spec->replicas_per_task : (n + t - 1) / t;
+  if (int64_t(per_task) * t < n) {
+    return InvalidArgument("replicas: " + std::to_string(n) + " replicas at replicas_per_task " +
+                           std::to_string(per_task) + " need " +
+                           std::to_string((n + per_task - 1) / per_task) + " tasks; the cluster has " +
+                           std::to_string(t) + " (" + Join(tasks) + ")");
+  }
+  for (int i = 0; i < n; ++i) spec->devices.push_back(tasks[size_t(i / per_task)]);
+  return Status();
+}
+
 std::string JobManager::ReplicaTask(const JobSpec& spec, int i) const {
   if (i < 0 || i >= int(spec.devices.size())) return "";
   StatusOr<DeviceName> d = DeviceName::Parse(spec.devices[i]);

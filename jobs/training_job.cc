@@ -16,9 +16,8 @@
 #include "graph/modes.h"
 #include "graph/ops.h"
 #include "graph/optimizers.h"
-#include "state/csv_reader.h"
 #include "state/data_path.h"
-#include "state/idx_reader.h"
+#include "state/data_source.h"
 #include "state/variable.h"
 #include "scheduler/collective.h"
 #include "scheduler/collective_kernels.h"
@@ -115,6 +114,14 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
       for (const auto& rd : options.remote->RemoteDevices(&generation)) {
         if (rd->parsed_name().Matches(d)) remote = true;
       }
+      // A task of the cluster not heard from yet (its replica waits for it).
+      for (const std::string& task : options.remote->Tasks()) {
+        StatusOr<DeviceName> t = DeviceName::Parse(task);
+        if (t.ok() && !d.job.empty() && d.job == t->job && d.task >= 0 && d.task == t->task &&
+            d.type.empty()) {
+          remote = true;
+        }
+      }
     }
     if (options.devices->Matching(d).empty() && !remote) {
       return InvalidArgument("devices[" + std::to_string(i) + "]: no device of this server matches '" +
@@ -137,43 +144,29 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
   return std::unique_ptr<TrainingJob>(new TrainingJob(spec, options, std::move(g)));
 }
 
-StatusOr<Dataset> TrainingJob::Load(const DataSpec& data, const std::string& path) const {
-  Dataset d;
-  if (data.format == "idx") {
-    StatusOr<Dataset> r = LoadIdxDataset(options_.data_root, data.files);
-    if (!r.ok()) return r.status().WithPrefix(path + ".files");
-    d = std::move(r).value();
-  } else {
-    // One read per distinct file, with the components that come from it.
-    std::map<std::string, std::vector<std::string>> by_file;
-    for (const auto& [name, file] : data.files) by_file[file].push_back(name);
-    std::map<std::string, Tensor> components;
-    for (const auto& [file, names] : by_file) {
-      CsvOptions o;
-      o.delimiter = data.delimiter;
-      if (data.header) o.header = *data.header ? CsvHeader::kPresent : CsvHeader::kAbsent;
-      for (const std::string& name : names) {
-        CsvComponent c;
-        c.name = name;
-        auto col = data.columns.find(name);
-        if (col != data.columns.end()) {
-          c.columns = col->second.names;
-          c.column_indices = col->second.indices;
-          StatusOr<DataType> t = DataTypeFromString(col->second.dtype);
-          if (!t.ok()) return InvalidArgument(path + ".columns." + name + ".dtype: " + t.status().message());
-          c.dtype = *t;
-        }
-        o.components.push_back(c);
-      }
-      StatusOr<Dataset> r = LoadCsvDataset(options_.data_root, file, o);
-      if (!r.ok()) return r.status().WithPrefix(path + ".files");
-      for (const auto& [name, t] : r->components()) components[name] = t;
-    }
-    StatusOr<Dataset> r = Dataset::Make(std::move(components));
-    if (!r.ok()) return r.status().WithPrefix(path + ".files");
-    d = std::move(r).value();
+StatusOr<DataSource> ToDataSource(const DataSpec& data, const std::string& path) {
+  DataSource s;
+  s.format = data.format;
+  s.files = data.files;
+  for (const auto& [name, c] : data.columns) {
+    DataSource::Columns& to = s.columns[name];
+    to.names = c.names;
+    to.indices = c.indices;
+    StatusOr<DataType> t = DataTypeFromString(c.dtype);
+    if (!t.ok()) return InvalidArgument(path + ".columns." + name + ".dtype: " + t.status().message());
+    to.dtype = *t;
   }
-  if (data.max_examples) d = d.Take(*data.max_examples);
+  s.header = data.header;
+  s.delimiter = data.delimiter;
+  s.max_examples = data.max_examples;
+  return s;
+}
+
+StatusOr<Dataset> TrainingJob::Load(const DataSpec& data, const std::string& path) const {
+  FS_ASSIGN_OR_RETURN(DataSource source, ToDataSource(data, path));
+  StatusOr<Dataset> loaded = LoadDataSource(options_.data_root, source);
+  if (!loaded.ok()) return loaded.status().WithPrefix(path + ".files");
+  Dataset d = std::move(loaded).value();
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(spec_.graph));
   FS_RETURN_IF_ERROR(CheckDataAgainstGraph(g, d, path));
   return d;
@@ -480,20 +473,14 @@ StatusOr<StepResult> TrainingJob::Step() {
   if (done_) return FailedPrecondition("the job has finished");
   if (!pipeline_) return FailedPrecondition("the job was started without its data");
   if (spec_.replicas > 1) return StepReplicas();
-  StatusOr<Batch> b = pipeline_->Next();
-  if (!b.ok()) return b.status();
-  if (batches_per_step() > 1) {
-    // The global batch of a job with replicas run with one: one step on
-    // the step's batches together.
-    std::vector<Batch> more;
-    more.push_back(std::move(b).value());
-    FS_ASSIGN_OR_RETURN(std::vector<Batch> rest, NextBatches(batches_per_step() - 1, more.front().epoch));
-    for (Batch& r : rest) more.push_back(std::move(r));
-    b = ConcatBatches(more);
-  }
+  // The global batch of a job with replicas run with one: one step on the
+  // step's batches together.
+  FS_ASSIGN_OR_RETURN(std::vector<Batch> step, NextStepBatches(*pipeline_, batches_per_step()));
+  Batch b = ConcatBatches(step);
+  step.clear();
   std::vector<std::pair<std::string, Tensor>> feeds;
-  feeds.reserve(b->components.size());
-  for (auto& [name, t] : b->components) feeds.emplace_back(name, std::move(t));
+  feeds.reserve(b.components.size());
+  for (auto& [name, t] : b.components) feeds.emplace_back(name, std::move(t));
   std::vector<Tensor> out;
   // A traced step (JobSpec::trace_steps, ascending): its ops are recorded.
   std::unique_ptr<StepTraceCollector> trace;
@@ -515,10 +502,10 @@ StatusOr<StepResult> TrainingJob::Step() {
     out.assign(1, Tensor::Scalar<double>(std::nan("")));
   }
   r.step = ++step_;
-  r.epoch = b->epoch;
+  r.epoch = b.epoch;
   r.loss = out[0].ElementAsDouble(0);
-  r.examples = b->size;
-  r.epoch_end = pipeline_->position().epoch != b->epoch;
+  r.examples = b.size;
+  r.epoch_end = pipeline_->position().epoch != b.epoch;
   r.done = Finished();
   done_ = r.done;
   return r;

@@ -40,8 +40,12 @@
 // /job:worker/task:i for i >= 1; replica 0 on this task): replica i's
 // session runs its graph on task i through the cluster, its variables live
 // in that task's worker session, and the group is a GlooCollective (the
-// collective factory "gloo") meeting in options.collective_store; every
-// replica is fed its batch from here. Restore() feeds the checkpoint's
+// collective factory "gloo") meeting in options.collective_store. Each
+// replica there reads its own examples beneath its task's data root (a
+// _ReplicaInput node, state/replica_input.h, fed only the position of the
+// step's first batch: no tensor of the data crosses from here); Start()
+// has every task load its copy first, so a missing or different file
+// fails the start naming the replica's task and the file. Restore() feeds the checkpoint's
 // values to each replica's variables through restore nodes of its graph (a
 // Placeholder and an Assign per variable, "_restore/<variable>") and the
 // kernels' random states to its task (Session::ImportKernelStates). Backup replicas
@@ -74,6 +78,7 @@
 #include "scheduler/session.h"
 #include "api/job_spec.h"
 #include "graph/training_graph.h"
+#include "state/data_source.h"
 #include "state/dataset.h"
 #include "state/input_pipeline.h"
 
@@ -91,6 +96,10 @@ class Variable;
 // strings. Errors name the JSON path or the node ("loss: node 'nope' is not
 // in the graph").
 StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job);
+
+// A job's "input" or "eval" (at JSON path `path`) as the DataSource that
+// loads it (state/data_source.h); INVALID_ARGUMENT for a bad column dtype.
+StatusOr<DataSource> ToDataSource(const DataSpec& data, const std::string& path);
 
 struct TrainingJobOptions {
   std::string data_root = "/usr/share/datasets";
@@ -167,11 +176,6 @@ struct JobSnapshot {
 // base64), and back. Decode: INVALID_ARGUMENT when the text is not one.
 std::string EncodeSnapshotMetadata(const JobSnapshot& s);
 Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s);
-
-// The examples of `batches` (of one pipeline, in order) as one batch: each
-// component concatenated along its first dimension; the first's epoch,
-// offset and step.
-Batch ConcatBatches(const std::vector<Batch>& batches);
 
 // Checks that `values` hold every model variable of `graph` with its dtype
 // and a shape it allows (extra tensors are ignored): what `init_from` needs.
@@ -265,9 +269,14 @@ class TrainingJob {
   Status StartReplicasAcrossTasks();
   // What replicas across tasks need (before anything starts).
   Status CheckReplicasAcrossTasks() const;
+  // Replica i's graph `g` (on another task) reads its input there: its
+  // input placeholders become outputs of a _ReplicaInput node
+  // (state/replica_input.h) fed the step's position (kReplicaPositionNode).
+  Status AddReplicaInput(int i, GraphDef* g) const;
+  // Every replica on another task loads its copy of the input now; an error
+  // names the replica's task and the file.
+  Status CheckReplicaInputs();
   StatusOr<StepResult> StepReplicas();
-  // Up to `k` more batches of the pipeline while they are of `epoch`.
-  StatusOr<std::vector<Batch>> NextBatches(int k, int64_t epoch);
   // A step whose loss or gradients were NaN/Inf (`nan`: the CheckNumerics
   // error): with on_nan "fail" the job ends with an error naming the step;
   // with "skip_step", `r` says the step was skipped (loss NaN). The batch
@@ -311,10 +320,10 @@ class TrainingJob {
   // Replicas on other tasks: the totals (all-reduce seconds, bytes) that
   // each reported with its last step.
   std::vector<std::pair<double, double>> remote_totals_;
-  // During StepReplicas: the batch a replica on another task without one
-  // of its own computes on (with 0 examples), and the trace the replicas
-  // record into when the step is traced (else null).
-  const Batch* remote_fallback_ = nullptr;
+  // During StepReplicas: the position of the step's first batch (what
+  // replicas on other tasks are fed: they read their examples there), and
+  // the trace the replicas record into when the step is traced (else null).
+  PipelinePosition step_position_;
   StepTraceCollector* step_trace_ = nullptr;
   InputPipelineOptions pipeline_options_;
   std::vector<std::pair<std::string, Tensor>> initial_values_;

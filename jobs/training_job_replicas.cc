@@ -19,6 +19,7 @@
 #include "scheduler/collective.h"
 #include "scheduler/collective_kernels.h"
 #include "scheduler/step_trace.h"
+#include "state/replica_input.h"
 #include "state/variable.h"
 
 namespace flowstate {
@@ -28,6 +29,14 @@ using Clock = std::chrono::steady_clock;
 
 // The node of a remote replica's graph that reports its all-reduce totals.
 constexpr const char* kRemoteStatsNode = "_replica_comm_stats";
+// A remote replica's input, read on its task (state/replica_input.h), and
+// the position of the step's first batch, the one tensor fed to it a step.
+constexpr const char* kReplicaInputNode = "_replica_input";
+constexpr const char* kReplicaPositionNode = "_replica_input/position";
+
+Tensor PositionTensor(const PipelinePosition& p) {
+  return Tensor::FromVector<int64_t>({p.epoch, p.offset});
+}
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -113,6 +122,84 @@ Status TrainingJob::CheckReplicasAcrossTasks() const {
   return Status();
 }
 
+Status TrainingJob::AddReplicaInput(int i, GraphDef* g) const {
+  FS_ASSIGN_OR_RETURN(DataSource source, ToDataSource(spec_.input, "input"));
+  FS_ASSIGN_OR_RETURN(DeviceName cpu, DeviceName::Parse(spec_.devices[i]));
+  cpu.type = "CPU";
+  cpu.id = 0;
+  std::vector<std::string> names;
+  std::vector<DataType> dtypes;
+  std::vector<PartialShape> shapes;
+  std::map<std::string, int> output;
+  for (const auto& [name, t] : train_data_.components()) {
+    output[name] = int(names.size());
+    names.push_back(name);
+    dtypes.push_back(t.dtype());
+    shapes.push_back(PartialShape(std::vector<int64_t>(t.shape().dims().begin() + 1, t.shape().dims().end())));
+  }
+  output[graph_.replica_examples] = int(names.size());
+  NodeDef position;
+  position.name = kReplicaPositionNode;
+  position.op = "Placeholder";
+  position.device = cpu.ToString();
+  position.attrs = {{"dtype", AttrValue(DataType::kInt64)}, {"shape", AttrValue(PartialShape({2}))}};
+  NodeDef input;
+  input.name = kReplicaInputNode;
+  input.op = "_ReplicaInput";
+  input.device = cpu.ToString();
+  input.inputs = {position.name};
+  input.attrs = {{"dtypes", AttrValue(dtypes)},
+                 {"names", AttrValue(names)},
+                 {"shapes", AttrValue(shapes)},
+                 {"source", AttrValue(EncodeDataSource(source))},
+                 {"num_examples", AttrValue(train_data_.num_examples())},
+                 {"batch_size", AttrValue(pipeline_options_.batch_size)},
+                 {"shuffle", AttrValue(pipeline_options_.shuffle)},
+                 {"seed", AttrValue(int64_t(pipeline_options_.seed))},
+                 {"epochs", AttrValue(pipeline_options_.epochs)},
+                 {"drop_remainder", AttrValue(pipeline_options_.drop_remainder)},
+                 {"replica", AttrValue(int64_t(i))},
+                 {"num_replicas", AttrValue(int64_t(spec_.replicas))},
+                 {"batches_per_step", AttrValue(int64_t(batches_per_step()))}};
+  // The placeholders the master fed become the node's outputs.
+  for (NodeDef& n : g->nodes) {
+    auto it = output.find(n.name);
+    if (it == output.end() || n.op != "Placeholder") continue;
+    DataType t = it->second < int(dtypes.size()) ? dtypes[size_t(it->second)] : DataType::kFloat64;
+    n.op = "Identity";
+    n.inputs = {input.name + ":" + std::to_string(it->second)};
+    n.attrs = {{"T", AttrValue(t)}};
+  }
+  g->nodes.push_back(std::move(position));
+  g->nodes.push_back(std::move(input));
+  return Status();
+}
+
+Status TrainingJob::CheckReplicaInputs() {
+  // Each task loads its copy of the data now (the first step's input), so
+  // that a missing or different file fails the start naming the task.
+  const int n = spec_.replicas;
+  std::vector<Status> loaded(n);
+  std::vector<std::thread> threads;
+  const Tensor position = PositionTensor(pipeline_->position());
+  for (int i = 1; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<Tensor> out;
+      loaded[i] = replica_session(i)->Run({{kReplicaPositionNode, position}},
+                                          {std::string(kReplicaInputNode) + ":" +
+                                           std::to_string(train_data_.num_components())},
+                                          {}, &out);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 1; i < n; ++i) {
+    if (!loaded[i].ok()) {
+      return loaded[i].WithPrefix("replica " + std::to_string(i) + " on " + spec_.devices[i]);
+    }
+  }
+  return Status();
+}
+
 Status TrainingJob::StartReplicasAcrossTasks() {
   const int n = spec_.replicas;
   FS_RETURN_IF_ERROR(CheckReplicasAcrossTasks());
@@ -157,6 +244,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
                {"backup_contributors", AttrValue(int64_t(contributors))}};
     create_nodes[i] = c.name;
     AddRestoreNodes(graph_.variables, &g);
+    FS_RETURN_IF_ERROR(AddReplicaInput(i, &g));
     // The replica's all-reduce totals, fetched with each step (its wait
     // happens there, not here).
     NodeDef stats;
@@ -190,11 +278,17 @@ Status TrainingJob::StartReplicasAcrossTasks() {
     so.remote = options_.remote;
     StatusOr<std::unique_ptr<Session>> s = Session::Create(g, so);
     if (!s.ok()) return s.status().WithPrefix("replica " + std::to_string(i));
+    // A replica on this task (replicas_per_task > 1) reads its input
+    // beneath this task's data root, from the session's own resources.
+    (void)(*s)->resource_manager()->LookupOrCreate<TaskDataRoot>(
+        kTaskContainer, kDataRootResource,
+        [&]() -> StatusOr<std::shared_ptr<TaskDataRoot>> { return std::make_shared<TaskDataRoot>(options_.data_root); });
     std::vector<Tensor> out;
     Status init = (*s)->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out);
     if (!init.ok()) return init.WithPrefix("replica " + std::to_string(i));
     replica_sessions_.push_back(std::move(s).value());
   }
+  FS_RETURN_IF_ERROR(CheckReplicaInputs());
   // Every rank joins at once: replica 0 here, the others on their tasks.
   std::vector<Status> joined(n);
   std::vector<std::thread> threads;
@@ -349,9 +443,11 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
 }
 
 Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats) {
-  // A replica on another task: its participant is there, so a replica
-  // without data of its own trains on `fallback` with 0 examples (its
-  // all-reduce contribution is zeros; it applies the others' average).
+  // A replica on another task: it reads its own examples there (its
+  // _ReplicaInput, fed the position of the step's first batch). Without a
+  // batch of its own (or abandoned) it computes on the step's first batch
+  // with 0 examples: its all-reduce contribution is zeros and it applies
+  // the others' average. `batch` only counts its examples here.
   const auto start = Clock::now();
   if (batch != nullptr && i == spec_.test_straggler_replica && spec_.test_straggler_delay_ms > 0) {
     // The test straggler, as in RunReplica: late by delay_ms, unless the
@@ -373,11 +469,9 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
     }
   }
   std::vector<std::pair<std::string, Tensor>> feeds;
-  const Batch* b = batch != nullptr ? batch : remote_fallback_;
-  for (const auto& [name, t] : b->components) feeds.emplace_back(name, t);
-  const double examples = batch != nullptr ? double(batch->size) : 0.0;
-  feeds.emplace_back(graph_.replica_examples, Tensor::Scalar<double>(examples));
-  stats->examples = int64_t(examples);
+  feeds.emplace_back(kReplicaPositionNode, PositionTensor(step_position_));
+  if (batch == nullptr) feeds.emplace_back(graph_.replica_examples, Tensor::Scalar<double>(0.0));
+  stats->examples = batch != nullptr ? batch->size : 0;
   std::vector<Tensor> out;
   RunOptions run_options;
   run_options.trace = step_trace_;  // records this task's part (none, or the fed inputs)
@@ -401,26 +495,24 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   const int n = spec_.replicas;
   // Up to batches_per_step() batches of one epoch: replica i trains on the
   // i-th, and on the (i + n)-th, ... when the step has more than n.
-  std::vector<Batch> batches;
+  // A replica on another task reads its own: here only its examples count.
+  FS_ASSIGN_OR_RETURN(std::vector<Batch> all, NextStepBatches(*pipeline_, batches_per_step()));
+  step_position_ = PipelinePosition{all.front().epoch, all.front().offset};
   int64_t examples = 0;
-  {
-    StatusOr<Batch> first = pipeline_->Next();
-    if (!first.ok()) return first.status();
-    std::vector<Batch> all;
-    all.push_back(std::move(first).value());
-    FS_ASSIGN_OR_RETURN(std::vector<Batch> rest, NextBatches(batches_per_step() - 1, all.front().epoch));
-    for (Batch& b : rest) all.push_back(std::move(b));
-    for (const Batch& b : all) examples += b.size;
-    if (int(all.size()) <= n) {
-      batches = std::move(all);
-    } else {
-      for (int i = 0; i < n; ++i) {
-        std::vector<Batch> mine;
-        for (size_t k = i; k < all.size(); k += n) mine.push_back(std::move(all[k]));
-        batches.push_back(ConcatBatches(mine));
-      }
+  for (const Batch& b : all) examples += b.size;
+  std::vector<Batch> batches;
+  for (int i = 0; i < n && i < int(all.size()); ++i) {
+    if (comms_[i] != nullptr) {
+      batches.push_back(*ReplicaShare(all, i, n));
+      continue;
     }
+    Batch counted;
+    counted.epoch = step_position_.epoch;
+    counted.offset = step_position_.offset;
+    for (size_t k = size_t(i); k < all.size(); k += size_t(n)) counted.size += all[k].size;
+    batches.push_back(std::move(counted));
   }
+  all.clear();
   const std::vector<int64_t> dropped_before = dropped_;
   race_step_ = comms_[0]->steps_begun();
   if (race_ != nullptr) {
@@ -432,7 +524,6 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
       return begun;
     }
   }
-  remote_fallback_ = &batches[0];
   // A traced step: every replica in this process records into one trace
   // (replicas on other tasks run their ops there, untraced).
   std::unique_ptr<StepTraceCollector> trace;
@@ -540,38 +631,6 @@ Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tens
   // as every replica gets).
   if (s.ok()) s = replica_session(i)->ImportKernelStates(kernel_states);
   return s.ok() ? s : s.WithPrefix("restoring replica " + std::to_string(i));
-}
-
-StatusOr<std::vector<Batch>> TrainingJob::NextBatches(int k, int64_t epoch) {
-  std::vector<Batch> out;
-  while (int(out.size()) < k && pipeline_->position().epoch == epoch) {
-    StatusOr<Batch> b = pipeline_->Next();
-    if (!b.ok()) return b.status();
-    out.push_back(std::move(b).value());
-  }
-  return out;
-}
-
-Batch ConcatBatches(const std::vector<Batch>& batches) {
-  if (batches.size() == 1) return batches.front();
-  Batch out;
-  out.epoch = batches.front().epoch;
-  out.offset = batches.front().offset;
-  out.step = batches.front().step;
-  for (const Batch& b : batches) out.size += b.size;
-  for (const auto& [name, first] : batches.front().components) {
-    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
-    dims[0] = out.size;
-    Tensor t(first.dtype(), TensorShape(std::span<const int64_t>(dims)));
-    char* at = static_cast<char*>(t.raw_data());
-    for (const Batch& b : batches) {
-      const Tensor& part = b.components.at(name);
-      std::memcpy(at, part.raw_data(), part.TotalBytes());
-      at += part.TotalBytes();
-    }
-    out.components.emplace(name, std::move(t));
-  }
-  return out;
 }
 
 Status TrainingJob::CheckReplicasAgree() {

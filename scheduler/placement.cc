@@ -1,5 +1,6 @@
 #include "scheduler/placement.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -278,8 +279,11 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     // The same tensor may go to one accelerator twice: in its memory and in
     // host memory.
     if (dd_own && recv_host) rendezvous_key += ";host";
+    // Node names allow no ':': output k of a node is "node_k" in theirs.
+    std::string name_part = tensor;
+    std::replace(name_part.begin(), name_part.end(), ':', '_');
     NodeDef send;
-    send.name = unique("_send/" + tensor + "/" + std::to_string(dst_part));
+    send.name = unique("_send/" + name_part + "/" + std::to_string(dst_part));
     send.op = "_Send";
     send.inputs.push_back(tensor);
     for (const std::string& d : send_deps) send.inputs.push_back("^" + d);
@@ -291,7 +295,7 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     send.device = sd->name();
     parts[index[sd]].graph.nodes.push_back(std::move(send));
     NodeDef recv;
-    recv.name = unique("_recv/" + tensor + "/" + std::to_string(dst_part));
+    recv.name = unique("_recv/" + name_part + "/" + std::to_string(dst_part));
     recv.op = "_Recv";
     recv.attrs["T"] = AttrValue(dtype);
     recv.attrs["key"] = AttrValue(rendezvous_key);

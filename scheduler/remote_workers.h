@@ -68,6 +68,11 @@ class RemoteWorkers {
 
   // This task's name, "/job:worker/task:0".
   virtual std::string local_task() const = 0;
+  // Every task of the cluster, this one included, in the cluster spec's
+  // order ("/job:worker/task:0", "/job:worker/task:1", ...), whether it
+  // answers or not: where a job's replicas go by default. Default: none
+  // known (replicas stay in this process).
+  virtual std::vector<std::string> Tasks() const { return {}; }
   // The incarnation of this task's devices.
   virtual uint64_t local_incarnation() const = 0;
   // The devices of the other tasks, as last heard (a task that went away

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <system_error>
 #include <utility>
 
@@ -250,6 +251,47 @@ std::string InputPipeline::DebugString() const {
   if (options_.shuffle) s += ", shuffle seed " + std::to_string(options_.seed);
   s += ", epochs " + (options_.epochs ? std::to_string(options_.epochs) : "unbounded");
   return s + ", at " + position().ToString() + ")";
+}
+
+Batch ConcatBatches(const std::vector<Batch>& batches) {
+  if (batches.size() == 1) return batches.front();
+  Batch out;
+  out.epoch = batches.front().epoch;
+  out.offset = batches.front().offset;
+  out.step = batches.front().step;
+  for (const Batch& b : batches) out.size += b.size;
+  for (const auto& [name, first] : batches.front().components) {
+    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+    dims[0] = out.size;
+    Tensor t(first.dtype(), TensorShape(std::span<const int64_t>(dims)));
+    char* at = static_cast<char*>(t.raw_data());
+    for (const Batch& b : batches) {
+      const Tensor& part = b.components.at(name);
+      std::memcpy(at, part.raw_data(), part.TotalBytes());
+      at += part.TotalBytes();
+    }
+    out.components.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+StatusOr<std::vector<Batch>> NextStepBatches(InputPipeline& pipeline, int batches_per_step) {
+  std::vector<Batch> out;
+  FS_ASSIGN_OR_RETURN(Batch first, pipeline.Next());
+  out.push_back(std::move(first));
+  while (int(out.size()) < batches_per_step && pipeline.position().epoch == out.front().epoch) {
+    FS_ASSIGN_OR_RETURN(Batch next, pipeline.Next());
+    out.push_back(std::move(next));
+  }
+  return out;
+}
+
+std::optional<Batch> ReplicaShare(const std::vector<Batch>& batches, int replica, int num_replicas) {
+  if (replica < 0 || replica >= int(batches.size()) || num_replicas < 1) return std::nullopt;
+  if (int(batches.size()) <= num_replicas) return batches[size_t(replica)];
+  std::vector<Batch> mine;
+  for (size_t k = size_t(replica); k < batches.size(); k += size_t(num_replicas)) mine.push_back(batches[k]);
+  return ConcatBatches(mine);
 }
 
 }  // namespace flowstate

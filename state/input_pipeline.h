@@ -172,6 +172,22 @@ class InputPipeline final : public ResourceBase {
   std::thread producer_;
 };
 
+// The examples of `batches` (of one pipeline, in order) as one batch: each
+// component concatenated along its first dimension; the first's epoch,
+// offset and step. REQUIRES: `batches` is not empty.
+Batch ConcatBatches(const std::vector<Batch>& batches);
+
+// One data-parallel step's batches (jobs/training_job.h, "replicas"): the
+// pipeline's next batch and up to batches_per_step - 1 more while they are
+// of its epoch (the last step of an epoch may have fewer). Next()'s errors
+// (OUT_OF_RANGE after the last batch).
+StatusOr<std::vector<Batch>> NextStepBatches(InputPipeline& pipeline, int batches_per_step);
+
+// Replica `replica` of `num_replicas`' part of one step's `batches`: the
+// batches replica, replica + num_replicas, ... concatenated; nullopt when
+// the step has none for it.
+std::optional<Batch> ReplicaShare(const std::vector<Batch>& batches, int replica, int num_replicas);
+
 // The order in which epoch `epoch` visits examples 0..n-1: the identity
 // without shuffle, else the seeded permutation described above.
 // REQUIRES: n >= 0.

@@ -14,6 +14,7 @@
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
 #include "state/kernels.h"
+#include "state/replica_input.h"
 #include "state/resource_mgr.h"
 #include "state/variable.h"
 
@@ -309,6 +310,7 @@ void RegisterKernels() {
     RegisterNumeric<int64_t>();
     RegisterNumeric<uint8_t>();
     RegisterSaveRestoreKernels();
+    RegisterReplicaInputKernels();
   });
 }
 

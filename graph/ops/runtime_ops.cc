@@ -111,6 +111,49 @@ void RegisterRuntimeOps(OpRegistry* r) {
                            "timeout_ms passed. backup_contributors > 0: the job has backup "
                            "replicas, and only the first that many replicas to finish a "
                            "step's backward pass contribute to it (the group's StepRace)."));
+  MustRegister(r, OpDefBuilder("_ReplicaInput")
+                      .Input("position: int64")
+                      .Output("components: dtypes")
+                      .Output("examples: double")
+                      .Attr("dtypes: list(type)")
+                      .Attr("names: list(string)")
+                      .Attr("shapes: list(shape)")
+                      .Attr("source: string")
+                      .Attr("num_examples: int >= 0")
+                      .Attr("batch_size: int >= 1")
+                      .Attr("shuffle: bool")
+                      .Attr("seed: int")
+                      .Attr("epochs: int >= 0")
+                      .Attr("drop_remainder: bool")
+                      .Attr("replica: int >= 0")
+                      .Attr("num_replicas: int >= 1")
+                      .Attr("batches_per_step: int >= 1")
+                      .SetIsStateful()
+                      .SetShapeFn([](InferenceContext* c) {
+                        const std::vector<PartialShape>& shapes = c->GetAttr("shapes").shapes();
+                        if (int(shapes.size()) != c->num_outputs() - 1) {
+                          return c->Error("shapes must list one shape per component");
+                        }
+                        for (size_t i = 0; i < shapes.size(); ++i) {
+                          std::vector<int64_t> dims = {-1};
+                          if (!shapes[i].rank_known()) {
+                            c->set_output(int(i), PartialShape::Unknown());
+                            continue;
+                          }
+                          dims.insert(dims.end(), shapes[i].dims().begin(), shapes[i].dims().end());
+                          c->set_output(int(i), PartialShape(std::move(dims)));
+                        }
+                        c->set_output(c->num_outputs() - 1, PartialShape(std::vector<int64_t>{}));
+                        return Status();
+                      })
+                      .Doc("A data-parallel replica's input, read on the task it runs on "
+                           "(state/replica_input.h): the examples of replica `replica` of "
+                           "`num_replicas` for the step whose first batch is at `position` "
+                           "([epoch, offset]) of the job's seeded global order (`source` "
+                           "under the task's data root, cut into batches of batch_size), as "
+                           "one tensor per component (`names`) and the number of examples "
+                           "(0 when the step has no batch for it: it then computes on the "
+                           "step's first batch and contributes nothing)."));
   MustRegister(r, OpDefBuilder("_ReplicaCommStats")
                       .Output("stats: double")
                       .Attr("group: string")

@@ -137,7 +137,7 @@ class ReplicaFailures : public ::testing::Test {
 };
 
 TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins) {
-  LocalCluster cluster(3);
+  LocalCluster cluster(3, 1, 60, dir_.string());
   JobManager* jobs = Manager(&cluster);
   // The reference: the same job, uninterrupted.
   StatusOr<JobInfo> ref = jobs->Submit(Job(/*min_replicas=*/2, 30));
@@ -197,7 +197,7 @@ TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins
 }
 
 TEST_F(ReplicaFailures, FewerThanMinReplicasWaitsThenFailsNamingTheTask) {
-  LocalCluster cluster(3);
+  LocalCluster cluster(3, 1, 60, dir_.string());
   JobManager* jobs = Manager(&cluster);
   StatusOr<JobInfo> info = jobs->Submit(Job(/*min_replicas=*/3, /*wait_seconds=*/1.5));
   ASSERT_TRUE(info.ok()) << info.status().ToString();
@@ -213,7 +213,7 @@ TEST_F(ReplicaFailures, FewerThanMinReplicasWaitsThenFailsNamingTheTask) {
 }
 
 TEST_F(ReplicaFailures, FewerThanMinReplicasWaitsForTheTaskToComeBack) {
-  LocalCluster cluster(3);
+  LocalCluster cluster(3, 1, 60, dir_.string());
   JobManager* jobs = Manager(&cluster);
   StatusOr<JobInfo> info = jobs->Submit(Job(/*min_replicas=*/3, /*wait_seconds=*/60, /*epochs=*/20));
   ASSERT_TRUE(info.ok()) << info.status().ToString();

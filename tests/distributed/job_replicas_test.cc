@@ -90,6 +90,16 @@ class ReplicasAcrossTasks : public ::testing::Test {
     return o;
   }
 
+  // What `flowstate serve` as task 0 of `cluster` gives its job manager.
+  JobManagerOptions ManagerOn(LocalCluster& cluster) {
+    JobManagerOptions o;
+    o.devices = cluster.task(0).pool.get();
+    o.data_root = dir_.string();
+    o.remote = [&cluster] { return static_cast<RemoteWorkers*>(cluster.task(0).cluster.get()); };
+    o.collective_store = [this] { return store_address_; };
+    return o;
+  }
+
   StatusOr<std::unique_ptr<TrainingJob>> Make(const std::string& json, TrainingJobOptions o) {
     StatusOr<JobSpec> spec = ParseJobSpec(json);
     if (!spec.ok()) return spec.status();
@@ -107,7 +117,7 @@ class ReplicasAcrossTasks : public ::testing::Test {
 
 TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
   constexpr int kN = 3;
-  LocalCluster cluster(kN);
+  LocalCluster cluster(kN, 1, 60, dir_.string());
   StatusOr<std::unique_ptr<TrainingJob>> many =
       Make(Job(kN, OnTasks({0, 1, 2})), Across(cluster, "job-1/m0"));
   ASSERT_TRUE(many.ok()) << many.status().ToString();
@@ -150,7 +160,7 @@ TEST_F(ReplicasAcrossTasks, ThreeTasksTrainLikeThreeReplicasInOneProcess) {
 // when task 2 is lost), it trains on the same global batches, to the same
 // variables within float tolerance.
 TEST_F(ReplicasAcrossTasks, ACheckpointRestoresIntoReplicasOnTheTasks) {
-  LocalCluster cluster(3);
+  LocalCluster cluster(3, 1, 60, dir_.string());
   auto options = [&](const std::string& prefix, int batches_per_step) {
     TrainingJobOptions o = Across(cluster, prefix);
     o.batches_per_step = batches_per_step;
@@ -206,13 +216,8 @@ TEST_F(ReplicasAcrossTasks, ACheckpointRestoresIntoReplicasOnTheTasks) {
 // The job manager (what `flowstate serve` runs) hands the cluster and the
 // collective store to its jobs: a submitted job trains on 2 tasks.
 TEST_F(ReplicasAcrossTasks, AJobManagerJobRunsItsReplicasOnTheTasks) {
-  LocalCluster cluster(2);
-  JobManagerOptions o;
-  o.devices = cluster.task(0).pool.get();
-  o.data_root = dir_.string();
-  o.remote = [&] { return static_cast<RemoteWorkers*>(cluster.task(0).cluster.get()); };
-  o.collective_store = [&] { return store_address_; };
-  JobManager jobs(o);
+  LocalCluster cluster(2, 1, 60, dir_.string());
+  JobManager jobs(ManagerOn(cluster));
   StatusOr<JobInfo> info =
       jobs.Submit(Job(2, OnTasks({0, 1})));
   ASSERT_TRUE(info.ok()) << info.status().ToString();
@@ -230,13 +235,135 @@ TEST_F(ReplicasAcrossTasks, AJobManagerJobRunsItsReplicasOnTheTasks) {
   jobs.Shutdown();
 }
 
+// Each task reads its own copy of the input beneath its own data root: with
+// task 1's copy holding other targets (same rows and shapes) the replicas
+// still agree with each other (one all-reduced model) but end elsewhere
+// than with identical copies, so task 1 trained on its file, not on
+// batches sent from here. A task without the file, or with a copy of
+// another size, fails the start naming the task and the file.
+TEST_F(ReplicasAcrossTasks, EachTaskReadsItsOwnCopyOfTheInput) {
+  const std::filesystem::path other = dir_ / "task1", empty = dir_ / "task2", short_copy = dir_ / "task2s";
+  for (const auto& d : {other, empty, short_copy}) std::filesystem::create_directories(d);
+  server_test::WritePointsCsv(other / "points.csv", 100, 7,
+                              [](double a, double b) { return 20 * a + 30 * b - 5; });
+  server_test::WritePointsCsv(short_copy / "points.csv", 90, 7,
+                              [](double a, double b) { return 2 * a - 3 * b + 0.5; });
+  // Trains the job on a cluster whose tasks read beneath `roots`; *w: the
+  // final w (copied out: the tensors' memory belongs to the cluster).
+  auto train = [&](const std::vector<std::string>& roots, std::vector<double>* w) -> Status {
+    LocalCluster cluster(3, 1, 60, roots);
+    FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> j,
+                        Make(Job(3, OnTasks({0, 1, 2})), Across(cluster, "own-input/" + std::to_string(roots.size()) + roots[1] + roots[2])));
+    for (int steps = 0;; ++steps) {
+      FS_ASSIGN_OR_RETURN(StepResult r, j->Step());
+      if (r.done) break;
+      if (steps > 1000) return Internal("the job did not end");
+    }
+    std::vector<Tensor> w0 = Read(j->replica_session(0), {"w"});
+    for (int r = 1; r < 3; ++r) {
+      std::vector<Tensor> got = Read(j->replica_session(r), {"w"});
+      EXPECT_EQ(MaxDiff(got[0], w0[0]), 0.0) << "replica " << r << " differs from replica 0";
+    }
+    w->clear();
+    for (int64_t k = 0; k < w0[0].num_elements(); ++k) w->push_back(w0[0].ElementAsDouble(k));
+    return Status();
+  };
+  auto max_diff = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double d = 0;
+    for (size_t k = 0; k < a.size() && k < b.size(); ++k) d = std::max(d, std::abs(a[k] - b[k]));
+    return d;
+  };
+  const std::string root = dir_.string();
+  std::vector<double> same, differs;
+  Status s = train({root, root, root}, &same);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = train({root, other.string(), root}, &differs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(same.size(), 2u);
+  EXPECT_GT(max_diff(same, differs), 0.1) << "task 1's own copy did not change what was trained";
+
+  std::vector<double> unused;
+  s = train({root, root, empty.string()}, &unused);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
+  EXPECT_NE(s.message().find("task:2"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("points.csv"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(empty.string()), std::string::npos) << s.ToString();
+  s = train({root, root, short_copy.string()}, &unused);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("task:2"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("90 examples, the master's copy has 100"), std::string::npos) << s.ToString();
+}
+
+// Placement by default: in a cluster, "replicas": 3 without devices runs
+// one replica on each of the 3 tasks, in task order, replica 0 on the task
+// that received the job; the job view says where each runs. With
+// replicas_per_task 2, 4 replicas go two on each of 2 tasks; more than the
+// tasks can hold is refused naming them.
+TEST_F(ReplicasAcrossTasks, ReplicasArePlacedOnePerTaskWithoutDevices) {
+  LocalCluster cluster(3, 1, 60, dir_.string());
+  JobManager jobs(ManagerOn(cluster));
+  auto run = [&](const std::string& json, int replicas, const std::vector<std::string>& want) {
+    SCOPED_TRACE(json.substr(json.rfind("\"replicas\"")));
+    StatusOr<JobInfo> info = jobs.Submit(json);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    ASSERT_EQ(info->placement.size(), size_t(replicas));
+    for (int r = 0; r < replicas; ++r) EXPECT_EQ(info->placement[r].device, want[r]) << "replica " << r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    StatusOr<JobInfo> now = jobs.Get(info->id);
+    bool seen_all_alive = false;
+    std::vector<int> sessions(3, 0);
+    while (now.ok() && !IsTerminal(now->state)) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job did not end within 90 s";
+      if (now->state == JobState::kRunning && now->replicas_alive == replicas) {
+        bool all = true;
+        for (const JobInfo::Replica& p : now->placement) all = all && p.alive;
+        seen_all_alive = seen_all_alive || all;
+      }
+      for (int t = 1; t < 3; ++t) sessions[t] = std::max(sessions[t], cluster.task(t).service->num_sessions());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      now = jobs.Get(info->id);
+    }
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    EXPECT_EQ(now->state, JobState::kSucceeded) << now->error;
+    EXPECT_EQ(now->step, now->total_steps);
+    EXPECT_TRUE(seen_all_alive) << "no poll saw every replica alive while the job ran";
+    // Each task that holds replicas held a worker session per replica of it.
+    for (int t = 1; t < 3; ++t) {
+      const int on_task = int(std::count(want.begin(), want.end(), "/job:worker/task:" + std::to_string(t)));
+      if (on_task > 0) EXPECT_GE(sessions[t], on_task) << "task " << t;
+      else EXPECT_EQ(sessions[t], 0) << "task " << t;
+    }
+  };
+  const std::string t0 = "/job:worker/task:0", t1 = "/job:worker/task:1", t2 = "/job:worker/task:2";
+  // Long enough (6 epochs) for the polls to see the job running.
+  auto job = [&](int replicas, const std::string& extra) {
+    std::string j = Job(replicas, extra);
+    const std::string three = "\"epochs\": 3";
+    j.replace(j.find(three), three.size(), "\"epochs\": 6");
+    return j;
+  };
+  run(job(3, ""), 3, {t0, t1, t2});
+  run(job(4, R"(, "replicas_per_task": 2)"), 4, {t0, t0, t1, t1});
+  run(job(2, ""), 2, {t0, t1});
+
+  StatusOr<JobInfo> too_many = jobs.Submit(Job(7, R"(, "replicas_per_task": 2)"));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), Code::kInvalidArgument) << too_many.status().ToString();
+  EXPECT_NE(too_many.status().message().find("need 4 tasks; the cluster has 3"), std::string::npos)
+      << too_many.status().ToString();
+  EXPECT_NE(too_many.status().message().find(t2), std::string::npos) << too_many.status().ToString();
+  jobs.Shutdown();
+}
+
 // Backup replicas across tasks: replica 2 (on task 2) straggles 400 ms a
 // step. Without a backup replica every step waits for it, and the replicas
 // on other tasks report that wait (their _ReplicaCommStats); with one, the
 // other two decide each step in the store's race and the straggler is
 // dropped from every step, its batch abandoned; the replicas still agree.
 TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
-  LocalCluster cluster(3);
+  LocalCluster cluster(3, 1, 60, dir_.string());
   auto run = [&](int backup, std::vector<StepResult>* steps, std::vector<int64_t>* dropped) {
     StatusOr<std::unique_ptr<TrainingJob>> j =
         Make(Job(3, OnTasks({0, 1, 2}) + ", \"backup_replicas\": " + std::to_string(backup) +
@@ -299,7 +426,7 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
 // ones on other tasks through their restore nodes; the first step keeps
 // them equal.
 TEST_F(ReplicasAcrossTasks, InitFromReachesTheReplicasOnTheTasks) {
-  LocalCluster cluster(2);
+  LocalCluster cluster(2, 1, 60, dir_.string());
   StatusOr<JobSpec> spec = ParseJobSpec(Job(2, OnTasks({0, 1})));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, Across(cluster, "init-from/m0"));
@@ -323,7 +450,7 @@ TEST_F(ReplicasAcrossTasks, InitFromReachesTheReplicasOnTheTasks) {
 }
 
 TEST_F(ReplicasAcrossTasks, ReplicaZeroMustBeOnThisTask) {
-  LocalCluster cluster(2);
+  LocalCluster cluster(2, 1, 60, dir_.string());
   StatusOr<std::unique_ptr<TrainingJob>> j = Make(Job(2, OnTasks({1, 0})), Across(cluster, "job-2/m0"));
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), Code::kInvalidArgument) << j.status().ToString();

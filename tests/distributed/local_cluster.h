@@ -1,7 +1,9 @@
 // LocalCluster: n tasks of job "worker" in this test process, each with its
 // own DevicePool (named /job:worker/task:i), Cluster and WorkerService on a
 // loopback port picked by the system; tasks can be stopped and restarted
-// (same port, new incarnation). A master Session runs on task 0.
+// (same port, new incarnation). A master Session runs on task 0. Each
+// task's worker sessions read replica input under its data root ("": none;
+// SetDataRoot changes one task's from its next restart).
 #ifndef FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_
 #define FLOWSTATE_TESTS_DISTRIBUTED_LOCAL_CLUSTER_H_
 
@@ -34,8 +36,17 @@ struct LocalTask {
 
 class LocalCluster {
  public:
-  explicit LocalCluster(int n, int cpus_per_task = 1, double orphan_session_seconds = 60)
-      : cpus_(cpus_per_task), orphan_session_seconds_(orphan_session_seconds), tasks_(n) {
+  explicit LocalCluster(int n, int cpus_per_task = 1, double orphan_session_seconds = 60,
+                        const std::string& data_root = "")
+      : LocalCluster(n, cpus_per_task, orphan_session_seconds, std::vector<std::string>(n, data_root)) {}
+  // Task i's data root is data_roots[i].
+  LocalCluster(int n, int cpus_per_task, double orphan_session_seconds,
+               std::vector<std::string> data_roots)
+      : cpus_(cpus_per_task),
+        orphan_session_seconds_(orphan_session_seconds),
+        data_roots_(std::move(data_roots)),
+        tasks_(n) {
+    data_roots_.resize(size_t(n));
     for (int i = 0; i < n; ++i) StartServer(i, 0);
     for (int i = 0; i < n; ++i) spec_.jobs["worker"].push_back(Address(i));
     for (int i = 0; i < n; ++i) Attach(i);
@@ -47,6 +58,7 @@ class LocalCluster {
     }
   }
 
+  void SetDataRoot(int i, const std::string& root) { data_roots_[i] = root; }
   std::string Address(int i) const { return "127.0.0.1:" + std::to_string(tasks_[i].port); }
   LocalTask& task(int i) { return tasks_[i]; }
 
@@ -113,6 +125,7 @@ class LocalCluster {
     WorkerServiceOptions wo;
     wo.inter_op_threads = 2;
     wo.orphan_session_seconds = orphan_session_seconds_;
+    wo.data_root = data_roots_[i];
     t.service = std::make_unique<WorkerService>(nullptr, wo);
     t.port = t.service->Start("127.0.0.1", port).value();
   }
@@ -134,6 +147,7 @@ class LocalCluster {
 
   int cpus_;
   double orphan_session_seconds_;
+  std::vector<std::string> data_roots_;
   std::vector<LocalTask> tasks_;
   ClusterSpec spec_;
 };

@@ -3,9 +3,10 @@
 (the built binary: `flowstate serve` as task 0 and the master, `flowstate
 worker` as task 1, each its own process on loopback):
 
-- a job with "replicas": 2 and "devices" naming /job:worker/task:0 and
-  /job:worker/task:1 trains to the end: replica 1 runs on task 1, the two
-  meet in task 0's collective store and all-reduce with Gloo;
+- a job with "replicas": 2 and no "devices" is placed one replica per
+  task (the job view's "placement" says so) and trains to the end: replica
+  1 runs on task 1 and reads its examples under task 1's own data root,
+  the two meet in task 0's collective store and all-reduce with Gloo;
 - it ends with the loss of the same job's 2 replicas in task 0 alone
   (within float tolerance: the same global batches, the same average).
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,7 +85,10 @@ def main():
                            "--data-dir", os.path.join(tmp, "data"),
                            "--data-root", os.path.join(tmp, "dr")]
                 else:
-                    cmd = [flowstate, "worker"]
+                    # Its own copy of the data, under its own data root.
+                    os.makedirs(os.path.join(tmp, "dr1"))
+                    shutil.copy(os.path.join(tmp, "dr", "points.csv"), os.path.join(tmp, "dr1"))
+                    cmd = [flowstate, "worker", "--data-root", os.path.join(tmp, "dr1")]
                 cmd += ["--grpc", "127.0.0.1:%d" % g, "--cluster", spec, "--task", "worker:%d" % i]
                 procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
             up = False
@@ -96,15 +101,18 @@ def main():
                     pass
                 time.sleep(0.1)
             expect(up, "both tasks are UP within 30 s")
-            code, across = request("POST", api + "/v1/jobs", job(
-                ["/job:worker/replica:0/task:0/device:CPU:0",
-                 "/job:worker/replica:0/task:1/device:CPU:0"]))
-            expect(code == 201, "the job with replicas on tasks 0 and 1 is accepted (%d %s)" %
+            code, across = request("POST", api + "/v1/jobs", job(None))
+            expect(code == 201, "the job with 2 replicas and no devices is accepted (%d %s)" %
                    (code, json.dumps(across)[:200]))
+            expect([p.get("device") for p in across.get("placement", [])] ==
+                   ["/job:worker/task:0", "/job:worker/task:1"],
+                   "it is placed one replica per task (%s)" % across.get("placement"))
             a = wait_done(api, across.get("job_id", ""), 60)
             expect(a["state"] == "SUCCEEDED", "it trains to the end (%s %s)" %
                    (a["state"], a.get("error")))
-            code, local = request("POST", api + "/v1/jobs", job(None))
+            code, local = request("POST", api + "/v1/jobs", job(
+                ["/job:worker/replica:0/task:0/device:CPU:0",
+                 "/job:worker/replica:0/task:0/device:CPU:0"]))
             expect(code == 201, "the same job with both replicas on task 0 is accepted")
             b = wait_done(api, local.get("job_id", ""), 60)
             expect(b["state"] == "SUCCEEDED", "it trains to the end too")

@@ -416,6 +416,19 @@ TEST_F(Replicas, BadReplicaFieldsAreRefused) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->min_replicas, 2);
   EXPECT_DOUBLE_EQ(s->replica_wait_seconds, 0.5);
+  // replicas_per_task: >= 1, and only when the job leaves placement to the
+  // server (no devices).
+  for (const char* bad : {R"(, "replicas_per_task": 0)", R"(, "replicas_per_task": "2")",
+                          R"(, "replicas_per_task": 2, "devices": ["CPU:0", "CPU:0", "CPU:0"])"}) {
+    s = ParseJobSpec(Job(opt, 3, 8, bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.status().message().find("replicas_per_task"), std::string::npos)
+        << bad << ": " << s.status().ToString();
+  }
+  s = ParseJobSpec(Job(opt, 4, 8, R"(, "replicas_per_task": 2)"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->replicas_per_task, 2);
 }
 
 // Outside a cluster (no TrainingJobOptions::remote), a replica device on

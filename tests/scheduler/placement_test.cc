@@ -117,6 +117,36 @@ TEST(Partition, CrossDeviceEdgesBecomeSendRecv) {
   EXPECT_EQ(recvs, 2);
 }
 
+// Output 1 of a node crosses devices: the _Send/_Recv pair's names stay
+// valid node names (no ':'), and the step carries the right tensor.
+TEST(Partition, ASecondOutputCrossesDevices) {
+  Scope root;
+  Output v = ops::Const(root.WithOpName("v").WithDevice("CPU:0"), Tensor::FromVector<float>({1, 2, 3, 4}));
+  std::vector<Output> halves = ops::Split(root.WithOpName("split").WithDevice("CPU:0"), 0, v, 2);
+  ops::Identity(root.WithOpName("second").WithDevice("CPU:1"), halves[1]);
+  auto p = Place(root);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Graph g = Graph::Create(root.graph_def()).value();
+  auto parts = PartitionGraph(g, *p);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  for (const auto& part : *parts) {
+    EXPECT_TRUE(Graph::Create(part.graph).ok());
+    for (const NodeDef& d : part.graph.nodes) {
+      EXPECT_EQ(d.name.find(':'), std::string::npos) << d.name;
+    }
+  }
+  SessionOptions o;
+  o.devices = TwoCpus();
+  std::unique_ptr<Session> s = Session::Create(root.graph_def(), o).value();
+  std::vector<Tensor> out;
+  Status st = s->Run({}, {"second", "split:1"}, {}, &out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(out[0].num_elements(), 2);
+  EXPECT_EQ(out[0].flat<float>()[0], 3.0f);
+  EXPECT_EQ(out[0].flat<float>()[1], 4.0f);
+  EXPECT_EQ(out[1].flat<float>()[0], 3.0f);
+}
+
 std::unique_ptr<Session> NewSession(const Scope& root) {
   SessionOptions o;
   o.devices = TwoCpus();

@@ -405,9 +405,16 @@ TEST(GrpcConvertJob, FieldsMirrorTheRestJob) {
   EXPECT_EQ(p.started().nanos(), 420000000);
   EXPECT_FALSE(p.has_finished());  // REST's null
   EXPECT_FALSE(p.has_eta_seconds());  // unknown (-1): REST's null
+  EXPECT_EQ(p.placement_size(), 0);
   j.eta_seconds = 42.5;
+  j.placement = {{"/job:worker/task:0", true}, {"/job:worker/task:1", false}};
+  p.Clear();
   JobToProto(j, &p);
   EXPECT_DOUBLE_EQ(p.eta_seconds(), 42.5);
+  ASSERT_EQ(p.placement_size(), 2);  // where each replica runs, as REST's "placement"
+  EXPECT_EQ(p.placement(1).device(), "/job:worker/task:1");
+  EXPECT_TRUE(p.placement(0).alive());
+  EXPECT_FALSE(p.placement(1).alive());
 
   JobEvent e;
   e.kind = JobEvent::Kind::kEval;

@@ -17,7 +17,8 @@ TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
                                                  "error", "created", "started", "finished",
                                                  "checkpoint", "checkpoint_failures",
                                                  "checkpoint_error", "resumed_from_step", "skipped_steps",
-                                                 "eta_seconds", "replicas", "replicas_alive", "restarts"}));
+                                                 "eta_seconds", "replicas", "replicas_alive", "restarts",
+                                                 "placement"}));
   EXPECT_EQ(job["job_id"], "job-1");
   EXPECT_EQ(job["name"], "line");
   EXPECT_EQ(job["state"], "QUEUED");

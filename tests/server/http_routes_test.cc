@@ -465,6 +465,7 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
   j.replicas = 3;
   j.replicas_alive = 2;
   j.restarts = 1;
+  j.placement = {{"/job:worker/task:0", true}, {"/job:worker/task:1", true}, {"/job:worker/task:2", false}};
   EXPECT_EQ(JobInfoToJson(j),
             R"({"job_id":"job-3","name":"fashion-mlp","state":"RUNNING","epoch":1,"epochs":3,)"
             R"("step":612,"total_steps":1407,"loss":0.3712,"examples_per_sec":15234.5,)"
@@ -472,7 +473,9 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
             R"("created":"2026-12-02T17:03:11.204Z","started":"2026-12-02T17:03:11.420Z",)"
             R"("finished":null,"checkpoint":null,"checkpoint_failures":0,"checkpoint_error":"",)"
             R"("resumed_from_step":null,"skipped_steps":0,"eta_seconds":null,)"
-            R"("replicas":3,"replicas_alive":2,"restarts":1})");
+            R"("replicas":3,"replicas_alive":2,"restarts":1,"placement":[)"
+            R"({"device":"/job:worker/task:0","alive":true},{"device":"/job:worker/task:1","alive":true},)"
+            R"({"device":"/job:worker/task:2","alive":false}]})");
   StatusOr<JobInfo> back = JobInfoFromJson(JobInfoToJson(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->id, j.id);
@@ -485,6 +488,12 @@ TEST(HttpJsonViewsTest, JobRoundTripsAndReadsAsApiMdSays) {
   EXPECT_EQ(back->replicas, 3);
   EXPECT_EQ(back->replicas_alive, 2);
   EXPECT_EQ(back->restarts, 1);
+  ASSERT_EQ(back->placement.size(), 3u);
+  EXPECT_EQ(back->placement[1].device, "/job:worker/task:1");
+  EXPECT_TRUE(back->placement[1].alive);
+  EXPECT_FALSE(back->placement[2].alive);
+  EXPECT_EQ(JobInfoFromJson(R"({"placement": [{"device": 3}]})").status().message(),
+            "placement[0].device: expected a string, got 3");
 
   j.loss = std::numeric_limits<double>::quiet_NaN();
   j.metrics = {{"loss", std::numeric_limits<double>::infinity()}};

@@ -211,6 +211,11 @@ class JobDetail {
       rows.push(['Restarts', fmtInt(job.restarts)]);
     }
     if (this.replicaNote) rows.push(['Replicas', this.replicaNote]);
+    if (job.placement && job.placement.length) {
+      // Where each replica runs; the ones outside the current membership marked.
+      rows.push(['Placement', job.placement.map((r, i) =>
+          i + ': ' + (r.device || 'default device') + (r.alive ? '' : ' (not training)')).join('; ')]);
+    }
     fill(n.summary, rows.map(([k, v]) => [el('dt', {text: k}), el('dd', {}, v)]));
     setText(n.config, JSON.stringify(job, null, 2));
     this.ui.onJob(job);

@@ -1,0 +1,54 @@
+// The task side of a data-parallel replica's input (jobs/training_job.h,
+// "Replicas across tasks"): each task reads its own copy of the job's
+// training data under its own data root and cuts its replica's examples
+// out of the job's seeded global order itself, so that the master sends no
+// tensors per step — only the position of the step's first batch.
+//
+// TaskDataRoot: the data root of the task a session's kernels run on. The
+// worker service (distributed/worker_service.h) puts one into each worker
+// session's ResourceMgr (container kTaskContainer, name kDataRootResource);
+// a session without one has no data root and its _ReplicaInput fails
+// FAILED_PRECONDITION. Immutable.
+//
+// The _ReplicaInput kernel (the op is in graph/ops/runtime_ops.cc) keeps a
+// ReplicaInputState per node in its session's ResourceMgr: the dataset,
+// loaded on first use and checked against the master's copy (each
+// component's dtype and per-example shape, and the number of examples: a
+// different copy would silently train on other rows), and an InputPipeline
+// positioned after the last step it served. A step at another position (the
+// first one, or after a restore) starts a pipeline there; the order is a
+// function of (seed, epoch) alone, so replica r of N gets exactly the rows
+// the master would have sent it (NextStepBatches and ReplicaShare of
+// state/input_pipeline.h, the functions the master uses for its own).
+// Errors name the task's data root and the file. Thread-safe (a mutex per
+// state).
+#ifndef FLOWSTATE_STATE_REPLICA_INPUT_H_
+#define FLOWSTATE_STATE_REPLICA_INPUT_H_
+
+#include <string>
+
+#include "state/resource_mgr.h"
+
+namespace flowstate {
+
+inline constexpr const char* kTaskContainer = "_task";
+inline constexpr const char* kDataRootResource = "data_root";
+
+class TaskDataRoot final : public ResourceBase {
+ public:
+  explicit TaskDataRoot(std::string root) : root_(std::move(root)) {}
+  const std::string& root() const { return root_; }
+  std::string DebugString() const override { return "TaskDataRoot " + root_; }
+
+ private:
+  const std::string root_;
+};
+
+namespace state {
+// Called by RegisterKernels() (state/kernels.h).
+void RegisterReplicaInputKernels();
+}  // namespace state
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_STATE_REPLICA_INPUT_H_
