@@ -148,6 +148,7 @@ class GrpcRemoteWorker final : public Worker {
     call->req.set_session_handle(o_.session_handle);
     call->req.set_graph_handle(g->handle);
     call->req.set_step_id(args.step_id);
+    if (args.iterations > 1) call->req.set_iterations(args.iterations);
     {
       std::lock_guard<std::mutex> l(mu_);
       for (int64_t s : to_clean_) call->req.add_cleanup_step_ids(s);

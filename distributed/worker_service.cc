@@ -413,6 +413,10 @@ class WorkerService::Impl final : public WorkerBase {
       fail(InvalidArgument("num_rets " + std::to_string(req->num_rets()) + " is out of range"));
       return r;
     }
+    if (req->iterations() < 0 || req->iterations() > 1 << 20) {
+      fail(InvalidArgument("iterations " + std::to_string(req->iterations()) + " is out of range"));
+      return r;
+    }
     auto frame = std::make_shared<CallFrame>(std::move(args), req->num_rets());
     const int64_t step = req->step_id();
     {
@@ -439,6 +443,7 @@ class WorkerService::Impl final : public WorkerBase {
     RunGraphArgs a;
     a.step_id = step;
     a.call_frame = frame.get();
+    a.iterations = std::max(1, int(req->iterations()));
     // Started on gRPC's thread (a hop to the pool costs a wake-up per
     // partition per step); GetStatus is served by other threads, so a long
     // kernel here never delays a heartbeat.

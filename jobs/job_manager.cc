@@ -293,7 +293,7 @@ Status JobManager::Cancel(const std::string& id) {
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
   FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kCancel, id));
-  if (job->busy) {  // applied when its current step ends
+  if (job->busy || job->mid_chunk) {  // applied when its current step (chunk) ends
     job->requested = JobStateMachine::Merge(job->requested, JobAction::kCancel);
     return Status();
   }
@@ -309,7 +309,7 @@ Status JobManager::Pause(const std::string& id) {
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
   FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kPause, id));
-  if (job->busy) {  // applied when its current step ends
+  if (job->busy || job->mid_chunk) {  // applied when its current step (chunk) ends
     job->requested = JobStateMachine::Merge(job->requested, JobAction::kPause);
     return Status();
   }
@@ -436,7 +436,11 @@ void JobManager::WorkerLoop() {
     for (int d : job->devices) --devices_[d].stepping;
     --slices_in_flight_;
     checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
-    if (job->info.state == JobState::kRunning) {
+    if (job->info.state == JobState::kRunning && job->mid_chunk) {
+      // Its replicas on other tasks wait for its next step: it goes first.
+      ready_.push_front(id);
+      work_cv_.notify_one();
+    } else if (job->info.state == JobState::kRunning) {
       if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {
         if (job->started && job->info.step != job->snapshot_step) {
           SnapshotLocked(job.get(), job, a == JobAction::kCancel ? "cancel" : "pause");
@@ -520,7 +524,9 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   auto t0 = std::chrono::steady_clock::now();
   StatusOr<StepResult> r = j->runner->Step();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool mid_chunk = j->runner->mid_chunk();
   std::unique_lock<std::mutex> l(mu_);
+  j->mid_chunk = mid_chunk;
   if (!r.ok()) {
     if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
       PublishLocked(j, JobEvent::Kind::kNan, r.status().message());

@@ -78,7 +78,10 @@
 // the current membership.
 //
 // Replicas on the tasks of a cluster (a job whose "devices" name other
-// tasks, placed so or by hand; job_manager_replicas.cc). Each (re)start of such a job first asks
+// tasks, placed so or by hand; job_manager_replicas.cc). They run chunks of
+// steps on their own (TrainingJob::mid_chunk): until a chunk's last step
+// the job is stepped on first, and a pause, cancel or rejoin asked
+// meanwhile lands at the chunk's end (about 0.2 s later). Each (re)start of such a job first asks
 // every task for a heartbeat and builds the job with the replicas whose
 // task answers (replica 0 is on this task), as a membership with its own
 // collective key prefix ("<job id>/m<k>"; the previous one is dropped from

@@ -100,9 +100,14 @@ struct JobManager::Job {
   // first considered for admission, from TrainingJob::DeviceNames()).
   std::vector<int> devices;
   bool busy = false;           // a worker is running a slice of it
+  // Its replicas on other tasks run a chunk of steps on their own that it
+  // has not stepped to the end (TrainingJob::mid_chunk): it is stepped on
+  // at once, and a pause, cancel or rebuild waits for the chunk's end.
+  bool mid_chunk = false;
   TrainingLoop loop;           // its next slice: a step, an evaluation, or finish
-  // A pause or cancel asked while its step runs (busy), applied by the
-  // worker when the step ends; reset when the job leaves RUNNING.
+  // A pause or cancel asked while its step runs (busy) or mid-chunk,
+  // applied by the worker when the step (chunk) ends; reset when the job
+  // leaves RUNNING.
   std::optional<JobAction> requested;
   // The totals the training rate is computed from, over every run.
   double train_seconds = 0;

@@ -223,7 +223,7 @@ bool JobManager::OnReplicaFailureLocked(Job* j, const Status& s, const std::stri
 }
 
 void JobManager::MaybeRejoinLocked(Job* j) {
-  if (!j->started || !AcrossTasks(j->spec) ||
+  if (!j->started || j->mid_chunk || !AcrossTasks(j->spec) ||
       int(j->membership.replicas.size()) >= j->spec.replicas) {
     return;
   }

@@ -95,6 +95,14 @@ TrainingJob::TrainingJob(const JobSpec& spec, const TrainingJobOptions& options,
 
 TrainingJob::~TrainingJob() {
   if (pipeline_) pipeline_->Cancel();
+  if (chunk_ != nullptr) {
+    // Stopped within a chunk of steps (a shutdown): the replicas on the
+    // tasks wait in their collective for replica 0; fail it everywhere.
+    if (!comms_.empty() && comms_[0] != nullptr) {
+      comms_[0]->Abort(Cancelled("the job stopped within a chunk of steps"));
+    }
+    for (std::thread& t : chunk_->threads) t.join();
+  }
 }
 
 StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,

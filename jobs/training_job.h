@@ -45,7 +45,20 @@
 // _ReplicaInput node, state/replica_input.h, fed only the position of the
 // step's first batch: no tensor of the data crosses from here); Start()
 // has every task load its copy first, so a missing or different file
-// fails the start naming the replica's task and the file. Restore() feeds the checkpoint's
+// fails the start naming the replica's task and the file. The replicas
+// there drive their own steps: a chunk of K steps is two messages to each
+// (a seek of its input to the chunk's first batch, then one Run of the
+// train op with RunOptions::iterations K), after which each task runs its
+// K steps back to back, input, forward, backward, all-reduce, update, the
+// all-reduce its only synchronisation with the others; this process steps
+// replica 0 through the same K steps and then collects each task's status
+// and all-reduce totals. K is about kChunkSeconds of steps, never past an
+// epoch's end, a replica check, a traced step or max_steps (where this
+// process needs the replicas idle); until the chunk's last step
+// mid_chunk() is true. A replica's error fails replica 0's collective at
+// once; a NaN step ends the chunk there on every replica alike. Jobs with
+// backup replicas (a race each step) or the test straggler, and traced
+// steps, run every replica's step from here instead (one message a step). Restore() feeds the checkpoint's
 // values to each replica's variables through restore nodes of its graph (a
 // Placeholder and an Assign per variable, "_restore/<variable>") and the
 // kernels' random states to its task (Session::ImportKernelStates). Backup replicas
@@ -69,6 +82,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -254,6 +268,11 @@ class TrainingJob {
   // How many steps each replica was dropped from (backup replicas); empty
   // without.
   std::vector<int64_t> dropped_steps() const;
+  // Replicas across tasks run chunks of steps on their own (see above):
+  // true between the first and the last step of a chunk, when this job must
+  // be stepped on before anything else (pause, cancel, a rebuild); ends a
+  // step sooner only by failing.
+  bool mid_chunk() const { return chunk_ != nullptr; }
   InputPipeline* pipeline() { return pipeline_.get(); }
 
  private:
@@ -269,6 +288,16 @@ class TrainingJob {
   Status StartReplicasAcrossTasks();
   // What replicas across tasks need (before anything starts).
   Status CheckReplicasAcrossTasks() const;
+  // Replicas across tasks without backup replicas: the steps up to the next
+  // point where this job needs the replicas idle (an epoch's end, a replica
+  // check, a traced step, max_steps), at most about kChunkSeconds of them.
+  int64_t ChunkSteps() const;
+  // Starts the replicas on the tasks on `steps` steps from step_position_
+  // (one Run with RunOptions::iterations each, on a thread per replica).
+  void StartChunk(int64_t steps);
+  // Waits for them: status[i] and stats[i] for each replica i >= 1 (its
+  // all-reduce wait and bytes per step, the chunk's means).
+  void FinishChunk(std::vector<Status>* status, std::vector<ReplicaStepStats>* stats);
   // Replica i's graph `g` (on another task) reads its input there: its
   // input placeholders become outputs of a _ReplicaInput node
   // (state/replica_input.h) fed the step's position (kReplicaPositionNode).
@@ -320,6 +349,19 @@ class TrainingJob {
   // Replicas on other tasks: the totals (all-reduce seconds, bytes) that
   // each reported with its last step.
   std::vector<std::pair<double, double>> remote_totals_;
+  // Replicas across tasks: the chunk of steps they run on their own now
+  // (null between chunks), the last chunk's per-step means of each
+  // replica's stats, and the measured time of a step (for the chunk size).
+  struct RemoteChunk {
+    int64_t end_step = 0;  // step_ once its last step is done
+    int64_t steps = 0;
+    std::chrono::steady_clock::time_point start;
+    std::vector<Status> status;  // by replica; each written by its thread
+    std::vector<std::thread> threads;
+  };
+  std::unique_ptr<RemoteChunk> chunk_;
+  std::vector<ReplicaStepStats> chunk_means_;
+  double step_seconds_ = 0;
   // During StepReplicas: the position of the step's first batch (what
   // replicas on other tasks are fed: they read their examples there), and
   // the trace the replicas record into when the step is traced (else null).

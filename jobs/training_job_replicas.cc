@@ -27,12 +27,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The node of a remote replica's graph that reports its all-reduce totals.
+// The nodes of a remote replica's graph that report its all-reduce totals:
+// one run after its step (fetched with it), one on its own (after a chunk).
 constexpr const char* kRemoteStatsNode = "_replica_comm_stats";
+constexpr const char* kRemoteTotalsNode = "_replica_comm_totals";
+// About how long a chunk of steps that replicas on other tasks run on their
+// own lasts: pause, cancel and rebuilds wait for its end.
+constexpr double kChunkSeconds = 0.2;
+constexpr int64_t kMaxChunkSteps = 1000;
 // A remote replica's input, read on its task (state/replica_input.h), and
-// the position of the step's first batch, the one tensor fed to it a step.
+// the position of the step's first batch: fed (a step run from here), or
+// the value of a variable on the task that a seek sets before a chunk of
+// steps the task runs on its own.
 constexpr const char* kReplicaInputNode = "_replica_input";
 constexpr const char* kReplicaPositionNode = "_replica_input/position";
+constexpr const char* kReplicaPositionVar = "_replica_input/position_var";
+constexpr const char* kReplicaSeekValue = "_replica_input/seek_value";
+constexpr const char* kReplicaSeek = "_replica_input/seek";
 
 Tensor PositionTensor(const PipelinePosition& p) {
   return Tensor::FromVector<int64_t>({p.epoch, p.offset});
@@ -138,11 +149,22 @@ Status TrainingJob::AddReplicaInput(int i, GraphDef* g) const {
     shapes.push_back(PartialShape(std::vector<int64_t>(t.shape().dims().begin() + 1, t.shape().dims().end())));
   }
   output[graph_.replica_examples] = int(names.size());
-  NodeDef position;
-  position.name = kReplicaPositionNode;
-  position.op = "Placeholder";
-  position.device = cpu.ToString();
-  position.attrs = {{"dtype", AttrValue(DataType::kInt64)}, {"shape", AttrValue(PartialShape({2}))}};
+  auto node = [&](const char* name, const char* op, std::vector<std::string> inputs) {
+    NodeDef n;
+    n.name = name;
+    n.op = op;
+    n.device = cpu.ToString();
+    n.inputs = std::move(inputs);
+    return n;
+  };
+  NodeDef var = node(kReplicaPositionVar, "Variable", {});
+  var.attrs = {{"dtype", AttrValue(DataType::kInt64)}, {"shape", AttrValue(PartialShape({2}))}};
+  NodeDef position = node(kReplicaPositionNode, "Identity", {kReplicaPositionVar});
+  position.attrs = {{"T", AttrValue(DataType::kInt64)}};
+  NodeDef seek_value = node(kReplicaSeekValue, "Placeholder", {});
+  seek_value.attrs = {{"dtype", AttrValue(DataType::kInt64)}, {"shape", AttrValue(PartialShape({2}))}};
+  NodeDef seek = node(kReplicaSeek, "Assign", {kReplicaPositionVar, kReplicaSeekValue});
+  seek.attrs = {{"T", AttrValue(DataType::kInt64)}, {"validate_shape", AttrValue(true)}};
   NodeDef input;
   input.name = kReplicaInputNode;
   input.op = "_ReplicaInput";
@@ -170,8 +192,7 @@ Status TrainingJob::AddReplicaInput(int i, GraphDef* g) const {
     n.inputs = {input.name + ":" + std::to_string(it->second)};
     n.attrs = {{"T", AttrValue(t)}};
   }
-  g->nodes.push_back(std::move(position));
-  g->nodes.push_back(std::move(input));
+  for (NodeDef* n : {&var, &position, &seek_value, &seek, &input}) g->nodes.push_back(std::move(*n));
   return Status();
 }
 
@@ -253,6 +274,10 @@ Status TrainingJob::StartReplicasAcrossTasks() {
     stats.device = spec_.devices[i];
     stats.attrs["group"] = AttrValue(std::string("replicas"));
     stats.inputs = {"^" + graph_.train_op};
+    NodeDef totals = stats;
+    totals.name = kRemoteTotalsNode;
+    totals.inputs.clear();
+    g.nodes.push_back(std::move(totals));
     // Every node of replica i on task i (a partial device, e.g.
     // "/device:CPU:1", on that task's device of that name).
     FS_ASSIGN_OR_RETURN(DeviceName task, DeviceName::Parse(spec_.devices[i]));
@@ -491,6 +516,79 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   return s.ok() ? Status() : s.WithPrefix("replica " + std::to_string(i));
 }
 
+int64_t TrainingJob::ChunkSteps() const {
+  int64_t k = step_seconds_ > 0 ? int64_t(kChunkSeconds / step_seconds_) : 1;
+  k = std::clamp<int64_t>(k, 1, kMaxChunkSteps);
+  // Steps do not cross an epoch's end (evaluation, the epoch's last short
+  // step): the batches of this epoch after the step's first, by steps.
+  const int64_t b = spec_.input.batch_size, per_step = batches_per_step();
+  const int64_t left = pipeline_->batches_per_epoch() - step_position_.offset / b;
+  k = std::min(k, std::max<int64_t>(1, (left + per_step - 1) / per_step));
+  if (spec_.max_steps) k = std::min(k, std::max<int64_t>(1, *spec_.max_steps - step_));
+  if (spec_.check_replicas_every > 0) {
+    k = std::min(k, spec_.check_replicas_every - step_ % spec_.check_replicas_every);
+  }
+  // A traced step runs alone (this step is not one: steps are 1-based).
+  auto next = std::upper_bound(spec_.trace_steps.begin(), spec_.trace_steps.end(), step_ + 1);
+  if (next != spec_.trace_steps.end()) k = std::min(k, *next - (step_ + 1));
+  return std::max<int64_t>(k, 1);
+}
+
+void TrainingJob::StartChunk(int64_t steps) {
+  const int n = spec_.replicas;
+  auto c = std::make_unique<RemoteChunk>();
+  c->end_step = step_ + steps;
+  c->steps = steps;
+  c->start = Clock::now();
+  c->status.resize(n);
+  RemoteChunk* chunk = c.get();
+  const Tensor position = PositionTensor(step_position_);
+  for (int i = 1; i < n; ++i) {
+    c->threads.emplace_back([this, chunk, i, steps, position] {
+      // Where its input starts, then the steps: two messages a chunk.
+      std::vector<Tensor> out;
+      Session* session = replica_session(i);
+      Status s = session->Run({{kReplicaSeekValue, position}}, {}, {kReplicaSeek}, &out);
+      RunOptions o;
+      o.iterations = int(steps);
+      if (s.ok()) s = session->Run({}, {}, {graph_.train_op}, &out, nullptr, o);
+      // Nobody may wait on this replica: replica 0's collective fails now.
+      if (!s.ok() && !IsNanError(s) && comms_[0] != nullptr) comms_[0]->Abort(s);
+      chunk->status[i] = s.ok() ? s : s.WithPrefix("replica " + std::to_string(i));
+    });
+  }
+  chunk_ = std::move(c);
+}
+
+void TrainingJob::FinishChunk(std::vector<Status>* status, std::vector<ReplicaStepStats>* stats) {
+  std::unique_ptr<RemoteChunk> c = std::move(chunk_);
+  for (std::thread& t : c->threads) t.join();
+  const int n = spec_.replicas;
+  const double seconds = Seconds(Clock::now() - c->start);
+  chunk_means_.resize(n);
+  for (int i = 1; i < n; ++i) {
+    (*status)[i] = c->status[i];
+    if (!c->status[i].ok()) continue;
+    // Its all-reduce totals: this chunk's share, per step.
+    std::vector<Tensor> out;
+    Status s = replica_session(i)->Run({}, {kRemoteTotalsNode}, {}, &out);
+    if (!s.ok()) {
+      (*status)[i] = s.WithPrefix("replica " + std::to_string(i));
+      continue;
+    }
+    const double wait = out[0].ElementAsDouble(0), bytes = out[0].ElementAsDouble(1);
+    std::pair<double, double>& before = remote_totals_[i];
+    ReplicaStepStats& m = chunk_means_[i];
+    m.step_seconds = seconds / double(c->steps);
+    m.allreduce_seconds = (wait - std::min(before.first, wait)) / double(c->steps);
+    m.allreduce_bytes = int64_t((bytes - std::min(before.second, bytes)) / double(c->steps));
+    before = {wait, bytes};
+    (*stats)[i].step_seconds = m.step_seconds;
+    (*stats)[i].allreduce_seconds = m.allreduce_seconds;
+    (*stats)[i].allreduce_bytes = m.allreduce_bytes;
+  }
+}
+
 StatusOr<StepResult> TrainingJob::StepReplicas() {
   const int n = spec_.replicas;
   // Up to batches_per_step() batches of one epoch: replica i trains on the
@@ -533,14 +631,36 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   step_trace_ = trace.get();
   std::vector<ReplicaStepStats> stats(n);
   std::vector<Status> status(n);
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      status[i] = RunReplica(i, i < int(batches.size()) ? &batches[i] : nullptr, &stats[i]);
-    });
+  // Replicas on other tasks run chunks of steps on their own (input there,
+  // all-reduce as the only synchronisation); this process steps replica 0
+  // through the chunk. With backup replicas (a race each step) or the test
+  // straggler (delayed from here), and for a traced step, every replica's
+  // step is run from here.
+  const bool chunked = comms_.size() > 1 && comms_[1] == nullptr && spec_.backup_replicas == 0 &&
+                       spec_.test_straggler_delay_ms == 0 && !trace;
+  const auto start = Clock::now();
+  if (chunked) {
+    if (chunk_ == nullptr) StartChunk(ChunkSteps());
+    for (int i = 1; i < n; ++i) {
+      stats[i] = i < int(chunk_means_.size()) ? chunk_means_[i] : ReplicaStepStats();
+      stats[i].examples = i < int(batches.size()) ? batches[i].size : 0;
+    }
+    status[0] = RunReplica(0, &batches[0], &stats[0]);
+    if (!status[0].ok() || step_ + 1 == chunk_->end_step) FinishChunk(&status, &stats);
+    for (int i = 1; i < n; ++i) stats[i].loss = stats[0].loss;
+  } else {
+    std::vector<std::thread> threads;
+    for (int i = 1; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        status[i] = RunReplica(i, i < int(batches.size()) ? &batches[i] : nullptr, &stats[i]);
+      });
+    }
+    status[0] = RunReplica(0, &batches[0], &stats[0]);
+    for (std::thread& t : threads) t.join();
   }
-  status[0] = RunReplica(0, &batches[0], &stats[0]);
-  for (std::thread& t : threads) t.join();
+  // The chunk's size follows the step's time.
+  const double took = Seconds(Clock::now() - start);
+  step_seconds_ = step_seconds_ > 0 ? 0.8 * step_seconds_ + 0.2 * took : took;
   step_trace_ = nullptr;
   if (race_ != nullptr) {
     StatusOr<std::vector<int64_t>> dropped = race_->Dropped();

@@ -1,6 +1,9 @@
 #include "scheduler/local_worker.h"
 
 #include <algorithm>
+#include <thread>
+
+#include "scheduler/wait.h"
 
 namespace flowstate {
 
@@ -52,6 +55,26 @@ void LocalWorker::DeregisterGraph(RegisteredGraph* graph) {
 
 void LocalWorker::RunGraph(RegisteredGraph* graph, const RunGraphArgs& args,
                            StatusCallback done) {
+  if (args.iterations > 1) {
+    if (static_cast<const Graph*>(graph)->exchanges_tensors) {
+      done(InvalidArgument("iterations " + std::to_string(args.iterations) +
+                           ": a partition that exchanges tensors with others runs once a step"));
+      return;
+    }
+    // The runs one after another on a thread of their own (the pool's
+    // threads run their nodes); each is a step of this worker, so that
+    // AbortStep ends the current one and refuses the rest.
+    std::thread([this, graph, args, done = std::move(done)] {
+      RunGraphArgs once = args;
+      once.iterations = 1;
+      Status s;
+      for (int k = 0; k < args.iterations && s.ok(); ++k) {
+        s = RunAndWait([&](StatusCallback d) { RunGraph(graph, once, std::move(d)); });
+      }
+      done(s);
+    }).detach();
+    return;
+  }
   const Graph* g = static_cast<const Graph*>(graph);
   const int64_t step_id = args.step_id;
   auto cancel = std::make_shared<CancellationManager>();
@@ -107,7 +130,9 @@ Status LocalWorker::RunGraphSync(RegisteredGraph* graph, const RunGraphArgs& arg
   a.trace = args.trace;
   a.cancellation = &cancel;
   a.pool = options_.inter_op_pool;
-  return g->executor->Run(a);
+  Status s;
+  for (int k = 0; k < std::max(1, args.iterations) && s.ok(); ++k) s = g->executor->Run(a);
+  return s;
 }
 
 void LocalWorker::AbortStep(int64_t step_id, const Status& status) {

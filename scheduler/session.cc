@@ -305,12 +305,20 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     args.push_back(t);
   }
 
+  if (options.iterations < 1 || (options.iterations > 1 && exe->parts.size() != 1)) {
+    return InvalidArgument("iterations " + std::to_string(options.iterations) +
+                           (options.iterations < 1 ? ": must be >= 1"
+                                                   : ": a step runs repeatedly only when all its nodes "
+                                                     "are on one device (this one uses " +
+                                                         std::to_string(exe->parts.size()) + ")"));
+  }
   const int64_t step = step_ids_->Next();
   CallFrame frame(std::move(args), exe->num_fetches);
   RunGraphArgs a;
   a.step_id = step;
   a.call_frame = &frame;
   a.trace = options.trace;
+  a.iterations = options.iterations;
   Status status;
   if (exe->parts.size() == 1) {
     const Executable::Part& part = exe->parts[0];

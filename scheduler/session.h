@@ -82,6 +82,13 @@ struct RunOptions {
   // (scheduler/step_trace.h); not owned, must outlive the Run. Null: not
   // traced (the default; costs one branch per op).
   StepTraceCollector* trace = nullptr;
+  // Runs the step this many times back to back, as one call to the worker
+  // that runs it (TensorFlow's iterations_per_loop): the same feeds each
+  // time, the fetches of the last. A data-parallel replica on another task
+  // runs its own steps so (jobs/training_job.h). The first error ends the
+  // runs. INVALID_ARGUMENT when < 1, or > 1 for a step whose nodes are not
+  // all on one device.
+  int iterations = 1;
 };
 
 struct RunStats {

@@ -68,6 +68,11 @@ struct RunGraphArgs {
   // The step's trace (scheduler/step_trace.h), or null. LocalWorker's
   // executors record into it; workers of other tasks do not trace yet.
   StepTraceCollector* trace = nullptr;
+  // Runs the partition this many times one after another with the same
+  // step id and call frame (RunOptions::iterations): the results are the
+  // last run's; the first error ends the runs. REQUIRES: >= 1; > 1 only for
+  // a partition that exchanges no tensors with others.
+  int iterations = 1;
 };
 
 class Worker {

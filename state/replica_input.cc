@@ -28,6 +28,8 @@ class ReplicaInputState final : public ResourceBase {
   const Dataset dataset;
   std::mutex mu;
   std::unique_ptr<InputPipeline> pipeline;  // GUARDED_BY(mu)
+  // The step id of the run that last asked (-1: none yet).
+  int64_t last_step_id = -1;  // GUARDED_BY(mu)
 };
 
 class ReplicaInputOp final : public OpKernel {
@@ -82,7 +84,12 @@ class ReplicaInputOp final : public OpKernel {
     FS_OP_REQUIRES_OK(ctx, state.status());
     ReplicaInputState& s = **state;
     std::lock_guard<std::mutex> l(s.mu);
-    if (s.pipeline == nullptr || !(s.pipeline->position() == at)) {
+    // A later iteration of the same run (RunOptions::iterations: the same
+    // step id) goes on where the last one left off; a new run starts at its
+    // position.
+    const bool same_run = s.pipeline != nullptr && s.last_step_id == ctx->step_id();
+    s.last_step_id = ctx->step_id();
+    if (!same_run && !(s.pipeline != nullptr && s.pipeline->position() == at)) {
       s.pipeline.reset();
       StatusOr<std::unique_ptr<InputPipeline>> p = InputPipeline::Create(s.dataset, options_, at);
       FS_OP_REQUIRES_OK(ctx, p.status());

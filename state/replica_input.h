@@ -15,8 +15,11 @@
 // loaded on first use and checked against the master's copy (each
 // component's dtype and per-example shape, and the number of examples: a
 // different copy would silently train on other rows), and an InputPipeline
-// positioned after the last step it served. A step at another position (the
-// first one, or after a restore) starts a pipeline there; the order is a
+// positioned after the last step it served. A run at another position (the
+// first one, or after a restore) starts a pipeline there, and the later
+// iterations of one run (Session RunOptions::iterations: the same step id,
+// fed the same position) go on where the last one left off, so that a
+// replica's task runs many steps from one message; the order is a
 // function of (seed, epoch) alone, so replica r of N gets exactly the rows
 // the master would have sent it (NextStepBatches and ReplicaShare of
 // state/input_pipeline.h, the functions the master uses for its own).

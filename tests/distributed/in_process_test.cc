@@ -94,6 +94,39 @@ TEST(DistributedInProcess, ArithmeticChainAcrossTasks) {
   EXPECT_EQ(cluster.task(1).service->num_sessions(), 0);  // closed with the session
 }
 
+// A step whose nodes are all on task 1 runs `iterations` times as one call
+// to that task (what a data-parallel replica there does with a chunk of
+// steps); the first error ends the runs there: with w going 1, 2, 3, 4 and
+// a check that fails once w > 3.5, ten iterations stop at the fourth.
+TEST(DistributedInProcess, IterationsRunOnTheTaskAndStopAtTheFirstError) {
+  LocalCluster cluster(2);
+  Scope root;
+  Scope t1 = root.WithDevice(kT1);
+  Output w = ops::Variable(t1.WithOpName("w"), TensorShape({}), DataType::kFloat32);
+  ops::Assign(t1.WithOpName("init"), w, ops::Const(t1, 0.0f));
+  Output inc = ops::AssignAdd(t1.WithOpName("inc"), w, ops::Const(t1, 1.0f));
+  Output log = ops::Log(t1.WithOpName("log"), ops::Sub(t1, ops::Const(t1, 3.5f), inc));
+  t1.AddNode("check", "CheckNumerics", {log.name()}, {{"message", AttrValue(std::string("w > 3.5"))}});
+  auto s = cluster.NewSession(root.graph_def());
+  ASSERT_NE(s, nullptr);
+  std::vector<Tensor> out;
+  ASSERT_TRUE(RunWithin(s.get(), 30, {}, {}, {"init"}, &out).ok());
+  RunOptions o;
+  o.iterations = 50;
+  Status st = s->Run({}, {}, {"inc"}, &out, nullptr, o);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(RunWithin(s.get(), 30, {}, {"w"}, {}, &out).ok());
+  EXPECT_EQ(out[0].scalar<float>(), 50.0f);
+  ASSERT_TRUE(RunWithin(s.get(), 30, {}, {}, {"init"}, &out).ok());
+  o.iterations = 10;
+  st = s->Run({}, {}, {"check"}, &out, nullptr, o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("w > 3.5"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("/job:worker/task:1"), std::string::npos) << st.ToString();
+  ASSERT_TRUE(RunWithin(s.get(), 30, {}, {"w"}, {}, &out).ok());
+  EXPECT_EQ(out[0].scalar<float>(), 4.0f);
+}
+
 // A kernel's random stream restored into a session whose kernel runs on
 // another task (a checkpoint's states, as a replica there resumes): the
 // remote RandomUniform goes on where the local one left off, and only

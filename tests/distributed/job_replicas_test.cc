@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <thread>
@@ -354,6 +355,58 @@ TEST_F(ReplicasAcrossTasks, ReplicasArePlacedOnePerTaskWithoutDevices) {
   EXPECT_NE(too_many.status().message().find("need 4 tasks; the cluster has 3"), std::string::npos)
       << too_many.status().ToString();
   EXPECT_NE(too_many.status().message().find(t2), std::string::npos) << too_many.status().ToString();
+  jobs.Shutdown();
+}
+
+// The replicas on the tasks run chunks of steps on their own (about 0.2 s
+// each, up to an epoch's end or a replica check): a pause or cancel asked
+// mid-chunk lands at the chunk's end within a second, never by a collective
+// timeout; a resumed job trains to the end with its replicas agreeing.
+TEST_F(ReplicasAcrossTasks, PauseAndCancelLandAtTheEndOfAChunk) {
+  // 2400 rows in batches of 8 over 3 replicas: 100 steps an epoch.
+  server_test::WritePointsCsv(dir_ / "points.csv", 2400, 7,
+                              [](double a, double b) { return 2 * a - 3 * b + 0.5; });
+  LocalCluster cluster(3, 1, 60, dir_.string());
+  JobManager jobs(ManagerOn(cluster));
+  auto job = [&] {
+    std::string j = Job(3, "");
+    const std::string every = "\"check_replicas_every\": 5";
+    j.replace(j.find(every), every.size(), "\"check_replicas_every\": 50");
+    return j;
+  };
+  auto wait = [&](const std::string& id, double seconds, const std::function<bool(const JobInfo&)>& pred,
+                  const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      JobInfo now = jobs.Get(id).value();
+      if (pred(now)) return now;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << what << " not within " << seconds << " s (" << JobStateName(now.state) << " at step "
+                      << now.step << ": " << now.error << ")";
+        return now;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  StatusOr<JobInfo> a = jobs.Submit(job());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  wait(a->id, 60, [](const JobInfo& j) { return j.step >= 20; }, "step 20");
+  ASSERT_TRUE(jobs.Pause(a->id).ok());
+  const auto asked = std::chrono::steady_clock::now();
+  JobInfo paused = wait(a->id, 10, [](const JobInfo& j) { return j.state == JobState::kPaused; }, "PAUSED");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count(), 2.0);
+  EXPECT_LT(paused.step, paused.total_steps);
+  ASSERT_TRUE(jobs.Resume(a->id).ok());
+  JobInfo done = wait(a->id, 120, [](const JobInfo& j) { return IsTerminal(j.state); }, "the end");
+  EXPECT_EQ(done.state, JobState::kSucceeded) << done.error;
+  EXPECT_EQ(done.step, done.total_steps);
+
+  StatusOr<JobInfo> b = jobs.Submit(job());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  wait(b->id, 60, [](const JobInfo& j) { return j.step >= 20; }, "step 20");
+  ASSERT_TRUE(jobs.Cancel(b->id).ok());
+  JobInfo cancelled = wait(b->id, 10, [](const JobInfo& j) { return IsTerminal(j.state); }, "CANCELLED");
+  EXPECT_EQ(cancelled.state, JobState::kCancelled) << cancelled.error;
   jobs.Shutdown();
 }
 

@@ -160,6 +160,37 @@ TEST(Session, VariablesPersistAcrossSteps) {
   EXPECT_TRUE(TensorsEqual(snapshot, Tensor::FromVector<float>({31, 62})));
 }
 
+// RunOptions::iterations: the step runs that many times as one call (the
+// fetches are the last run's); a step over two devices cannot, nor can
+// fewer than one.
+TEST(Session, IterationsRunTheStepRepeatedly) {
+  Scope root;
+  Output w = ops::Variable(root.WithOpName("w").WithDevice("CPU:0"), TensorShape({}), DataType::kFloat32);
+  ops::Assign(root.WithOpName("init").WithDevice("CPU:0"), w, ops::Const(root.WithDevice("CPU:0"), 0.0f));
+  ops::AssignAdd(root.WithOpName("inc").WithDevice("CPU:0"), w, ops::Const(root.WithDevice("CPU:0"), 1.0f));
+  ops::Identity(root.WithOpName("far").WithDevice("CPU:1"),
+                ops::AssignAdd(root.WithOpName("inc2").WithDevice("CPU:0"), w,
+                               ops::Const(root.WithDevice("CPU:0"), 1.0f)));
+  auto s = NewSession(root);
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s->Run({}, {}, {"init"}, &out).ok());
+  RunOptions five;
+  five.iterations = 5;
+  Status st = s->Run({}, {"inc"}, {}, &out, nullptr, five);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(out[0].scalar<float>(), 5.0f);  // the last run's value
+  ASSERT_TRUE(s->Run({}, {"w"}, {}, &out).ok());
+  EXPECT_EQ(out[0].scalar<float>(), 5.0f);
+  st = s->Run({}, {"far"}, {}, &out, nullptr, five);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("one device"), std::string::npos) << st.ToString();
+  RunOptions none;
+  none.iterations = 0;
+  EXPECT_EQ(s->Run({}, {"inc"}, {}, &out, nullptr, none).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(s->Run({}, {"w"}, {}, &out).ok());
+  EXPECT_EQ(out[0].scalar<float>(), 5.0f);  // neither refused call ran
+}
+
 TEST(Session, ControlDependenciesOrderSideEffects) {
   Scope root;
   Output w = ops::Variable(root.WithOpName("w"), TensorShape({}), DataType::kFloat32);
