@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The data-parallel step of the Fashion-MNIST MLP across processes (issue 14).
+"""The data-parallel step of the Fashion-MNIST MLP or CNN across processes (issues 14, 25).
 
 Starts the real binaries on loopback and measures, interleaved in the same run:
 
@@ -8,6 +8,10 @@ Starts the real binaries on loopback and measures, interleaved in the same run:
      core with taskset when there are two), batch B per replica;
   B. the reference: one replica in one process with two threads, batch 2B
      (the same global batch).
+
+  C. when /usr/bin/python3 has PyTorch: the same model in PyTorch, two
+     processes of one thread with DistributedDataParallel over Gloo, pinned
+     as A, batch B each (bench/torch_reference.py --ddp-world 2).
 
 For each: the job's step time (flowstate_job_step_duration_seconds, steps
 after the warm-up only), and for A replica 0's all-reduce wait
@@ -19,7 +23,8 @@ printed with it).
 
 Prints one JSON line per figure ({"name", "value", "unit"}).
 
-    bench/replicas_bench.py --flowstate build/flowstate [--reps 3] [--steps 200] [--batch 64] [--no-pin]
+    bench/replicas_bench.py --flowstate build/flowstate [--model mlp|cnn] [--reps 3]
+        [--steps 200] [--batch 64] [--no-pin] [--no-torch]
 """
 
 import argparse
@@ -82,9 +87,16 @@ def metric(text, name, labels):
     return 0.0
 
 
-def mlp_job(batch, steps, replicas, bucket_bytes=None):
-    """The MLP example; its replicas placed by the server (one per task)."""
-    with open(os.path.join(SOURCE, "examples/jobs/fashion_mlp.json")) as f:
+# Float32 gradient bytes of the examples' variables.
+GRADIENT_BYTES = {
+    "mlp": 4 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10),
+    "cnn": 4 * (5 * 5 * 32 + 32 + 5 * 5 * 32 * 64 + 64 + 3136 * 1024 + 1024 + 1024 * 10 + 10),
+}
+
+
+def example_job(model, batch, steps, replicas, bucket_bytes=None):
+    """An example job; its replicas placed by the server (one per task)."""
+    with open(os.path.join(SOURCE, "examples/jobs/fashion_%s.json" % model)) as f:
         job = json.load(f)
     job.pop("eval", None)
     job.pop("checkpoint", None)
@@ -148,18 +160,22 @@ def run_job(api, job, replicas, seconds=600):
     lab = {"job_id": jid}
     first = None
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        info = request(api + "/v1/jobs/" + jid)[1]
+    def snapshot():
         m = request(api + "/metrics")[1]
-        snap = {
+        return {
             "step_sum": metric(m, "flowstate_job_step_duration_seconds_sum", lab),
             "step_n": metric(m, "flowstate_job_step_duration_seconds_count", lab),
             "rstep_sum": metric(m, "flowstate_replica_step_seconds_sum", dict(lab, replica="0")),
             "rstep_n": metric(m, "flowstate_replica_step_seconds_count", dict(lab, replica="0")),
             "wait_sum": metric(m, "flowstate_replica_allreduce_wait_seconds_sum", dict(lab, replica="0")),
         }
-        if first is None and info["step"] >= WARMUP:
-            first = snap
+
+    # The job's state is polled (a small response); the metrics are read
+    # only twice, so that the harness takes little of the master's core.
+    while time.monotonic() < deadline:
+        info = request(api + "/v1/jobs/" + jid)[1]
+        if first is None and info["step"] >= WARMUP and info["state"] == "RUNNING":
+            first = snapshot()
         if info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             if info["state"] != "SUCCEEDED":
                 sys.exit("job %s: %s %s" % (jid, info["state"], info.get("error")))
@@ -169,12 +185,43 @@ def run_job(api, job, replicas, seconds=600):
         sys.exit("job %s did not finish within %d s" % (jid, seconds))
     if first is None:
         sys.exit("job %s ended before its warm-up" % jid)
+    snap = snapshot()
     d = {k: snap[k] - first[k] for k in snap}
     out = {"step": d["step_sum"] / max(d["step_n"], 1)}
     if replicas > 1:
         out["replica_step"] = d["rstep_sum"] / max(d["rstep_n"], 1)
         out["wait"] = d["wait_sum"] / max(d["rstep_n"], 1)
     return out
+
+
+def torch_ddp(model, batch, steps, pin):
+    """Examples/s of PyTorch DDP with 2 pinned processes of one thread."""
+    port = free_ports(1)[0]
+    procs = []
+    for rank in (0, 1):
+        args = ["/usr/bin/python3", os.path.join(SOURCE, "bench/torch_reference.py"), "--model", model,
+                "--threads", "1", "--steps", str(steps), "--batch-size", str(batch),
+                "--warmup", str(WARMUP), "--ddp-world", "2", "--ddp-rank", str(rank),
+                "--ddp-init", "tcp://127.0.0.1:%d" % port]
+        if pin and shutil.which("taskset"):
+            args = ["taskset", "-c", str(rank)] + args
+        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    try:
+        out, err = procs[0].communicate(timeout=900)
+        procs[1].wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if procs[0].returncode != 0:
+        sys.exit("torch DDP failed: %s" % err.decode()[-2000:])
+    return json.loads(out.decode().strip().splitlines()[-1])["examples_per_sec"]
+
+
+def has_torch():
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
 
 def model(compute_s, grad_bytes, link_gbps, alpha_s, n, overlap=False, bucket=25 * 2**20):
@@ -198,6 +245,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP run")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the two tasks to one core each")
     ap.add_argument("--bucket-bytes", type=int, default=0,
                     help="the 2-process job's bucket_bytes (default: the job's default)")
@@ -223,10 +272,14 @@ def main():
             across, single = "http://127.0.0.1:%d" % http, "http://127.0.0.1:%d" % http1
             wait_up(across, 2)
             wait_up(single, 0)
-            runs_a, runs_b = [], []
+            torch = not a.no_torch and has_torch()
+            runs_a, runs_b, runs_c = [], [], []
             for _ in range(a.reps):
-                runs_a.append(run_job(across, mlp_job(a.batch, a.steps, 2, a.bucket_bytes), 2))
-                runs_b.append(run_job(single, mlp_job(2 * a.batch, a.steps, 1), 1))
+                runs_a.append(run_job(across, example_job(a.model, a.batch, a.steps, 2,
+                                                          a.bucket_bytes), 2))
+                runs_b.append(run_job(single, example_job(a.model, 2 * a.batch, a.steps, 1), 1))
+                if torch:
+                    runs_c.append(torch_ddp(a.model, a.batch, a.steps, ncpu >= 2))
         finally:
             srv.stop()
     med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
@@ -238,18 +291,25 @@ def main():
     figure("n2_global_examples_per_second", 2 * a.batch / step_a, "examples/s")
     figure("one_process_examples_per_second", 2 * a.batch / step_b, "examples/s")
     figure("n2_allreduce_wait_share", wait / rstep if rstep else 0, "fraction")
+    if runs_c:
+        ddp = statistics.median(runs_c)
+        figure("torch_ddp_n2_global_examples_per_second", ddp, "examples/s")
+        figure("n2_vs_torch_ddp_speed", 2 * a.batch / step_a / ddp, "x")
+    else:
+        print(json.dumps({"torch_ddp": "skipped: no PyTorch for /usr/bin/python3 (scripts/install-deps --bench)"
+                          if not a.no_torch else "skipped: --no-torch"}))
     # The scaling model.
-    grad_bytes = 4 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10)
+    grad_bytes = GRADIENT_BYTES[a.model]
     compute = max(rstep - wait, 1e-6)
-    print(json.dumps({"model": "ring all-reduce, no overlap, 25 Gb/s at 90%, 10 us per message",
-                      "mlp_gradient_bytes": grad_bytes, "compute_per_step_s": round(compute, 6)}))
-    # Its buckets: the first at most 1 MiB (dense2's and the logits'
-    # gradients, produced first), the rest in the last one.
+    print(json.dumps({"model": "ring all-reduce, 25 Gb/s at 90%, 10 us per message",
+                      "gradient_bytes": grad_bytes, "compute_per_step_s": round(compute, 6)}))
+    # Its buckets: the first at most 1 MiB (the gradients produced first),
+    # the rest in the last one.
     for n in (2, 4, 8, 16, 32, 64):
         for overlap in (False, True):
             t_ar, eff = model(compute, grad_bytes, 25, 10e-6, n, overlap, grad_bytes - 2**20)
-            figure("model_mlp_b%d_%s_efficiency_n%d" % (a.batch, "overlap" if overlap else "serial",
-                                                         n), eff, "fraction")
+            figure("model_%s_b%d_%s_efficiency_n%d" % (a.model, a.batch, "overlap" if overlap
+                                                        else "serial", n), eff, "fraction")
     # A ResNet-101-sized model (44.5 M parameters, 178 MB of float32
     # gradients) at 0.3 s of compute per step, for comparison with Horovod.
     for n in (8, 64):

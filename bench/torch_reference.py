@@ -6,6 +6,12 @@ preprocessing) trained on the same Fashion-MNIST files.
 Prints one JSON object: {"examples_per_sec", "steps", "threads", "final_loss",
 "accuracy" (when --eval), "peak_rss_bytes"}. Run by bench/train_bench.py in its
 own process, so its peak memory is its own.
+
+With --ddp-world N (and --ddp-rank, --ddp-init tcp://host:port) it is one of N
+processes training with DistributedDataParallel over Gloo (its default 25 MiB
+buckets, reduced during the backward pass), each on its own --batch-size
+share of a global batch; rank 0 prints the JSON, examples_per_sec counting
+the global batch. Run so by bench/replicas_bench.py.
 """
 import argparse
 import gzip
@@ -20,6 +26,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 def read_idx(path):
@@ -87,14 +95,24 @@ def main():
     p.add_argument("--eval", action="store_true")
     p.add_argument("--cosine-decay-steps", type=int, default=0,
                    help="the jobs' cosine learning-rate decay (0: constant)")
+    p.add_argument("--ddp-world", type=int, default=0,
+                   help="train as one of N DistributedDataParallel processes (Gloo)")
+    p.add_argument("--ddp-rank", type=int, default=0)
+    p.add_argument("--ddp-init", default="", help="tcp://host:port of rank 0's rendezvous")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
+    world = max(a.ddp_world, 1)
+    if a.ddp_world:
+        dist.init_process_group("gloo", init_method=a.ddp_init, rank=a.ddp_rank,
+                                world_size=a.ddp_world)
     x = read_idx(a.data + "/train-images-idx3-ubyte.gz")
     y = read_idx(a.data + "/train-labels-idx1-ubyte.gz")
     model = Mlp() if a.model == "mlp" else Cnn()
     if a.channels_last and a.model == "cnn":
         model = model.to(memory_format=torch.channels_last)
+    if a.ddp_world:
+        model = DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-8)
     sched = None
     if a.cosine_decay_steps > 0:
@@ -103,10 +121,13 @@ def main():
             opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, d) / d)))
     rng = np.random.default_rng(1)
     order = rng.permutation(len(x))
-    n = len(x) // a.batch_size
+    # Rank r of N takes the r-th share of each global batch of N x batch_size.
+    glob = a.batch_size * world
+    n = len(x) // glob
 
     def batch(i):
-        idx = order[(i % n) * a.batch_size:((i % n) + 1) * a.batch_size]
+        first = (i % n) * glob + a.ddp_rank * a.batch_size
+        idx = order[first:first + a.batch_size]
         xb = torch.from_numpy(preprocess(x[idx]))
         yb = torch.from_numpy(y[idx].astype(np.int64))
         return xb, yb
@@ -126,12 +147,19 @@ def main():
     # pipeline prepares them on a background thread.
     batches = [batch(a.warmup + i) for i in range(min(a.steps, 64))]
     losses = []
+    if a.ddp_world:
+        dist.barrier()
     t0 = time.perf_counter()
     for i in range(a.steps):
         losses.append(step(*batches[i % len(batches)]))
     secs = time.perf_counter() - t0
-    out = {"examples_per_sec": a.steps * a.batch_size / secs, "steps": a.steps,
+    out = {"examples_per_sec": a.steps * glob / secs, "steps": a.steps,
            "threads": a.threads, "final_loss": float(np.mean(losses[-50:]))}
+    if a.ddp_world:
+        out["world"] = world
+        dist.destroy_process_group()
+        if a.ddp_rank != 0:
+            return 0
     if a.eval:
         xt = read_idx(a.data + "/t10k-images-idx3-ubyte.gz")
         yt = read_idx(a.data + "/t10k-labels-idx1-ubyte.gz")

@@ -70,7 +70,7 @@ class Cluster::Impl {
   std::unique_ptr<RendezvousMgr> rendezvous;
 
   mutable std::mutex mu;
-  std::vector<Task> tasks;                // GUARDED_BY(mu) (stubs are immutable)
+  std::vector<Task> tasks;                // GUARDED_BY(mu) (channels are immutable)
   std::map<std::string, size_t> by_name;  // immutable after Create
   std::atomic<uint64_t> generation{1};
   std::atomic<bool> stale{true};
@@ -81,7 +81,7 @@ class Cluster::Impl {
   bool stop = false;  // GUARDED_BY(stop_mu)
   std::thread heartbeat;
 
-  TaskStubs StubsFor(const std::string& task) const {
+  TaskConnection ConnectionTo(const std::string& task) const {
     auto it = by_name.find(task);
     if (it == by_name.end()) return {};
     return {tasks[it->second].channel, tasks[it->second].tracker};
@@ -254,7 +254,7 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   ThreadPool* delivery = impl->delivery.get();
   impl->rendezvous = std::make_unique<RendezvousMgr>([raw, self, timeout, pool, delivery](int64_t step_id) {
     return NewDistributedRendezvous(
-        step_id, self, [raw](const std::string& task) { return raw->StubsFor(task); },
+        step_id, self, [raw](const std::string& task) { return raw->ConnectionTo(task); },
         // A received tensor is allocated from its device's (host-memory)
         // allocator: counted against its limit, and its freed blocks reused.
         [pool](std::string_view device) -> Allocator* {
@@ -351,12 +351,12 @@ uint64_t Cluster::generation() const { return impl_->generation.load(); }
 
 StatusOr<std::unique_ptr<Worker>> Cluster::NewWorker(const std::string& task,
                                                      const std::string& session_handle) {
-  TaskStubs stubs = impl_->StubsFor(task);
-  if (stubs.channel == nullptr) return InvalidArgument("task " + task + " is not a remote task of the cluster");
+  TaskConnection conn = impl_->ConnectionTo(task);
+  if (conn.channel == nullptr) return InvalidArgument("task " + task + " is not a remote task of the cluster");
   RemoteWorkerOptions o;
   o.task = task;
-  o.channel = std::move(stubs.channel);
-  o.tracker = std::move(stubs.tracker);
+  o.channel = std::move(conn.channel);
+  o.tracker = std::move(conn.tracker);
   o.session_handle = session_handle;
   o.master_task = impl_->self_name;
   o.master_incarnation = impl_->incarnation;

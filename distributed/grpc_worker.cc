@@ -282,14 +282,14 @@ class GrpcRemoteWorker final : public Worker {
 
 class DistributedRendezvous final : public Rendezvous {
  public:
-  DistributedRendezvous(int64_t step_id, std::string self_task, StubFor stub_for,
+  DistributedRendezvous(int64_t step_id, std::string self_task, ConnectionFor connection_for,
                         AllocatorFor allocator_for, ThreadPool* delivery, double timeout_s)
       : core_(std::make_shared<Core>()) {
     core_->delivery = delivery;
     core_->allocator_for = std::move(allocator_for);
     core_->step_id = step_id;
     core_->self_task = std::move(self_task);
-    core_->stub_for = std::move(stub_for);
+    core_->connection_for = std::move(connection_for);
     core_->timeout_s = timeout_s;
   }
   ~DistributedRendezvous() override { StartAbort(Cancelled("the step ended")); }
@@ -304,8 +304,8 @@ class DistributedRendezvous final : public Rendezvous {
       core_->local.RecvAsync(key, std::move(done));
       return;
     }
-    TaskStubs stubs = core_->stub_for(src_task);
-    if (stubs.channel == nullptr) {
+    TaskConnection conn = core_->connection_for(src_task);
+    if (conn.channel == nullptr) {
       done(Internal("tensor '" + key + "' comes from " + src_task + ", which is not in the cluster"),
            Tensor());
       return;
@@ -318,7 +318,7 @@ class DistributedRendezvous final : public Rendezvous {
     auto pull = std::make_shared<Pull>(core_, src_task, key, allocator, std::move(done));
     pull->ctx.set_deadline(DeadlineIn(core_->timeout_s));
     pull->ctx.set_wait_for_ready(true);
-    pull->tracker = stubs.tracker;
+    pull->tracker = conn.tracker;
     {
       wpb::RecvTensorRequest req;
       req.set_step_id(core_->step_id);
@@ -339,7 +339,7 @@ class DistributedRendezvous final : public Rendezvous {
       pull->done(aborted, Tensor());
       return;
     }
-    pull->Start(pull, stubs.channel);
+    pull->Start(pull, conn.channel);
   }
 
   void StartAbort(const Status& status) override {
@@ -438,7 +438,7 @@ class DistributedRendezvous final : public Rendezvous {
   struct Core {
     int64_t step_id = 0;
     std::string self_task;
-    StubFor stub_for;
+    ConnectionFor connection_for;
     AllocatorFor allocator_for;
     ThreadPool* delivery = nullptr;
     double timeout_s = 0;
@@ -457,10 +457,10 @@ std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options) {
 }
 
 std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
-                                                     StubFor stub_for, AllocatorFor allocator_for,
+                                                     ConnectionFor connection_for, AllocatorFor allocator_for,
                                                      ThreadPool* delivery, double timeout_s) {
   return std::make_shared<DistributedRendezvous>(step_id, std::move(self_task),
-                                                 std::move(stub_for), std::move(allocator_for),
+                                                 std::move(connection_for), std::move(allocator_for),
                                                  delivery, timeout_s);
 }
 

@@ -78,11 +78,11 @@ Status TrackedCallFailed(CallTracker* tracker, uint64_t token, const std::string
 // need on it: the Worker service's, or a generic one for the RecvTensor
 // calls whose messages are encoded by hand, tensor_wire_internal.h) and the
 // tracker of the calls that wait for it.
-struct TaskStubs {
+struct TaskConnection {
   std::shared_ptr<::grpc::Channel> channel;
   std::shared_ptr<CallTracker> tracker;
 };
-using StubFor = std::function<TaskStubs(const std::string& task)>;
+using ConnectionFor = std::function<TaskConnection(const std::string& task)>;
 
 struct RemoteWorkerOptions {
   std::string task;  // "/job:worker/task:2"
@@ -98,7 +98,7 @@ struct RemoteWorkerOptions {
 
 std::unique_ptr<Worker> NewGrpcRemoteWorker(RemoteWorkerOptions options);
 
-// `self_task`: this task's name; `stub_for` gives the stub of another task
+// `self_task`: this task's name; `connection_for` gives the connection to another task
 // (null: not in the cluster).
 // The allocator a tensor received for a device lands in (null: the host's).
 using AllocatorFor = std::function<Allocator*(std::string_view device)>;
@@ -107,7 +107,7 @@ using AllocatorFor = std::function<Allocator*(std::string_view device)>;
 // executor may run the kernels the tensor makes ready on that thread, and
 // gRPC's threads must stay free to answer heartbeats.
 std::shared_ptr<Rendezvous> NewDistributedRendezvous(int64_t step_id, std::string self_task,
-                                                     StubFor stub_for, AllocatorFor allocator_for,
+                                                     ConnectionFor connection_for, AllocatorFor allocator_for,
                                                      ThreadPool* delivery, double timeout_s);
 
 }  // namespace flowstate::distributed_internal

@@ -11,9 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "devices/device_pool.h"
@@ -63,13 +65,16 @@ class LocalCluster {
   LocalTask& task(int i) { return tasks_[i]; }
 
   // The server goes away (calls in flight fail UNAVAILABLE), then its state.
+  // Its port is held from the moment the server lets it go (not after the
+  // task's state is torn down, which takes a heartbeat's join), so that the
+  // window in which another process could be handed it is a millisecond.
   void Stop(int i) {
     LocalTask& t = tasks_[i];
     if (t.service) t.service->Shutdown();
+    if (t.port_hold < 0 && t.port > 0) t.port_hold = HoldPortOnceFree(t.port);
     t.service.reset();
     t.cluster.reset();
     t.pool.reset();
-    if (t.port_hold < 0 && t.port > 0) t.port_hold = HoldPort(t.port);
   }
   // A new process, as far as the others can tell: same port, new incarnation.
   void Restart(int i) {
@@ -109,6 +114,16 @@ class LocalCluster {
       return -1;
     }
     return fd;
+  }
+  // HoldPort, retried every millisecond for up to 2 s while the stopped
+  // server's listener is still closing.
+  static int HoldPortOnceFree(int port) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (;;) {
+      int fd = HoldPort(port);
+      if (fd >= 0 || std::chrono::steady_clock::now() > deadline) return fd;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   void Release(int i) {
     if (tasks_[i].port_hold >= 0) ::close(tasks_[i].port_hold);
