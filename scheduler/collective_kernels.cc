@@ -6,6 +6,7 @@
 
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
+#include "scheduler/reduce_loops.h"
 
 namespace flowstate {
 namespace {
@@ -21,14 +22,9 @@ void ScaleInto(const Tensor& x, double factor, Tensor& out) {
     return;
   }
   if (x.dtype() == DataType::kFloat32) {
-    const float* in = x.data<float>();
-    float* o = out.data<float>();
-    const float f = float(factor);
-    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * f;
+    reduce_loops::Scale(out.data<float>(), x.data<float>(), size_t(n), float(factor));
   } else {
-    const double* in = x.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * factor;
+    reduce_loops::Scale(out.data<double>(), x.data<double>(), size_t(n), factor);
   }
 }
 
@@ -42,12 +38,9 @@ Tensor Scaled(const Tensor& x, double factor) {
 void DivideInPlace(Tensor* x, double by) {
   const int64_t n = x->num_elements();
   if (x->dtype() == DataType::kFloat32) {
-    float* o = x->data<float>();
-    const float f = float(by);
-    for (int64_t i = 0; i < n; ++i) o[i] /= f;
+    reduce_loops::Divide(x->data<float>(), size_t(n), float(by));
   } else {
-    double* o = x->data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] /= by;
+    reduce_loops::Divide(x->data<double>(), size_t(n), by);
   }
 }
 

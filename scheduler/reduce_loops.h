@@ -1,6 +1,8 @@
 // The element loops of the collectives' reductions, shared by
 // InProcessCollective (scheduler/collective.cc) and GlooCollective
-// (distributed/): out = a + b, and x / n for a mean, over plain arrays.
+// (distributed/), and of the _AllReduce kernels' weighting
+// (scheduler/collective_kernels.cc): out = a + b, out = x * f, and x / n for
+// a mean, over plain arrays.
 //
 // Written in blocks of 8 that read before they write, so that GCC
 // vectorizes them at -O2 (the plain loop needs a run-time alias check,
@@ -37,6 +39,18 @@ void Sum(void* out, const void* a, const void* b, size_t n) {
     for (int k = 0; k < 8; ++k) o[i + k] = p[k] + q[k];
   }
   for (; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+// out[i] = x[i] * f for i < n; `out` may be `x`.
+template <typename T>
+void Scale(T* out, const T* x, size_t n, T f) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    T p[8];
+    for (int k = 0; k < 8; ++k) p[k] = x[i + k];
+    for (int k = 0; k < 8; ++k) out[i + k] = p[k] * f;
+  }
+  for (; i < n; ++i) out[i] = x[i] * f;
 }
 
 // x[i] /= by for i < n (integers truncate, as C++ division does).

@@ -2,7 +2,9 @@
 // data. All are cheap, so the executor runs them inline. CheckNumerics also
 // forwards its input, after one read of it.
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "devices/cpu/register_kernels.h"
 
@@ -37,6 +39,25 @@ class IdentityOp final : public OpKernel {
   bool IsExpensive() const override { return false; }
 };
 
+// Whether no element of p[0, n) is NaN or Inf: one branch-free pass (NaN
+// and Inf both fail |x| <= max), in blocks of 8 with a mask per lane so
+// that GCC vectorizes it at -O2 (the plain loop's bool reduction ran
+// scalar).
+template <typename T>
+bool AllFinite(const T* p, int64_t n) {
+  constexpr T kMax = std::numeric_limits<T>::max();
+  using Mask = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  Mask bad[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) bad[k] |= std::abs(p[i + k]) <= kMax ? Mask(0) : Mask(1);
+  }
+  Mask any = 0;
+  for (int k = 0; k < 8; ++k) any |= bad[k];
+  for (; i < n; ++i) any |= std::abs(p[i]) <= kMax ? Mask(0) : Mask(1);
+  return any == 0;
+}
+
 template <typename T>
 class CheckNumericsOp final : public OpKernel {
  public:
@@ -45,11 +66,7 @@ class CheckNumericsOp final : public OpKernel {
     const Tensor& x = ctx->input(0);
     const T* p = x.data<T>();
     const int64_t n = x.num_elements();
-    // One branch-free pass (it vectorizes); NaN and Inf both fail |x| <= max.
-    constexpr T kMax = std::numeric_limits<T>::max();
-    bool bad = false;
-    for (int64_t i = 0; i < n; ++i) bad |= !(std::abs(p[i]) <= kMax);
-    if (bad) {
+    if (!AllFinite(p, n)) {
       bool nan = false, inf = false;
       for (int64_t i = 0; i < n; ++i) {
         nan |= std::isnan(p[i]);
