@@ -53,11 +53,12 @@ def log(msg):
     print("crash_points: " + msg, flush=True)
 
 
-def job_spec(epochs=3):
+def job_spec(epochs=3, policy=True):
     """crash_recovery's regression MLP, small: 16 steps an epoch, a
-    checkpoint every 5 steps (the last step, 48, is not one of them), an
-    evaluation at the end only."""
-    spec = crash_recovery.job(epochs=epochs, checkpoint={"every_steps": 5, "keep": 20}, hidden=32)
+    checkpoint every 5 steps (the last step, 48, is not one of them; none
+    without `policy`), an evaluation at the end only."""
+    checkpoint = {"every_steps": 5, "keep": 20} if policy else {"keep": 20}
+    spec = crash_recovery.job(epochs=epochs, checkpoint=checkpoint, hidden=32)
     spec["name"] = "crash-points"
     return spec
 
@@ -180,18 +181,24 @@ class Single:
     def crash(self, point, ref, ask=None, expect_state="SUCCEEDED", resumed=None):
         """Runs the job on a server that stops at `point` (after asking
         `ask`, "pause" or "cancel", once the job runs: then a job far longer
-        than the test, so that it is still running), kills it there,
+        than the test, so that it is still running, with one checkpoint
+        taken on demand and no policy, so that the request's own checkpoint
+        is never skipped for a policy one at the same step), kills it there,
         restarts, and checks how the job ends; `resumed`: the range the
         step it resumed from must lie in."""
         data_dir = os.path.join(self.tmp, "d%d" % self.n)
         s = self.start(data_dir, stop_at=point)
-        code, j = s.request("POST", "/v1/jobs", job_spec(epochs=100000 if ask else 3))
+        code, j = s.request("POST", "/v1/jobs", job_spec(epochs=100000, policy=False) if ask else job_spec())
         if code != 201:
             fail("submit: %d %s" % (code, j))
         job_id = j["job_id"]
         acked = []
         if ask:
             s.wait(job_id, lambda j: j["state"] == "RUNNING" and j["step"] >= 7, "7 steps")
+            code, body = s.request("POST", "/v1/jobs/%s/checkpoints" % job_id)
+            if code not in (201, 202):
+                fail("%s: POST checkpoints: %d %s" % (point, code, body))
+            s.wait(job_id, lambda j: j["checkpoint"] is not None, "the checkpoint on demand")
 
             def send():
                 try:
