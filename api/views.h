@@ -88,6 +88,10 @@ struct JobRecord {
   JobInfo info;
   double train_seconds = 0;  // time in steps, over every run of the job
   int64_t examples = 0;      // examples trained on, over every run
+  // "pause" or "cancel": asked while a step ran and not applied yet (the
+  // step had not ended); "" for none. A restart applies it.
+  std::string pending_action;
+  // Each with the job's values at the event's own moment.
   std::vector<JobEvent> history;
 };
 

@@ -489,6 +489,7 @@ std::string JobDeletedToJson(const std::string& job_id) {
 
 std::string JobEventDataToJson(const JobEvent& event) {
   Json o = JobJson(event.info);
+  o["time"] = Time(event.time);
   if (!event.message.empty()) o["message"] = event.message;
   return Dump(o);
 }
@@ -498,6 +499,7 @@ StatusOr<JobEvent> JobEventDataFromJson(std::string_view json) {
   FS_RETURN_IF_ERROR(Parse(json, &v));
   JobEvent e;
   FS_ASSIGN_OR_RETURN(e.info, JobFrom(v, ""));
+  FS_RETURN_IF_ERROR(ReadTime(v, "", "time", &e.time));
   FS_RETURN_IF_ERROR(ReadString(v, "", "message", &e.message));
   return e;
 }
@@ -526,14 +528,17 @@ std::string JobRecordToJson(const JobRecord& record) {
   r["resumed_from_step"] = j.resumed_from_step;
   r["skipped_steps"] = j.skipped_steps;
   r["restarts"] = j.restarts;
+  r["pending_action"] = record.pending_action;
   Json h = Json::array();
   for (const JobEvent& e : record.history) {
+    // state, step and epoch also apart, for readers of older versions.
     h.push_back({{"kind", std::string(JobEventKindName(e.kind))},
                  {"time", e.time},
                  {"message", e.message},
                  {"state", std::string(JobStateName(e.info.state))},
                  {"step", e.info.step},
-                 {"epoch", e.info.epoch}});
+                 {"epoch", e.info.epoch},
+                 {"job", JobJson(e.info)}});
   }
   r["history"] = std::move(h);
   return Dump(r);
@@ -578,6 +583,13 @@ StatusOr<JobRecord> JobRecordFromJson(std::string_view json) {
   FS_RETURN_IF_ERROR(ReadInt(r, "", "resumed_from_step", &j.resumed_from_step));
   FS_RETURN_IF_ERROR(ReadInt(r, "", "skipped_steps", &j.skipped_steps));
   FS_RETURN_IF_ERROR(ReadInt(r, "", "restarts", &j.restarts));
+  FS_RETURN_IF_ERROR(ReadString(r, "", "pending_action", &rec.pending_action));
+  // What an entry without its own job view (an older record) shows: the
+  // job's identity and times, none of its later values.
+  JobInfo identity;
+  identity.id = j.id;
+  identity.total_steps = j.total_steps;
+  identity.created = j.created;
   if (const Json* h = Field(r, "history"); h != nullptr && h->is_array()) {
     for (const Json& e : *h) {
       if (!e.is_object()) continue;
@@ -591,7 +603,12 @@ StatusOr<JobRecord> JobRecordFromJson(std::string_view json) {
       StatusOr<JobState> hs = JobStateFromName(hstate);
       if (!k.ok() || !hs.ok()) continue;
       ev.kind = *k;
-      ev.info = j;
+      ev.info = identity;
+      if (const Json* job = Field(e, "job")) {
+        StatusOr<JobInfo> at = JobFrom(*job, "history.job");
+        if (!at.ok()) continue;
+        ev.info = std::move(at).value();
+      }
       ev.info.state = *hs;
       if (!ReadInt(e, "history", "step", &ev.info.step).ok() ||
           !ReadInt(e, "history", "epoch", &ev.info.epoch).ok() ||

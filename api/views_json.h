@@ -38,12 +38,13 @@ namespace flowstate {
 std::string JobInfoToJson(const JobInfo& job);
 StatusOr<JobInfo> JobInfoFromJson(std::string_view json);
 
-// The data line of one event of /v1/jobs/{id}/events: the job, plus
+// The data line of one event of /v1/jobs/{id}/events: the job as it was
+// right after the event, "time" (RFC 3339: when the event happened), plus
 // "message" for events that carry one (checkpoint, resume).
 std::string JobEventDataToJson(const JobEvent& event);
 
-// The other way, for clients: the job of an event's data line and its
-// "message" (kind stays kState: the SSE event name carries the kind).
+// The other way, for clients: the job of an event's data line, its time
+// and "message" (kind stays kState: the SSE event name carries the kind).
 StatusOr<JobEvent> JobEventDataFromJson(std::string_view json);
 
 // The stored record of a job (the job manager's, in the store's kJobs):
@@ -51,13 +52,17 @@ StatusOr<JobEvent> JobEventDataFromJson(std::string_view json);
 //    "train_seconds", "examples", "metrics", "created", "started",
 //    "finished" (seconds since the epoch, 0: not yet), "checkpoint": {"step",
 //    "time", "bytes", "failures", "error"}, "resumed_from_step",
-//    "skipped_steps", "history": [{"kind", "time", "message", "state",
-//    "step", "epoch"}]}
-// Non-finite numbers are stored as 0. The reader takes records of every
+//    "skipped_steps", "pending_action", "history": [{"kind", "time",
+//    "message", "state", "step", "epoch", "job"}]}
+// where each history entry's "job" is the job view of that event's own
+// moment, as its event data line showed it (JobInfoToJson). Non-finite
+// numbers of the record are stored as 0. The reader takes records of every
 // earlier version (a missing field keeps its default); INVALID_ARGUMENT
 // naming the field for one of the wrong type or an unknown state. History
-// entries of an unknown kind or state are skipped; each entry's job is the
-// record's own view with that entry's state, step and epoch.
+// entries of an unknown kind or state are skipped; an entry without "job"
+// (an older record) gets the record's id and times with its own state,
+// step and epoch, and nothing of the values that came later (no loss,
+// metrics or error).
 std::string JobRecordToJson(const JobRecord& record);
 StatusOr<JobRecord> JobRecordFromJson(std::string_view json);
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -264,6 +265,31 @@ int RunServer(int argc, char** argv, Mode mode) {
   so.jobs.retention_seconds = double(cfg.jobs.retention_seconds);
   so.jobs.observer = metrics.job_observer();
   so.jobs.store = store->get();
+#ifdef FLOWSTATE_FAULT_POINTS
+  if (const char* at = std::getenv("FLOWSTATE_TEST_STOP_AT"); at != nullptr && *at != '\0') {
+    // Test hook (crash tests; only in builds with FLOWSTATE_FAULT_POINTS,
+    // never reachable by a request): FLOWSTATE_TEST_STOP_AT=<point>[@<step>]
+    // names a fault point of jobs/fault_points.h (and optionally the step
+    // a job must be at). The first time a job reaches it the server says so
+    // on stderr and stops itself with SIGSTOP, every thread at once, so
+    // that the test SIGKILLs it exactly there.
+    std::string spec = at;
+    std::string point = spec;
+    int64_t step = -1;
+    if (size_t k = spec.rfind('@'); k != std::string::npos) {
+      point = spec.substr(0, k);
+      step = std::atoll(spec.c_str() + k + 1);
+    }
+    auto fired = std::make_shared<std::atomic<bool>>(false);
+    so.jobs.fault_point = [point, step, fired](std::string_view p, int64_t at_step) {
+      if (p != point || (step >= 0 && at_step != step) || fired->exchange(true)) return;
+      std::fprintf(stderr, "flowstate serve: test hook: stopped at %s (step %lld)\n", point.c_str(),
+                   (long long)at_step);
+      std::fflush(stderr);
+      ::raise(SIGSTOP);
+    };
+  }
+#endif
   if (cluster != nullptr) {
     so.task_job = spec->self.job;
     so.task_index = spec->self.index;

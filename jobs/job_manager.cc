@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "scheduler/thread_pool.h"
+#include "jobs/fault_points.h"
 #include "jobs/job_manager_internal.h"
 
 namespace flowstate {
@@ -87,6 +88,10 @@ void JobManager::RememberLocked(Job* job, const JobEvent& e) {
   if (e.kind == JobEvent::Kind::kStep) return;
   job->history.push_back(e);
   while (int(job->history.size()) > std::max(1, options_.max_history_events)) job->history.pop_front();
+}
+
+void JobManager::FaultPointLocked(const Job& job, std::string_view point) const {
+  if (options_.fault_point) options_.fault_point(point, job.info.step);
 }
 
 void JobManager::PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message) {
@@ -295,6 +300,7 @@ Status JobManager::Cancel(const std::string& id) {
   FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kCancel, id));
   if (job->busy || job->mid_chunk) {  // applied when its current step (chunk) ends
     job->requested = JobStateMachine::Merge(job->requested, JobAction::kCancel);
+    PersistLocked(*job, true);  // kept if the server dies before the step ends
     return Status();
   }
   queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
@@ -311,6 +317,7 @@ Status JobManager::Pause(const std::string& id) {
   FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kPause, id));
   if (job->busy || job->mid_chunk) {  // applied when its current step (chunk) ends
     job->requested = JobStateMachine::Merge(job->requested, JobAction::kPause);
+    PersistLocked(*job, true);  // kept if the server dies before the step ends
     return Status();
   }
   queued_.erase(std::remove(queued_.begin(), queued_.end(), id), queued_.end());
@@ -326,6 +333,7 @@ Status JobManager::Resume(const std::string& id) {
   Job* job = it->second.get();
   if (job->requested == JobAction::kPause) {  // paused but its step has not ended yet
     job->requested.reset();
+    PersistLocked(*job, true);
     return Status();
   }
   FS_RETURN_IF_ERROR(JobStateMachine::Check(job->info.state, JobAction::kResume, id));
@@ -442,6 +450,8 @@ void JobManager::WorkerLoop() {
       work_cv_.notify_one();
     } else if (job->info.state == JobState::kRunning) {
       if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {
+        FaultPointLocked(*job, a == JobAction::kCancel ? fault_points::kCancelPending
+                                                       : fault_points::kPausePending);
         if (job->started && job->info.step != job->snapshot_step) {
           SnapshotLocked(job.get(), job, a == JobAction::kCancel ? "cancel" : "pause");
         }
@@ -452,6 +462,13 @@ void JobManager::WorkerLoop() {
       }
     }
   }
+}
+
+void JobManager::SucceedLocked(Job* j, const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& l) {
+  if (j->started && j->snapshot_step != j->info.step) {  // not checkpointed after its last step yet
+    if (uint64_t seq = SnapshotLocked(j, job, "final"); seq != 0) WaitForWriteLocked(l, j, seq);
+  }
+  TransitionLocked(j, JobAction::kSucceed);
 }
 
 // One unit of a job's work, outside the lock; bookkeeping under it.
@@ -476,6 +493,11 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       j->info.step = j->runner->step();
       j->curves.TruncateAfter(j->info.step);  // the steps after it run again
       j->snapshot_step = restored;
+      // What was left after the checkpoint's step: more steps, an
+      // evaluation not recorded yet, or (training complete) only finishing.
+      const StepResult last = j->runner->LastStep();
+      j->loop = TrainingLoop();
+      j->loop.Resume(j->spec.eval, last, j->curves.HasEvalAt(last.step));
       if (restored >= 0) {
         j->info.resumed_from_step = restored;
         PublishLocked(j, JobEvent::Kind::kResume,
@@ -510,15 +532,21 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
       TransitionLocked(j, JobAction::kFail, "evaluation: " + m.status().ToString());
       return;
     }
+    const bool last = j->loop.AfterEvaluate() == TrainingLoop::Next::kFinish;
+    if (last) FaultPointLocked(*j, fault_points::kFinalEvaluation);
     j->info.metrics = *m;
     RecordEvalLocked(j);
     PublishLocked(j, JobEvent::Kind::kEval);
     PersistLocked(*j, true);
-    if (j->loop.AfterEvaluate() == TrainingLoop::Next::kFinish) {
-      uint64_t seq = SnapshotLocked(j, job, "final");
-      if (seq) WaitForWriteLocked(l, j, seq);
-      TransitionLocked(j, JobAction::kSucceed);
+    if (last) {
+      FaultPointLocked(*j, fault_points::kFinalEvaluationRecorded);
+      SucceedLocked(j, job, l);
     }
+    return;
+  }
+  if (j->loop.next() == TrainingLoop::Next::kFinish) {  // resumed with its training complete
+    std::unique_lock<std::mutex> l(mu_);
+    SucceedLocked(j, job, l);
     return;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -575,10 +603,18 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     PublishLocked(j, JobEvent::Kind::kStep, replica_note);
   }
   if (now - j->last_persist >= std::chrono::seconds(1)) PersistLocked(*j, false);
-  if (j->loop.AfterStep(j->spec.eval, *r) == TrainingLoop::Next::kFinish) {
-    uint64_t seq = SnapshotLocked(j, job, "final");
-    if (seq) WaitForWriteLocked(l, j, seq);
-    TransitionLocked(j, JobAction::kSucceed);
+  const TrainingLoop::Next next = j->loop.AfterStep(j->spec.eval, *r);
+  FaultPointLocked(*j, fault_points::kStepDone);
+  if (r->done) {
+    // Training is complete: the last step's checkpoint comes first, so that
+    // neither a long final evaluation nor a crash during it loses training.
+    if (uint64_t seq = SnapshotLocked(j, job, "final"); seq != 0) {
+      WaitForWriteLocked(l, j, seq);
+      if (j->info.checkpoint_step == j->info.step) {
+        FaultPointLocked(*j, fault_points::kFinalCheckpointWritten);
+      }
+    }
+    if (next == TrainingLoop::Next::kFinish) SucceedLocked(j, job, l);
     return;
   }
   if (options_.store == nullptr) return;

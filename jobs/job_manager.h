@@ -32,10 +32,21 @@
 // checkpoint (a "resume" event names the step), QUEUED ones queue again,
 // PAUSED ones stay paused (and resume from their checkpoint), finished ones
 // stay readable and predict with the variables of their final checkpoint.
+// A resumed job goes on with what was left after its checkpoint's step
+// (TrainingLoop::Resume): when its training was complete (the server died
+// after the last step's checkpoint, during the final evaluation, or before
+// SUCCEEDED was stored) it runs no further step: it evaluates when that
+// evaluation is not recorded yet, then succeeds. A pause or cancel asked
+// during a step is stored with the job at once (JobRecord::pending_action)
+// and applied by Recover when the server died before the step ended.
+// Every event of a job is stored with the job's values of its own moment
+// (state, step, loss, rate, metrics, error), so that the replayed history
+// (Watch(id, true)) reads as the live stream did.
 //
 // Checkpoints: by the job's policy (checkpoint.every_steps / every_seconds),
-// on demand (Checkpoint()), when a job is paused or cancelled, when it
-// finishes, and at Shutdown(). A worker takes the snapshot between two
+// on demand (Checkpoint()), when a job is paused or cancelled, after its
+// last step (before the final evaluation, so that a crash during it loses
+// no training), and at Shutdown(). A worker takes the snapshot between two
 // steps (TrainingJob::Snapshot copies no tensor data); one background
 // writer thread writes it (Store::WriteCheckpoint, one synced batch) while
 // training goes on, then keeps the `keep` newest. A policy checkpoint that
@@ -116,6 +127,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -203,6 +215,12 @@ struct JobManagerOptions {
   // Forgets a membership's keys in that store once the job has moved on
   // to a new membership (CollectiveStoreService::DropPrefix); may be empty.
   std::function<void(const std::string& prefix)> drop_collective_prefix;
+  // Test hook (fault injection; empty in production): called with the
+  // name of each fault point a job reaches (jobs/fault_points.h) and the
+  // job's step, under the manager's lock. Crash tests stop the process
+  // there to kill it at that exact point (`flowstate serve` installs one
+  // from FLOWSTATE_TEST_STOP_AT in builds with FLOWSTATE_FAULT_POINTS).
+  std::function<void(std::string_view point, int64_t step)> fault_point;
 };
 
 // A subscription to one job's events. Next() blocks until an event arrives,
@@ -357,6 +375,8 @@ class JobManager {
   Status DeleteLocked(const std::string& id);
   int EnforceRetentionLocked();
   void RememberLocked(Job* job, const JobEvent& e);
+  // Calls options_.fault_point, when set, with `point` and the job's step.
+  void FaultPointLocked(const Job& job, std::string_view point) const;
   bool CheckpointDueLocked(const Job& job) const;
   // Starts a finished, released job's runner without data, with its final
   // checkpoint or the model values it kept (Predict, Checkpoint). Without
@@ -382,6 +402,10 @@ class JobManager {
   // Runs one unit of work (start, a step, an evaluation) of `job`, without
   // the lock; returns false when the job left the running set.
   void RunSlice(const std::shared_ptr<Job>& job);
+  // A job whose training and final evaluation are done: checkpoints its
+  // last step when no checkpoint holds it yet (waiting for the write, `l`
+  // holds mu_), then SUCCEEDED.
+  void SucceedLocked(Job* j, const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& l);
 
   // The options every runner of this manager's jobs gets.
   TrainingJobOptions RunnerOptions() const;

@@ -14,6 +14,7 @@
 
 #include "api/views_json.h"
 #include "checkpoints/npz.h"
+#include "jobs/fault_points.h"
 #include "jobs/job_manager_internal.h"
 #include "jobs/job_state.h"
 
@@ -92,6 +93,9 @@ void JobManager::WriterLoop() {
     writes_.pop_front();
     Job* job = w.job.get();
     const int keep = job->spec.checkpoint.keep;
+    if (options_.fault_point) {
+      FaultPointLocked(*job, std::string(fault_points::kCheckpointWritePrefix) + w.reason);
+    }
     l.unlock();
     int64_t bytes = 0;
     for (const auto& t : w.snapshot.tensors) bytes += int64_t(t.value.TotalBytes());
@@ -151,6 +155,13 @@ Status JobManager::StartRunner(Job* job, bool load_data, int64_t* restored_step)
       StatusOr<checkpoints::Snapshot> s = options_.store->ReadCheckpoint(job->info.id, it->step);
       if (s.ok()) {
         ckpt = std::move(s).value();
+        std::lock_guard<std::mutex> l(mu_);
+        if (it->step > job->info.checkpoint_step) {
+          // Written just before the server died, before its record said so.
+          job->info.checkpoint_step = it->step;
+          job->info.checkpoint_time = double(it->unix_micros) / 1e6;
+          job->info.checkpoint_bytes = it->bytes;
+        }
       } else {
         damaged += (damaged.empty() ? "" : "; ") + s.status().ToString();
       }
@@ -181,6 +192,7 @@ void JobManager::PersistLocked(Job& j, bool sync) {
   record.info = InfoLocked(j);
   record.train_seconds = j.train_seconds;
   record.examples = j.examples;
+  if (j.requested) record.pending_action = std::string(JobActionName(*j.requested));
   record.history.assign(j.history.begin(), j.history.end());
   // Best effort: a record that cannot be written now is written again at
   // the job's next change; the checkpoints are what a restart relies on.
@@ -249,17 +261,34 @@ Status JobManager::Recover() {
       job->info.error = "the job could not be reloaded after a restart: " + problem;
       job->info.finished = Now();
     }
-    // The history, as far as it was stored, each event with the job as
-    // reloaded (name, epochs) in the event's state, step and epoch.
+    // The history, as far as it was stored, each event with the job's
+    // values of its own moment (those of an older record without them: the
+    // job's name and size from its document).
     if (record.ok()) {
       JobInfo base = InfoLocked(*job);
       for (JobEvent& e : record->history) {
-        JobInfo at = base;
-        at.state = e.info.state;
-        at.step = e.info.step;
-        at.epoch = e.info.epoch;
-        e.info = std::move(at);
+        e.info.id = id;
+        if (e.info.name.empty()) e.info.name = base.name;
+        if (e.info.epochs == 0) e.info.epochs = base.epochs;
         job->history.push_back(std::move(e));
+      }
+    }
+    // A pause or cancel asked during a step that the server did not live
+    // to finish: applied now, as at the end of that step.
+    if (record.ok() && problem.empty() && job->info.state == JobState::kRunning) {
+      std::optional<JobAction> pending;
+      if (record->pending_action == JobActionName(JobAction::kPause)) pending = JobAction::kPause;
+      if (record->pending_action == JobActionName(JobAction::kCancel)) pending = JobAction::kCancel;
+      if (std::optional<JobState> to = pending ? JobStateMachine::Next(job->info.state, *pending) : std::nullopt) {
+        job->info.state = *to;
+        if (IsTerminal(*to)) job->info.finished = Now();
+        JobEvent e;
+        e.kind = JobEvent::Kind::kState;
+        e.info = InfoLocked(*job);
+        e.time = Now();
+        e.message = std::string(*pending == JobAction::kCancel ? "cancelled" : "paused") +
+                    " as asked before the server stopped (the step it was asked during did not end)";
+        RememberLocked(job.get(), e);
       }
     }
     LoadHistory(job.get());

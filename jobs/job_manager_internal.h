@@ -107,7 +107,9 @@ struct JobManager::Job {
   TrainingLoop loop;           // its next slice: a step, an evaluation, or finish
   // A pause or cancel asked while its step runs (busy) or mid-chunk,
   // applied by the worker when the step (chunk) ends; reset when the job
-  // leaves RUNNING.
+  // leaves RUNNING. Stored in the job's record as soon as it is asked
+  // (JobRecord::pending_action), so that Recover applies it when the
+  // server died before the step ended.
   std::optional<JobAction> requested;
   // The totals the training rate is computed from, over every run.
   double train_seconds = 0;

@@ -62,6 +62,10 @@ void StepHistory::TruncateAfter(int64_t step) {
   if (h_.steps.size() + h_.evals.size() + (latest_.step > 0 ? 1 : 0) != before) ++version_;
 }
 
+bool StepHistory::HasEvalAt(int64_t step) const {
+  return std::any_of(h_.evals.begin(), h_.evals.end(), [&](const JobHistoryEval& e) { return e.step == step; });
+}
+
 JobHistory StepHistory::View(const std::string& job_id) const {
   JobHistory v = h_;
   v.job_id = job_id;

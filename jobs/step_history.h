@@ -40,6 +40,8 @@ class StepHistory {
   // Forgets steps and evaluations after `step` (a job resumed from the
   // checkpoint at `step` runs them again).
   void TruncateAfter(int64_t step);
+  // Whether an evaluation at `step` is recorded.
+  bool HasEvalAt(int64_t step) const;
 
   // The history with its job id (the latest step last).
   JobHistory View(const std::string& job_id) const;

@@ -440,6 +440,19 @@ bool TrainingJob::Finished() const {
   return spec_.input.epochs > 0 && pipeline_->position().epoch >= spec_.input.epochs;
 }
 
+StepResult TrainingJob::LastStep() const {
+  StepResult r;
+  r.step = step_;
+  r.done = done_;
+  if (pipeline_ && step_ > 0) {
+    // The next batch at the start of an epoch: the last step ended the one before.
+    const PipelinePosition p = pipeline_->position();
+    r.epoch_end = p.offset == 0 && p.epoch > 0;
+    r.epoch = r.epoch_end ? p.epoch - 1 : p.epoch;
+  }
+  return r;
+}
+
 int64_t TrainingJob::total_steps() const {
   int64_t total = steps_per_epoch() * spec_.input.epochs;
   if (pipeline_ && spec_.input.epochs > 0) {

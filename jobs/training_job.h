@@ -257,6 +257,12 @@ class TrainingJob {
   // Total steps the job will run (epochs * steps per epoch, capped by max_steps).
   int64_t total_steps() const;
   int64_t step() const { return step_; }
+  // The last step done as Step() reported it, without its loss, examples
+  // and replicas: step, epoch, epoch_end, done (step 0: none yet). After
+  // Restore() it describes the checkpoint's step, so that the driver knows
+  // what was left after it (TrainingLoop::Resume): an evaluation due at
+  // that step, or nothing but finishing when training is complete.
+  StepResult LastStep() const;
   int64_t train_examples() const { return train_data_.num_examples(); }
   Session* train_session() { return train_session_.get(); }
   // Replica i's training session (0: train_session()); null before Start()

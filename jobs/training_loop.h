@@ -40,6 +40,19 @@ class TrainingLoop {
     next_ = last_step_done_ ? Next::kFinish : Next::kStep;
     return next_;
   }
+  // A job restored from a checkpoint (after a restart, or a rebuild of its
+  // replicas) goes on from there: `last` is the step the checkpoint holds
+  // (TrainingJob::LastStep; step 0: none) and `evaluated` whether that
+  // step's evaluation is already recorded. kEvaluate when one is due there
+  // and not recorded, else kFinish when training is complete (the job
+  // needs no further step), else kStep.
+  Next Resume(const std::optional<EvalSpec>& eval, const StepResult& last, bool evaluated) {
+    last_step_done_ = last.done;
+    next_ = last.step > 0 && !evaluated && EvalDue(eval, last) ? Next::kEvaluate
+            : last.done                                       ? Next::kFinish
+                                                              : Next::kStep;
+    return next_;
+  }
 
  private:
   Next next_ = Next::kStep;

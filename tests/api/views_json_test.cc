@@ -108,6 +108,90 @@ TEST(JobView, RecordsOfEarlierVersionsRead) {
   EXPECT_EQ(r->history.size(), 1u);
 }
 
+// Issue 31: each stored event keeps the job's values of its own moment --
+// not the record's current loss, metrics and error -- and reads back as the
+// live stream's data line showed it; a pending pause or cancel is kept.
+TEST(JobView, RecordHistoryKeepsEachEventsOwnValues) {
+  JobRecord r;
+  r.info = SomeJob();
+  r.info.state = JobState::kFailed;
+  r.info.error = "step 700: INTERNAL: boom";
+  r.info.metrics = {{"accuracy", 0.9}};
+  r.info.loss = 0.11;
+  r.pending_action = "pause";
+  JobEvent early;
+  early.kind = JobEvent::Kind::kState;
+  early.info = SomeJob();
+  early.info.step = 0;
+  early.info.loss = 0;
+  early.info.metrics.clear();
+  early.info.checkpoint_step = -1;
+  early.info.examples_per_sec = 0;
+  early.time = 1796310192.5;
+  JobEvent eval = early;
+  eval.kind = JobEvent::Kind::kEval;
+  eval.info.step = 469;
+  eval.info.loss = 0.42;
+  eval.info.examples_per_sec = 5120.5;
+  eval.info.metrics = {{"accuracy", 0.81}};
+  eval.info.checkpoint_step = 460;
+  eval.time = 1796310195.25;
+  r.history = {early, eval};
+  StatusOr<JobRecord> back = JobRecordFromJson(JobRecordToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->pending_action, "pause");
+  ASSERT_EQ(back->history.size(), 2u);
+  const JobInfo& a = back->history[0].info;
+  EXPECT_EQ(a.step, 0);
+  EXPECT_EQ(a.loss, 0);
+  EXPECT_TRUE(a.metrics.empty()) << "not the record's final metrics";
+  EXPECT_EQ(a.error, "") << "not the error that came later";
+  EXPECT_EQ(a.checkpoint_step, -1);
+  const JobInfo& b = back->history[1].info;
+  EXPECT_EQ(b.step, 469);
+  EXPECT_EQ(b.loss, 0.42);
+  EXPECT_EQ(b.examples_per_sec, 5120.5);
+  EXPECT_EQ(b.metrics.at("accuracy"), 0.81);
+  EXPECT_EQ(b.checkpoint_step, 460);
+  EXPECT_EQ(b.error, "");
+  // The replayed data lines are the ones the live stream sent.
+  for (size_t i = 0; i < r.history.size(); ++i) {
+    EXPECT_EQ(JobEventDataToJson(back->history[i]), JobEventDataToJson(r.history[i])) << i;
+  }
+}
+
+// An event's data line says when it happened (as gRPC's JobEvent.time).
+TEST(JobView, EventDataCarriesItsTime) {
+  JobEvent e;
+  e.kind = JobEvent::Kind::kEval;
+  e.info = SomeJob();
+  e.time = 1796310195.25;
+  std::string text = JobEventDataToJson(e);
+  EXPECT_NE(text.find("\"time\":\""), std::string::npos) << text;
+  StatusOr<JobEvent> back = JobEventDataFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_NEAR(back->time, e.time, 1e-3);
+}
+
+// Entries stored before events kept their own values show none of the
+// record's later values (rather than wrong ones).
+TEST(JobView, OlderHistoryEntriesShowNoLaterValues) {
+  StatusOr<JobRecord> r = JobRecordFromJson(
+      R"({"id":"job-1","state":"FAILED","error":"step 9: boom","step":9,"loss":0.25,)"
+      R"("metrics":{"accuracy":0.88},"created":1796310191.0,)"
+      R"("history":[{"kind":"state","time":1.0,"message":"","state":"RUNNING","step":0,"epoch":0}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->history.size(), 1u);
+  const JobInfo& e = r->history[0].info;
+  EXPECT_EQ(e.id, "job-1");
+  EXPECT_EQ(e.state, JobState::kRunning);
+  EXPECT_EQ(e.step, 0);
+  EXPECT_EQ(e.loss, 0);
+  EXPECT_TRUE(e.metrics.empty());
+  EXPECT_EQ(e.error, "");
+  EXPECT_EQ(e.created, 1796310191.0);
+}
+
 TEST(JobView, BadRecordsAreErrorsNamingTheField) {
   StatusOr<JobRecord> r = JobRecordFromJson(R"({"id":"job-1","state":"DANCING"})");
   ASSERT_FALSE(r.ok());

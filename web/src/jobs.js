@@ -96,7 +96,6 @@ class JobDetail {
     this.closed = false;
     this.job = null;
     this.shownState = null;
-    this.openedAtStep = 0;
     this.evalSteps = new Set();
     this.charts = {};
   }
@@ -110,7 +109,6 @@ class JobDetail {
       fill(this.container, el('div', {class: 'error', text: 'Job ' + this.id + ': ' + e.message}));
       return;
     }
-    this.openedAtStep = job.step;
     this.render();
     this.applyJob(job);
     await this.loadHistory();
@@ -312,7 +310,8 @@ class JobDetail {
     else text = job.message || '';
     const li = el('li', {class: 'event event-' + kind},
                   el('span', {class: 'event-kind', text: kind}), ' ',
-                  el('span', {class: 'muted', text: 'step ' + fmtInt(job.step)}), ' ', text);
+                  el('span', {class: 'muted', text: 'step ' + fmtInt(job.step) +
+                                                  (job.time ? ', ' + fmtTime(job.time) : '')}), ' ', text);
     const list = this.nodes.events;
     list.prepend(li);
     while (list.children.length > MAX_LOGGED_EVENTS) list.lastChild.remove();
@@ -327,10 +326,10 @@ class JobDetail {
       this.log(kind, job);
     }
     if (kind === 'eval') {
-      // The stream replays past evaluations first (?history=1) without
-      // their time; one after the step the page opened at is happening now.
-      const live = job.step > this.openedAtStep;
-      this.addEval(job.step, job.epoch, live ? new Date().toISOString() : null, job.metrics || {});
+      // Every event carries the job as it was then and its own time, the
+      // replayed past ones (?history=1) too: each evaluation plots and
+      // lists its own metrics at its own step.
+      this.addEval(job.step, job.epoch, job.time || null, job.metrics || {});
     }
     if (kind === 'checkpoint' || (kind === 'state' && TERMINAL.has(job.state))) this.loadCheckpoints();
     this.applyJob(job);
