@@ -304,6 +304,12 @@ std::vector<std::string> Cluster::Tasks() const {
   for (const TaskId& t : impl_->options.spec.tasks()) out.push_back(t.DeviceNamePrefix());
   return out;
 }
+std::string Cluster::TaskHost(const std::string& task) const {
+  auto it = impl_->by_name.find(task);
+  if (it == impl_->by_name.end()) return "";
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return TaskAddressHost(impl_->tasks[it->second].info.address);
+}
 uint64_t Cluster::local_incarnation() const { return impl_->incarnation; }
 
 std::vector<std::shared_ptr<RemoteDevice>> Cluster::RemoteDevices(uint64_t* generation) {

@@ -97,6 +97,7 @@ class Cluster final : public RemoteWorkers {
   // RemoteWorkers.
   std::string local_task() const override;
   std::vector<std::string> Tasks() const override;
+  std::string TaskHost(const std::string& task) const override;
   uint64_t local_incarnation() const override;
   std::vector<std::shared_ptr<RemoteDevice>> RemoteDevices(uint64_t* generation) override;
   std::vector<std::string> UnreachableTasks() const override;

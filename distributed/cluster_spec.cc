@@ -178,6 +178,12 @@ Status CheckTaskAddress(std::string_view address, std::string_view field) {
   return Status::OK();
 }
 
+std::string TaskAddressHost(std::string_view address) {
+  HostPort hp;
+  if (!SplitAddress(address, &hp).empty()) return "";
+  return hp.host;
+}
+
 std::string CanonicalTaskAddress(std::string_view address) {
   HostPort hp;
   if (!SplitAddress(address, &hp).empty()) return std::string(address);

@@ -85,6 +85,9 @@ Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view cluster_fie
 // another task can reach (not 0.0.0.0 or ::), a port in 1..65535.
 // INVALID_ARGUMENT naming `field` otherwise.
 Status CheckTaskAddress(std::string_view address, std::string_view field);
+// The host of an address, without brackets ("::1" of "[::1]:2222"); "" when
+// the address is malformed.
+std::string TaskAddressHost(std::string_view address);
 // The form two spellings of one host:port share (lower case, the port as a
 // number, IP literals in canonical form, localhost/127.0.0.1/[::1] as one),
 // for duplicate checks. REQUIRES: CheckTaskAddress passed.

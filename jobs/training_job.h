@@ -289,6 +289,9 @@ class TrainingJob {
   Status StartReplicas();
   // True when some replica's device is on another task of the cluster.
   bool ReplicasAcrossTasks() const;
+  // The host replica i's all-reduce transport listens on: its task's
+  // address's host in the cluster ("" when unknown: loopback).
+  std::string ReplicaHost(int i) const;
   // Replicas across tasks: the replica sessions run on their tasks; each
   // makes its Gloo participant there (a _CreateReplicaComm node).
   Status StartReplicasAcrossTasks();

@@ -113,6 +113,13 @@ bool TrainingJob::ReplicasAcrossTasks() const {
   return false;
 }
 
+std::string TrainingJob::ReplicaHost(int i) const {
+  if (i == 0) return options_.remote->TaskHost(options_.remote->local_task());
+  StatusOr<DeviceName> d = DeviceName::Parse(spec_.devices[i]);
+  if (!d.ok() || d->job.empty() || d->task < 0) return "";
+  return options_.remote->TaskHost("/job:" + d->job + "/task:" + std::to_string(d->task));
+}
+
 Status TrainingJob::CheckReplicasAcrossTasks() const {
   const int n = spec_.replicas;
   if (int(spec_.devices.size()) != n) {
@@ -261,7 +268,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
                {"num_buckets", AttrValue(int64_t(num_buckets))},
                {"timeout_ms", AttrValue(int64_t(group.timeout.count()))},
                {"allreduce_timeout_ms", AttrValue(int64_t(options_.allreduce_timeout.count()))},
-               {"host", AttrValue(std::string())},
+               {"host", AttrValue(ReplicaHost(i))},
                {"backup_contributors", AttrValue(int64_t(contributors))}};
     create_nodes[i] = c.name;
     AddRestoreNodes(graph_.variables, &g);
@@ -327,6 +334,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   {
     CollectiveGroupSpec g0 = group;
     g0.rank = 0;
+    g0.host = ReplicaHost(0);
     if (contributors > 0) {
       StatusOr<std::shared_ptr<StepRace>> race = CreateStepRace(g0, contributors);
       if (race.ok()) {

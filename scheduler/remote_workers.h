@@ -73,6 +73,11 @@ class RemoteWorkers {
   // answers or not: where a job's replicas go by default. Default: none
   // known (replicas stay in this process).
   virtual std::vector<std::string> Tasks() const { return {}; }
+  // The host of `task`'s address in the cluster ("10.0.0.2" of
+  // "10.0.0.2:2222", "::1" of "[::1]:2222"), for the listeners other tasks
+  // must reach, such as a replica's all-reduce transport; "" when unknown
+  // (then those listen on loopback only).
+  virtual std::string TaskHost(const std::string& task) const { return ""; }
   // The incarnation of this task's devices.
   virtual uint64_t local_incarnation() const = 0;
   // The devices of the other tasks, as last heard (a task that went away

@@ -182,6 +182,14 @@ TEST(ClusterSpec, CanonicalAddress) {
   EXPECT_TRUE(CheckTaskAddress("h:65535", "f").ok());
 }
 
+// The host a task's listeners (a replica's all-reduce transport) bind.
+TEST(ClusterSpec, AddressHost) {
+  EXPECT_EQ(TaskAddressHost("10.0.0.2:2222"), "10.0.0.2");
+  EXPECT_EQ(TaskAddressHost("[::1]:2222"), "::1");
+  EXPECT_EQ(TaskAddressHost("worker-1.svc:50051"), "worker-1.svc");
+  EXPECT_EQ(TaskAddressHost("no-port"), "");
+}
+
 TEST(ClusterSpecEnv, NothingSetIsEmpty) {
   StatusOr<ClusterSpec> s = FromEnv({});
   ASSERT_TRUE(s.ok());

@@ -4,7 +4,10 @@ its own network namespace (`ip netns`), joined by a veth pair —
 10.213.0.1 (task 0, `flowstate serve`, the master) and 10.213.0.2 (task 1,
 `flowstate worker`). A session created on task 0 runs a step whose MatMul
 is placed on task 1, across the two "hosts"; GET /v1/cluster on task 0
-reports both UP at their own addresses.
+reports both UP at their own addresses; a job with 2 replicas (one per
+host, each reading its own copy of the data) trains to the end, its
+all-reduce transport listening on each task's own address (it listened on
+loopback, which the other host cannot reach).
 
 Needs root (CAP_NET_ADMIN) and `ip`: without them it says why and exits 77,
 which ctest reports as skipped. It removes only the namespaces it made
@@ -15,6 +18,7 @@ which ctest reports as skipped. It removes only the namespaces it made
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -23,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_failover import stop_processes  # noqa: E402
+from cluster_replicas import job as replica_job  # noqa: E402
 
 SKIP = 77
 FAILURES = []
@@ -82,6 +87,15 @@ def main():
                 sys.exit(SKIP)
             http, grpc = 18080, 50051  # each namespace has its own ports
             spec = json.dumps({"worker": ["%s:%d" % (a, grpc) for a in addr]})
+            rng = random.Random(7)
+            rows = ["a,b,target"]
+            for _ in range(100):
+                a, b = rng.uniform(-1, 1), rng.uniform(-1, 1)
+                rows.append("%f,%f,%f" % (a, b, 2 * a - 3 * b + 0.5))
+            for i in range(2):  # each host's own copy of the data
+                os.makedirs(os.path.join(tmp, "dr%d" % i))
+                with open(os.path.join(tmp, "dr%d" % i, "points.csv"), "w") as f:
+                    f.write("\n".join(rows) + "\n")
             for i in range(2):
                 cmd = ["ip", "netns", "exec", ns[i], flowstate]
                 if i == 0:
@@ -89,6 +103,7 @@ def main():
                             "--data-dir", os.path.join(tmp, "data")]
                 else:
                     cmd += ["worker"]
+                cmd += ["--data-root", os.path.join(tmp, "dr%d" % i)]
                 cmd += ["--grpc", "%s:%d" % (addr[i], grpc), "--cluster", spec,
                         "--task", "worker:%d" % i]
                 log = open(os.path.join(tmp, "task-%d.log" % i), "wb")
@@ -122,6 +137,20 @@ def main():
                 y = body.get("outputs", {}).get("y")
                 expect(code == 200 and y == [[1, 4], [3, 8]],
                        "a step with its MatMul on the other host: y = %s (%d)" % (y, code))
+            code, body = curl(ns[0], "POST", api + "/v1/jobs", replica_job(None))
+            expect(code == 201 and [p.get("device") for p in body.get("placement", [])] ==
+                   ["/job:worker/task:0", "/job:worker/task:1"],
+                   "a job with 2 replicas is placed one per host (%d %s)" % (code, json.dumps(body)[:200]))
+            jid, j = body.get("job_id", ""), {}
+            deadline = time.monotonic() + 60
+            while jid and time.monotonic() < deadline:
+                j = curl(ns[0], "GET", api + "/v1/jobs/" + jid)[1]
+                if j.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    break
+                time.sleep(0.2)
+            expect(j.get("state") == "SUCCEEDED" and j.get("step") == 21,
+                   "it trains to the end across the two hosts (%s at step %s: %s)" %
+                   (j.get("state"), j.get("step"), j.get("error")))
         finally:
             stop_processes(procs)
             for n in made:
