@@ -116,6 +116,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(Graph graph, const Options&
       e->edges_.push_back(info);
     }
     item.num_edges = int(e->edges_.size()) - item.edge_start;
+    for (const OutEdge& oe : node.out_edges()) {
+      if (!oe.is_control() && g.node(oe.dst).op() == "_AllReduce") item.feeds_collective = true;
+    }
     // The last data edge reading each output may move the tensor.
     std::vector<bool> seen(node.num_outputs(), false);
     for (int k = item.num_edges - 1; k >= 0; --k) {
@@ -263,10 +266,18 @@ class ExecutorState {
 
   // Cheap nodes and the first expensive one stay with this thread; the
   // other expensive ones go to the pool (each holding an outstanding unit).
+  // Expensive nodes that feed a collective all stay with this thread and
+  // run first: in the pool they would wait behind the chain this thread
+  // goes on with.
   void ScheduleReady(const std::vector<int>& ready, std::vector<int>* inline_ready) {
     int kept = -1;
+    size_t first = 0;  // how many collective feeders to push last
     for (int id : ready) {
       if (!exec_->items_[id].expensive) continue;
+      if (exec_->items_[id].feeds_collective) {
+        ++first;
+        continue;
+      }
       if (kept < 0 || args_.pool == nullptr) {
         if (kept >= 0) inline_ready->push_back(kept);
         kept = id;
@@ -282,6 +293,12 @@ class ExecutorState {
     if (kept >= 0) inline_ready->push_back(kept);
     for (int id : ready) {
       if (!exec_->items_[id].expensive) inline_ready->push_back(id);
+    }
+    if (first > 0) {
+      for (auto it = ready.rbegin(); it != ready.rend(); ++it) {
+        const Executor::NodeItem& item = exec_->items_[*it];
+        if (item.expensive && item.feeds_collective) inline_ready->push_back(*it);
+      }
     }
   }
 

@@ -7,7 +7,11 @@
 // counts, the input slots, and a count of nodes in flight. A thread that
 // finishes a node runs the cheap successors it made ready itself and at most
 // one expensive one, handing the others to the inter-op pool; asynchronous
-// kernels (Recv) give their thread back while they wait. The first error
+// kernels (Recv) give their thread back while they wait. Among the nodes one
+// node makes ready, those that feed an _AllReduce (a replica's gradients
+// bound for an all-reduce bucket) run first, so that a bucket's reduction
+// starts while the rest of the backward pass runs (depth first, the weight
+// gradients would wait behind the whole chain below them). The first error
 // aborts the step: nothing new starts, the rendezvous and the cancellation
 // manager are told, and that error is the step's result.
 //
@@ -106,6 +110,7 @@ class Executor {
     OpKernel* kernel = nullptr;
     bool is_async = false;
     bool expensive = true;
+    bool feeds_collective = false;  // an out-edge goes to an _AllReduce
     int input_start = 0;
     int num_inputs = 0;
     int num_outputs = 0;

@@ -304,6 +304,54 @@ TEST_F(Replicas, ATracedStepRecordsEveryReplica) {
   EXPECT_TRUE(r3->trace_json.empty());
 }
 
+// Overlap: a bucket's gradients are computed as soon as the backward pass
+// can, so that its all-reduce starts while the rest goes on. Depth first
+// (the executor's stack), the last layer's weight gradient ran after the
+// whole chain below it, and with it every bucket waited for the end.
+TEST_F(Replicas, WeightGradientsRunBeforeTheChainBelowThem) {
+  const std::string graph = R"({"nodes": [
+    {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+    {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+    {"name": "l1/w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 16], "init": "glorot_uniform"}},
+    {"name": "l1/matmul", "op": "MatMul", "inputs": ["x", "l1/w"]},
+    {"name": "l1", "op": "Relu", "inputs": ["l1/matmul"]},
+    {"name": "l2/w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [16, 16], "init": "glorot_uniform"}},
+    {"name": "l2/matmul", "op": "MatMul", "inputs": ["l1", "l2/w"]},
+    {"name": "l2", "op": "Relu", "inputs": ["l2/matmul"]},
+    {"name": "l3/w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [16, 1], "init": "glorot_uniform"}},
+    {"name": "l3/matmul", "op": "MatMul", "inputs": ["l2", "l3/w"]},
+    {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+    {"name": "pred", "op": "Reshape", "inputs": ["l3/matmul", "flat"]},
+    {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
+    {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+    {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}]})";
+  const std::string json = R"({"graph": )" + graph + R"(, "loss": "loss",
+      "optimizer": {"type": "sgd", "learning_rate": 0.05},
+      "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
+                "columns": {"x": ["a", "b"], "y": ["target"]}, "batch_size": 8, "epochs": 1},
+      "replicas": 2, "bucket_bytes": 4, "max_steps": 2, "trace": {"steps": [2]}, "seed": 5})";
+  auto job = MakeJob(json, dir_.string());
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->Step().ok());
+  StatusOr<StepResult> r = job->Step();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  nlohmann::json t = nlohmann::json::parse(r->trace_json);
+  // Each replica's start times of l3's weight gradient and of the gradient
+  // that goes on into layer 2, earliest first.
+  std::vector<double> weight, below;
+  for (const nlohmann::json& e : t["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string node = e["args"].value("node", "");
+    if (node == "gradients/l3/matmul/MatMul_1") weight.push_back(e["ts"].get<double>());
+    if (node == "gradients/l2/matmul/MatMul_1") below.push_back(e["ts"].get<double>());
+  }
+  ASSERT_EQ(weight.size(), 2u) << r->trace_json.substr(0, 2000);
+  ASSERT_EQ(below.size(), 2u);
+  std::sort(weight.begin(), weight.end());
+  std::sort(below.begin(), below.end());
+  for (int i = 0; i < 2; ++i) EXPECT_LT(weight[i], below[i]) << "replica " << i;
+}
+
 TEST_F(Replicas, ACheckpointOfThreeReplicasResumesWithTwo) {
   const std::string opt = R"({"type": "adam", "learning_rate": 0.05})";
   auto three = MakeJob(Job(opt, 3, 8, "", 10), dir_.string());
