@@ -70,6 +70,10 @@ Status Store::WriteStatus() {
 Status Store::Impl::OpenDb(bool exists) {
   rocksdb::DBOptions dbo = BaseDbOptions();
   dbo.max_total_wal_size = uint64_t(std::max<int64_t>(options.max_wal_bytes, 1 << 20));
+  // One bound on the memtables of every column family together (each
+  // would otherwise grow to its own 64 MiB before a flush): the server's
+  // memory stays flat however many jobs have written records.
+  dbo.db_write_buffer_size = size_t(std::max<int64_t>(options.max_memtable_bytes, 1 << 20));
   dbo.create_if_missing = options.create_if_missing;
   dbo.create_missing_column_families = false;
   dbo.max_background_jobs = 2;

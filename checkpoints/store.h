@@ -74,6 +74,10 @@ struct StoreOptions {
   // bounds the log on disk (without it, small checkpoints stayed in the log
   // until 256 MiB of them had been written). The log is never preallocated.
   int64_t max_wal_bytes = int64_t(64) << 20;
+  // The memtables of all column families together, before RocksDB flushes
+  // the largest (the records and small checkpoints written since the last
+  // flush are held in memory up to this much).
+  int64_t max_memtable_bytes = int64_t(32) << 20;
   // After a write error the next write first recovers (it reopens the
   // database). A reopen that fails leaves the store read-only; when it
   // failed for want of space, the next attempt comes no sooner than this

@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""Memory over many finished jobs (issue 29): one `flowstate serve`, N small
+jobs run one after the other through POST /v1/jobs, the server's resident
+memory (VmRSS of its /proc/PID/status) read after each. Prints the RSS after
+the warm-up (--warmup jobs) and after the last, and the growth per finished
+job between them; with --max-growth-kib it exits 1 when that growth is
+above the bound (so ctest can run it).
+
+Jobs: "mlp" is the Fashion-MNIST MLP example (--steps steps, an evaluation
+of the test set at the end, a checkpoint at its last step); "linear" a
+regression on a 200-row CSV written here (no dataset needed). Besides the
+jobs, every round opens and closes a REST session, runs a step in it, and
+opens an SSE stream of the job's events and reads it to the end.
+
+    bench/job_memory_soak.py --flowstate build/flowstate [--jobs 1000] [--model mlp]
+        [--warmup 10] [--max-growth-kib 100]
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def request(url, method="GET", body=None, timeout=60):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read().decode() or "{}")
+    except urllib.error.HTTPError as e:
+        return e.code, {"error": e.read().decode()}
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+LINEAR_GRAPH = {"nodes": [
+    {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+    {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+    {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "glorot_uniform"}},
+    {"name": "p", "op": "MatMul", "inputs": ["x", "w"]},
+    {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+    {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
+    {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
+    {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+    {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}]}
+
+
+def job(model, steps, k):
+    if model == "linear":
+        return {"name": "soak-%d" % k, "graph": LINEAR_GRAPH, "loss": "loss",
+                "optimizer": {"type": "adam", "learning_rate": 0.05},
+                "input": {"format": "csv", "files": {"x": "points.csv", "y": "points.csv"},
+                          "columns": {"x": ["a", "b"], "y": ["target"]}, "batch_size": 20,
+                          "epochs": 2},
+                "eval": {"files": {"x": "points.csv", "y": "points.csv"}, "metrics": ["loss"],
+                         "every_epochs": 1},
+                "checkpoint": {"every_steps": 10},
+                "seed": k}
+    with open(os.path.join(SOURCE, "examples/jobs/fashion_mlp.json")) as f:
+        j = json.load(f)
+    j["name"] = "soak-%d" % k
+    j["max_steps"] = steps
+    j["checkpoint"] = {"every_steps": steps}
+    j["eval"]["every_epochs"] = 1
+    j["seed"] = k
+    return j
+
+
+def wait_done(api, jid, seconds=600):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        code, j = request(api + "/v1/jobs/" + jid)
+        if j.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return j
+        time.sleep(0.02)
+    sys.exit("job %s did not end within %d s" % (jid, seconds))
+
+
+def session_round(api):
+    """A session created, run once and closed."""
+    graph = {"nodes": [
+        {"name": "a", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [2]}},
+        {"name": "b", "op": "Mul", "inputs": ["a", "a"]}]}
+    code, s = request(api + "/v1/sessions", "POST", {"graph": graph})
+    if code not in (200, 201):
+        sys.exit("session refused: %s" % s)
+    sid = s["session_id"]
+    code, r = request(api + "/v1/sessions/%s/run" % sid, "POST",
+                      {"feeds": {"a": [1.0, 2.0]}, "fetches": ["b"]})
+    if code != 200:
+        sys.exit("session run failed: %s" % r)
+    request(api + "/v1/sessions/" + sid, "DELETE")
+
+
+def sse_round(api, jid):
+    """The finished job's event stream, opened and read to its end."""
+    req = urllib.request.Request(api + "/v1/jobs/%s/events?history=1" % jid)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--flowstate", required=True)
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--model", choices=["mlp", "linear"], default="linear")
+    ap.add_argument("--steps", type=int, default=20, help="steps of each mlp job")
+    ap.add_argument("--max-growth-kib", type=float, default=0,
+                    help="fail when RSS grows more than this per job after the warm-up")
+    a = ap.parse_args()
+    if a.model == "mlp" and not os.path.exists("/usr/share/datasets/fashion-mnist"):
+        print("SKIP: needs the Fashion-MNIST files")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory(prefix="flowstate_soak_") as tmp:
+        root = os.path.join(tmp, "root")
+        os.makedirs(root)
+        rng = random.Random(3)
+        with open(os.path.join(root, "points.csv"), "w") as f:
+            f.write("a,b,target\n")
+            for _ in range(200):
+                x, y = rng.uniform(-1, 1), rng.uniform(-1, 1)
+                f.write("%f,%f,%f\n" % (x, y, 2 * x - 3 * y + 0.5))
+        http = free_port()
+        args = [os.path.abspath(a.flowstate), "serve", "--http", "127.0.0.1:%d" % http,
+                "--grpc", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data")]
+        if a.model == "linear":
+            args += ["--data-root", root]
+        log = open(os.path.join(tmp, "serve.log"), "wb")
+        proc = subprocess.Popen(args, stdout=log, stderr=log)
+        api = "http://127.0.0.1:%d" % http
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if request(api + "/readyz", timeout=2)[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    sys.exit("the server did not come up")
+                time.sleep(0.1)
+            start = rss_kib(proc.pid)
+            after_warmup = None
+            t0 = time.monotonic()
+            for k in range(1, a.jobs + 1):
+                code, j = request(api + "/v1/jobs", "POST", job(a.model, a.steps, k))
+                if code != 201:
+                    sys.exit("job %d refused: %s" % (k, j))
+                done = wait_done(api, j["job_id"])
+                if done["state"] != "SUCCEEDED":
+                    sys.exit("job %d: %s %s" % (k, done["state"], done.get("error")))
+                session_round(api)
+                sse_round(api, j["job_id"])
+                if k == a.warmup:
+                    after_warmup = rss_kib(proc.pid)
+                if k % max(1, a.jobs // 10) == 0:
+                    print(json.dumps({"jobs": k, "rss_mib": round(rss_kib(proc.pid) / 1024, 1),
+                                      "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+            end = rss_kib(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    per_job = (end - after_warmup) / max(1, a.jobs - a.warmup)
+    print(json.dumps({"name": "rss_at_start", "value": round(start / 1024, 1), "unit": "MiB"}))
+    print(json.dumps({"name": "rss_after_warmup", "value": round(after_warmup / 1024, 1), "unit": "MiB",
+                      "jobs": a.warmup}))
+    print(json.dumps({"name": "rss_after_last", "value": round(end / 1024, 1), "unit": "MiB",
+                      "jobs": a.jobs}))
+    print(json.dumps({"name": "rss_growth_per_job", "value": round(per_job, 2), "unit": "KiB"}))
+    if a.max_growth_kib and per_job > a.max_growth_kib:
+        print("FAIL: RSS grew %.1f KiB per finished job after the warm-up (bound %.1f KiB)" %
+              (per_job, a.max_growth_kib))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
