@@ -10,10 +10,12 @@ Jobs: "mlp" is the Fashion-MNIST MLP example (--steps steps, an evaluation
 of the test set at the end, a checkpoint at its last step); "linear" a
 regression on a 200-row CSV written here (no dataset needed). Besides the
 jobs, every round opens and closes a REST session, runs a step in it, and
-opens an SSE stream of the job's events and reads it to the end.
+opens an SSE stream of the job's events and reads it to the end; with
+--python-stubs (the build's generated gRPC stubs, <build>/python, and
+Debian's python3-grpcio) it does the same with a gRPC session.
 
     bench/job_memory_soak.py --flowstate build/flowstate [--jobs 1000] [--model mlp]
-        [--warmup 10] [--max-growth-kib 100]
+        [--warmup 10] [--max-growth-kib 100] [--python-stubs build/python]
 """
 import argparse
 import json
@@ -118,6 +120,18 @@ def session_round(api):
     request(api + "/v1/sessions/" + sid, "DELETE")
 
 
+def grpc_session_round(stubs, channel):
+    """A gRPC session created, run once and closed."""
+    pb, pb_grpc = stubs
+    s = pb_grpc.SessionsStub(channel)
+    graph = json.dumps({"nodes": [
+        {"name": "c", "op": "Const", "attrs": {"dtype": "float32", "value": [1.0, 2.0]}},
+        {"name": "d", "op": "Mul", "inputs": ["c", "c"]}]})
+    sid = s.Create(pb.CreateSessionRequest(graph_json=graph), timeout=30).session_id
+    s.Run(pb.RunSessionRequest(session_id=sid, fetches=["d"]), timeout=30)
+    s.Close(pb.CloseSessionRequest(session_id=sid), timeout=30)
+
+
 def sse_round(api, jid):
     """The finished job's event stream, opened and read to its end."""
     req = urllib.request.Request(api + "/v1/jobs/%s/events?history=1" % jid)
@@ -132,6 +146,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--model", choices=["mlp", "linear"], default="linear")
     ap.add_argument("--steps", type=int, default=20, help="steps of each mlp job")
+    ap.add_argument("--python-stubs", default="",
+                    help="the build's gRPC stubs (<build>/python): also a gRPC session a round")
     ap.add_argument("--max-growth-kib", type=float, default=0,
                     help="fail when RSS grows more than this per job after the warm-up")
     a = ap.parse_args()
@@ -147,9 +163,19 @@ def main():
             for _ in range(200):
                 x, y = rng.uniform(-1, 1), rng.uniform(-1, 1)
                 f.write("%f,%f,%f\n" % (x, y, 2 * x - 3 * y + 0.5))
-        http = free_port()
+        stubs, channel = None, None
+        if a.python_stubs:
+            try:
+                sys.path.insert(0, os.path.abspath(a.python_stubs))
+                import grpc
+                import flowstate_pb2
+                import flowstate_pb2_grpc
+                stubs = (flowstate_pb2, flowstate_pb2_grpc)
+            except ImportError as e:
+                print(json.dumps({"grpc_sessions": "skipped: %s" % e}))
+        http, grpc_port = free_port(), free_port()
         args = [os.path.abspath(a.flowstate), "serve", "--http", "127.0.0.1:%d" % http,
-                "--grpc", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data")]
+                "--grpc", "127.0.0.1:%d" % grpc_port, "--data-dir", os.path.join(tmp, "data")]
         if a.model == "linear":
             args += ["--data-root", root]
         log = open(os.path.join(tmp, "serve.log"), "wb")
@@ -166,6 +192,8 @@ def main():
                 if time.monotonic() > deadline or proc.poll() is not None:
                     sys.exit("the server did not come up")
                 time.sleep(0.1)
+            if stubs is not None:
+                channel = grpc.insecure_channel("127.0.0.1:%d" % grpc_port)
             start = rss_kib(proc.pid)
             after_warmup = None
             t0 = time.monotonic()
@@ -177,6 +205,8 @@ def main():
                 if done["state"] != "SUCCEEDED":
                     sys.exit("job %d: %s %s" % (k, done["state"], done.get("error")))
                 session_round(api)
+                if channel is not None:
+                    grpc_session_round(stubs, channel)
                 sse_round(api, j["job_id"])
                 if k == a.warmup:
                     after_warmup = rss_kib(proc.pid)
@@ -185,6 +215,8 @@ def main():
                                       "seconds": round(time.monotonic() - t0, 1)}), flush=True)
             end = rss_kib(proc.pid)
         finally:
+            if channel is not None:
+                channel.close()
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
