@@ -22,35 +22,16 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import free_ports, request  # noqa: E402
+
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def request(url, method="GET", body=None, timeout=60):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read().decode() or "{}")
-    except urllib.error.HTTPError as e:
-        return e.code, {"error": e.read().decode()}
 
 
 def rss_kib(pid):
@@ -173,7 +154,7 @@ def main():
                 stubs = (flowstate_pb2, flowstate_pb2_grpc)
             except ImportError as e:
                 print(json.dumps({"grpc_sessions": "skipped: %s" % e}))
-        http, grpc_port = free_port(), free_port()
+        http, grpc_port = free_ports(2)
         args = [os.path.abspath(a.flowstate), "serve", "--http", "127.0.0.1:%d" % http,
                 "--grpc", "127.0.0.1:%d" % grpc_port, "--data-dir", os.path.join(tmp, "data")]
         if a.model == "linear":

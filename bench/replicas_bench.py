@@ -30,61 +30,19 @@ Prints one JSON line per figure ({"name", "value", "unit"}).
 import argparse
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import figure, free_ports, job_figures, metric, request  # noqa: E402,F401
 
 DATA_ROOT = "/usr/share/datasets"
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 20
-
-
-def figure(name, value, unit):
-    print(json.dumps({"name": name, "value": round(value, 6), "unit": unit}), flush=True)
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def request(url, method="GET", body=None, timeout=30):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            status, text = r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        status, text = e.code, e.read().decode()
-    return status, (json.loads(text) if text.startswith(("{", "[")) else text)
-
-
-def metric(text, name, labels):
-    """The value of one sample of the Prometheus text `text`."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        m = re.match(r'^[a-z_]+(?:\{(.*)\})? ([0-9.e+-]+|NaN)$', line)
-        if not m:
-            continue
-        got = dict(re.findall(r'([a-z_]+)="([^"]*)"', m.group(1) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            return float(m.group(2))
-    return 0.0
 
 
 # Float32 gradient bytes of the examples' variables.
@@ -157,18 +115,10 @@ def run_job(api, job, replicas, seconds=600):
     if code != 201:
         sys.exit("job refused: %s" % j)
     jid = j["job_id"]
-    lab = {"job_id": jid}
     first = None
     deadline = time.monotonic() + seconds
     def snapshot():
-        m = request(api + "/metrics")[1]
-        return {
-            "step_sum": metric(m, "flowstate_job_step_duration_seconds_sum", lab),
-            "step_n": metric(m, "flowstate_job_step_duration_seconds_count", lab),
-            "rstep_sum": metric(m, "flowstate_replica_step_seconds_sum", dict(lab, replica="0")),
-            "rstep_n": metric(m, "flowstate_replica_step_seconds_count", dict(lab, replica="0")),
-            "wait_sum": metric(m, "flowstate_replica_allreduce_wait_seconds_sum", dict(lab, replica="0")),
-        }
+        return job_figures(request(api + "/metrics")[1], jid)
 
     # The job's state is polled (a small response); the metrics are read
     # only twice, so that the harness takes little of the master's core.

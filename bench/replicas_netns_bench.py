@@ -100,17 +100,10 @@ def run_job(ns, api, job, seconds=900):
     code, j = curl(ns, api + "/v1/jobs", job)
     if code != 201:
         sys.exit("job refused: %s" % j)
-    jid, lab = j["job_id"], {"job_id": j["job_id"]}
+    jid = j["job_id"]
 
     def snapshot():
-        m = curl(ns, api + "/metrics", raw=True)[1]
-        return {
-            "step_sum": rb.metric(m, "flowstate_job_step_duration_seconds_sum", lab),
-            "step_n": rb.metric(m, "flowstate_job_step_duration_seconds_count", lab),
-            "rstep_sum": rb.metric(m, "flowstate_replica_step_seconds_sum", dict(lab, replica="0")),
-            "rstep_n": rb.metric(m, "flowstate_replica_step_seconds_count", dict(lab, replica="0")),
-            "wait_sum": rb.metric(m, "flowstate_replica_allreduce_wait_seconds_sum", dict(lab, replica="0")),
-        }
+        return rb.job_figures(curl(ns, api + "/metrics", raw=True)[1], jid)
 
     first, deadline = None, time.monotonic() + seconds
     while time.monotonic() < deadline:
