@@ -1,7 +1,9 @@
 #include "scheduler/collective_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "devices/kernel_registry.h"
@@ -33,6 +35,16 @@ Tensor Scaled(const Tensor& x, double factor) {
   Tensor out(x.dtype(), x.shape());
   ScaleInto(x, factor, out);
   return out;
+}
+
+// count * x into out[0, n) (x's dtype, float32 or float64).
+void ScaleRaw(const Tensor& x, double factor, void* out) {
+  const size_t n = size_t(x.num_elements());
+  if (x.dtype() == DataType::kFloat32) {
+    reduce_loops::Scale(static_cast<float*>(out), x.data<float>(), n, float(factor));
+  } else {
+    reduce_loops::Scale(static_cast<double*>(out), x.data<double>(), n, factor);
+  }
 }
 
 void DivideInPlace(Tensor* x, double by) {
@@ -73,8 +85,7 @@ class AllReduceOp final : public AsyncOpKernel {
       FS_OP_REQUIRES_ASYNC(ctx, first.ok(), first.status(), done);
       if (!*first) count = 0;
     }
-    std::vector<Tensor> weighted;
-    weighted.reserve(n);
+    std::vector<std::pair<DataType, TensorShape>> layout;
     for (int i = 0; i < n; ++i) {
       const Tensor& x = ctx->input(i);
       FS_OP_REQUIRES_ASYNC(ctx, IsFloat(x.dtype()),
@@ -82,6 +93,41 @@ class AllReduceOp final : public AsyncOpKernel {
                                            std::string(DataTypeName(x.dtype())) +
                                            "; it reduces float32 and float64"),
                            done);
+      layout.emplace_back(x.dtype(), x.shape());
+    }
+    auto callback = [ctx, done](const Status& s, std::vector<Tensor> out) {
+      if (!s.ok()) {
+        ctx->SetStatus(s);
+      } else {
+        for (size_t i = 0; i < out.size(); ++i) ctx->set_output(int(i), std::move(out[i]));
+      }
+      done();
+    };
+    if (std::shared_ptr<const ReplicaComm::FusedBucket> fused = ReplicaComm::FusedBucket::For(layout)) {
+      // Each gradient weighted straight into its place in the flat tensor
+      // (from the device's allocator, as below).
+      StatusOr<Tensor> allocated = ctx->allocate_temp(fused->dtype, TensorShape({fused->elements}));
+      FS_OP_REQUIRES_ASYNC(ctx, allocated.ok(), allocated.status(), done);
+      Tensor flat = std::move(allocated).value();
+      fused->ZeroGaps(&flat);
+      const size_t width = DataTypeSize(fused->dtype);
+      for (int i = 0; i < n; ++i) {
+        char* at = static_cast<char*>(flat.raw_data()) + size_t(fused->offsets[i]) * width;
+        if (count == 0) {
+          std::memset(at, 0, size_t(ctx->input(i).num_elements()) * width);  // even over NaN
+        } else {
+          ScaleRaw(ctx->input(i), count, at);
+        }
+      }
+      std::vector<Tensor> one;
+      one.push_back(std::move(flat));
+      (*comm)->Submit(int(bucket_), std::move(one), count, std::move(callback), std::move(fused));
+      return;
+    }
+    std::vector<Tensor> weighted;
+    weighted.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      const Tensor& x = ctx->input(i);
       // From the device's allocator, which keeps freed buffers for reuse:
       // a fresh allocation each step would page-fault its way through them.
       StatusOr<Tensor> w = ctx->allocate_temp(x.dtype(), x.shape());
@@ -89,15 +135,7 @@ class AllReduceOp final : public AsyncOpKernel {
       ScaleInto(x, count, *w);
       weighted.push_back(std::move(w).value());
     }
-    (*comm)->Submit(int(bucket_), std::move(weighted), count,
-                    [ctx, done](const Status& s, std::vector<Tensor> out) {
-                      if (!s.ok()) {
-                        ctx->SetStatus(s);
-                      } else {
-                        for (size_t i = 0; i < out.size(); ++i) ctx->set_output(int(i), std::move(out[i]));
-                      }
-                      done();
-                    });
+    (*comm)->Submit(int(bucket_), std::move(weighted), count, std::move(callback));
   }
   bool IsExpensive() const override { return false; }
 
@@ -290,7 +328,45 @@ int64_t ReplicaComm::steps_begun() const { return state_->steps_begun.load(); }
 int64_t ReplicaComm::bytes() const { return state_->bytes.load(); }
 int64_t ReplicaComm::calls() const { return state_->calls.load(); }
 
-void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done) {
+std::unique_ptr<ReplicaComm::FusedBucket> ReplicaComm::FusedBucket::For(
+    const std::vector<std::pair<DataType, TensorShape>>& tensors) {
+  if (tensors.size() < 2) return nullptr;
+  for (const auto& [dtype, shape] : tensors) {
+    if (dtype != tensors[0].first) return nullptr;
+  }
+  auto f = std::make_unique<FusedBucket>();
+  f->dtype = tensors[0].first;
+  const int64_t align = std::max<int64_t>(1, 64 / int64_t(DataTypeSize(f->dtype)));
+  for (const auto& [dtype, shape] : tensors) {
+    f->offsets.push_back(f->elements);
+    f->shapes.push_back(shape);
+    f->elements += (shape.num_elements() + align - 1) / align * align;
+  }
+  return f;
+}
+
+void ReplicaComm::FusedBucket::ZeroGaps(Tensor* flat) const {
+  const size_t width = DataTypeSize(dtype);
+  char* base = static_cast<char*>(flat->raw_data());
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const int64_t end = offsets[i] + shapes[i].num_elements();
+    const int64_t next = i + 1 < offsets.size() ? offsets[i + 1] : elements;
+    std::memset(base + size_t(end) * width, 0, size_t(next - end) * width);
+  }
+}
+
+std::vector<Tensor> ReplicaComm::FusedBucket::Split(const Tensor& flat) const {
+  std::vector<Tensor> out;
+  out.reserve(offsets.size());
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    Tensor view = flat.Slice(offsets[i], offsets[i] + shapes[i].num_elements());
+    out.push_back(view.Reshaped(shapes[i]).value());  // the element counts match
+  }
+  return out;
+}
+
+void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
+                         std::shared_ptr<const FusedBucket> fused) {
   weighted.push_back(Tensor::Scalar<double>(count));
   std::lock_guard<std::mutex> l(state_->mu);
   if (bucket == 0) state_->steps_begun.fetch_add(1);
@@ -301,7 +377,7 @@ void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count,
          {});
     return;
   }
-  state_->pending.emplace(bucket, Request{std::move(weighted), std::move(done)});
+  state_->pending.emplace(bucket, Request{std::move(weighted), std::move(done), std::move(fused)});
   state_->cv.notify_all();
 }
 
@@ -309,11 +385,19 @@ StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
     const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets) {
   std::vector<std::promise<StatusOr<std::vector<Tensor>>>> results(buckets.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
+    // The same layout as the other ranks' kernels hand in.
+    std::shared_ptr<const FusedBucket> fused = FusedBucket::For(buckets[b]);
     std::vector<Tensor> zeros;
-    for (const auto& [dtype, shape] : buckets[b]) {
-      Tensor z(dtype, shape);
-      std::memset(z.raw_data(), 0, z.TotalBytes());
-      zeros.push_back(std::move(z));
+    if (fused != nullptr) {
+      Tensor flat(fused->dtype, TensorShape({fused->elements}));
+      std::memset(flat.raw_data(), 0, flat.TotalBytes());
+      zeros.push_back(std::move(flat));
+    } else {
+      for (const auto& [dtype, shape] : buckets[b]) {
+        Tensor z(dtype, shape);
+        std::memset(z.raw_data(), 0, z.TotalBytes());
+        zeros.push_back(std::move(z));
+      }
     }
     Submit(int(b), std::move(zeros), 0.0,
            [p = &results[b]](const Status& s, std::vector<Tensor> out) {
@@ -322,7 +406,8 @@ StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
              } else {
                p->set_value(s);
              }
-           });
+           },
+           std::move(fused));
   }
   std::vector<std::vector<Tensor>> out;
   Status first;
@@ -373,6 +458,10 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     for (Tensor& t : req.tensors) {
       if (!t.RefCountIsOne()) t = Scaled(t, 1.0);  // never write a shared buffer
       DivideInPlace(&t, total);
+    }
+    if (req.fused != nullptr) {
+      req.done(Status(), req.fused->Split(req.tensors.front()));
+      continue;
     }
     req.done(Status(), std::move(req.tensors));
   }

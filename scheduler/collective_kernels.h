@@ -11,7 +11,11 @@
 // 1, ... of a step, then the next step's), so that the k-th call of every
 // rank is the same bucket whatever order the executor finishes the buckets
 // in, and no executor thread waits on the network. The thread then divides
-// by the sum of the examples and calls the kernel's `done`.
+// by the sum of the examples and calls the kernel's `done`. A bucket of
+// several tensors of one dtype travels as one flat tensor (FusedBucket):
+// the kernel weights each gradient straight into its place there and its
+// outputs are views of the reduced tensor, so the collective reduces it in
+// place with no copy in or out.
 //
 // A replica that does not compute a step (no data left in the epoch, or a
 // backup replica that abandoned it) joins every bucket of the step with
@@ -83,6 +87,24 @@ class ReplicaComm final : public ResourceBase {
   };
   using Callback = std::function<void(const Status&, std::vector<Tensor>)>;
 
+  // Where the tensors of a bucket lie in one flat tensor of their dtype:
+  // each at an offset that keeps it 64-byte aligned, the gaps zero. Every
+  // rank computes the same layout from the same dtypes and shapes, so the
+  // ranks' calls match. Immutable values.
+  struct FusedBucket {
+    DataType dtype = DataType::kFloat32;
+    int64_t elements = 0;            // of the flat tensor, gaps included
+    std::vector<int64_t> offsets;    // of each tensor, in elements
+    std::vector<TensorShape> shapes;
+    // Null unless the bucket has two or more tensors, all of one dtype.
+    static std::unique_ptr<FusedBucket> For(const std::vector<std::pair<DataType, TensorShape>>& tensors);
+    // Zeros the gaps of a flat tensor of this layout (the tensors' places
+    // are the caller's to fill).
+    void ZeroGaps(Tensor* flat) const;
+    // The tensors, as views sharing `flat`'s buffer.
+    std::vector<Tensor> Split(const Tensor& flat) const;
+  };
+
   explicit ReplicaComm(Options options);
   ~ReplicaComm() override;
 
@@ -92,9 +114,11 @@ class ReplicaComm final : public ResourceBase {
   int64_t steps_begun() const;
 
   // Hands in bucket `bucket` of the current step: `weighted` already holds
-  // count * tensor. `done` runs on the communication thread with the
-  // reduced, divided tensors or an error.
-  void Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done);
+  // count * tensor (with `fused`: one flat tensor of that layout). `done`
+  // runs on the communication thread with the reduced, divided tensors (the
+  // bucket's own tensors, views of the flat one when fused) or an error.
+  void Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
+              std::shared_ptr<const FusedBucket> fused = nullptr);
   // Joins every bucket of one step with zeros of these dtypes and shapes
   // (one list per bucket) and count 0; returns the reduced tensors per
   // bucket.
@@ -116,6 +140,7 @@ class ReplicaComm final : public ResourceBase {
   struct Request {
     std::vector<Tensor> tensors;  // weighted, then the count
     Callback done;
+    std::shared_ptr<const FusedBucket> fused;  // null: the tensors as they are
   };
   // What the communication thread uses, shared with it: a ReplicaComm
   // whose last reference is dropped on that thread (by a callback) detaches

@@ -5,14 +5,18 @@
 // the tasks then reduce through it across the tasks' processes' sockets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <future>
+#include <memory>
 #include <string>
 
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
 #include "graph/ops.h"
 #include "graph/scope.h"
+#include "scheduler/collective_kernels.h"
 #include "tests/distributed/local_cluster.h"
 
 namespace flowstate {
@@ -113,6 +117,36 @@ TEST(ReplicaCommAcrossTasks, AnUnknownCollectiveKindFailsNamingIt) {
   Status st = RunWithin(s.get(), 30, {}, {"create_1"}, &out);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("no-such-kind"), std::string::npos) << st.ToString();
+}
+
+// A bucket of several tensors of one dtype travels as one flat tensor: each
+// tensor 64-byte aligned in it, the gaps zero, the results views of it.
+TEST(ReplicaCommFusedBucket, TensorsLieAlignedInOneFlatTensorAndComeBackAsViews) {
+  using Fused = ReplicaComm::FusedBucket;
+  EXPECT_EQ(Fused::For({{DataType::kFloat32, TensorShape({3})}}), nullptr) << "one tensor: as it is";
+  EXPECT_EQ(Fused::For({{DataType::kFloat32, TensorShape({3})}, {DataType::kFloat64, TensorShape({2})}}),
+            nullptr)
+      << "two dtypes: as they are";
+  std::unique_ptr<Fused> f = Fused::For({{DataType::kFloat32, TensorShape({})},
+                                         {DataType::kFloat32, TensorShape({2, 3})},
+                                         {DataType::kFloat32, TensorShape({17})}});
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->offsets, (std::vector<int64_t>{0, 16, 32}));
+  EXPECT_EQ(f->elements, 64);
+  Tensor flat(DataType::kFloat32, TensorShape({f->elements}));
+  std::fill_n(flat.data<float>(), f->elements, 7.0f);
+  f->ZeroGaps(&flat);
+  EXPECT_EQ(flat.data<float>()[0], 7.0f);
+  EXPECT_EQ(flat.data<float>()[1], 0.0f);
+  EXPECT_EQ(flat.data<float>()[22], 0.0f);
+  EXPECT_EQ(flat.data<float>()[48], 7.0f);
+  EXPECT_EQ(flat.data<float>()[49], 0.0f);
+  std::vector<Tensor> parts = f->Split(flat);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[1].shape(), TensorShape({2, 3}));
+  EXPECT_EQ(parts[2].num_elements(), 17);
+  EXPECT_EQ(parts[1].data<float>(), flat.data<float>() + 16) << "a view, not a copy";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(parts[2].raw_data()) % 64, 0u);
 }
 
 }  // namespace
