@@ -18,7 +18,6 @@
 #include "distributed/tensor_wire_internal.h"
 #include "distributed/wire_internal.h"
 #include "scheduler/call_frame.h"
-#include "scheduler/collective_kernels.h"
 #include "scheduler/local_worker.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/runtime_kernels.h"
@@ -682,14 +681,6 @@ class WorkerService::Impl final : public WorkerBase {
       }
       const Status abort = Aborted("the session's state on " + c->local_task() + " was dropped: " + why);
       for (int64_t step : steps) s->worker->AbortStep(step, abort);
-      // A bucket already handed to a replica's all-reduce is in a round on
-      // its communication thread, which aborting the step does not reach:
-      // the group is aborted too, so the other replicas fail now instead of
-      // waiting for this task until the all-reduce's timeout.
-      for (const ResourceMgr::Item& item : s->resources->List()) {
-        if (item.container != kReplicaContainer) continue;
-        if (auto comm = std::dynamic_pointer_cast<ReplicaComm>(item.resource)) comm->Abort(abort);
-      }
     }
     return int(orphans.size());
   }
@@ -716,14 +707,6 @@ class WorkerService::Impl final : public WorkerBase {
         steps.assign(s->running.begin(), s->running.end());
       }
       for (int64_t step : steps) s->worker->AbortStep(step, abort);
-      // A bucket already handed to a replica's all-reduce is in a round on
-      // its communication thread, which aborting the step does not reach:
-      // the group is aborted too, so the other replicas fail now instead of
-      // waiting for this task until the all-reduce's timeout.
-      for (const ResourceMgr::Item& item : s->resources->List()) {
-        if (item.container != kReplicaContainer) continue;
-        if (auto comm = std::dynamic_pointer_cast<ReplicaComm>(item.resource)) comm->Abort(abort);
-      }
     }
     if (server_ != nullptr) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
