@@ -15,36 +15,25 @@ namespace {
 
 bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64; }
 
-// x * factor into `out` (of x's dtype and shape).
-void ScaleInto(const Tensor& x, double factor, Tensor& out) {
-  const int64_t n = x.num_elements();
+// x * factor into out[0, n) (x's dtype, float32 or float64; n its
+// elements). Factor 0 (a late backup replica's count): zeros, even where x
+// is NaN or Inf.
+void ScaleInto(const Tensor& x, double factor, void* out) {
+  const size_t n = size_t(x.num_elements());
   if (factor == 0) {
-    // Count 0 (a late backup replica): zeros, even where x is NaN or Inf.
-    std::memset(out.raw_data(), 0, out.TotalBytes());
-    return;
-  }
-  if (x.dtype() == DataType::kFloat32) {
-    reduce_loops::Scale(out.data<float>(), x.data<float>(), size_t(n), float(factor));
+    std::memset(out, 0, n * DataTypeSize(x.dtype()));
+  } else if (x.dtype() == DataType::kFloat32) {
+    reduce_loops::Scale(static_cast<float*>(out), x.data<float>(), n, float(factor));
   } else {
-    reduce_loops::Scale(out.data<double>(), x.data<double>(), size_t(n), factor);
+    reduce_loops::Scale(static_cast<double*>(out), x.data<double>(), n, factor);
   }
 }
 
 // x * factor, a new tensor.
 Tensor Scaled(const Tensor& x, double factor) {
   Tensor out(x.dtype(), x.shape());
-  ScaleInto(x, factor, out);
+  ScaleInto(x, factor, out.raw_data());
   return out;
-}
-
-// count * x into out[0, n) (x's dtype, float32 or float64).
-void ScaleRaw(const Tensor& x, double factor, void* out) {
-  const size_t n = size_t(x.num_elements());
-  if (x.dtype() == DataType::kFloat32) {
-    reduce_loops::Scale(static_cast<float*>(out), x.data<float>(), n, float(factor));
-  } else {
-    reduce_loops::Scale(static_cast<double*>(out), x.data<double>(), n, factor);
-  }
 }
 
 void DivideInPlace(Tensor* x, double by) {
@@ -113,11 +102,7 @@ class AllReduceOp final : public AsyncOpKernel {
       const size_t width = DataTypeSize(fused->dtype);
       for (int i = 0; i < n; ++i) {
         char* at = static_cast<char*>(flat.raw_data()) + size_t(fused->offsets[i]) * width;
-        if (count == 0) {
-          std::memset(at, 0, size_t(ctx->input(i).num_elements()) * width);  // even over NaN
-        } else {
-          ScaleRaw(ctx->input(i), count, at);
-        }
+        ScaleInto(ctx->input(i), count, at);
       }
       std::vector<Tensor> one;
       one.push_back(std::move(flat));
@@ -132,7 +117,7 @@ class AllReduceOp final : public AsyncOpKernel {
       // a fresh allocation each step would page-fault its way through them.
       StatusOr<Tensor> w = ctx->allocate_temp(x.dtype(), x.shape());
       FS_OP_REQUIRES_ASYNC(ctx, w.ok(), w.status(), done);
-      ScaleInto(x, count, *w);
+      ScaleInto(x, count, w->raw_data());
       weighted.push_back(std::move(w).value());
     }
     (*comm)->Submit(int(bucket_), std::move(weighted), count, std::move(callback));
