@@ -240,7 +240,9 @@ Status Store::WriteCheckpoint(const std::string& job_id, const Snapshot& snap) {
       batch.Put(h, k, v).PermitUncheckedError();
       return Status();
     }));
-    return m.Write(&batch, /*sync=*/true, "writing " + what);
+    Status written = m.Write(&batch, /*sync=*/true, "writing " + what);
+    m.CheckpointWritten(job_id, step, replacing, written);
+    return written;
   }
 
   // Big checkpoints: one table file, written once from the tensors' buffers
@@ -274,6 +276,7 @@ Status Store::WriteCheckpoint(const std::string& job_id, const Snapshot& snap) {
   io.write_global_seqno = false;   // the sequence number lives in the MANIFEST
   rocksdb::Status st = m.db->IngestExternalFile(h, {file}, io);
   if (!st.ok()) m.WriteFailed(rs(st));
+  m.CheckpointWritten(job_id, step, replacing, rs(st));
   return rs(st);
 }
 
@@ -283,6 +286,10 @@ StatusOr<Snapshot> Store::ReadCheckpoint(const std::string& job_id, int64_t step
   Impl& m = *impl_;
   rocksdb::ColumnFamilyHandle* h = m.cf[kCheckpointsCf];
   const std::string what = Describe(job_id, step);
+  if (m.Unsettled(job_id, step)) {
+    return NotFound("job '" + job_id + "' has no checkpoint at step " + std::to_string(step) +
+                    " (its write failed)");
+  }
   // One implicit snapshot for the whole read, so a concurrent rewrite or
   // deletion of the same checkpoint is never seen half-way.
   const rocksdb::Snapshot* dbsnap = m.db->GetSnapshot();
