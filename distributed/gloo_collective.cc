@@ -631,20 +631,22 @@ void GlooCollective::Impl::RingSum(void* data, size_t n, size_t elem,
                                    uint32_t tag, Clock::time_point deadline) {
   const int p = size_;
   if (p == 1 || n == 0) return;
-  // Chunk c of p: elements [n * c / p, n * (c + 1) / p), sent in segments
-  // of at most kSegmentBytes. Every rank cuts the same way, so a segment
-  // sent is a segment received.
-  constexpr size_t kSegmentBytes = size_t(256) << 10;
-  const size_t seg = std::max<size_t>(1, kSegmentBytes / elem);
+  // Chunk c of p: elements [n * c / p, n * (c + 1) / p), sent in segments:
+  // at least two a chunk (one is reduced while the next arrives), at most
+  // kSegmentBytes each (Gloo's own ring cuts the same way). Every rank cuts
+  // alike, so a segment sent is a segment received.
+  constexpr size_t kSegmentBytes = size_t(1) << 20;
   auto chunk = [&](int c) {
     c = ((c % p) + p) % p;
     return std::pair<size_t, size_t>(n * size_t(c) / size_t(p), n * size_t(c + 1) / size_t(p));
   };
+  size_t widest = 0;
+  for (int c = 0; c < p; ++c) widest = std::max(widest, chunk(c).second - chunk(c).first);
+  const size_t segments = std::max<size_t>(2, (widest * elem + kSegmentBytes - 1) / kSegmentBytes);
+  const size_t seg = std::max<size_t>(1, (widest + segments - 1) / segments);
   const int right = (rank_ + 1) % p, left = (rank_ + p - 1) % p;
   const uint64_t slot = ::gloo::Slot::build(0x41, tag);
   char* base = static_cast<char*>(data);
-  size_t widest = 0;
-  for (int c = 0; c < p; ++c) widest = std::max(widest, chunk(c).second - chunk(c).first);
   if (ring_tmp_.size() < widest * elem) ring_tmp_.resize(widest * elem);
   LiveBuffer out(this, data, n * elem);
   LiveBuffer tmp(this, ring_tmp_.data(), widest * elem);
