@@ -369,6 +369,16 @@ struct Store::Impl {
   }
 
   Status OpenDb(bool exists);
+  // OpenDb, and when it fails on a table file the MANIFEST names but the
+  // directory lacks -- a failed ingestion whose MANIFEST record reached the
+  // disk (appended; its sync failed) although RocksDB then deleted the
+  // ingested file -- links the table files of failed ingestions kept in
+  // ingest_dir (KeepFailedIngestion) under that name and opens again.
+  Status OpenDbRestoringIngestions(bool exists);
+  // Keeps the table file `file` of a failed ingestion in ingest_dir for
+  // OpenDbRestoringIngestions (ingest_dir is cleared by Open and after a
+  // recovery).
+  void KeepFailedIngestion(const std::string& file);
 
   // After a failed reopen: the database read-only (no LOCK, no writes), so
   // that reads keep working. Leaves db null when even that fails.
@@ -435,8 +445,9 @@ struct Store::Impl {
                               : write_error;
     }
     CloseDb();
-    Status s = OpenDb(/*exists=*/true);
+    Status s = OpenDbRestoringIngestions(/*exists=*/true);
     if (!s.ok()) return FallBackToReadOnly(s);
+    ClearFailedIngestions();
     if (!unsettled.empty()) {
       rocksdb::WriteBatch b;
       for (const auto& [job, step] : unsettled) DeleteCheckpointRecords(&b, job, step);
@@ -474,6 +485,15 @@ struct Store::Impl {
       return Unavailable("the store " + path + " is unavailable after a write error");
     }
     return r;
+  }
+
+  // Removes the table files KeepFailedIngestion kept (the database links
+  // any it needed under its own name).
+  void ClearFailedIngestions() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ingest_dir, ec)) {
+      if (e.path().filename().string().rfind("failed-", 0) == 0) std::filesystem::remove(e.path(), ec);
+    }
   }
 
   // Adds the deletion of every record of checkpoint (job, step) to `b`.

@@ -529,12 +529,12 @@ TEST(Store, FailedWritesLeaveThePreviousCheckpointAndRecover) {
 // record appended, its sync failed. The database reopened to recover (or
 // the read-only fallback while the disk still fails) replays that record.
 // A checkpoint reported failed must still never be listed or read, before
-// recovery, after it, and after the store is reopened. (The write path of
-// small checkpoints, one log record. Not yet the ingestion of big ones: a
-// MANIFEST record appended whose sync failed names the table file that the
-// failed ingestion then deleted, and the reopen fails on the missing file.)
+// recovery, after it, and after the store is reopened. Both write paths: a
+// small checkpoint's log record, and a big one's ingestion, whose MANIFEST
+// record (appended, its sync failed) names a table file that the failed
+// ingestion deleted -- the store must still reopen.
 TEST(Store, ACheckpointReportedFailedIsNeverListedThoughPartOfItsWriteWentThrough) {
- for (int64_t ingest : {int64_t(32) << 20}) {
+ for (int64_t ingest : kBothPaths) {
   SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
   TempDir dir;
   // -1: no failure; n >= 0: n more file writes go through, then all fail.
