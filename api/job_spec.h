@@ -103,11 +103,6 @@ struct JobSpec {
   // A fixed reduction order: two runs are bit-identical (refuses backup
   // replicas, whose choice depends on timing).
   bool deterministic = false;
-  // Test only ("_test_straggler": {"replica": r, "delay_ms": d}): replica r
-  // waits d ms before each step's computation, unless the step is decided
-  // without it (backup replicas) first.
-  int test_straggler_replica = -1;
-  int64_t test_straggler_delay_ms = 0;
   uint64_t seed = 0;  // initializers, shuffling and dropout derive from it
   std::optional<int64_t> max_steps;  // stop early after this many steps
   std::optional<InitFromSpec> init_from;

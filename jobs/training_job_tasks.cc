@@ -357,11 +357,11 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   // with 0 examples: its all-reduce contribution is zeros and it applies
   // the others' average. `batch` only counts its examples here.
   const auto start = Clock::now();
-  if (batch != nullptr && i == spec_.test_straggler_replica && spec_.test_straggler_delay_ms > 0) {
+  if (batch != nullptr && i == options_.test_straggler.replica && options_.test_straggler.delay_ms > 0) {
     // The test straggler, as in RunReplica: late by delay_ms, unless the
     // step is decided without it first; then it abandons its batch and
     // joins with 0 examples.
-    auto delay = std::chrono::milliseconds(spec_.test_straggler_delay_ms);
+    auto delay = std::chrono::milliseconds(options_.test_straggler.delay_ms);
     if (race_ != nullptr) {
       StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
       if (!decided.ok()) {
