@@ -16,7 +16,7 @@
 // ResourceMgr (so its own variables) on its device (devices[i] when
 // "devices" lists N, else all on the first or default device), joined by an
 // InProcessCollective through the graph's _AllReduce nodes
-// (graph/training_graph.h, scheduler/collective_kernels.h). Every replica
+// (graph/training_graph.h, scheduler/replica_comm.h). Every replica
 // starts from the same initial variables (same seed). A step takes up to N
 // consecutive batches of batch_size from the one seeded pipeline, all of the
 // same epoch, and replica i trains on the i-th (a replica without one joins

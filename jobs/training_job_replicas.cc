@@ -18,7 +18,7 @@
 #include "jobs/step_trace_view.h"
 #include "scheduler/remote_workers.h"
 #include "scheduler/collective.h"
-#include "scheduler/collective_kernels.h"
+#include "scheduler/replica_comm.h"
 #include "scheduler/step_trace.h"
 #include "state/replica_input.h"
 #include "state/variable.h"
