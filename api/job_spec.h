@@ -2,8 +2,9 @@
 // job"), parsed from JSON with every error naming the JSON path of the bad
 // field ("optimizer.learning_rate: must be > 0").
 //
-// Parsing checks the form of each field; ValidateJob (training_job.h) then
-// checks the job against its graph and its data. Value type.
+// Parsing checks the form of each field; TrainingJob::Create
+// (jobs/training_job.h) then checks the job against its graph and its data.
+// Value type.
 #ifndef FLOWSTATE_API_JOB_SPEC_H_
 #define FLOWSTATE_API_JOB_SPEC_H_
 
