@@ -97,6 +97,18 @@ Status DecodeRecord(const std::string& v, std::vector<int>* failed) {
   return Status(Code(std::atoi(v.c_str())), v.substr(b + 1));
 }
 
+// Peer p's failure record as this rank's status: the peer's own cause as
+// it wrote it, or for an abort of its own (CANCELLED, ABORTED, INTERNAL)
+// the same prefixed "rank p closed the group: ".
+Status PeerRecord(int p, const std::string& record, std::vector<int>* failed) {
+  Status s = DecodeRecord(record, failed);
+  if (s.ok()) s = Cancelled("the group was closed");
+  if (s.code() == Code::kCancelled || s.code() == Code::kAborted || s.code() == Code::kInternal) {
+    s = Status(s.code(), "rank " + std::to_string(p) + " closed the group: " + s.message());
+  }
+  return s;
+}
+
 // Whether `message` names `address` ("[10.0.0.1]:123" is not "...:1234").
 bool Names(const std::string& message, const std::string& address) {
   for (size_t at = message.find(address); at != std::string::npos;
@@ -220,24 +232,23 @@ class GlooCollective::Impl {
         continue;
       }
       l.unlock();
-      Status peer = PeerFailure();
-      if (!peer.ok()) Abort(peer);
+      std::vector<int> failed;
+      Status peer = PeerFailure(&failed);
+      if (!peer.ok()) Abort(peer, failed);
       l.lock();
     }
   }
 
-  // The first peer failure record in the store, as the status to fail
-  // with; OK when there is none (or the store cannot say now).
-  Status PeerFailure() {
+  // The first peer failure record in the store, as the status to fail with
+  // (and the ranks it blames in *failed), as Fail reads one; OK when there
+  // is none (or the store cannot say now).
+  Status PeerFailure(std::vector<int>* failed) {
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       StatusOr<std::string> rec = ep_->store->Get(prefix_, "fail/" + std::to_string(p),
                                                   Clock::now() + std::chrono::milliseconds(200));
       if (!rec.ok()) continue;
-      std::vector<int> failed;
-      Status s = DecodeRecord(*rec, &failed);
-      if (s.ok()) s = Cancelled("the group was closed");
-      return Status(s.code(), "rank " + std::to_string(p) + " closed the group: " + s.message());
+      return PeerRecord(p, *rec, failed);
     }
     return Status();
   }
@@ -299,11 +310,12 @@ class GlooCollective::Impl {
   }
 
   Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Clock::time_point deadline);
-  void Abort(const Status& status) {
+  void Abort(const Status& status, const std::vector<int>& failed = {}) {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!broken_.ok()) return;
       broken_ = status.ok() ? Cancelled("the collective was aborted") : status;
+      failed_ = failed;
     }
     CloseGroup();
     // Gloo does not signal every pending operation when a connection fails
@@ -587,11 +599,7 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
         StatusOr<std::string> rec =
             ep_->store->Get(prefix_, "fail/" + std::to_string(p), Clock::now() + std::chrono::milliseconds(500));
         if (!rec.ok()) continue;
-        s = DecodeRecord(*rec, &failed);
-        if (s.code() == Code::kCancelled || s.code() == Code::kAborted ||
-            s.code() == Code::kInternal) {
-          s = Status(s.code(), "rank " + std::to_string(p) + " closed the group: " + s.message());
-        }
+        s = PeerRecord(p, *rec, &failed);
         break;
       }
     }
