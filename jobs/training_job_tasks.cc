@@ -35,7 +35,7 @@ constexpr const char* kRemoteStatsNode = "_replica_comm_stats";
 constexpr const char* kRemoteTotalsNode = "_replica_comm_totals";
 // About how long a chunk of steps that replicas on other tasks run on their
 // own lasts: pause, cancel and rebuilds wait for its end.
-constexpr double kChunkSeconds = 0.2;
+constexpr double kChunkSeconds = 1.0;
 constexpr int64_t kMaxChunkSteps = 1000;
 // A remote replica's input, read on its task (state/replica_input.h), and
 // the position of the step's first batch: fed (a step run from here), or
