@@ -138,7 +138,7 @@ Status ClusterRuntime::Start(int grpc_port, DevicePool* devices, const std::atom
   return Status::OK();
 }
 
-RemoteWorkers* ClusterRuntime::remote_workers() const { return started_cluster_.load(); }
+ClusterView* ClusterRuntime::cluster_view() const { return started_cluster_.load(); }
 
 void ClusterRuntime::DropCollectivePrefix(const std::string& prefix) const {
   if (collective_store_ != nullptr) collective_store_->DropPrefix(prefix);

@@ -38,7 +38,7 @@ class Cluster;
 class ClusterRegistry;
 class CollectiveStoreService;
 class DevicePool;
-class RemoteWorkers;
+class ClusterView;
 class WorkerService;
 struct GrpcServerOptions;
 
@@ -72,9 +72,9 @@ class ClusterRuntime {
   // The view of every task for ServiceOptions::cluster; thread-safe (the
   // gRPC server answers GetCluster while Start still waits for the others).
   ClusterInfo View() const;
-  // The runtime's other tasks for sessions (ServiceOptions::remote_workers);
+  // The runtime's other tasks for sessions (ServiceOptions::cluster_view);
   // null until Start succeeded. Thread-safe.
-  RemoteWorkers* remote_workers() const;
+  ClusterView* cluster_view() const;
   // Forgets a membership's keys in this task's collective store
   // (JobManagerOptions::drop_collective_prefix). Thread-safe.
   void DropCollectivePrefix(const std::string& prefix) const;

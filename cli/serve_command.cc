@@ -295,7 +295,7 @@ int RunServer(int argc, char** argv, Mode mode) {
     so.task_index = spec->self.index;
     ClusterRuntime* rt = cluster.get();
     so.cluster = [rt] { return rt->View(); };
-    so.remote_workers = [rt] { return rt->remote_workers(); };
+    so.cluster_view = [rt] { return rt->cluster_view(); };
     // Every task serves the collective store on its gRPC port: a job's
     // replicas on other tasks meet in this (its master) task's.
     so.jobs.collective_store = [rt] {

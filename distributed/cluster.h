@@ -2,8 +2,8 @@
 // distributed/cluster_spec.h) — the other tasks' state, incarnation and
 // devices, learnt by heartbeats (the Worker service's GetStatus, every
 // heartbeat_interval_s, each answered within heartbeat_deadline_s or the
-// task is UNREACHABLE), and the RemoteWorkers a Session needs to place
-// nodes on them and run steps across them (scheduler/remote_workers.h):
+// task is UNREACHABLE), and the ClusterView a Session needs to place
+// nodes on them and run steps across them (scheduler/cluster_view.h):
 // their devices, a GrpcRemoteWorker per (session, task), this task's
 // RendezvousMgr (whose rendezvous pull tensors of other tasks with
 // RecvTensor) and cluster-unique step ids (random start, then counting).
@@ -28,7 +28,7 @@
 #include "devices/device_pool.h"
 #include "distributed/cluster_spec.h"
 #include "graph/status.h"
-#include "scheduler/remote_workers.h"
+#include "scheduler/cluster_view.h"
 
 namespace flowstate {
 
@@ -79,7 +79,7 @@ struct ClusterTaskInfo {
 
 const char* ClusterTaskStateName(ClusterTaskInfo::State s);  // "UP", "UNREACHABLE"
 
-class Cluster final : public RemoteWorkers {
+class Cluster final : public ClusterView {
  public:
   // INVALID_ARGUMENT when the spec is empty, spec.self is not in it, or a
   // device of `devices` is not named for spec.self. Starts the heartbeats
@@ -94,7 +94,7 @@ class Cluster final : public RemoteWorkers {
   // One round of heartbeats now, waiting for it (at most the deadline).
   void HeartbeatNow();
 
-  // RemoteWorkers.
+  // ClusterView.
   std::string local_task() const override;
   std::vector<std::string> Tasks() const override;
   std::string TaskHost(const std::string& task) const override;

@@ -141,7 +141,7 @@
 
 namespace flowstate {
 
-class RemoteWorkers;
+class ClusterView;
 
 class TrainingJob;
 class ThreadPool;
@@ -211,7 +211,7 @@ struct JobManagerOptions {
   // outside a cluster), and this task's collective store ("host:port" the
   // others reach): a job's replicas may then run on other tasks
   // (TrainingJobOptions::remote). Empty functions: this process only.
-  std::function<RemoteWorkers*()> remote;
+  std::function<ClusterView*()> remote;
   std::function<std::string()> collective_store;
   // Forgets a membership's keys in that store once the job has moved on
   // to a new membership (CollectiveStoreService::DropPrefix); may be empty.

@@ -7,7 +7,7 @@
 #include "devices/device_name.h"
 #include "jobs/job_manager.h"
 #include "jobs/job_manager_internal.h"
-#include "scheduler/remote_workers.h"
+#include "scheduler/cluster_view.h"
 
 namespace flowstate {
 namespace {
@@ -46,7 +46,7 @@ TrainingJobOptions JobManager::RunnerOptions() const {
 
 Status JobManager::PlaceReplicas(JobSpec* spec) const {
   if (spec->replicas <= 1 || !spec->devices.empty()) return Status();
-  RemoteWorkers* remote = options_.remote ? options_.remote() : nullptr;
+  ClusterView* remote = options_.remote ? options_.remote() : nullptr;
   std::vector<std::string> tasks = remote != nullptr ? remote->Tasks() : std::vector<std::string>{};
   if (tasks.size() <= 1) return Status();  // one process: every replica here
   // This task first, then the others in the spec's order.
@@ -93,7 +93,7 @@ JobSpec JobManager::ReplicaZeroSpec(const JobSpec& spec) {
 bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
   Job* j = job.get();
   const JobSpec& spec = j->spec;  // fixed since Submit
-  RemoteWorkers* remote = options_.remote ? options_.remote() : nullptr;
+  ClusterView* remote = options_.remote ? options_.remote() : nullptr;
   bool waiting;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -203,7 +203,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
 bool JobManager::OnReplicaFailureLocked(Job* j, const Status& s, const std::string& what) {
   if (!AcrossTasks(j->spec)) return false;
   bool lost = IsMembershipCode(s.code());
-  RemoteWorkers* remote = options_.remote ? options_.remote() : nullptr;
+  ClusterView* remote = options_.remote ? options_.remote() : nullptr;
   if (!lost && remote != nullptr) {
     // Any error while a replica's task does not answer its heartbeats.
     for (int i = 0; i < j->spec.replicas && !lost; ++i) {
@@ -228,7 +228,7 @@ void JobManager::MaybeRejoinLocked(Job* j) {
       int(j->membership.replicas.size()) >= j->spec.replicas) {
     return;
   }
-  RemoteWorkers* remote = options_.remote ? options_.remote() : nullptr;
+  ClusterView* remote = options_.remote ? options_.remote() : nullptr;
   if (remote == nullptr) return;
   std::vector<std::string> back;
   for (int i = 0; i < j->spec.replicas; ++i) {

@@ -21,7 +21,7 @@
 #include "state/variable.h"
 #include "scheduler/collective.h"
 #include "scheduler/replica_comm.h"
-#include "scheduler/remote_workers.h"
+#include "scheduler/cluster_view.h"
 #include "scheduler/step_trace.h"
 
 namespace flowstate {

@@ -99,7 +99,7 @@
 
 namespace flowstate {
 
-class RemoteWorkers;
+class ClusterView;
 class ReplicaComm;
 class StepRace;
 class StepTraceCollector;
@@ -129,7 +129,7 @@ struct TrainingJobOptions {
   // Replicas on other tasks of a cluster: the cluster (null: this process
   // only), the collective store their Gloo group meets in ("host:port"),
   // and the group's key prefix there (empty: a fresh one of this process).
-  RemoteWorkers* remote = nullptr;
+  ClusterView* remote = nullptr;
   std::string collective_store;
   std::string collective_prefix;
   // Batches of batch_size a step trains on, when more than `replicas`

@@ -16,7 +16,7 @@
 #include "devices/device_name.h"
 #include "api/views_json.h"
 #include "jobs/step_trace_view.h"
-#include "scheduler/remote_workers.h"
+#include "scheduler/cluster_view.h"
 #include "scheduler/collective.h"
 #include "scheduler/replica_comm.h"
 #include "scheduler/step_trace.h"

@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "devices/kernel_registry.h"
-#include "scheduler/remote_workers.h"
+#include "scheduler/cluster_view.h"
 #include "scheduler/rendezvous.h"
 
 namespace flowstate {

@@ -27,7 +27,7 @@ namespace flowstate {
 StatusOr<std::vector<Device*>> PlaceGraph(const Graph& graph, const DevicePool& pool,
                                           Device* default_device);
 // The same over any set of devices, e.g. this task's and other tasks'
-// (RemoteDevice, scheduler/remote_workers.h): a node may ask for
+// (RemoteDevice, scheduler/cluster_view.h): a node may ask for
 // "/job:worker/task:1" and get a device of that task. `where` names the set
 // in errors ("this server", "the cluster").
 StatusOr<std::vector<Device*>> PlaceGraph(const Graph& graph, const std::vector<Device*>& devices,

@@ -9,7 +9,7 @@
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
 #include "scheduler/placement.h"
-#include "scheduler/remote_workers.h"
+#include "scheduler/cluster_view.h"
 #include "scheduler/runtime_kernels.h"
 #include "scheduler/thread_pool.h"
 #include "state/kernels.h"
@@ -125,7 +125,7 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
     const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
   FS_ASSIGN_OR_RETURN(PrunedGraph pruned, PruneForSignature(graph, {feeds, fetches, targets}));
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(pruned.graph));
-  RemoteWorkers* remote = options_.remote;
+  ClusterView* remote = options_.remote;
   uint64_t generation = 0;  // of the remote devices placed on
   std::vector<std::shared_ptr<RemoteDevice>> remote_devices;  // alive while we build
   StatusOr<std::vector<Device*>> placed = [&]() -> StatusOr<std::vector<Device*>> {

@@ -41,7 +41,7 @@
 namespace flowstate {
 
 class LocalWorker;
-class RemoteWorkers;
+class ClusterView;
 class ResourceMgr;
 class StepTraceCollector;
 class ThreadPool;
@@ -67,13 +67,13 @@ struct SessionOptions {
   // the session's own LocalStepIdSource (1, 2, 3, ...). A master shares one
   // source among its sessions so that ids are unique across the cluster.
   StepIdSource* step_ids = nullptr;
-  // The other tasks of a cluster (scheduler/remote_workers.h); not owned,
+  // The other tasks of a cluster (scheduler/cluster_view.h); not owned,
   // must outlive the session. When set, nodes may be placed on their
   // devices (unplaced nodes still go to default_device, of this task), this
   // task's partitions use its rendezvous manager, step ids come from it
   // unless step_ids is set, and executables are rebuilt when its generation
   // changes or after a step failed UNAVAILABLE. Null: this process only.
-  RemoteWorkers* remote = nullptr;
+  ClusterView* remote = nullptr;
 };
 
 // What a caller asks of one Run beyond its feeds and fetches.

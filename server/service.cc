@@ -43,7 +43,7 @@ Service::Service(const ServiceOptions& options) : options_(options) {
   jo.devices = options.devices;
   jo.data_root = options.data_root;
   jo.max_shape_bytes = options.max_shape_bytes;
-  if (!jo.remote && options.remote_workers) jo.remote = options.remote_workers;
+  if (!jo.remote && options.cluster_view) jo.remote = options.cluster_view;
   jobs_ = std::make_unique<JobManager>(jo);
   if (options.jobs.store != nullptr) {
     // Not owned: the store outlives the service (an aliasing, owner-less
@@ -86,7 +86,7 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
   so.devices = options_.devices;
   so.inter_op_pool = session_pool_.get();
   so.max_shape_bytes = options_.max_shape_bytes;
-  if (options_.remote_workers) so.remote = options_.remote_workers();
+  if (options_.cluster_view) so.remote = options_.cluster_view();
   FS_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(graph, so));
   // Save/Restore: every session shares the server's store (prefixes are
   // server-wide and survive restarts).

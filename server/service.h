@@ -37,7 +37,7 @@
 
 namespace flowstate {
 
-class RemoteWorkers;
+class ClusterView;
 class Session;
 class TensorStore;
 class ThreadPool;
@@ -72,7 +72,7 @@ struct ServiceOptions {
   // (SessionOptions::remote): a session created once it returns non-null
   // may place nodes on every task's devices. Called from any thread; null
   // function or null result: sessions run on this process's devices only.
-  std::function<RemoteWorkers*()> remote_workers;
+  std::function<ClusterView*()> cluster_view;
 };
 
 

@@ -76,7 +76,7 @@ class ReplicaFailures : public ::testing::Test {
     o.data_root = dir_.string();
     o.store = checkpoints_.get();
     o.max_history_events = 1000;
-    o.remote = [cluster] { return static_cast<RemoteWorkers*>(cluster->task(0).cluster.get()); };
+    o.remote = [cluster] { return static_cast<ClusterView*>(cluster->task(0).cluster.get()); };
     o.collective_store = [this] { return store_address_; };
     o.drop_collective_prefix = [this](const std::string& p) {
       std::lock_guard<std::mutex> l(dropped_mu_);

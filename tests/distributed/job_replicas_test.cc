@@ -96,7 +96,7 @@ class ReplicasAcrossTasks : public ::testing::Test {
     JobManagerOptions o;
     o.devices = cluster.task(0).pool.get();
     o.data_root = dir_.string();
-    o.remote = [&cluster] { return static_cast<RemoteWorkers*>(cluster.task(0).cluster.get()); };
+    o.remote = [&cluster] { return static_cast<ClusterView*>(cluster.task(0).cluster.get()); };
     o.collective_store = [this] { return store_address_; };
     return o;
   }

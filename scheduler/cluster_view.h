@@ -1,6 +1,7 @@
-// RemoteWorkers: what a Session needs to know about the other tasks of a
-// cluster to be their master — their devices (for placement), a Worker for
-// each of them (worker.h; over RPC, distributed/), the rendezvous manager
+// ClusterView: the master's view of the cluster -- what a Session needs to
+// know about the other tasks of a cluster to be their master: their devices
+// (for placement), a Worker for each of them (worker.h; over RPC,
+// distributed/), the rendezvous manager
 // and step ids this task shares with them, and a generation number that
 // changes whenever the set of tasks or one's incarnation changes. A session
 // without one (SessionOptions::remote null) runs in this process only.
@@ -10,12 +11,12 @@
 // keys carry it). Nothing runs on it here: it has no allocator and no
 // threads. The incarnation lives on RemoteDevice, not on Device, so that the
 // core Device interface (and every kernel built against it) is unchanged;
-// this task's devices take RemoteWorkers::local_incarnation().
+// this task's devices take ClusterView::local_incarnation().
 //
 // Implementations (distributed/cluster.h) are thread-safe and outlive the
 // sessions that use them. RemoteDevice is immutable.
-#ifndef FLOWSTATE_SCHEDULER_REMOTE_WORKERS_H_
-#define FLOWSTATE_SCHEDULER_REMOTE_WORKERS_H_
+#ifndef FLOWSTATE_SCHEDULER_CLUSTER_VIEW_H_
+#define FLOWSTATE_SCHEDULER_CLUSTER_VIEW_H_
 
 #include <cstdint>
 #include <memory>
@@ -62,9 +63,9 @@ class RemoteDevice final : public Device {
   std::string description_;
 };
 
-class RemoteWorkers {
+class ClusterView {
  public:
-  virtual ~RemoteWorkers() = default;
+  virtual ~ClusterView() = default;
 
   // This task's name, "/job:worker/task:0".
   virtual std::string local_task() const = 0;
@@ -115,4 +116,4 @@ class RemoteWorkers {
 
 }  // namespace flowstate
 
-#endif  // FLOWSTATE_SCHEDULER_REMOTE_WORKERS_H_
+#endif  // FLOWSTATE_SCHEDULER_CLUSTER_VIEW_H_
