@@ -439,3 +439,48 @@ TEST(ControlFlow, AnErrorInsideALoopNamesTheNodeAndTheIteration) {
 
 }  // namespace
 }  // namespace flowstate
+
+namespace flowstate {
+namespace {
+
+TEST(ControlFlow, ALoopSplitAcrossDevicesIsRefusedNotHung) {
+  // Send/Recv do not carry frames yet: a loop with a body node on another
+  // device is UNIMPLEMENTED naming that node; the same loop on one device
+  // runs, and so does one that reads a tensor of another device (its Enter
+  // lies outside the loop).
+  DevicePoolOptions o;
+  o.num_cpu_devices = 2;
+  o.intra_op_threads = 1;
+  auto pool = DevicePool::Create(o).value();
+  for (bool split : {true, false}) {
+    Scope root;
+    Output x = ops::Const(root.WithOpName("x").WithDevice("/device:CPU:1"), 2.0f);
+    auto r = ops::WhileLoop(
+        root.WithOpName("loop").WithDevice("/device:CPU:0"),
+        [&](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
+          return ops::Less(c, v[0], ops::Const(c, 100.0f));
+        },
+        [&](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+          return std::vector<Output>{
+              ops::Mul(b.WithOpName("mul").WithDevice(split ? "/device:CPU:1" : ""), v[0], x)};
+        },
+        {ops::Const(root.WithDevice("/device:CPU:0"), 1.0f)});
+    ASSERT_TRUE(r.ok());
+    SessionOptions so;
+    so.devices = pool.get();
+    auto s = Session::Create(root.graph_def(), so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    std::vector<Tensor> out;
+    Status st = (*s)->Run({}, {"loop"}, {}, &out);
+    if (split) {
+      EXPECT_EQ(st.code(), Code::kUnimplemented) << st.ToString();
+      EXPECT_EQ(st.node(), "loop/body/mul") << st.ToString();
+    } else {
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(out[0].scalar<float>(), 128.0f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flowstate
