@@ -106,6 +106,13 @@ StatusOr<ControlFlowInfo> BuildControlFlowInfo(const Graph& graph) {
     if (f == 0 && (op == "NextIteration" || op == "LoopCond")) {
       return Error(node, "a " + op + " outside any loop (no Enter leads to it)");
     }
+    if (f != 0 && op == "_Retval") {
+      // A fetch inside a loop would have one value per iteration.
+      const std::string fetched = graph.node(node.input(0).node).name();
+      return InvalidArgument("cannot fetch '" + node.def().inputs[0] + "': it lies inside loop '" +
+                                 info.frames[f].name + "' (fetch the loop's results)",
+                             fetched);
+    }
     if (op == "Exit") info.frames[f].exits.push_back(i);
     if (op == "Enter") {
       FS_ASSIGN_OR_RETURN(int child, frame_after(node));

@@ -51,13 +51,15 @@ std::vector<Output> Internalize(const Scope& s, size_t begin, std::vector<Output
 }
 
 // Rewrites the inputs of nodes [begin, end) that come from outside that
-// range: `capture(tensor)` gives what a data input reads instead; control
+// range: `capture(tensor, reader)` gives what a data input reads instead
+// (the node it makes names `reader` in attr "_reader", so that validation
+// errors about the tensor name the node that reads it); control
 // inputs from outside go to `outer_controls` (kept when it is null). A node
 // with neither a data input nor a control input from inside the range (a
 // Const) gets a control input on pivot_of(its index), so that it runs in
 // the frame or on the branch.
 void RewriteCaptures(const Scope& s, size_t begin, size_t end, size_t skip_begin, size_t skip_end,
-                     const std::function<std::string(const std::string&)>& capture,
+                     const std::function<std::string(const std::string&, const std::string&)>& capture,
                      const std::function<std::string(size_t index)>& pivot_of,
                      std::vector<std::string>* outer_controls) {
   const std::unordered_set<std::string> inside = NamesIn(s, begin, end);
@@ -81,7 +83,8 @@ void RewriteCaptures(const Scope& s, size_t begin, size_t end, size_t skip_begin
         }
         continue;
       }
-      rewritten.push_back(capture(in));  // may append nodes: `inputs` is a copy
+      // May append nodes: `inputs` is a copy.
+      rewritten.push_back(capture(in, s.graph_def().nodes[i].name));
       anchored = true;
     }
     if (!anchored) rewritten.push_back("^" + pivot_of(i));
@@ -152,11 +155,13 @@ StatusOr<std::vector<Output>> WhileLoop(const Scope& s, const CondFn& cond, cons
   // Tensors from outside enter as loop invariants, once each.
   std::map<std::string, std::string> captured;
   std::vector<std::string> outer_controls;
-  auto capture = [&](const std::string& tensor) {
+  auto capture = [&](const std::string& tensor, const std::string& reader) {
     auto it = captured.find(tensor);
     if (it != captured.end()) return it->second;
+    AttrMap attrs = enter_attrs(true);
+    attrs.emplace("_reader", AttrValue(reader));
     std::string enter = w.WithOpName("capture_" + std::to_string(captured.size()))
-                            .AddNode("Enter", "Enter", {tensor}, enter_attrs(true));
+                            .AddNode("Enter", "Enter", {tensor}, std::move(attrs));
     captured.emplace(tensor, enter);
     return enter;
   };
@@ -206,12 +211,13 @@ StatusOr<std::vector<Output>> Cond(const Scope& s, const Output& pred, const Bra
   // once each; nodes without data inputs run only on their branch.
   for (int branch : {1, 0}) {
     std::map<std::string, std::string> switched;
-    auto capture = [&](const std::string& tensor) {
+    auto capture = [&](const std::string& tensor, const std::string& reader) {
       auto it = switched.find(tensor);
       if (it != switched.end()) return it->second;
       std::string sw = c.WithOpName(std::string("switch_") + (branch ? "t_" : "f_") +
                                     std::to_string(switched.size()))
-                           .AddNode("Switch", "Switch", {tensor, pred.name()}, {});
+                           .AddNode("Switch", "Switch", {tensor, pred.name()},
+                                    {{"_reader", AttrValue(reader)}});
       std::string out = Output(sw, branch).name();
       switched.emplace(tensor, out);
       return out;

@@ -70,6 +70,15 @@ StatusOr<Graph> Graph::Create(const GraphDef& def, const OpRegistry* registry) {
       if (!id.ok()) return NodeError(node.def_, id.status().message());
       auto it = g.by_name_.find(id->node);
       if (it == g.by_name_.end()) {
+        // A tensor a loop or branch captured: name the node that reads it.
+        auto reader = node.def_.attrs.find("_reader");
+        if (reader != node.def_.attrs.end() && reader->second.kind() == AttrKind::kString) {
+          const std::string& r = reader->second.s();
+          return InvalidArgument("node '" + r + "': input '" + in +
+                                     "' names no node of the graph (read through '" +
+                                     node.name() + "')",
+                                 r);
+        }
         return NodeError(node.def_, "input '" + in + "' names no node of the graph");
       }
       if (id->is_control()) {
