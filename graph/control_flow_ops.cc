@@ -56,11 +56,11 @@ std::vector<Output> Internalize(const Scope& s, size_t begin, std::vector<Output
 // errors about the tensor name the node that reads it); control
 // inputs from outside go to `outer_controls` (kept when it is null). A node
 // with neither a data input nor a control input from inside the range (a
-// Const) gets a control input on pivot_of(its index), so that it runs in
-// the frame or on the branch.
+// Const) is passed to anchor(its index, its inputs), which ties it to the
+// frame or the branch.
 void RewriteCaptures(const Scope& s, size_t begin, size_t end, size_t skip_begin, size_t skip_end,
                      const std::function<std::string(const std::string&, const std::string&)>& capture,
-                     const std::function<std::string(size_t index)>& pivot_of,
+                     const std::function<void(size_t, std::vector<std::string>*)>& anchor,
                      std::vector<std::string>* outer_controls) {
   const std::unordered_set<std::string> inside = NamesIn(s, begin, end);
   for (size_t i = begin; i < end; ++i) {
@@ -87,7 +87,7 @@ void RewriteCaptures(const Scope& s, size_t begin, size_t end, size_t skip_begin
       rewritten.push_back(capture(in, s.graph_def().nodes[i].name));
       anchored = true;
     }
-    if (!anchored) rewritten.push_back("^" + pivot_of(i));
+    if (!anchored) anchor(i, &rewritten);
     s.mutable_graph_def()->nodes[i].inputs = std::move(rewritten);
   }
 }
@@ -165,10 +165,25 @@ StatusOr<std::vector<Output>> WhileLoop(const Scope& s, const CondFn& cond, cons
     captured.emplace(tensor, enter);
     return enter;
   };
-  auto pivot_of = [&](size_t index) {
-    return index < body_begin ? merged[0].node : vars[0].node;
+  // A Const of the loop is computed once, before it, and enters as a loop
+  // invariant under its own name (no kernel runs for it per iteration);
+  // other nodes without inputs run once per iteration, after the pivot.
+  size_t hoisted = 0;
+  auto anchor = [&](size_t index, std::vector<std::string>* inputs) {
+    const NodeDef node = s.graph_def().nodes[index];
+    if (node.op != "Const") {
+      inputs->push_back("^" + (index < body_begin ? merged[0].node : vars[0].node));
+      return;
+    }
+    std::string value = w.WithOpName("invariant_" + std::to_string(hoisted++))
+                            .AddNode("Const", "Const", {}, node.attrs);
+    s.mutable_graph_def()->nodes.back().device = node.device;
+    NodeDef& enter = s.mutable_graph_def()->nodes[index];
+    enter.op = "Enter";
+    enter.attrs = enter_attrs(true);
+    inputs->push_back(value);
   };
-  RewriteCaptures(s, start, end, start, after_enters, capture, pivot_of, &outer_controls);
+  RewriteCaptures(s, start, end, start, after_enters, capture, anchor, &outer_controls);
   if (!outer_controls.empty()) {
     for (NodeDef& node : s.mutable_graph_def()->nodes) {
       if (node.op != "Enter" || node.attrs.count("frame_name") == 0 ||
@@ -222,8 +237,10 @@ StatusOr<std::vector<Output>> Cond(const Scope& s, const Output& pred, const Bra
       switched.emplace(tensor, out);
       return out;
     };
-    auto pivot_of = [&](size_t) { return pivots[branch].node; };
-    RewriteCaptures(s, bounds[branch][0], bounds[branch][1], 0, 0, capture, pivot_of, nullptr);
+    auto anchor = [&](size_t, std::vector<std::string>* inputs) {
+      inputs->push_back("^" + pivots[branch].node);
+    };
+    RewriteCaptures(s, bounds[branch][0], bounds[branch][1], 0, 0, capture, anchor, nullptr);
   }
   std::vector<Output> merged;
   for (size_t k = 0; k < results[1].size(); ++k) {

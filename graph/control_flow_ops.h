@@ -17,9 +17,12 @@
 //
 // The functions build nodes into the scopes they are given. A tensor built
 // outside may be used inside: a loop reads it through a constant Enter (a
-// loop invariant), a branch through a Switch on the predicate. A node of a
-// body or branch without data inputs (a Const) gets a control input that
-// runs it once per iteration, or only on its branch. Control inputs from
+// loop invariant), a branch through a Switch on the predicate. A Const made
+// in a loop's functions becomes a constant Enter of that name reading a
+// Const made before the loop ("<name>/invariant_0", ...), so no kernel runs
+// for it per iteration; another node without inputs in a loop, or any in a
+// branch, gets a control input that runs it once per iteration, or only on
+// its branch. Control inputs from
 // outside a loop on nodes inside it become control inputs of the loop's
 // Enters. The scope's op name (default "while", "cond", made unique) names
 // an IdentityN node whose outputs are the results; the other nodes lie

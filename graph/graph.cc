@@ -410,7 +410,15 @@ Status Graph::InferShapes(Node* node) {
     }
     shapes.push_back(src.output_shapes_[e.output]);
     const Tensor* c = nullptr;
-    if (src.op() == "Const") {
+    const Node* value = &src;
+    // A loop invariant that a Const entered is that constant too.
+    if (src.op() == "Enter" && src.num_inputs() == 1 && src.def_.attrs.count("is_constant") &&
+        src.def_.attrs.at("is_constant").kind() == AttrKind::kBool &&
+        src.def_.attrs.at("is_constant").b()) {
+      value = &nodes_[src.inputs_[0].node];
+    }
+    if (value->op() == "Const") {
+      const Node& src = *value;
       auto it = src.def_.attrs.find("value");
       if (it != src.def_.attrs.end() && it->second.kind() == AttrKind::kTensor) {
         c = &it->second.tensor();

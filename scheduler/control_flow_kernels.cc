@@ -29,19 +29,25 @@ class SwitchOp final : public OpKernel {
 };
 
 // The executor runs a Merge on its first live input; the others are empty.
+// value_index comes from scalars made once (host memory on any device).
 class MergeOp final : public OpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit MergeOp(OpKernelConstruction* c) : OpKernel(c) {
+    for (int i = 0; i < c->num_inputs(); ++i) indices_.push_back(Tensor::Scalar<int32_t>(i));
+  }
   void Compute(OpKernelContext* ctx) override {
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       if (!ctx->input(i).IsInitialized()) continue;
       ctx->forward_input(i, 0);
-      ctx->set_output(1, Tensor::Scalar<int32_t>(i));
+      ctx->set_output(1, indices_[i]);
       return;
     }
     ctx->SetStatus(Internal("a Merge ran without a live input"));
   }
   bool IsExpensive() const override { return false; }
+
+ private:
+  std::vector<Tensor> indices_;
 };
 
 class IdentityNOp final : public OpKernel {

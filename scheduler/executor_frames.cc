@@ -158,7 +158,11 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
       it->inputs.reset(new TensorValue[f.num_inputs]);
       it->counts.reset(new PendingCount[f.initial_pending.size()]);
     } else {
-      for (int k = 0; k < f.num_inputs; ++k) it->inputs[k].Clear();
+      // Slots are cleared as their nodes run; a node that never ran (a
+      // Merge's unused input) may have left one.
+      for (int k = 0; k < f.num_inputs; ++k) {
+        if (it->inputs[k].has_value()) it->inputs[k].Clear();
+      }
     }
     for (size_t k = 0; k < f.initial_pending.size(); ++k) {
       it->counts[k] = PendingCount{f.initial_pending[k], 0};
@@ -233,7 +237,9 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
           iter->inputs[slot] = outputs[e->src_output];
         }
       }
-      if (dst_ready) {
+      // A dead Exit would only retire (the loop's other iterations, or a
+      // loop that never started, which FinishFrames handles): not run.
+      if (dst_ready && !(dst_dead && dst.kind == FrameLayout::kExit)) {
         ready->push_back(TaggedNode{e->dst, frame, iter, dst_dead});
         ++iter->outstanding_ops;
       }
