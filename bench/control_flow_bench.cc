@@ -14,6 +14,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "bench/session_util.h"
 #include "devices/device_pool.h"
 #include "graph/control_flow_ops.h"
 #include "graph/ops.h"
@@ -27,14 +28,7 @@ namespace {
 
 constexpr int kIterations = 10000;
 
-std::unique_ptr<Session> NewSession(DevicePool* pool, const GraphDef& g) {
-  SessionOptions o;
-  o.devices = pool;
-  o.inter_op_threads = 1;
-  auto s = Session::Create(g, o);
-  s.status().CheckOk();
-  return std::move(s).value();
-}
+using bench::NewSession;
 
 GraphDef WhileGraph(int parallel) {
   Scope root;

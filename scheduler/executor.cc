@@ -242,16 +242,7 @@ class ExecutorState final : public ExecutorStateBase {
         continue;
       }
       if (s.ok()) {
-        OpKernelContext ctx(MakeParams(item, in, outputs.data()));
-        if (args_.trace == nullptr) {
-          item.kernel->Compute(&ctx);
-        } else {
-          trace_inputs.Capture(in, item.num_inputs);
-          const int64_t start = args_.trace->NowNs();
-          item.kernel->Compute(&ctx);
-          RecordTrace(item, outputs.data(), trace_inputs, start);
-        }
-        s = ctx.status();
+        s = ComputeSync(item, in, outputs.data(), &trace_inputs);
         if (s.ok()) s = CheckOutputs(item, outputs.data());
       }
       ClearInputs(item, in);

@@ -430,16 +430,7 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
           continue;
         }
         if (s.ok()) {
-          OpKernelContext ctx(MakeParams(item, in, outputs.data()));
-          if (args_.trace == nullptr) {
-            item.kernel->Compute(&ctx);
-          } else {
-            trace_inputs.Capture(in, item.num_inputs);
-            const int64_t start = args_.trace->NowNs();
-            item.kernel->Compute(&ctx);
-            RecordTrace(item, outputs.data(), trace_inputs, start);
-          }
-          s = ctx.status();
+          s = ComputeSync(item, in, outputs.data(), &trace_inputs);
           // A Switch leaves its untaken output empty: dead.
           if (s.ok() && layout_.items[t.id].kind != FrameLayout::kSwitch) {
             s = CheckOutputs(item, outputs.data());

@@ -87,6 +87,22 @@ class ExecutorStateBase {
     return p;
   }
 
+  // Runs a synchronous kernel over the node's input slots `in` into
+  // `outputs`, recording it when the step is traced; returns its status.
+  Status ComputeSync(const Executor::NodeItem& item, TensorValue* in, TensorValue* outputs,
+                     InputBuffers* trace_inputs) {
+    OpKernelContext ctx(MakeParams(item, in, outputs));
+    if (args_.trace == nullptr) {
+      item.kernel->Compute(&ctx);
+    } else {
+      trace_inputs->Capture(in, item.num_inputs);
+      const int64_t start = args_.trace->NowNs();
+      item.kernel->Compute(&ctx);
+      RecordTrace(item, outputs, *trace_inputs, start);
+    }
+    return ctx.status();
+  }
+
   // Reads variables consumed by value (`in`: the node's input slots).
   // Returns the first failure.
   Status PrepareInputs(const Executor::NodeItem& item, TensorValue* in) {

@@ -11,6 +11,7 @@
 #include "graph/ops.h"
 #include "scheduler/session.h"
 #include "tests/gradients/gradient_check_util.h"
+#include "tests/util/session_util.h"
 
 namespace flowstate::test {
 namespace {
@@ -38,15 +39,6 @@ TEST(GradientCheck, IdentityNPassesEachGradientOn) {
   c.inputs = {RandomF64(TensorShape({2}), 3), RandomF64(TensorShape({2, 2}), 4)};
   c.outputs = {0, 1};
   EXPECT_TRUE(CheckGradient(c));
-}
-
-DevicePool* Pool() {
-  static DevicePool* pool = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 1;
-    return DevicePool::Create(o).value().release();
-  }();
-  return pool;
 }
 
 // loss = sum(Cond(p, x*y + sin(x), x - y*y)) + sum(x) * 0.5: x reaches the
@@ -84,10 +76,7 @@ TEST(ControlFlowGradients, CondMatchesFiniteDifferencesOnEachBranch) {
   CondGraph g;
   ASSERT_FALSE(g.grads[0].is_none());
   ASSERT_FALSE(g.grads[1].is_none());
-  SessionOptions o;
-  o.devices = Pool();
-  o.inter_op_threads = 2;
-  auto s = Session::Create(g.root.graph_def(), o).value();
+  auto s = NewSession(g.root.graph_def(), 2);
   const Tensor x = RandomF64(TensorShape({3}), 11), y = RandomF64(TensorShape({3}), 12);
   for (bool p : {true, false}) {
     std::vector<Tensor> out;
