@@ -18,6 +18,7 @@
 #include <set>
 
 #include "api/json_internal.h"
+#include "graph/control_flow.h"
 #include "graph/control_flow_ops.h"
 #include "graph/graph.h"
 
@@ -229,7 +230,7 @@ struct Lowering {
           [&](const Scope& s, const std::vector<Output>& args) {
             return Function(*body, path.Key("body"), env, s, name + "/body", args, false, name);
           },
-          vars, int(std::min<int64_t>(parallel, 1 << 20)));
+          vars, int(std::min<int64_t>(parallel, kMaxParallelIterations + 1)));
     } else {
       FS_RETURN_IF_ERROR(CheckObject(v, path, "an If node",
                                      {"name", "op", "pred", "inputs", "then", "else", "device"}, name));

@@ -41,6 +41,10 @@ StatusOr<ControlFlowInfo> BuildControlFlowInfo(const Graph& graph) {
     const std::string& name = src.attrs().at("frame_name").s();
     const int64_t parallel = src.attrs().at("parallel_iterations").i();
     if (name.empty()) return Error(src, "frame_name is empty");
+    if (parallel > kMaxParallelIterations) {
+      return Error(src, "parallel_iterations " + std::to_string(parallel) + " is over the limit of " +
+                            std::to_string(kMaxParallelIterations));
+    }
     for (int a = f; a >= 0; a = info.frames[a].parent) {
       if (a > 0 && info.frames[a].name == name) {
         return Error(src, "enters frame '" + name + "' from inside that frame");

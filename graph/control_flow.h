@@ -11,13 +11,15 @@
 // BuildControlFlowInfo checks that the control-flow ops fit together, each
 // error INVALID_ARGUMENT naming the node: inputs from two frames, an Exit or
 // NextIteration or LoopCond outside any loop, one frame name entered from two
-// different frames or with different parallel_iterations, an Enter into the
-// frame it is in. Graph::Create runs it for every graph with a control-flow
+// different frames or with different parallel_iterations (or one over
+// kMaxParallelIterations), an Enter into the frame it is in, a fetch
+// (_Retval) inside a loop. Graph::Create runs it for every graph with a control-flow
 // op and keeps the result (Graph::control_flow()). Plain data, immutable once
 // built; safe to share.
 #ifndef FLOWSTATE_GRAPH_CONTROL_FLOW_H_
 #define FLOWSTATE_GRAPH_CONTROL_FLOW_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +44,10 @@ struct ControlFlowInfo {
 
 // Switch, Merge, Enter, Exit, NextIteration, LoopCond.
 bool IsControlFlowOp(std::string_view op);
+
+// The most iterations of one loop that may run at once (an Enter's
+// parallel_iterations): the executor keeps a slot per iteration in flight.
+inline constexpr int64_t kMaxParallelIterations = 1 << 16;
 
 StatusOr<ControlFlowInfo> BuildControlFlowInfo(const Graph& graph);
 

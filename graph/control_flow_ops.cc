@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "graph/control_flow.h"
 #include "graph/ops.h"
 
 namespace flowstate::ops {
@@ -98,8 +99,9 @@ StatusOr<std::vector<Output>> WhileLoop(const Scope& s, const CondFn& cond, cons
                                         const std::vector<Output>& loop_vars,
                                         int parallel_iterations) {
   if (loop_vars.empty()) return InvalidArgument("a while loop needs at least one loop variable");
-  if (parallel_iterations < 1) {
-    return InvalidArgument("parallel_iterations must be >= 1, got " +
+  if (parallel_iterations < 1 || parallel_iterations > kMaxParallelIterations) {
+    return InvalidArgument("parallel_iterations must be in [1, " +
+                           std::to_string(kMaxParallelIterations) + "], got " +
                            std::to_string(parallel_iterations));
   }
   const size_t n = loop_vars.size();

@@ -51,7 +51,7 @@ using BranchFn = std::function<StatusOr<std::vector<Output>>(const Scope&)>;
 // values. Up to parallel_iterations iterations run at once. The body must
 // return one tensor per loop variable, of its dtype (checked when the graph
 // is validated). INVALID_ARGUMENT for no loop variables, a count mismatch
-// or parallel_iterations < 1.
+// or parallel_iterations outside [1, kMaxParallelIterations] (65536).
 StatusOr<std::vector<Output>> WhileLoop(const Scope& s, const CondFn& cond, const BodyFn& body,
                                         const std::vector<Output>& loop_vars,
                                         int parallel_iterations = 10);

@@ -23,7 +23,8 @@
 // NextIteration move a value into a loop, out of it, and into its next
 // iteration; at most `parallel_iterations` iterations of a loop are alive at
 // once, and a finished iteration's state is freed, so a loop of any length
-// runs in bounded memory. Graphs without control-flow ops take the flat
+// runs in bounded memory. Such a step checks Args::cancellation before each
+// node, so that cancelling it stops a loop that would not end. Graphs without control-flow ops take the flat
 // path above, which knows nothing of this.
 //
 // An Executor is immutable after Create() and runs any number of steps at

@@ -61,6 +61,10 @@ FrameLayout BuildFrameLayout(const Graph& graph, const ControlFlowInfo& info) {
 
 namespace {
 
+// The state below lives in one step and is GUARDED_BY(the step's cf_mu_),
+// except what a running node reads of its own iteration: its input slots,
+// which only it touches once it is ready.
+
 struct PendingCount {
   int pending = 0;
   int dead = 0;
@@ -93,7 +97,7 @@ struct FrameState {
     bool dead;
   };
   std::vector<Invariant> invariants;  // values of constant Enters
-  std::vector<uint8_t> exit_delivered;
+  std::vector<uint8_t> exit_delivered;  // by exit index: gave its live value to the parent
   std::unique_ptr<IterationState> spare;  // a finished iteration, for reuse
 
   IterationState* Iteration(int64_t n) const {
@@ -418,7 +422,10 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
       const Executor::NodeItem& item = exec_->items_[t.id];
       TensorValue* in = InputsOf(t);
       Status s;
-      if (t.dead && layout_.items[t.id].is_retval) {
+      if (args_.cancellation != nullptr && args_.cancellation->IsCancelled()) {
+        // A loop may never end by itself: a cancelled step stops here.
+        s = Cancelled("the step was cancelled");
+      } else if (t.dead && layout_.items[t.id].is_retval) {
         const std::string& fetched = exec_->graph_.node(t.id).def().inputs[0];
         s = InvalidArgument("the fetched tensor '" + fetched +
                                 "' is dead: it comes from the untaken branch of a conditional",

@@ -17,6 +17,7 @@
 #include "graph/op_def.h"
 #include "graph/ops.h"
 #include "graph/scope.h"
+#include "scheduler/executor.h"
 #include "scheduler/session.h"
 #include "tests/util/session_util.h"
 
@@ -416,6 +417,35 @@ TEST(ControlFlow, MalformedLoopsAreRefusedNamingTheNode) {
       {ops::Const(root2, 0.0f)});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().node(), "w");
+}
+
+TEST(ControlFlow, CancellingAStepStopsALoopThatNeverEnds) {
+  Scope root;
+  auto r = ops::WhileLoop(
+      root.WithOpName("forever"),
+      [&](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
+        return ops::GreaterEqual(c, v[0], ops::Const(c, 0));
+      },
+      [&](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+        return std::vector<Output>{ops::Maximum(b, ops::Add(b, v[0], ops::Const(b, 1)), ops::Const(b, 0))};
+      },
+      {ops::Const(root, 0)});
+  ASSERT_TRUE(r.ok());
+  Graph g = Graph::Create(root.graph_def()).value();
+  Executor::Options eo;
+  eo.device = Pool()->default_device();
+  auto exec = Executor::Create(std::move(g), eo).value();
+  CancellationManager cancel;
+  Executor::Args args;
+  args.cancellation = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel.StartCancel();
+  });
+  Status s = exec->Run(args);
+  canceller.join();
+  EXPECT_EQ(s.code(), Code::kCancelled) << s.ToString();
+  EXPECT_EQ(s.node().rfind("forever/", 0), 0u) << s.ToString();
 }
 
 TEST(ControlFlow, AnErrorInsideALoopNamesTheNodeAndTheIteration) {

@@ -122,6 +122,15 @@ TEST_F(HttpRoutesTest, BadWhileAndIfNodesAre400NamingTheNodeInside) {
       {R"({"name": "c", "op": "If", "pred": "p", "colour": 1,
            "then": {"outputs": ["a"]}, "else": {"outputs": ["a"]}})",
        "c", "unknown field"},
+      // parallel_iterations over the limit (a slot per iteration in flight).
+      {R"({"name": "w", "op": "While", "loop_vars": ["a"], "parallel_iterations": 10000000000,
+           "cond": {"args": ["v"], "output": "lt",
+                    "nodes": [{"name": "lt", "op": "Less", "inputs": ["v", "a"]}]},
+           "body": {"args": ["v"], "outputs": ["v"]}})",
+       "w", "parallel_iterations must be in [1, 65536]"},
+      {R"({"name": "e", "op": "Enter", "inputs": ["a"],
+           "attrs": {"frame_name": "f", "parallel_iterations": 1000000000}})",
+       "e", "over the limit of 65536"},
       // Raw ops: a NextIteration without a loop, an Exit outside a frame.
       {R"({"name": "next", "op": "NextIteration", "inputs": ["a"]},
           {"name": "m", "op": "Merge", "inputs": ["a", "next"]})",
