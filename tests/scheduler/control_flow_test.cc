@@ -18,6 +18,7 @@
 #include "graph/ops.h"
 #include "graph/scope.h"
 #include "scheduler/executor.h"
+#include "scheduler/runtime_kernels.h"
 #include "scheduler/session.h"
 #include "tests/util/session_util.h"
 
@@ -431,10 +432,13 @@ TEST(ControlFlow, CancellingAStepStopsALoopThatNeverEnds) {
       },
       {ops::Const(root, 0)});
   ASSERT_TRUE(r.ok());
-  Graph g = Graph::Create(root.graph_def()).value();
+  scheduler::RegisterRuntimeKernels();  // the control-flow kernels (Session::Create does this)
+  StatusOr<Graph> g = Graph::Create(root.graph_def());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
   Executor::Options eo;
   eo.device = Pool()->default_device();
-  auto exec = Executor::Create(std::move(g), eo).value();
+  StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(std::move(g).value(), eo);
+  ASSERT_TRUE(exec.ok()) << exec.status().ToString();
   CancellationManager cancel;
   Executor::Args args;
   args.cancellation = &cancel;
@@ -442,7 +446,7 @@ TEST(ControlFlow, CancellingAStepStopsALoopThatNeverEnds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     cancel.StartCancel();
   });
-  Status s = exec->Run(args);
+  Status s = (*exec)->Run(args);
   canceller.join();
   EXPECT_EQ(s.code(), Code::kCancelled) << s.ToString();
   EXPECT_EQ(s.node().rfind("forever/", 0), 0u) << s.ToString();
