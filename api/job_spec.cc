@@ -266,7 +266,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
                                   "init_from", "on_nan", "bucket_bytes", "backup_replicas",
                                   "check_replicas_every", "deterministic", "min_replicas",
-                                  "replica_wait_seconds", "replicas_per_task", "_test_straggler",
+                                  "replica_wait_seconds", "replicas_per_task",
                                   "trace"}));
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "name", &job.name));
   FS_ASSIGN_OR_RETURN(const Json* graph, Required(j, root, "graph"));
@@ -318,18 +318,6 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
     return PathError(root.Key("deterministic"),
                      "a deterministic job cannot have backup_replicas (which replicas "
                      "contribute to a step depends on timing)");
-  }
-  if (const Json* t = FindField(j, "_test_straggler")) {
-    const JsonPath tp = root.Key("_test_straggler");
-    FS_RETURN_IF_ERROR(CheckObject(*t, tp, "a test straggler", {"replica", "delay_ms"}));
-    int64_t r = 0;
-    FS_RETURN_IF_ERROR(ReadIntField(*t, tp, "replica", &r, 0, true));
-    if (r >= job.replicas) {
-      return PathError(tp.Key("replica"), "must be less than replicas (" +
-                                              std::to_string(job.replicas) + ")");
-    }
-    job.test_straggler_replica = int(r);
-    FS_RETURN_IF_ERROR(ReadIntField(*t, tp, "delay_ms", &job.test_straggler_delay_ms, 0, true));
   }
   int64_t seed = 0;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "seed", &seed, 0));

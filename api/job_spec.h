@@ -2,8 +2,9 @@
 // job"), parsed from JSON with every error naming the JSON path of the bad
 // field ("optimizer.learning_rate: must be > 0").
 //
-// Parsing checks the form of each field; ValidateJob (training_job.h) then
-// checks the job against its graph and its data. Value type.
+// Parsing checks the form of each field; TrainingJob::Create
+// (jobs/training_job.h) then checks the job against its graph and its data.
+// Value type.
 #ifndef FLOWSTATE_API_JOB_SPEC_H_
 #define FLOWSTATE_API_JOB_SPEC_H_
 
@@ -103,11 +104,6 @@ struct JobSpec {
   // A fixed reduction order: two runs are bit-identical (refuses backup
   // replicas, whose choice depends on timing).
   bool deterministic = false;
-  // Test only ("_test_straggler": {"replica": r, "delay_ms": d}): replica r
-  // waits d ms before each step's computation, unless the step is decided
-  // without it (backup replicas) first.
-  int test_straggler_replica = -1;
-  int64_t test_straggler_delay_ms = 0;
   uint64_t seed = 0;  // initializers, shuffling and dropout derive from it
   std::optional<int64_t> max_steps;  // stop early after this many steps
   std::optional<InitFromSpec> init_from;

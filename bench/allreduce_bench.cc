@@ -11,24 +11,33 @@
 //   header:    a Flowstate round without tensors (its header exchange alone),
 //   control:   a second bare Gloo context run like `gloo` (an A/A control:
 //              how far from 1 this harness reads identical code),
+//   gloo_sync: Gloo's older ring (AllreduceRingChunked) over pairs in
+//              synchronous mode: each receive is read by the waiting thread
+//              itself instead of Gloo's event-loop thread (one hand-off less
+//              a message; not busy-polling),
 // measured in the same processes, interleaved (a barrier before each timed
 // block; flowstate, gloo and control take turns going first): the best and
 // the median of --reps. The driver serves the store and starts n copies of
 // itself as workers (--worker ...); rank 0 prints the figures (bench_util.h's
 // JSON lines).
 //
-//   allreduce_bench [--ranks=2,3,4] [--mib=1,16,64] [--reps=3]
+// --pin puts each rank (all its threads) on one core, rank % cores: the
+// layout of replicas_bench.py's processes.
+//
+//   allreduce_bench [--ranks=2,3,4] [--mib=1,16,64] [--reps=3] [--pin]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -124,7 +133,14 @@ struct TcpRing {
 };
 
 int Worker(const std::string& address, const std::string& prefix, int rank, int size,
-           const std::vector<int>& mibs, int reps) {
+           const std::vector<int>& mibs, int reps, bool pin) {
+  if (pin) {
+    // Before any thread starts: every thread of this rank inherits it.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank % int(std::max(1u, std::thread::hardware_concurrency())), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) Die("sched_setaffinity failed");
+  }
   auto store = CollectiveStoreClient::Connect(address);
   // Flowstate's collective.
   GlooCollectiveOptions o;
@@ -149,6 +165,11 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
   auto bare = bare_gloo("gloo");
   // The control: a second bare Gloo context, run exactly like the first.
   auto control = bare_gloo("control");
+  // Synchronous pairs: receives are read on the calling thread.
+  auto sync = bare_gloo("sync");
+  for (int i = 0; i < size; ++i) {
+    if (i != rank) sync->getPair(i)->setSync(true, /*busyPoll=*/false);
+  }
   TcpRing ring;
   ring.Connect(store.get(), prefix + "/tcp", rank, size);
 
@@ -180,6 +201,11 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
       }
     };
     auto run_gloo = [&] { bare_loop(bare, buf.data()); };
+    std::vector<float> sync_buf(elements, 1.0f);
+    ::gloo::AllreduceRingChunked<float> sync_ring(sync, {sync_buf.data()}, int(elements));
+    auto run_sync = [&] {
+      for (int i = 0; i < iters; ++i) sync_ring.run();
+    };
     auto run_control = [&] { bare_loop(control, control_buf.data()); };
     auto run_tcp = [&] {
       for (int i = 0; i < iters; ++i) ring.Exchange(tcp_out.data(), tcp_in.data(), wire);
@@ -219,11 +245,13 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
     run_control();
     run_tcp();
     run_header();
+    run_sync();
     for (int r = 0; r < reps; ++r) {
-      // The three compared take turns going first.
+      // The four compared take turns going first.
       const std::vector<std::pair<std::string, std::function<void()>>> turn = {
-          {"flowstate", run_flowstate}, {"gloo", run_gloo}, {"control", run_control}};
-      for (int k = 0; k < 3; ++k) time(turn[(r + k) % 3].first, turn[(r + k) % 3].second);
+          {"flowstate", run_flowstate}, {"gloo", run_gloo}, {"control", run_control},
+          {"gloo_sync", run_sync}};
+      for (int k = 0; k < 4; ++k) time(turn[(r + k) % 4].first, turn[(r + k) % 4].second);
       time("tcp", run_tcp);
       time("header", run_header);
     }
@@ -243,6 +271,10 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
                        busbw("control") / busbw("gloo"));
     bench::PrintFigure("allreduce/control_median" + at, double(wire) / median("control") / 1e9,
                        "GB/s", "allreduce/gloo_median" + at, median("gloo") / median("control"));
+    bench::PrintFigure("allreduce/gloo_sync" + at, busbw("gloo_sync"), "GB/s", "allreduce/gloo" + at,
+                       busbw("gloo_sync") / busbw("gloo"));
+    bench::PrintFigure("allreduce/gloo_sync_median" + at, double(wire) / median("gloo_sync") / 1e9,
+                       "GB/s", "allreduce/gloo_median" + at, median("gloo") / median("gloo_sync"));
     bench::PrintFigure("allreduce/flowstate_vs_tcp" + at, busbw("flowstate"), "GB/s",
                        "allreduce/tcp_ring" + at, busbw("flowstate") / busbw("tcp"));
     // Per round: Flowstate's, bare Gloo's, and the header exchange alone.
@@ -254,7 +286,7 @@ int Worker(const std::string& address, const std::string& prefix, int rank, int 
 }
 
 int Driver(const std::string& self, const std::vector<int>& ranks, const std::vector<int>& mibs,
-           int reps) {
+           int reps, bool pin) {
   CollectiveStoreService store;
   StatusOr<int> port = store.Start("127.0.0.1", 0);
   if (!port.ok()) Die(port.status().ToString());
@@ -276,7 +308,8 @@ int Driver(const std::string& self, const std::vector<int>& ranks, const std::ve
           dup2(null, 1);
         }
         std::vector<std::string> args = {self, "--worker", address, prefix, std::to_string(r),
-                                         std::to_string(n), mib_list, std::to_string(reps)};
+                                         std::to_string(n), mib_list, std::to_string(reps),
+                                         pin ? "pin" : "nopin"};
         std::vector<char*> argv;
         for (std::string& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -307,21 +340,24 @@ int Driver(const std::string& self, const std::vector<int>& ranks, const std::ve
 }  // namespace flowstate
 
 int main(int argc, char** argv) {
-  if (argc == 8 && std::string(argv[1]) == "--worker") {
+  if (argc == 9 && std::string(argv[1]) == "--worker") {
     return flowstate::Worker(argv[2], argv[3], std::atoi(argv[4]), std::atoi(argv[5]),
-                             flowstate::IntList(argv[6]), std::atoi(argv[7]));
+                             flowstate::IntList(argv[6]), std::atoi(argv[7]),
+                             std::string(argv[8]) == "pin");
   }
   std::vector<int> ranks = {2, 3, 4}, mibs = {1, 16, 64};
   int reps = 3;
+  bool pin = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--ranks=", 0) == 0) ranks = flowstate::IntList(a.substr(8));
     if (a.rfind("--mib=", 0) == 0) mibs = flowstate::IntList(a.substr(6));
     if (a.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(a.c_str() + 7));
+    if (a == "--pin") pin = true;
   }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return 1;
   self[n] = 0;
-  return flowstate::Driver(self, ranks, mibs, reps);
+  return flowstate::Driver(self, ranks, mibs, reps, pin);
 }

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 
@@ -36,7 +37,8 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
   impl->env = rocksdb::NewCompositeEnv(std::make_shared<StoreFileSystem>(
       rocksdb::FileSystem::Default(), options.fail_writes, options.disk_full));
   impl->info_log = std::make_shared<StoreInfoLog>(impl->path);
-  Status opened = impl->OpenDb(exists);
+  impl->ingest_dir = (std::filesystem::path(dir) / "ingest").string();
+  Status opened = impl->OpenDbRestoringIngestions(exists);
   if (!opened.ok()) {
     // A full disk: an existing store is served read-only until there is room.
     if (!exists || (opened.code() != Code::kResourceExhausted &&
@@ -48,9 +50,9 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
     if (impl->db == nullptr) return opened;
   }
   // Table files of checkpoints that a crash caught before their ingestion
-  // were never part of the store: remove them. (On a full disk the directory
-  // may not be creatable; big checkpoints then fail until it is.)
-  impl->ingest_dir = (std::filesystem::path(dir) / "ingest").string();
+  // were never part of the store, and those of failed ingestions the open
+  // did not need: remove them. (On a full disk the directory may not be
+  // creatable; big checkpoints then fail until it is.)
   std::filesystem::remove_all(impl->ingest_dir, ec);
   std::filesystem::create_directories(impl->ingest_dir, ec);
   if (ec && ec != std::errc::no_space_on_device) {
@@ -65,6 +67,46 @@ Status Store::WriteStatus() {
   return impl_->write_error.ok() ? Unavailable("a write of the store " + impl_->path +
                                                " failed; the next write recovers first")
                                  : impl_->write_error;
+}
+
+void Store::Impl::KeepFailedIngestion(const std::string& file) {
+  std::error_code ec;
+  std::filesystem::rename(file, ingest_dir + "/failed-" + std::to_string(++ingest_seq) + ".sst", ec);
+}
+
+Status Store::Impl::OpenDbRestoringIngestions(bool exists) {
+  Status s = OpenDb(exists);
+  std::vector<std::filesystem::path> kept;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ingest_dir, ec)) {
+    if (e.path().filename().string().rfind("failed-", 0) == 0) kept.push_back(e.path());
+  }
+  // RocksDB names the missing file "<number>.ldb" (its legacy name, tried
+  // after ".sst"): "... No such file or directory: While open a file for
+  // random read: <store>/000076.ldb ...".
+  for (size_t attempt = 0; !s.ok() && attempt < kept.size(); ++attempt) {
+    const std::string& m = s.message();
+    const size_t at = m.find("No such file or directory");
+    if (at == std::string::npos) return s;
+    size_t end = m.find(".ldb", at), alt = m.find(".sst", at);
+    end = std::min(end, alt);
+    if (end == std::string::npos) return s;
+    size_t begin = end;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(m[begin - 1]))) --begin;
+    if (begin == end) return s;
+    const std::string name = path + "/" + m.substr(begin, end - begin) + ".sst";
+    // The kept file whose size the MANIFEST records opens; try each.
+    Status next = s;
+    for (const auto& k : kept) {
+      std::filesystem::create_hard_link(k, name, ec);
+      if (ec) continue;
+      next = OpenDb(exists);
+      if (next.ok() || next.message().find(name.substr(path.size() + 1)) == std::string::npos) break;
+      std::filesystem::remove(name, ec);  // not this one
+    }
+    s = next;
+  }
+  return s;
 }
 
 Status Store::Impl::OpenDb(bool exists) {
@@ -240,7 +282,9 @@ Status Store::WriteCheckpoint(const std::string& job_id, const Snapshot& snap) {
       batch.Put(h, k, v).PermitUncheckedError();
       return Status();
     }));
-    return m.Write(&batch, /*sync=*/true, "writing " + what);
+    Status written = m.Write(&batch, /*sync=*/true, "writing " + what);
+    m.CheckpointWritten(job_id, step, replacing, written);
+    return written;
   }
 
   // Big checkpoints: one table file, written once from the tensors' buffers
@@ -273,7 +317,11 @@ Status Store::WriteCheckpoint(const std::string& job_id, const Snapshot& snap) {
   io.move_files = true;            // hard link, no copy
   io.write_global_seqno = false;   // the sequence number lives in the MANIFEST
   rocksdb::Status st = m.db->IngestExternalFile(h, {file}, io);
-  if (!st.ok()) m.WriteFailed(rs(st));
+  if (!st.ok()) {
+    m.WriteFailed(rs(st));
+    m.KeepFailedIngestion(file);  // the Unlink then finds nothing to remove
+  }
+  m.CheckpointWritten(job_id, step, replacing, rs(st));
   return rs(st);
 }
 
@@ -283,6 +331,10 @@ StatusOr<Snapshot> Store::ReadCheckpoint(const std::string& job_id, int64_t step
   Impl& m = *impl_;
   rocksdb::ColumnFamilyHandle* h = m.cf[kCheckpointsCf];
   const std::string what = Describe(job_id, step);
+  if (m.Unsettled(job_id, step)) {
+    return NotFound("job '" + job_id + "' has no checkpoint at step " + std::to_string(step) +
+                    " (its write failed)");
+  }
   // One implicit snapshot for the whole read, so a concurrent rewrite or
   // deletion of the same checkpoint is never seen half-way.
   const rocksdb::Snapshot* dbsnap = m.db->GetSnapshot();

@@ -90,7 +90,7 @@ struct StoreOptions {
   // crash (checkpoints/FORMAT.md). Below 32 MiB the batch is the better
   // neighbour to training: each ingested file is compacted in the
   // background soon, while batches of small checkpoints reach a flush only
-  // every 256 MiB (BENCHMARKS.md, issue 5). Tests set 0 to exercise
+  // every 256 MiB (BENCHMARKS.md, "Checkpoints"). Tests set 0 to exercise
   // ingestion.
   int64_t ingest_min_bytes = int64_t(32) << 20;
 };

@@ -336,6 +336,14 @@ struct Store::Impl {
   Status write_error;              // why writes fail while needs_recovery (may be OK: unknown yet)
   std::chrono::steady_clock::time_point next_reopen;  // no reopen attempt before this
   std::map<std::string, std::shared_ptr<std::mutex>> job_mu;  // serializes a job's writes
+  // Checkpoints (job, step) whose write was reported failed. Part of such a
+  // write may have reached the disk (the log record appended, its sync
+  // failed) and the reopen of Recover() or of the read-only fallback replays
+  // it: until Recover() has deleted them they are left out of listings and
+  // reads, so that what was reported failed is never restored. Kept in
+  // memory only: after a crash such a checkpoint is found whole, as if its
+  // write had succeeded.
+  std::set<std::pair<std::string, int64_t>> unsettled;
 
   ~Impl() { CloseDb(); }
 
@@ -361,6 +369,16 @@ struct Store::Impl {
   }
 
   Status OpenDb(bool exists);
+  // OpenDb, and when it fails on a table file the MANIFEST names but the
+  // directory lacks -- a failed ingestion whose MANIFEST record reached the
+  // disk (appended; its sync failed) although RocksDB then deleted the
+  // ingested file -- links the table files of failed ingestions kept in
+  // ingest_dir (KeepFailedIngestion) under that name and opens again.
+  Status OpenDbRestoringIngestions(bool exists);
+  // Keeps the table file `file` of a failed ingestion in ingest_dir for
+  // OpenDbRestoringIngestions (ingest_dir is cleared by Open and after a
+  // recovery).
+  void KeepFailedIngestion(const std::string& file);
 
   // After a failed reopen: the database read-only (no LOCK, no writes), so
   // that reads keep working. Leaves db null when even that fails.
@@ -427,8 +445,20 @@ struct Store::Impl {
                               : write_error;
     }
     CloseDb();
-    Status s = OpenDb(/*exists=*/true);
+    Status s = OpenDbRestoringIngestions(/*exists=*/true);
     if (!s.ok()) return FallBackToReadOnly(s);
+    ClearFailedIngestions();
+    if (!unsettled.empty()) {
+      rocksdb::WriteBatch b;
+      for (const auto& [job, step] : unsettled) DeleteCheckpointRecords(&b, job, step);
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      if (Status d = FromRocks(db->Write(wo, &b), "deleting the checkpoints whose write failed"); !d.ok()) {
+        write_error = d;
+        return d;  // still needs_recovery: the next writer reopens again
+      }
+      unsettled.clear();
+    }
     needs_recovery = false;
     write_error = Status();
     return Status();
@@ -455,6 +485,46 @@ struct Store::Impl {
       return Unavailable("the store " + path + " is unavailable after a write error");
     }
     return r;
+  }
+
+  // Removes the table files KeepFailedIngestion kept (the database links
+  // any it needed under its own name).
+  void ClearFailedIngestions() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ingest_dir, ec)) {
+      if (e.path().filename().string().rfind("failed-", 0) == 0) std::filesystem::remove(e.path(), ec);
+    }
+  }
+
+  // Adds the deletion of every record of checkpoint (job, step) to `b`.
+  void DeleteCheckpointRecords(rocksdb::WriteBatch* b, const std::string& job, int64_t step) const {
+    rocksdb::ColumnFamilyHandle* h = cf[kCheckpointsCf];
+    b->Delete(h, internal::CheckpointKey(internal::kIndexTag, job, step)).PermitUncheckedError();
+    b->Delete(h, internal::CheckpointKey(internal::kMetadataTag, job, step)).PermitUncheckedError();
+    b->DeleteRange(h, internal::CheckpointKey(internal::kTensorTag, job, step),
+                   internal::CheckpointKey(internal::kTensorTag, job, step + 1))
+        .PermitUncheckedError();
+    b->DeleteRange(h, internal::CheckpointKey(internal::kChunkTag, job, step),
+                   internal::CheckpointKey(internal::kChunkTag, job, step + 1))
+        .PermitUncheckedError();
+  }
+
+  // Records how the write of checkpoint (job, step) ended: a failed one
+  // that replaced nothing is unsettled until recovery deletes it; a
+  // replacing one is the old or the new version, both whole.
+  void CheckpointWritten(const std::string& job, int64_t step, bool replacing, const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    if (s.ok()) {
+      unsettled.erase({job, step});
+    } else if (!replacing) {
+      unsettled.insert({job, step});
+    }
+  }
+
+  // True while checkpoint (job, step)'s failed write is unsettled.
+  bool Unsettled(const std::string& job, int64_t step) {
+    std::lock_guard<std::mutex> l(mu);
+    return unsettled.count({job, step}) > 0;
   }
 
   // Marks the store for recovery after the failed write `s`.

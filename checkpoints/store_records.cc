@@ -2,6 +2,7 @@
 // deletion and retention, variable scopes, job records, disk use. The
 // checkpoint write and read paths are store.cc.
 #include <algorithm>
+#include <set>
 
 #include "checkpoints/store_internal.h"
 
@@ -11,6 +12,13 @@ StatusOr<std::vector<CheckpointInfo>> Store::ListCheckpoints(const std::string& 
   FS_ASSIGN_OR_RETURN(auto db_use, impl_->Use(/*recover=*/false));
   FS_RETURN_IF_ERROR(CheckId(job_id, "job id"));
   std::vector<CheckpointInfo> out;
+  std::set<int64_t> unsettled;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (const auto& [job, step] : impl_->unsettled) {
+      if (job == job_id) unsettled.insert(step);
+    }
+  }
   const std::string begin = internal::JobPrefix(internal::kIndexTag, job_id);
   std::string end = begin;
   end.back() = '\1';
@@ -20,7 +28,7 @@ StatusOr<std::vector<CheckpointInfo>> Store::ListCheckpoints(const std::string& 
     int64_t step = int64_t(internal::DecodeBigEndian64(k.data() + begin.size()));
     FS_ASSIGN_OR_RETURN(internal::IndexRecord r,
                         internal::DecodeIndex(std::string_view(v.data(), v.size()), Describe(job_id, step)));
-    out.push_back({job_id, step, r.unix_micros, r.bytes, r.num_tensors});
+    if (!unsettled.count(step)) out.push_back({job_id, step, r.unix_micros, r.bytes, r.num_tensors});
     return Status();
   }));
   return out;
@@ -50,14 +58,7 @@ Status Store::DeleteCheckpoint(const std::string& job_id, int64_t step) {
   if (g.IsNotFound()) return NotFound("job '" + job_id + "' has no checkpoint at step " + std::to_string(step));
   FS_RETURN_IF_ERROR(FromRocks(g, "deleting checkpoint of " + Describe(job_id, step)));
   rocksdb::WriteBatch b;
-  b.Delete(h, index_key).PermitUncheckedError();
-  b.Delete(h, internal::CheckpointKey(internal::kMetadataTag, job_id, step)).PermitUncheckedError();
-  b.DeleteRange(h, internal::CheckpointKey(internal::kTensorTag, job_id, step),
-                internal::CheckpointKey(internal::kTensorTag, job_id, step + 1))
-      .PermitUncheckedError();
-  b.DeleteRange(h, internal::CheckpointKey(internal::kChunkTag, job_id, step),
-                internal::CheckpointKey(internal::kChunkTag, job_id, step + 1))
-      .PermitUncheckedError();
+  m.DeleteCheckpointRecords(&b, job_id, step);
   return m.Write(&b, true, "deleting checkpoint of " + Describe(job_id, step));
 }
 

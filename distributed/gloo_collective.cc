@@ -1,6 +1,5 @@
 #include "distributed/gloo_collective.h"
 
-#include <gloo/allreduce.h>
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/tcp/address.h>
@@ -19,6 +18,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <thread>
 #include <type_traits>
 
 #include "distributed/collective_signature.h"
@@ -96,6 +97,18 @@ Status DecodeRecord(const std::string& v, std::vector<int>* failed) {
   return Status(Code(std::atoi(v.c_str())), v.substr(b + 1));
 }
 
+// Peer p's failure record as this rank's status: the peer's own cause as
+// it wrote it, or for an abort of its own (CANCELLED, ABORTED, INTERNAL)
+// the same prefixed "rank p closed the group: ".
+Status PeerRecord(int p, const std::string& record, std::vector<int>* failed) {
+  Status s = DecodeRecord(record, failed);
+  if (s.ok()) s = Cancelled("the group was closed");
+  if (s.code() == Code::kCancelled || s.code() == Code::kAborted || s.code() == Code::kInternal) {
+    s = Status(s.code(), "rank " + std::to_string(p) + " closed the group: " + s.message());
+  }
+  return s;
+}
+
 // Whether `message` names `address` ("[10.0.0.1]:123" is not "...:1234").
 bool Names(const std::string& message, const std::string& address) {
   for (size_t at = message.find(address); at != std::string::npos;
@@ -130,6 +143,14 @@ class GlooCollective::Impl {
 
   Impl(std::shared_ptr<Endpoint> ep, std::string prefix, int rank, int size)
       : ep_(std::move(ep)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_watch_ = true;
+    }
+    watch_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
 
   // Publishes this rank's addresses, waits for the others', connects.
   Status Connect(Clock::time_point deadline) {
@@ -188,8 +209,78 @@ class GlooCollective::Impl {
     }
     NamePeers(tc.get());
     ctx_->SetTransport(ep_->device, tc);
+    watchdog_ = std::thread([this] { Watch(); });
     return Status();
   }
+
+  // The watchdog (GlooCollectiveOptions::failure_poll): while a round lasts,
+  // looks for a peer's failure record every failure_poll and aborts the
+  // group with it.
+  void Watch() {
+    const auto every = std::max(std::chrono::milliseconds(10), ep_->options.failure_poll);
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      watch_cv_.wait(l, [&] { return stop_watch_ || round_active_; });
+      if (stop_watch_) return;
+      const int64_t round = active_round_;
+      const bool ended = watch_cv_.wait_for(l, every, [&] {
+        return stop_watch_ || !round_active_ || active_round_ != round || !broken_.ok();
+      });
+      if (ended) {
+        // A broken group's round ends by itself (its waits were woken).
+        watch_cv_.wait(l, [&] { return stop_watch_ || !round_active_ || active_round_ != round; });
+        continue;
+      }
+      l.unlock();
+      std::vector<int> failed;
+      Status peer = PeerFailure(&failed);
+      if (!peer.ok()) Abort(peer, failed);
+      l.lock();
+    }
+  }
+
+  // The first peer failure record in the store, as the status to fail with
+  // (and the ranks it blames in *failed), as Fail reads one; OK when there
+  // is none (or the store cannot say now).
+  Status PeerFailure(std::vector<int>* failed) {
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      StatusOr<std::string> rec = ep_->store->Get(prefix_, "fail/" + std::to_string(p),
+                                                  Clock::now() + std::chrono::milliseconds(200));
+      if (!rec.ok()) continue;
+      return PeerRecord(p, *rec, failed);
+    }
+    return Status();
+  }
+
+  // The unbound buffers of the round in progress, registered for as long as
+  // they live: Abort wakes their waits. REQUIRES (remove): before the
+  // buffer is destroyed.
+  void AddLive(::gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.insert(b);
+    if (!broken_.ok()) {
+      b->abortWaitSend();
+      b->abortWaitRecv();
+    }
+  }
+  void RemoveLive(::gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.erase(b);
+  }
+  // An unbound buffer of this round over [ptr, ptr + bytes), live while it is.
+  struct LiveBuffer {
+    LiveBuffer(Impl* impl, void* ptr, size_t bytes)
+        : impl(impl), buf(impl->ctx_->createUnboundBuffer(ptr, bytes)) {
+      impl->AddLive(buf.get());
+    }
+    ~LiveBuffer() { impl->RemoveLive(buf.get()); }
+    LiveBuffer(const LiveBuffer&) = delete;
+    LiveBuffer& operator=(const LiveBuffer&) = delete;
+    ::gloo::transport::UnboundBuffer* operator->() const { return buf.get(); }
+    Impl* impl;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
+  };
 
   // Gloo's errors name a pair's peer by address: the one it published when
   // this rank connected to it, but the peer's own (ephemeral) end when the
@@ -219,13 +310,21 @@ class GlooCollective::Impl {
   }
 
   Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Clock::time_point deadline);
-  void Abort(const Status& status) {
+  void Abort(const Status& status, const std::vector<int>& failed = {}) {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!broken_.ok()) return;
       broken_ = status.ok() ? Cancelled("the collective was aborted") : status;
+      failed_ = failed;
     }
     CloseGroup();
+    // Gloo does not signal every pending operation when a connection fails
+    // (a send it queued after a failed write): wake the round's waits here.
+    std::lock_guard<std::mutex> l(mu_);
+    for (::gloo::transport::UnboundBuffer* b : live_) {
+      b->abortWaitSend();
+      b->abortWaitRecv();
+    }
   }
 
   // Posts this rank's failure record and closes every connection, so that
@@ -273,8 +372,8 @@ class GlooCollective::Impl {
   struct HeaderExchange {
     std::vector<Header> in;  // per rank
     Header out;
-    std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> recv;  // per rank
-    std::unique_ptr<::gloo::transport::UnboundBuffer> send;
+    std::vector<std::unique_ptr<LiveBuffer>> recv;  // per rank
+    std::unique_ptr<LiveBuffer> send;
     std::vector<bool> arrived;
   };
   void PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot);
@@ -305,6 +404,10 @@ class GlooCollective::Impl {
                      uint64_t base);
   void Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op, uint32_t tag,
             Clock::time_point deadline);
+  // The ring all-reduce (sum) of n elements of `elem` bytes at `data`, in
+  // place, over this round's own buffers (LiveBuffer).
+  void RingSum(void* data, size_t n, size_t elem, void (*sum)(void*, const void*, const void*, size_t),
+               uint32_t tag, Clock::time_point deadline);
   void ExchangeSignatures(const std::vector<int64_t>& mine, const std::vector<Header>& headers,
                           std::vector<std::vector<int64_t>>* all, Clock::time_point deadline,
                           uint64_t slot);
@@ -333,6 +436,13 @@ class GlooCollective::Impl {
   bool closed_ = false;       // GUARDED_BY(mu_)
   bool signalled_ = false;    // GUARDED_BY(mu_): CloseGroup closed the connections
   std::condition_variable signalled_cv_;
+  std::set<::gloo::transport::UnboundBuffer*> live_;  // GUARDED_BY(mu_): the round's buffers
+  bool round_active_ = false;  // GUARDED_BY(mu_): a round is in progress
+  int64_t active_round_ = -1;  // GUARDED_BY(mu_): its number
+  bool stop_watch_ = false;    // GUARDED_BY(mu_)
+  std::condition_variable watch_cv_;  // round_active_, active_round_, stop_watch_, broken_
+  std::thread watchdog_;       // Watch(); started by Connect (groups of more than one)
+  std::vector<char> ring_tmp_;  // Ring's receive segments; the caller's thread only
 };
 
 void GlooCollective::Impl::PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot) {
@@ -344,23 +454,23 @@ void GlooCollective::Impl::PostHeaders(const Header& mine, HeaderExchange* x, ui
   x->recv.resize(size_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    x->recv[p] = ctx_->createUnboundBuffer(&x->in[p], sizeof(Header));
-    x->recv[p]->recv(p, slot);
+    x->recv[p] = std::make_unique<LiveBuffer>(this, &x->in[p], sizeof(Header));
+    (*x->recv[p])->recv(p, slot);
   }
-  x->send = ctx_->createUnboundBuffer(&x->out, sizeof(Header));
+  x->send = std::make_unique<LiveBuffer>(this, &x->out, sizeof(Header));
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) x->send->send(p, slot);
+    if (p != rank_) (*x->send)->send(p, slot);
   }
 }
 
 void GlooCollective::Impl::WaitHeaders(HeaderExchange* x, Clock::time_point deadline) {
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    if (!x->recv[p]->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+    if (!(*x->recv[p])->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
     x->arrived[p] = true;
   }
   for (int i = 1; i < size_; ++i) {
-    if (!x->send->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+    if (!(*x->send)->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
   }
 }
 
@@ -371,7 +481,7 @@ std::vector<int> GlooCollective::Impl::Late(HeaderExchange* x) {
     // A receive that completed returns at once; one that did not throws the
     // group's failure (or times out at once, which fails the group anyway).
     try {
-      if (x->recv[p] != nullptr && x->recv[p]->waitRecv(nullptr, std::chrono::milliseconds(1))) {
+      if (x->recv[p] != nullptr && (*x->recv[p])->waitRecv(nullptr, std::chrono::milliseconds(1))) {
         x->arrived[p] = true;
         continue;
       }
@@ -392,8 +502,8 @@ void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
   }
   std::vector<char> in(std::max<size_t>(offset[size_], 8));
   std::vector<int64_t> out = mine;
-  auto send = ctx_->createUnboundBuffer(out.data(), out.size() * 8);
-  auto recv = ctx_->createUnboundBuffer(in.data(), in.size());
+  LiveBuffer send(this, out.data(), out.size() * 8);
+  LiveBuffer recv(this, in.data(), in.size());
   int expect = 0;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || offset[p + 1] == offset[p]) continue;
@@ -489,11 +599,7 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
         StatusOr<std::string> rec =
             ep_->store->Get(prefix_, "fail/" + std::to_string(p), Clock::now() + std::chrono::milliseconds(500));
         if (!rec.ok()) continue;
-        s = DecodeRecord(*rec, &failed);
-        if (s.code() == Code::kCancelled || s.code() == Code::kAborted ||
-            s.code() == Code::kInternal) {
-          s = Status(s.code(), "rank " + std::to_string(p) + " closed the group: " + s.message());
-        }
+        s = PeerRecord(p, *rec, &failed);
         break;
       }
     }
@@ -517,21 +623,76 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
 
 void GlooCollective::Impl::Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op,
                                 uint32_t tag, Clock::time_point deadline) {
+  if (input != nullptr && input != out->raw_data()) out->CopyFromBytes(input, out->TotalBytes());
   const size_t n = size_t(out->num_elements());
   DispatchDataType(dtype, [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
                   std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
-      ::gloo::AllreduceOptions o(ctx_);
-      o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-      if (input != nullptr) o.setInput<T>(static_cast<T*>(const_cast<void*>(input)), n);
-      o.setOutput<T>(out->data<T>(), n);
-      o.setReduceFunction(&reduce_loops::Sum<T>);
-      o.setTag(tag);
-      o.setTimeout(Left(deadline));
-      ::gloo::allreduce(o);
+      RingSum(out->data<T>(), n, sizeof(T), &reduce_loops::Sum<T>, tag, deadline);
       if (op == ReduceOp::kMean && size_ > 1) reduce_loops::Divide<T>(out->data<T>(), n, T(size_));
     }
   });
+}
+
+void GlooCollective::Impl::RingSum(void* data, size_t n, size_t elem,
+                                   void (*sum)(void*, const void*, const void*, size_t),
+                                   uint32_t tag, Clock::time_point deadline) {
+  const int p = size_;
+  if (p == 1 || n == 0) return;
+  // Chunk c of p: elements [n * c / p, n * (c + 1) / p), sent in segments:
+  // at least two a chunk (one is reduced while the next arrives), at most
+  // kSegmentBytes each (Gloo's own ring cuts the same way). Every rank cuts
+  // alike, so a segment sent is a segment received.
+  constexpr size_t kSegmentBytes = size_t(1) << 20;
+  auto chunk = [&](int c) {
+    c = ((c % p) + p) % p;
+    return std::pair<size_t, size_t>(n * size_t(c) / size_t(p), n * size_t(c + 1) / size_t(p));
+  };
+  size_t widest = 0;
+  for (int c = 0; c < p; ++c) widest = std::max(widest, chunk(c).second - chunk(c).first);
+  const size_t segments = std::max<size_t>(2, (widest * elem + kSegmentBytes - 1) / kSegmentBytes);
+  const size_t seg = std::max<size_t>(1, (widest + segments - 1) / segments);
+  const int right = (rank_ + 1) % p, left = (rank_ + p - 1) % p;
+  const uint64_t slot = ::gloo::Slot::build(0x41, tag);
+  char* base = static_cast<char*>(data);
+  if (ring_tmp_.size() < widest * elem) ring_tmp_.resize(widest * elem);
+  LiveBuffer out(this, data, n * elem);
+  LiveBuffer tmp(this, ring_tmp_.data(), widest * elem);
+  auto wait_recv = [&](LiveBuffer& b) {
+    if (!b->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+  };
+  auto wait_send = [&](LiveBuffer& b) {
+    if (!b->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
+  };
+  // Posts the sends of chunk `c` to the right; returns how many.
+  auto send_chunk = [&](int c) {
+    const auto [lo, hi] = chunk(c);
+    int k = 0;
+    for (size_t at = lo; at < hi; at += seg, ++k) out->send(right, slot, at * elem, std::min(seg, hi - at) * elem);
+    return k;
+  };
+  // Reduce-scatter: after step s rank r holds chunk r - s - 1 summed over
+  // s + 2 ranks; at the end chunk r + 1 over all of them.
+  for (int s = 0; s < p - 1; ++s) {
+    const auto [lo, hi] = chunk(rank_ - s - 1);
+    for (size_t at = lo; at < hi; at += seg) tmp->recv(left, slot, (at - lo) * elem, std::min(seg, hi - at) * elem);
+    const int sends = send_chunk(rank_ - s);
+    for (size_t at = lo; at < hi; at += seg) {
+      wait_recv(tmp);  // segments arrive in order (one connection, one slot)
+      const size_t len = std::min(seg, hi - at);
+      sum(base + at * elem, base + at * elem, ring_tmp_.data() + (at - lo) * elem, len);
+    }
+    for (int k = 0; k < sends; ++k) wait_send(out);
+  }
+  // Allgather: the summed chunks go round, received in place.
+  for (int s = 0; s < p - 1; ++s) {
+    const auto [lo, hi] = chunk(rank_ - s);
+    int recvs = 0;
+    for (size_t at = lo; at < hi; at += seg, ++recvs) out->recv(left, slot, at * elem, std::min(seg, hi - at) * elem);
+    const int sends = send_chunk(rank_ + 1 - s);
+    for (int k = 0; k < recvs; ++k) wait_recv(out);
+    for (int k = 0; k < sends; ++k) wait_send(out);
+  }
 }
 
 void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp op,
@@ -608,6 +769,23 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   }
   const int64_t round = next_round_++;
   std::vector<int64_t> sig = Signature(*tensors, op);
+  // The watchdog looks for a peer's failure while the round lasts.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    round_active_ = true;
+    active_round_ = round;
+  }
+  watch_cv_.notify_all();
+  struct RoundEnds {
+    Impl* self;
+    ~RoundEnds() {
+      {
+        std::lock_guard<std::mutex> l(self->mu_);
+        self->round_active_ = false;
+      }
+      self->watch_cv_.notify_all();
+    }
+  } round_ends{this};
   // One rank: the sum and the mean of its own tensors, if the call is valid.
   if (size_ == 1) return Check(round, {Decode(sig)});
   Header mine;

@@ -56,11 +56,17 @@
 // without MSG_NOSIGNAL; a peer that is gone must fail a round, not kill the
 // process), as `flowstate serve` does anyway.
 //
+// The ring is ours (Gloo's transport, its unbound buffers): reduce-scatter
+// then allgather, each chunk in segments so that a received segment is
+// reduced while the next arrives. Owning the round's buffers lets Abort
+// wake every wait of the round, which Gloo's own allreduce cannot offer.
+//
 // Thread safety: AllReduce is called by one thread at a time; Abort and the
-// accessors from any thread. Abort closes the group's connections, which
-// wakes a call blocked on a peer at once; a call in the middle of receiving
-// a segment ends at its deadline at the latest. The destructor aborts (if a
-// call is running, the caller must not destroy the object under it).
+// accessors from any thread. Abort closes the group's connections and wakes
+// every wait of the round in progress at once. A watchdog thread per group
+// (GlooCollectiveOptions::failure_poll) aborts a long round when a peer's
+// failure record appears. The destructor aborts and joins the watchdog (if
+// a call is running, the caller must not destroy the object under it).
 #ifndef FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_H_
 #define FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_H_
 
@@ -88,6 +94,12 @@ struct GlooCollectiveOptions {
   // After a peer's connection closed: how long to wait for its failure
   // record before calling it gone.
   std::chrono::milliseconds failure_grace{1000};
+  // While a round lasts longer than this, the store is checked this often
+  // for a peer's failure record, and the group fails when one is there: a
+  // peer that closed the group is noticed even when its closed connection
+  // is not (Gloo leaves a send that it queued after a failed write waiting
+  // when the connection then fails).
+  std::chrono::milliseconds failure_poll{250};
 };
 
 class GlooCollective final : public Collective {

@@ -62,7 +62,8 @@ StatusOr<InitializerResult> AddVariableInitializers(const Scope& scope, uint64_t
     ops::RandomAttrs ra;
     ra.dtype = t;
     ra.seed = seed != 0 ? seed : int64_t(graph_seed & 0x7fffffffffffffffull) | 1;
-    ra.seed2 = DeriveSeed(graph_seed, n.name());
+    // An explicit seed replaces the graph's in both halves of the op's seed.
+    ra.seed2 = DeriveSeed(seed != 0 ? uint64_t(seed) : graph_seed, n.name());
     bool floating = t == DataType::kFloat32 || t == DataType::kFloat64;
     // Fans as Keras computes them.
     double fan_in = 1, fan_out = 1;

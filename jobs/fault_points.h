@@ -27,10 +27,15 @@
 //                             that came with it (PAUSED, CANCELLED) is
 //                             stored, the checkpoint is not.
 //
-// Constants only: thread-safe.
+// Besides the points, the one injected slowness: Straggler, a replica that
+// waits before each step (TrainingJobOptions::test_straggler and
+// JobManagerOptions::test_straggler set it; no job spec does).
+//
+// Constants and a plain struct: thread-safe.
 #ifndef FLOWSTATE_JOBS_FAULT_POINTS_H_
 #define FLOWSTATE_JOBS_FAULT_POINTS_H_
 
+#include <cstdint>
 #include <string_view>
 
 namespace flowstate::fault_points {
@@ -43,6 +48,15 @@ inline constexpr std::string_view kPausePending = "pause-pending";
 inline constexpr std::string_view kCancelPending = "cancel-pending";
 // Followed by the checkpoint's reason: "checkpoint-write:pause".
 inline constexpr std::string_view kCheckpointWritePrefix = "checkpoint-write:";
+
+// Replica `replica` waits delay_ms before each step's computation, unless
+// the step is decided without it first (backup replicas), when it abandons
+// its batch. A job with one runs every step from its master process (no
+// chunks of steps on the tasks). replica < 0: none.
+struct Straggler {
+  int replica = -1;
+  int64_t delay_ms = 0;
+};
 
 }  // namespace flowstate::fault_points
 

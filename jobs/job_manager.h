@@ -136,6 +136,7 @@
 #include "graph/tensor.h"
 #include "api/job_spec.h"
 #include "api/views.h"
+#include "jobs/fault_points.h"
 #include "jobs/job_state.h"
 
 namespace flowstate {
@@ -221,6 +222,9 @@ struct JobManagerOptions {
   // there to kill it at that exact point (`flowstate serve` installs one
   // from FLOWSTATE_TEST_STOP_AT in builds with FLOWSTATE_FAULT_POINTS).
   std::function<void(std::string_view point, int64_t step)> fault_point;
+  // Test hook (fault injection; unset in production): a straggler replica
+  // in every job this manager runs (TrainingJobOptions::test_straggler).
+  fault_points::Straggler test_straggler;
 };
 
 // A subscription to one job's events. Next() blocks until an event arrives,

@@ -40,6 +40,7 @@ TrainingJobOptions JobManager::RunnerOptions() const {
   o.max_shape_bytes = options_.max_shape_bytes;
   if (options_.remote) o.remote = options_.remote();
   if (options_.collective_store) o.collective_store = options_.collective_store();
+  o.test_straggler = options_.test_straggler;
   return o;
 }
 

@@ -20,7 +20,7 @@
 #include "state/data_source.h"
 #include "state/variable.h"
 #include "scheduler/collective.h"
-#include "scheduler/collective_kernels.h"
+#include "scheduler/replica_comm.h"
 #include "scheduler/remote_workers.h"
 #include "scheduler/step_trace.h"
 

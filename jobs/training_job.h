@@ -16,7 +16,7 @@
 // ResourceMgr (so its own variables) on its device (devices[i] when
 // "devices" lists N, else all on the first or default device), joined by an
 // InProcessCollective through the graph's _AllReduce nodes
-// (graph/training_graph.h, scheduler/collective_kernels.h). Every replica
+// (graph/training_graph.h, scheduler/replica_comm.h). Every replica
 // starts from the same initial variables (same seed). A step takes up to N
 // consecutive batches of batch_size from the one seeded pipeline, all of the
 // same epoch, and replica i trains on the i-th (a replica without one joins
@@ -33,8 +33,8 @@
 // 0's; a difference fails the step (INTERNAL naming the replica and the
 // variable). With backup_replicas k the first N - k replicas to finish
 // their backward pass contribute (StepRace); a test-only straggler delay
-// (JobSpec::test_straggler_*) is abandoned when the step is decided without
-// it.
+// (TrainingJobOptions::test_straggler) is abandoned when the step is decided
+// without it.
 //
 // Replicas across tasks (TrainingJobOptions::remote, devices[i] on
 // /job:worker/task:i for i >= 1; replica 0 on this task): replica i's
@@ -92,6 +92,7 @@
 #include "scheduler/session.h"
 #include "api/job_spec.h"
 #include "graph/training_graph.h"
+#include "jobs/fault_points.h"
 #include "state/data_source.h"
 #include "state/dataset.h"
 #include "state/input_pipeline.h"
@@ -137,6 +138,8 @@ struct TrainingJobOptions {
   // it runs the job with fewer (a task was lost), so that the global batch,
   // the steps per epoch and the training run stay those of the job.
   int batches_per_step = 0;
+  // Test hook (fault injection; no job spec reaches it): a slow replica.
+  fault_points::Straggler test_straggler;
 };
 
 // One replica's part of the last step (replicas > 1).

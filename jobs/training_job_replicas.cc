@@ -18,7 +18,7 @@
 #include "jobs/step_trace_view.h"
 #include "scheduler/remote_workers.h"
 #include "scheduler/collective.h"
-#include "scheduler/collective_kernels.h"
+#include "scheduler/replica_comm.h"
 #include "scheduler/step_trace.h"
 #include "state/replica_input.h"
 #include "state/variable.h"
@@ -107,10 +107,10 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
   const double wait0 = comm.wait_seconds();
   const int64_t bytes0 = comm.bytes();
   bool abandon = batch == nullptr;
-  if (!abandon && i == spec_.test_straggler_replica && spec_.test_straggler_delay_ms > 0) {
+  if (!abandon && i == options_.test_straggler.replica && options_.test_straggler.delay_ms > 0) {
     // The test straggler: its computation takes delay_ms longer, unless the
     // step is decided without it first (backup replicas), when it abandons it.
-    auto delay = std::chrono::milliseconds(spec_.test_straggler_delay_ms);
+    auto delay = std::chrono::milliseconds(options_.test_straggler.delay_ms);
     if (race_ != nullptr) {
       StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
       if (!decided.ok()) {
@@ -207,7 +207,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   // straggler (delayed from here), and for a traced step, every replica's
   // step is run from here.
   const bool chunked = comms_.size() > 1 && comms_[1] == nullptr && spec_.backup_replicas == 0 &&
-                       spec_.test_straggler_delay_ms == 0 && !trace;
+                       options_.test_straggler.delay_ms == 0 && !trace;
   const auto start = Clock::now();
   if (chunked) {
     if (chunk_ == nullptr) StartChunk(ChunkSteps());

@@ -18,7 +18,7 @@
 #include "jobs/step_trace_view.h"
 #include "scheduler/remote_workers.h"
 #include "scheduler/collective.h"
-#include "scheduler/collective_kernels.h"
+#include "scheduler/replica_comm.h"
 #include "scheduler/step_trace.h"
 #include "state/replica_input.h"
 #include "state/variable.h"
@@ -35,7 +35,7 @@ constexpr const char* kRemoteStatsNode = "_replica_comm_stats";
 constexpr const char* kRemoteTotalsNode = "_replica_comm_totals";
 // About how long a chunk of steps that replicas on other tasks run on their
 // own lasts: pause, cancel and rebuilds wait for its end.
-constexpr double kChunkSeconds = 0.2;
+constexpr double kChunkSeconds = 1.0;
 constexpr int64_t kMaxChunkSteps = 1000;
 // A remote replica's input, read on its task (state/replica_input.h), and
 // the position of the step's first batch: fed (a step run from here), or
@@ -357,11 +357,11 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   // with 0 examples: its all-reduce contribution is zeros and it applies
   // the others' average. `batch` only counts its examples here.
   const auto start = Clock::now();
-  if (batch != nullptr && i == spec_.test_straggler_replica && spec_.test_straggler_delay_ms > 0) {
+  if (batch != nullptr && i == options_.test_straggler.replica && options_.test_straggler.delay_ms > 0) {
     // The test straggler, as in RunReplica: late by delay_ms, unless the
     // step is decided without it first; then it abandons its batch and
     // joins with 0 examples.
-    auto delay = std::chrono::milliseconds(spec_.test_straggler_delay_ms);
+    auto delay = std::chrono::milliseconds(options_.test_straggler.delay_ms);
     if (race_ != nullptr) {
       StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
       if (!decided.ok()) {

@@ -1,7 +1,7 @@
 // The element loops of the collectives' reductions, shared by
 // InProcessCollective (scheduler/collective.cc) and GlooCollective
 // (distributed/), and of the _AllReduce kernels' weighting
-// (scheduler/collective_kernels.cc): out = a + b, out = x * f, and x / n for
+// (scheduler/collective_kernels.cc, replica_comm.cc): out = a + b, out = x * f, and x / n for
 // a mean, over plain arrays.
 //
 // Written in blocks of 8 that read before they write, so that GCC

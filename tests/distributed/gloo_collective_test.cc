@@ -411,6 +411,37 @@ TEST_F(GlooCollectiveTest, AbortWakesARankBlockedInAllReduce) {
   EXPECT_EQ(h[0]->AllReduce(&ts, ReduceOp::kSum, In(1000)).code(), Code::kCancelled);
 }
 
+// A peer's failure record ends the round of the others although its
+// connections stay open (rank 2 never calls; only its record says it gave
+// up): each rank's watchdog finds it in the store within failure_poll.
+// Without it the round waits for its deadline. It is the safety net for a
+// closed connection Gloo does not report (a send it queued after a failed
+// write is never woken when that connection fails).
+TEST_F(GlooCollectiveTest, APeerFailureRecordEndsTheRoundThoughItsConnectionsStayOpen) {
+  Group g = MakeGroup("record", 3);
+  const auto start = Clock::now();
+  auto rounds = std::async(std::launch::async, [&] {
+    return OnEveryRank(2, [&](int r) {
+      std::vector<Tensor> ts = {Tensor::FromVector<float>({1, 2, 3})};
+      return g[r]->AllReduce(&ts, ReduceOp::kSum, In(30000));
+    });
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  auto client = CollectiveStoreClient::Connect(address_);
+  ASSERT_TRUE(client->Set("record", "fail/2",
+                          std::to_string(int(Code::kAborted)) + "\n2\nits step was aborted", In(2000))
+                  .ok());
+  ASSERT_EQ(rounds.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "the round did not end within 5 s of the failure record";
+  std::vector<Status> st = rounds.get();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kAborted) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank 2 closed the group: its step was aborted"), std::string::npos)
+        << st[r].message();
+  }
+}
+
 TEST_F(GlooCollectiveTest, RendezvousNamesTheRanksThatDidNotCome) {
   const auto start = Clock::now();
   auto c = CreateRanks("absent", 3, {0, 1}, 500);

@@ -418,10 +418,12 @@ TEST_F(ReplicasAcrossTasks, PauseAndCancelLandAtTheEndOfAChunk) {
 TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
   LocalCluster cluster(3, 1, 60, dir_.string());
   auto run = [&](int backup, std::vector<StepResult>* steps, std::vector<int64_t>* dropped) {
+    TrainingJobOptions o = Across(cluster, "straggler-" + std::to_string(backup) + "/m0");
+    o.test_straggler = {/*replica=*/2, /*delay_ms=*/400};
     StatusOr<std::unique_ptr<TrainingJob>> j =
         Make(Job(3, OnTasks({0, 1, 2}) + ", \"backup_replicas\": " + std::to_string(backup) +
-                        R"(, "max_steps": 6, "_test_straggler": {"replica": 2, "delay_ms": 400})"),
-             Across(cluster, "straggler-" + std::to_string(backup) + "/m0"));
+                        R"(, "max_steps": 6)"),
+             o);
     ASSERT_TRUE(j.ok()) << j.status().ToString();
     for (;;) {
       StatusOr<StepResult> r = (*j)->Step();

@@ -16,7 +16,7 @@
 #include "distributed/gloo_collective.h"
 #include "graph/ops.h"
 #include "graph/scope.h"
-#include "scheduler/collective_kernels.h"
+#include "scheduler/replica_comm.h"
 #include "tests/distributed/local_cluster.h"
 
 namespace flowstate {

@@ -110,8 +110,10 @@ class JobLifecycleTest : public server_test::JobStoreFixture {
     store_ = std::move(s).value();
   }
 
-  JobManager* NewManager(bool with_store = true, int max_finished = 100, double max_age = 0) {
+  JobManager* NewManager(bool with_store = true, int max_finished = 100, double max_age = 0,
+                         fault_points::Straggler straggler = {}) {
     JobManagerOptions o;
+    o.test_straggler = straggler;
     o.devices = server_test::TestPool(1);
     o.data_root = (dir_ / "data").string();
     o.store = with_store ? store_.get() : nullptr;
@@ -414,9 +416,8 @@ TEST_F(JobLifecycleTest, ReplicasResumeAfterARestartAndCountIt) {
 }
 
 TEST_F(JobLifecycleTest, BackupReplicasCountTheDroppedStraggler) {
-  JobManager* m = NewManager(/*with_store=*/false);
-  JobInfo j = m->Submit(LineJob(1, R"("replicas": 3, "backup_replicas": 1,
-      "_test_straggler": {"replica": 1, "delay_ms": 300},)")).value();
+  JobManager* m = NewManager(/*with_store=*/false, 100, 0, {/*replica=*/1, /*delay_ms=*/300});
+  JobInfo j = m->Submit(LineJob(1, R"("replicas": 3, "backup_replicas": 1,)")).value();
   JobInfo done = WaitFinished(m, j.id);
   ASSERT_EQ(JobStateName(done.state), "SUCCEEDED") << done.error;
   EXPECT_EQ(done.step, 3);  // 8 batches: 3 + 3 + 2

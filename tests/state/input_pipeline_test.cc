@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <set>
 #include <thread>
 #include <vector>
@@ -295,9 +296,18 @@ TEST(InputPipeline, DestroyWhileTheProducerIsBlockedOnAFullQueue) {
   o.prefetch = 2;
   auto p = Make(Range(10), o);
   WaitForPrefetch(*p, 2);
-  p.reset();  // must join the blocked producer
-  // And without ever waiting.
-  Make(Range(10), o).reset();
+  // The producer is blocked: 5 batches an epoch, yet the queue stays at 2.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(p->ready_batches(), 2);
+  // The destructor joins the blocked producer, promptly (a hung join would
+  // fail here, not stall the suite).
+  auto destroyed = std::async(std::launch::async, [&] { p.reset(); });
+  ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "destroying the pipeline did not return: its blocked producer was not woken";
+  EXPECT_EQ(p, nullptr);
+  // And without ever waiting: also joined promptly.
+  auto again = std::async(std::launch::async, [&] { Make(Range(10), o).reset(); });
+  ASSERT_EQ(again.wait_for(std::chrono::seconds(10)), std::future_status::ready);
 }
 
 TEST(InputPipeline, CancelWakesABlockedConsumer) {

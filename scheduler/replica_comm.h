@@ -1,0 +1,161 @@
+// The all-reduce of data-parallel training: ReplicaComm, the resource through
+// which a replica's _AllReduce kernels reach its Collective, and
+// LocalStepRace, the in-process StepRace that picks the contributors of a
+// step when a job has backup replicas. The kernels themselves are in
+// collective_kernels.cc.
+//
+// Each replica of a training job has its own session and ResourceMgr; the
+// job creates one ReplicaComm there (container kReplicaContainer, name = the
+// _AllReduce nodes' `group`) holding the replica's Collective participant.
+// An _AllReduce kernel (AsyncOpKernel) weights its bucket by the replica's
+// examples, hands it to the ReplicaComm and returns: the ReplicaComm's
+// communication thread runs the collective calls in bucket order (bucket 0,
+// 1, ... of a step, then the next step's), so that the k-th call of every
+// rank is the same bucket whatever order the executor finishes the buckets
+// in, and no executor thread waits on the network. The thread then divides
+// by the sum of the examples and calls the kernel's `done`. A bucket of
+// several tensors of one dtype travels as one flat tensor (FusedBucket):
+// the kernel weights each gradient straight into its place there and its
+// outputs are views of the reduced tensor, so the collective reduces it in
+// place with no copy in or out.
+//
+// A replica that does not compute a step (no data left in the epoch, or a
+// backup replica that abandoned it) joins every bucket of the step with
+// zeros and count 0 through JoinWithZeros, and feeds the results to its
+// optimizer.
+//
+// Thread safety: ReplicaComm and every StepRace are thread-safe. A ReplicaComm's
+// destructor aborts its collective and joins its thread (detaches it when
+// it runs on that thread: a callback dropped the last reference).
+#ifndef FLOWSTATE_SCHEDULER_REPLICA_COMM_H_
+#define FLOWSTATE_SCHEDULER_REPLICA_COMM_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graph/status.h"
+#include "graph/tensor.h"
+#include "scheduler/collective.h"
+#include "state/resource_mgr.h"
+
+namespace flowstate {
+
+// The container of ReplicaComm resources.
+inline constexpr const char* kReplicaContainer = "_replicas";
+
+// The race of replicas in one process (scheduler/collective.h, StepRace).
+class LocalStepRace final : public StepRace {
+ public:
+  LocalStepRace(int replicas, int contributors);
+
+  Status Begin(int64_t step, int contributors) override;
+  StatusOr<bool> Arrive(int64_t step, int rank) override;
+  StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
+                                    std::chrono::milliseconds delay) override;
+  Status End(int64_t) override { return Status(); }
+  StatusOr<std::vector<int64_t>> Dropped() override;
+
+ private:
+  struct StepState {
+    int quota = -1;  // -1: quota_
+    int contributors = 0;
+    int seen = 0;
+  };
+  void Seen(int64_t step, StepState& s);  // REQUIRES: mu_ held
+
+  const int replicas_;
+  const int quota_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, StepState> steps_;  // GUARDED_BY(mu_)
+  std::vector<int64_t> dropped_;        // GUARDED_BY(mu_)
+};
+
+class ReplicaComm final : public ResourceBase {
+ public:
+  struct Options {
+    std::shared_ptr<Collective> collective;  // this replica's participant
+    int num_buckets = 1;
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per collective call
+    std::shared_ptr<StepRace> race;  // null: every replica contributes
+  };
+  using Callback = std::function<void(const Status&, std::vector<Tensor>)>;
+
+  // Where the tensors of a bucket lie in one flat tensor of their dtype:
+  // each at an offset that keeps it 64-byte aligned, the gaps zero. Every
+  // rank computes the same layout from the same dtypes and shapes, so the
+  // ranks' calls match. Immutable values.
+  struct FusedBucket {
+    DataType dtype = DataType::kFloat32;
+    int64_t elements = 0;            // of the flat tensor, gaps included
+    std::vector<int64_t> offsets;    // of each tensor, in elements
+    std::vector<TensorShape> shapes;
+    // Null unless the bucket has two or more tensors, all of one dtype.
+    static std::unique_ptr<FusedBucket> For(const std::vector<std::pair<DataType, TensorShape>>& tensors);
+    // Zeros the gaps of a flat tensor of this layout (the tensors' places
+    // are the caller's to fill).
+    void ZeroGaps(Tensor* flat) const;
+    // The tensors, as views sharing `flat`'s buffer.
+    std::vector<Tensor> Split(const Tensor& flat) const;
+  };
+
+  explicit ReplicaComm(Options options);
+  ~ReplicaComm() override;
+
+  int rank() const { return options_.collective->rank(); }
+  StepRace* race() const { return options_.race.get(); }
+  // Steps whose bucket 0 has been handed in (the number of the next step).
+  int64_t steps_begun() const;
+
+  // Hands in bucket `bucket` of the current step: `weighted` already holds
+  // count * tensor (with `fused`: one flat tensor of that layout). `done`
+  // runs on the communication thread with the reduced, divided tensors (the
+  // bucket's own tensors, views of the flat one when fused) or an error.
+  void Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
+              std::shared_ptr<const FusedBucket> fused = nullptr);
+  // Joins every bucket of one step with zeros of these dtypes and shapes
+  // (one list per bucket) and count 0; returns the reduced tensors per
+  // bucket.
+  StatusOr<std::vector<std::vector<Tensor>>> JoinWithZeros(
+      const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets);
+
+  // Fails the group's pending and later calls (a replica's step failed).
+  void Abort(const Status& s) { options_.collective->Abort(s); }
+
+  // Totals since creation: seconds inside collective calls (waiting for the
+  // other replicas, and reducing), bytes reduced, calls.
+  double wait_seconds() const;
+  int64_t bytes() const;
+  int64_t calls() const;
+
+  std::string DebugString() const override;
+
+ private:
+  struct Request {
+    std::vector<Tensor> tensors;  // weighted, then the count
+    Callback done;
+    std::shared_ptr<const FusedBucket> fused;  // null: the tensors as they are
+  };
+  // What the communication thread uses, shared with it: a ReplicaComm
+  // whose last reference is dropped on that thread (by a callback) detaches
+  // it instead of joining itself, and the thread ends touching only this.
+  struct State;
+  static void Loop(std::shared_ptr<State> state);
+
+  const Options options_;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_SCHEDULER_REPLICA_COMM_H_
