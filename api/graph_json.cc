@@ -1,5 +1,6 @@
 // Graphs in JSON: {"nodes": [{"name", "op", "inputs", "attrs", "device"}]}
-// with attr values read by the kinds their OpDefs declare (json_codec.h).
+// with attr values read by the kinds their OpDefs declare (json_codec.h);
+// While and If nodes are lowered by control_flow_json.cc.
 #include <limits>
 #include <vector>
 
@@ -149,6 +150,8 @@ Status ReadAttrs(const Json& attrs, const JsonPath& path, const OpDef& op, size_
   return Status();
 }
 
+}  // namespace
+
 Status ReadNode(const Json& v, const JsonPath& path, const OpRegistry& registry, size_t max_bytes,
                 NodeDef* node) {
   if (!v.is_object()) {
@@ -206,6 +209,8 @@ Status ReadNode(const Json& v, const JsonPath& path, const OpRegistry& registry,
   }
   return Status();
 }
+
+namespace {
 
 void AppendShape(const PartialShape& s, std::string* out) {
   if (!s.rank_known()) {
@@ -289,10 +294,19 @@ StatusOr<GraphDef> GraphFromJson(const Json& v, const JsonPath& path,
   if (!nodes->is_array()) {
     return PathError(nodes_path, "expected a list of nodes, got " + DescribeValue(*nodes));
   }
-  graph.nodes.resize(nodes->size());
+  graph.nodes.reserve(nodes->size());
+  std::vector<size_t> compact;  // While and If nodes, lowered once the others are read
   for (size_t i = 0; i < nodes->size(); ++i) {
+    if (IsCompactControlFlowNode((*nodes)[i])) {
+      compact.push_back(i);
+      continue;
+    }
     FS_RETURN_IF_ERROR(ReadNode((*nodes)[i], nodes_path.Index(int64_t(i)), registry,
-                                options.max_tensor_bytes, &graph.nodes[i]));
+                                options.max_tensor_bytes, &graph.nodes.emplace_back()));
+  }
+  if (!compact.empty()) {
+    FS_RETURN_IF_ERROR(LowerControlFlowNodes(*nodes, nodes_path, compact, registry,
+                                             options.max_tensor_bytes, &graph));
   }
   return graph;
 }

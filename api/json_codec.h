@@ -133,6 +133,16 @@ struct GraphJsonOptions {
 // ops; they are read by JSON type: string, bool, int, float, or a list of
 // ints (also []), floats or strings.
 //
+// Control flow: a node {"op": "While", "name", "loop_vars", "cond", "body",
+// "parallel_iterations", "device"} or {"op": "If", "name", "pred", "inputs",
+// "then", "else", "device"} is lowered to the raw control-flow ops by
+// graph/control_flow_ops.h's WhileLoop and Cond; cond, body, then and else
+// are functions {"args": [names], "nodes": [...], "output": name} (a
+// While's cond) or {..., "outputs": [names]}. A function's node "n" becomes
+// "<name>/body/n" (cond, then, else likewise), and errors about it name it
+// so; an input inside a function names an arg, a node of the function, of
+// the enclosing one, up to the graph's (README, "Conditionals and loops").
+//
 // The codec checks each value's form, not the graph: duplicate names,
 // dangling inputs, dtype constraints and shapes are Graph::Create's to check.
 StatusOr<GraphDef> ParseGraphJson(std::string_view json, std::string_view path = "graph",

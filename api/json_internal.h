@@ -175,6 +175,17 @@ StatusOr<Tensor> TensorFromJson(const Json& v, std::optional<DataType> dtype,
                                 const JsonPath& path, size_t max_bytes);
 StatusOr<GraphDef> GraphFromJson(const Json& v, const JsonPath& path,
                                  const GraphJsonOptions& options);
+// One plain node of a graph (name, op, inputs, attrs, device) into *node.
+Status ReadNode(const Json& v, const JsonPath& path, const OpRegistry& registry, size_t max_bytes,
+                NodeDef* node);
+// A {"op": "While"} or {"op": "If"} node (control_flow_json.cc).
+bool IsCompactControlFlowNode(const Json& v);
+// Lowers nodes[i] for each i of `compact` to raw control-flow ops appended
+// to *graph, which holds the graph's other nodes. Errors name the node,
+// inside a function by its full name ("w/body/matmul").
+Status LowerControlFlowNodes(const Json& nodes, const JsonPath& nodes_path,
+                             const std::vector<size_t>& compact, const OpRegistry& registry,
+                             size_t max_bytes, GraphDef* graph);
 // {name: tensor}; names must parse as TensorIds without '^'.
 StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
                                             size_t max_bytes);

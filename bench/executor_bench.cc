@@ -17,6 +17,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "bench/session_util.h"
 #include "devices/device_pool.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
@@ -31,14 +32,7 @@ using namespace flowstate;
 
 namespace {
 
-std::unique_ptr<Session> NewSession(DevicePool* pool, const GraphDef& g) {
-  SessionOptions o;
-  o.devices = pool;
-  o.inter_op_threads = 1;
-  auto s = Session::Create(g, o);
-  s.status().CheckOk();
-  return std::move(s).value();
-}
+using bench::NewSession;
 
 // prefix + i, appended rather than "n" + std::to_string(i): GCC 12 warns
 // (-Wrestrict, a false positive in its inlined std::string operator+).

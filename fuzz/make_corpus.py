@@ -51,6 +51,32 @@ GRAPHS = {
       {"name": "cast", "op": "Cast", "inputs": ["conv:0"], "attrs": {"DstT": "float64"}}
     ]}""",
     "escapes": '{"nodes": [{"name": "x\\u0031", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [\"?\"]}}]}',
+    "while_if": """{"nodes": [
+      {"name": "n", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": []}},
+      {"name": "one", "op": "Const", "attrs": {"value": 1}},
+      {"name": "loop", "op": "While", "loop_vars": ["one", "one"], "parallel_iterations": 4,
+       "cond": {"args": ["i", "s"], "output": "le", "nodes": [{"name": "le", "op": "LessEqual", "inputs": ["i", "n"]}]},
+       "body": {"args": ["i", "s"], "outputs": ["next", "pick"], "nodes": [
+         {"name": "next", "op": "Add", "inputs": ["i", "one"]},
+         {"name": "big", "op": "Greater", "inputs": ["s", "n"]},
+         {"name": "pick", "op": "If", "pred": "big", "inputs": ["s"],
+          "then": {"args": ["v"], "outputs": ["v"]},
+          "else": {"args": ["v"], "outputs": ["twice"], "nodes": [{"name": "twice", "op": "Add", "inputs": ["v", "v"]}]}}]}},
+      {"name": "out", "op": "Identity", "inputs": ["loop:1"]}
+    ]}""",
+    "raw_loop": """{"nodes": [
+      {"name": "x", "op": "Const", "attrs": {"value": 0.5}},
+      {"name": "enter", "op": "Enter", "inputs": ["x"], "attrs": {"frame_name": "f", "parallel_iterations": 2}},
+      {"name": "merge", "op": "Merge", "inputs": ["enter", "next"]},
+      {"name": "limit", "op": "Const", "inputs": ["^merge"], "attrs": {"value": 8.0}},
+      {"name": "less", "op": "Less", "inputs": ["merge", "limit"]},
+      {"name": "cond", "op": "LoopCond", "inputs": ["less"]},
+      {"name": "switch", "op": "Switch", "inputs": ["merge", "cond"]},
+      {"name": "exit", "op": "Exit", "inputs": ["switch:0"]},
+      {"name": "body", "op": "Identity", "inputs": ["switch:1"]},
+      {"name": "twice", "op": "Add", "inputs": ["body", "body"]},
+      {"name": "next", "op": "NextIteration", "inputs": ["twice"]}
+    ]}""",
 }
 
 TENSORS = {

@@ -37,6 +37,7 @@ GradientRegistry* GradientRegistry::Global() {
     internal::RegisterMathGradients(reg);
     internal::RegisterArrayGradients(reg);
     internal::RegisterNnGradients(reg);
+    internal::RegisterControlFlowGradients(reg);
     return reg;
   }();
   return r;

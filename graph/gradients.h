@@ -120,6 +120,7 @@ namespace internal {
 void RegisterMathGradients(GradientRegistry* r);
 void RegisterArrayGradients(GradientRegistry* r);
 void RegisterNnGradients(GradientRegistry* r);
+void RegisterControlFlowGradients(GradientRegistry* r);
 }  // namespace internal
 
 }  // namespace flowstate

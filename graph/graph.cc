@@ -4,6 +4,8 @@
 #include <cctype>
 #include <deque>
 
+#include "graph/control_flow.h"
+
 namespace flowstate {
 namespace {
 
@@ -68,6 +70,15 @@ StatusOr<Graph> Graph::Create(const GraphDef& def, const OpRegistry* registry) {
       if (!id.ok()) return NodeError(node.def_, id.status().message());
       auto it = g.by_name_.find(id->node);
       if (it == g.by_name_.end()) {
+        // A tensor a loop or branch captured: name the node that reads it.
+        auto reader = node.def_.attrs.find("_reader");
+        if (reader != node.def_.attrs.end() && reader->second.kind() == AttrKind::kString) {
+          const std::string& r = reader->second.s();
+          return InvalidArgument("node '" + r + "': input '" + in +
+                                     "' names no node of the graph (read through '" +
+                                     node.name() + "')",
+                                 r);
+        }
         return NodeError(node.def_, "input '" + in + "' names no node of the graph");
       }
       if (id->is_control()) {
@@ -81,13 +92,22 @@ StatusOr<Graph> Graph::Create(const GraphDef& def, const OpRegistry* registry) {
     }
   }
 
-  // Topological order (Kahn's algorithm over data and control edges).
+  // A loop's back edges (NextIteration -> Merge) close its cycle; only a
+  // Merge's data input may be one.
+  FS_RETURN_IF_ERROR(g.CheckBackEdges());
+
+  // Topological order (Kahn's algorithm over data and control edges, back
+  // edges left out).
   std::vector<int> pending(n, 0);
   std::vector<std::vector<int>> succ(n);
   for (int i = 0; i < n; ++i) {
-    for (const Endpoint& e : g.nodes_[i].inputs_) succ[e.node].push_back(i);
+    for (const Endpoint& e : g.nodes_[i].inputs_) {
+      if (g.IsBackEdgeSource(e.node)) continue;
+      succ[e.node].push_back(i);
+      ++pending[i];
+    }
     for (int c : g.nodes_[i].control_inputs_) succ[c].push_back(i);
-    pending[i] = int(g.nodes_[i].inputs_.size() + g.nodes_[i].control_inputs_.size());
+    pending[i] += int(g.nodes_[i].control_inputs_.size());
   }
   std::deque<int> ready;
   for (int i = 0; i < n; ++i) {
@@ -113,7 +133,7 @@ StatusOr<Graph> Graph::Create(const GraphDef& def, const OpRegistry* registry) {
       const Node& node = g.nodes_[u];
       int next = -1;
       for (const Endpoint& e : node.inputs_) {
-        if (pending[e.node] > 0) next = e.node;
+        if (pending[e.node] > 0 && !g.IsBackEdgeSource(e.node)) next = e.node;
       }
       for (int c : node.control_inputs_) {
         if (pending[c] > 0) next = c;
@@ -128,6 +148,7 @@ StatusOr<Graph> Graph::Create(const GraphDef& def, const OpRegistry* registry) {
     FS_RETURN_IF_ERROR(g.Resolve(&g.nodes_[id]));
     FS_RETURN_IF_ERROR(g.InferShapes(&g.nodes_[id]));
   }
+  FS_RETURN_IF_ERROR(g.CheckLoopVariables());
 
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes_[i];
@@ -139,7 +160,67 @@ StatusOr<Graph> Graph::Create(const GraphDef& def, const OpRegistry* registry) {
       g.nodes_[c].out_edges_.push_back(OutEdge{0, i, -1});
     }
   }
+  for (const Node& node : g.nodes_) {
+    if (!IsControlFlowOp(node.op())) continue;
+    FS_ASSIGN_OR_RETURN(ControlFlowInfo info, BuildControlFlowInfo(g));
+    g.control_flow_ = std::make_shared<const ControlFlowInfo>(std::move(info));
+    break;
+  }
   return g;
+}
+
+bool Graph::IsBackEdgeSource(int id) const { return nodes_[id].def_.op == "NextIteration"; }
+
+Status Graph::CheckBackEdges() const {
+  for (const Node& node : nodes_) {
+    for (int c : node.control_inputs_) {
+      if (IsBackEdgeSource(c)) {
+        return NodeError(nodes_[c].def_, "a NextIteration may only feed a Merge's data input, "
+                                         "but '" + node.name() + "' takes it as a control input");
+      }
+    }
+    if (node.def_.op == "Merge") continue;
+    for (const Endpoint& e : node.inputs_) {
+      if (IsBackEdgeSource(e.node)) {
+        return NodeError(nodes_[e.node].def_, "a NextIteration may only feed a Merge, but '" +
+                                                  node.name() + "' (" + node.op() + ") reads it");
+      }
+    }
+  }
+  return Status();
+}
+
+// A back edge was taken as given while its Merge resolved (its source comes
+// later in topological order); now both ends are known.
+Status Graph::CheckLoopVariables() const {
+  for (const Node& merge : nodes_) {
+    if (merge.def_.op != "Merge") continue;
+    for (int k = 0; k < merge.num_inputs(); ++k) {
+      const Endpoint& e = merge.inputs_[k];
+      if (!IsBackEdgeSource(e.node)) continue;
+      const Node& next = nodes_[e.node];
+      if (e.output != 0) {
+        return NodeError(merge.def_, "input '" + merge.def_.inputs[k] + "' refers to output " +
+                                         std::to_string(e.output) + " of NextIteration '" +
+                                         next.name() + "', which has 1 output");
+      }
+      if (next.output_types_[0] != merge.input_types_[k]) {
+        return NodeError(next.def_, "the loop variable has dtype " +
+                                        std::string(DataTypeName(next.output_types_[0])) +
+                                        " in the next iteration but " +
+                                        std::string(DataTypeName(merge.input_types_[k])) +
+                                        " on entry to the loop (Merge '" + merge.name() + "')");
+      }
+      if (!next.output_shapes_[0].IsCompatibleWith(merge.output_shapes_[0])) {
+        return NodeError(next.def_, "the loop variable changes shape across iterations: " +
+                                        next.output_shapes_[0].ToString() +
+                                        " in the next iteration, " +
+                                        merge.output_shapes_[0].ToString() +
+                                        " on entry to the loop (Merge '" + merge.name() + "')");
+      }
+    }
+  }
+  return Status();
 }
 
 // Fills in attrs, checks arity and dtypes, computes output dtypes. Runs in
@@ -193,6 +274,14 @@ Status Graph::Resolve(Node* node) {
       if (pos >= num_given) continue;  // arity error reported below
       const Endpoint& e = node->inputs_[pos];
       const Node& src = nodes_[e.node];
+      if (IsBackEdgeSource(e.node) && src.output_types_.empty()) {
+        // A loop's back edge into its Merge, resolved later: it must have
+        // the type of the Merge's other inputs (CheckLoopVariables).
+        FS_ASSIGN_OR_RETURN(DataType t, BackEdgeType(*node, a));
+        node->input_types_.push_back(t);
+        node->input_is_ref_.push_back(false);
+        continue;
+      }
       if (e.output >= src.num_outputs()) {
         return NodeError(def, "input '" + def.inputs[pos] + "' refers to output " +
                                   std::to_string(e.output) + " of '" + src.name() +
@@ -288,6 +377,21 @@ Status Graph::Resolve(Node* node) {
   return Status();
 }
 
+StatusOr<DataType> Graph::BackEdgeType(Node& node, const ArgDef& a) {
+  if (!a.type_attr.empty()) {
+    auto it = node.def_.attrs.find(a.type_attr);
+    if (it != node.def_.attrs.end()) return it->second.type();
+  }
+  for (const Endpoint& e : node.inputs_) {
+    const Node& src = nodes_[e.node];
+    if (src.output_types_.empty() || e.output >= src.num_outputs()) continue;
+    DataType t = src.output_types_[e.output];
+    if (!a.type_attr.empty()) node.def_.attrs[a.type_attr] = AttrValue(t);
+    return t;
+  }
+  return NodeError(node.def_, "every input is a NextIteration: nothing enters the loop");
+}
+
 Status Graph::InferShapes(Node* node) {
   std::vector<PartialShape> shapes;
   std::vector<const Tensor*> constants;
@@ -295,9 +399,26 @@ Status Graph::InferShapes(Node* node) {
   constants.reserve(node->inputs_.size());
   for (const Endpoint& e : node->inputs_) {
     const Node& src = nodes_[e.node];
+    if (src.output_shapes_.empty()) {
+      // A back edge not inferred yet: taken to keep the shape the loop
+      // variable has on entry (CheckLoopVariables checks it later).
+      shapes.push_back(nodes_[node->inputs_[0].node].output_shapes_.empty()
+                           ? PartialShape::Unknown()
+                           : nodes_[node->inputs_[0].node].output_shapes_[node->inputs_[0].output]);
+      constants.push_back(nullptr);
+      continue;
+    }
     shapes.push_back(src.output_shapes_[e.output]);
     const Tensor* c = nullptr;
-    if (src.op() == "Const") {
+    const Node* value = &src;
+    // A loop invariant that a Const entered is that constant too.
+    if (src.op() == "Enter" && src.num_inputs() == 1 && src.def_.attrs.count("is_constant") &&
+        src.def_.attrs.at("is_constant").kind() == AttrKind::kBool &&
+        src.def_.attrs.at("is_constant").b()) {
+      value = &nodes_[src.inputs_[0].node];
+    }
+    if (value->op() == "Const") {
+      const Node& src = *value;
       auto it = src.def_.attrs.find("value");
       if (it != src.def_.attrs.end() && it->second.kind() == AttrKind::kTensor) {
         c = &it->second.tensor();

@@ -9,11 +9,15 @@
 // float32), so node(i).def() is complete.
 //
 // Nodes have dense ids 0..num_nodes()-1 in GraphDef order; topo_order() lists
-// them so that every node comes after all its inputs. A Graph is read-only
+// them so that every node comes after all its inputs, a loop's back edges
+// (NextIteration -> Merge) aside: those are the only cycles allowed, and a
+// graph with control-flow ops must also form well-nested frames
+// (graph/control_flow.h). A Graph is read-only
 // after Create() and safe to share between threads.
 #ifndef FLOWSTATE_GRAPH_GRAPH_H_
 #define FLOWSTATE_GRAPH_GRAPH_H_
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +29,8 @@
 #include "graph/status.h"
 
 namespace flowstate {
+
+struct ControlFlowInfo;  // graph/control_flow.h
 
 // The source of a data input: output `output` of node `node`.
 struct Endpoint {
@@ -98,15 +104,27 @@ class Graph {
   // The resolved definition of every node, in id order.
   GraphDef ToGraphDef() const;
 
+  // The frames of a graph with control-flow ops (graph/control_flow.h), or
+  // nullptr when it has none.
+  const ControlFlowInfo* control_flow() const { return control_flow_.get(); }
+
  private:
   Graph() = default;
   Status Resolve(Node* n);
   Status InferShapes(Node* n);
+  // Loops: a NextIteration's out-edges are back edges, left out of the
+  // topological order; they may only feed a Merge, with the dtype and a
+  // shape compatible with the loop variable's on entry.
+  bool IsBackEdgeSource(int id) const;
+  Status CheckBackEdges() const;
+  StatusOr<DataType> BackEdgeType(Node& node, const ArgDef& a);
+  Status CheckLoopVariables() const;
 
   const OpRegistry* registry_ = nullptr;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, int> by_name_;
   std::vector<int> topo_order_;
+  std::shared_ptr<const ControlFlowInfo> control_flow_;  // null: no control-flow op
 };
 
 // Node names must be non-empty and use letters, digits and "_-./"; they may

@@ -22,6 +22,13 @@ Scope Scope::NewSubScope(const std::string& prefix) const {
   return s;
 }
 
+Scope Scope::UnderNode(const std::string& node) const {
+  Scope s = *this;
+  s.op_name_.clear();
+  s.prefix_ = node;
+  return s;
+}
+
 Scope Scope::WithDevice(std::string device) const {
   Scope s = *this;
   s.device_ = std::move(device);

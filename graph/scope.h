@@ -45,6 +45,9 @@ class Scope {
   Scope WithOpName(std::string name) const;
   // Nodes get names "prefix/...".
   Scope NewSubScope(const std::string& prefix) const;
+  // Nodes get names "<node>/...", whatever this scope's prefix: for the
+  // nodes a builder makes under the node that names its result (a While's).
+  Scope UnderNode(const std::string& node) const;
   Scope WithDevice(std::string device) const;
   // Nodes get control inputs on these nodes (added to any already set).
   Scope WithControlDependencies(const std::vector<std::string>& nodes) const;

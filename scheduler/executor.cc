@@ -4,8 +4,9 @@
 #include <atomic>
 
 #include "devices/kernel_registry.h"
-#include "scheduler/rendezvous.h"
-#include "scheduler/step_trace.h"
+#include "graph/control_flow.h"
+#include "scheduler/executor_frames.h"
+#include "scheduler/executor_state.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/wait.h"
 
@@ -129,17 +130,18 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(Graph graph, const Options&
       }
     }
   }
+  if (g.control_flow() != nullptr) {
+    e->frames_ = std::make_unique<const FrameLayout>(BuildFrameLayout(g, *g.control_flow()));
+  }
   return e;
 }
 
 // The state of one step of one Executor. Deletes itself when the step ends.
-class ExecutorState {
+class ExecutorState final : public ExecutorStateBase {
  public:
   ExecutorState(const Executor* exec, const Executor::Args& args,
                 std::function<void(const Status&)> done)
-      : exec_(exec),
-        args_(args),
-        done_(std::move(done)),
+      : ExecutorStateBase(exec, args, std::move(done)),
         pending_(new std::atomic<int>[exec->items_.size()]),
         inputs_(new TensorValue[exec->total_inputs_]) {
     for (size_t i = 0; i < exec->items_.size(); ++i) {
@@ -164,86 +166,6 @@ class ExecutorState {
     std::unique_ptr<OpKernelContext> ctx;
     int64_t trace_start_ns = 0;  // traced steps: when it was launched
   };
-
-  // Traced steps only: the buffers of a node's inputs before it runs, so
-  // that outputs sharing one (forwarded, sliced, reshaped) are not counted
-  // as allocated.
-  struct InputBuffers {
-    std::vector<std::pair<const char*, size_t>> ranges;
-    void Capture(const TensorValue* in, int n) {
-      ranges.clear();
-      for (int k = 0; k < n; ++k) {
-        if (in[k].tensor.IsInitialized()) {
-          ranges.emplace_back(static_cast<const char*>(in[k].tensor.raw_data()), in[k].tensor.TotalBytes());
-        }
-      }
-    }
-    bool Contains(const void* p) const {
-      const char* c = static_cast<const char*>(p);
-      for (const auto& [begin, bytes] : ranges) {
-        if (c >= begin && c < begin + std::max<size_t>(bytes, 1)) return true;
-      }
-      return false;
-    }
-  };
-
-  // Records a kernel run into the step's trace: output bytes, and the bytes
-  // of outputs in buffers of their own (what the executor can tell of
-  // allocations; a kernel's scratch memory is not seen).
-  void RecordTrace(const Executor::NodeItem& item, const TensorValue* outputs, const InputBuffers& in,
-                   int64_t start_ns) {
-    const int64_t end_ns = args_.trace->NowNs();
-    int64_t out_bytes = 0, allocated = 0;
-    for (int k = 0; k < item.num_outputs; ++k) {
-      const Tensor& t = outputs[k].tensor;
-      if (outputs[k].ref != nullptr || !t.IsInitialized()) continue;
-      out_bytes += int64_t(t.TotalBytes());
-      if (t.TotalBytes() > 0 && !in.Contains(t.raw_data())) allocated += int64_t(t.TotalBytes());
-    }
-    args_.trace->Record(exec_->options_.device->name(), *item.kernel, start_ns, end_ns, out_bytes, allocated);
-  }
-
-  OpKernelContext::Params MakeParams(const Executor::NodeItem& item, TensorValue* outputs) {
-    OpKernelContext::Params p;
-    p.step_id = args_.step_id;
-    p.device = exec_->options_.device;
-    p.kernel = item.kernel;
-    p.inputs = std::span<TensorValue>(inputs_.get() + item.input_start, item.num_inputs);
-    p.outputs = std::span<TensorValue>(outputs, item.num_outputs);
-    p.resource_manager = exec_->options_.resource_manager;
-    p.rendezvous = args_.rendezvous;
-    p.call_frame = args_.call_frame;
-    p.cancellation = args_.cancellation;
-    return p;
-  }
-
-  // Reads variables consumed by value. Returns the first failure.
-  Status PrepareInputs(const Executor::NodeItem& item) {
-    TensorValue* in = inputs_.get() + item.input_start;
-    for (int k = 0; k < item.num_inputs; ++k) {
-      if (in[k].ref != nullptr && !exec_->input_is_ref_[item.input_start + k]) {
-        StatusOr<Tensor> v = in[k].ref->Read();
-        if (!v.ok()) return v.status();
-        in[k].tensor = std::move(v).value();
-        in[k].ref = nullptr;
-      }
-    }
-    return Status();
-  }
-
-  void ClearInputs(const Executor::NodeItem& item) {
-    TensorValue* in = inputs_.get() + item.input_start;
-    for (int k = 0; k < item.num_inputs; ++k) in[k].Clear();
-  }
-
-  Status CheckOutputs(const Executor::NodeItem& item, const TensorValue* outputs) {
-    for (int k = 0; k < item.num_outputs; ++k) {
-      if (!outputs[k].has_value()) {
-        return Internal("the kernel produced no value for output " + std::to_string(k));
-      }
-    }
-    return Status();
-  }
 
   // Moves outputs along the node's edges; appends nodes made ready.
   void Propagate(const Executor::NodeItem& item, TensorValue* outputs, std::vector<int>* ready) {
@@ -313,25 +235,17 @@ class ExecutorState {
       inline_ready->pop_back();
       if (aborted_.load(std::memory_order_relaxed)) continue;
       const Executor::NodeItem& item = exec_->items_[id];
-      Status s = PrepareInputs(item);
+      TensorValue* in = inputs_.get() + item.input_start;
+      Status s = PrepareInputs(item, in);
       if (s.ok() && item.is_async) {
         LaunchAsync(id);
         continue;
       }
       if (s.ok()) {
-        OpKernelContext ctx(MakeParams(item, outputs.data()));
-        if (args_.trace == nullptr) {
-          item.kernel->Compute(&ctx);
-        } else {
-          trace_inputs.Capture(inputs_.get() + item.input_start, item.num_inputs);
-          const int64_t start = args_.trace->NowNs();
-          item.kernel->Compute(&ctx);
-          RecordTrace(item, outputs.data(), trace_inputs, start);
-        }
-        s = ctx.status();
+        s = ComputeSync(item, in, outputs.data(), &trace_inputs);
         if (s.ok()) s = CheckOutputs(item, outputs.data());
       }
-      ClearInputs(item);
+      ClearInputs(item, in);
       if (!s.ok()) {
         Abort(id, s);
       } else {
@@ -346,7 +260,8 @@ class ExecutorState {
   void LaunchAsync(int id) {
     const Executor::NodeItem& item = exec_->items_[id];
     auto* call = new AsyncCall{this, id, std::vector<TensorValue>(item.num_outputs), nullptr};
-    call->ctx = std::make_unique<OpKernelContext>(MakeParams(item, call->outputs.data()));
+    call->ctx = std::make_unique<OpKernelContext>(
+        MakeParams(item, inputs_.get() + item.input_start, call->outputs.data()));
     if (args_.trace != nullptr) call->trace_start_ns = args_.trace->NowNs();
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     item.kernel->AsAsync()->ComputeAsync(call->ctx.get(), [call] { call->state->AsyncDone(call); });
@@ -363,7 +278,7 @@ class ExecutorState {
     }
     Status s = call->ctx->status();
     if (s.ok()) s = CheckOutputs(item, call->outputs.data());
-    ClearInputs(item);
+    ClearInputs(item, inputs_.get() + item.input_start);
     std::vector<int> inline_ready;
     if (!s.ok()) {
       Abort(call->id, s);
@@ -390,63 +305,15 @@ class ExecutorState {
     NodesDone(1);
   }
 
-  void Abort(int id, const Status& s) {
-    const std::string& name = exec_->items_[id].kernel->name();
-    Status named = s;
-    if (s.message().find("'" + name + "'") == std::string::npos) {
-      named = Status(s.code(),
-                     "node '" + name + "' (" + exec_->items_[id].kernel->type_string() +
-                         "): " + s.message(),
-                     s.node().empty() ? name : s.node());
-    } else if (s.node().empty()) {
-      named = s.WithNode(name);
-    }
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (status_.ok()) {
-        status_ = named;
-        first = true;
-      }
-    }
-    aborted_.store(true, std::memory_order_relaxed);
-    if (!first) return;
-    // Tell the caller first, so that it knows the step's first error before
-    // other partitions fail with its consequences; then wake what waits
-    // inside this step (async kernels, Recvs). The caller still holds an
-    // outstanding unit, so the step cannot finish under us.
-    if (args_.on_error) args_.on_error(named);
-    if (args_.rendezvous != nullptr) args_.rendezvous->StartAbort(named);
-    if (args_.cancellation != nullptr) args_.cancellation->StartCancel();
-  }
-
-  void NodesDone(int n) {
-    if (outstanding_.fetch_sub(n, std::memory_order_acq_rel) == n) Finish();
-  }
-
-  void Finish() {
-    Status s;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      s = status_;
-    }
-    auto done = std::move(done_);
-    delete this;
-    done(s);
-  }
-
-  const Executor* exec_;
-  Executor::Args args_;
-  std::function<void(const Status&)> done_;
   std::unique_ptr<std::atomic<int>[]> pending_;
   std::unique_ptr<TensorValue[]> inputs_;
-  std::atomic<int> outstanding_{0};
-  std::atomic<bool> aborted_{false};
-  std::mutex mu_;
-  Status status_;  // GUARDED_BY(mu_): the first error
 };
 
 void Executor::RunAsync(const Args& args, std::function<void(const Status&)> done) const {
+  if (frames_ != nullptr) {
+    RunWithFrames(args, std::move(done));
+    return;
+  }
   (new ExecutorState(this, args, std::move(done)))->Start();
 }
 

@@ -15,6 +15,18 @@
 // aborts the step: nothing new starts, the rendezvous and the cancellation
 // manager are told, and that error is the step's result.
 //
+// A graph with control-flow ops (graph/control_flow.h) runs in frames and
+// iterations, as in TensorFlow's executor (executor_frames.cc): a node runs
+// once per iteration of its frame; a node with a dead input is dead (it
+// does not run, and its outputs are dead), except a Merge, which runs on its
+// first live input; an untaken Switch output is dead; Enter, Exit and
+// NextIteration move a value into a loop, out of it, and into its next
+// iteration; at most `parallel_iterations` iterations of a loop are alive at
+// once, and a finished iteration's state is freed, so a loop of any length
+// runs in bounded memory. Such a step checks Args::cancellation before each
+// node, so that cancelling it stops a loop that would not end. Graphs without control-flow ops take the flat
+// path above, which knows nothing of this.
+//
 // An Executor is immutable after Create() and runs any number of steps at
 // once. It must outlive the steps it runs.
 #ifndef FLOWSTATE_SCHEDULER_EXECUTOR_H_
@@ -35,6 +47,7 @@ namespace flowstate {
 
 class StepTraceCollector;
 class ThreadPool;
+struct FrameLayout;
 
 // Kernels of stateful nodes (random generators, variables) shared by every
 // executable of a session, so that a node keeps its state whichever run
@@ -99,7 +112,9 @@ class Executor {
   const Graph& graph() const { return graph_; }
 
  private:
+  friend class ExecutorStateBase;
   friend class ExecutorState;
+  friend class ControlFlowExecutorState;
   struct EdgeInfo {
     int dst = 0;
     int dst_slot = -1;   // index into the step's input slots; -1 for control
@@ -120,6 +135,7 @@ class Executor {
   };
 
   Executor(Graph graph, const Options& options);
+  void RunWithFrames(const Args& args, std::function<void(const Status&)> done) const;
 
   Graph graph_;
   Options options_;
@@ -130,6 +146,7 @@ class Executor {
   std::vector<int> roots_;
   int total_inputs_ = 0;
   int max_outputs_ = 0;
+  std::unique_ptr<const FrameLayout> frames_;  // null: no control flow (the flat path)
 };
 
 }  // namespace flowstate

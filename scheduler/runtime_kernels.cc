@@ -18,6 +18,7 @@
 #include "devices/kernel_registry.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/collective_kernels.h"
+#include "scheduler/control_flow_kernels.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/runtime_kernels.h"
 
@@ -184,6 +185,7 @@ void RegisterRuntimeKernels() {
   for (const std::string& type : RegisteredDeviceTypes()) {
     if (!done->insert(type).second) continue;
     RegisterCollectiveKernels(type);
+    RegisterControlFlowKernels(type);
     for (DataType t : AllDataTypes()) {
       auto def = [&](const char* op) {
         KernelDef d(op);

@@ -1,5 +1,6 @@
 // Registers the kernels of the runtime's ops (_Arg, _Retval, _Send, _Recv,
-// _CopyToDevice, _CopyToHost, _HostConst) with KernelRegistry::Global(), for
+// _CopyToDevice, _CopyToHost, _HostConst, and the control-flow ops of
+// control_flow_kernels.h) with KernelRegistry::Global(), for
 // every registered device type (devices/device_factory.h); a type registered
 // later gets them on the next call. Idempotent and thread-safe;
 // Session::Create calls it.

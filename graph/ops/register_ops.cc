@@ -21,6 +21,7 @@ void RegisterAllOps(OpRegistry* r) {
   RegisterRuntimeOps(r);
   RegisterNnOps(r);
   RegisterGradOps(r);
+  RegisterControlFlowOps(r);
 }
 
 }  // namespace flowstate::internal

@@ -14,6 +14,7 @@ void RegisterRandomOps(OpRegistry* r);
 void RegisterRuntimeOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
 void RegisterGradOps(OpRegistry* r);
+void RegisterControlFlowOps(OpRegistry* r);
 
 // Registers every op above; aborts on a malformed definition (a bug).
 void RegisterAllOps(OpRegistry* r);

@@ -15,27 +15,12 @@
 #include "graph/ops.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
+#include "tests/util/session_util.h"
 
 namespace flowstate {
 namespace {
 
-DevicePool* Pool() {
-  static DevicePool* pool = [] {
-    DevicePoolOptions o;
-    o.intra_op_threads = 1;
-    return DevicePool::Create(o).value().release();
-  }();
-  return pool;
-}
-
-std::unique_ptr<Session> NewSession(const GraphDef& g, int inter_op_threads) {
-  SessionOptions o;
-  o.devices = Pool();
-  o.inter_op_threads = inter_op_threads;
-  StatusOr<std::unique_ptr<Session>> s = Session::Create(g, o);
-  s.status().CheckOk();
-  return std::move(s).value();
-}
+using test::NewSession;
 
 // Test-only ops:
 //   _TestRendezvous(n): asynchronous; completes only once n kernels of the

@@ -36,7 +36,14 @@ RTOL = 1e-4
 ATOL = 1e-5  # times max(1, max |reference|)
 
 # Ops with a Flowstate gradient that this test does not compare, and why.
-NOT_IN_TORCH = {}
+NOT_IN_TORCH = {
+    # Control flow: PyTorch runs Python's if and while, it has no dataflow
+    # op that forwards a tensor or leaves it dead. Their gradients are
+    # checked by finite differences (tests/gradients/control_flow_gradients_test.cc).
+    "Switch": "control flow, no torch op",
+    "Merge": "control flow, no torch op",
+    "IdentityN": "names a Cond's results; no torch op",
+}
 
 
 # ---------------------------------------------------------------------------
