@@ -22,6 +22,7 @@
 #include "scheduler/session.h"
 #include "state/resource_mgr.h"
 #include "state/tensor_store.h"
+#include "tests/checkpoints/store_test_util.h"
 #include "tests/util/temp_dir.h"
 
 namespace flowstate::checkpoints {
@@ -31,45 +32,11 @@ namespace fs = std::filesystem;
 
 using test_util::TempDir;
 
-std::unique_ptr<Store> MustOpen(const std::string& dir, const StoreOptions& o = {}) {
-  auto s = Store::Open(dir, o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
-Tensor RandomTensor(DataType dt, const TensorShape& shape, uint32_t seed) {
-  Tensor t(dt, shape);
-  std::mt19937 rng(seed);
-  auto* p = static_cast<uint8_t*>(t.raw_data());
-  for (size_t i = 0; i < t.TotalBytes(); ++i) p[i] = uint8_t(rng());
-  if (dt == DataType::kBool) {
-    for (size_t i = 0; i < t.TotalBytes(); ++i) p[i] &= 1;
-  }
-  return t;
-}
-
-Snapshot MakeSnapshot(int64_t step, uint32_t seed) {
-  Snapshot s;
-  s.step = step;
-  s.metadata = "pipeline position " + std::to_string(step) + std::string("\0rng", 4);
-  s.tensors.push_back({"dense/kernel", RandomTensor(DataType::kFloat32, TensorShape({3, 4}), seed)});
-  s.tensors.push_back({"dense/bias", RandomTensor(DataType::kFloat32, TensorShape({4}), seed + 1)});
-  s.tensors.push_back({"global_step", Tensor::Scalar<int64_t>(step)});
-  return s;
-}
-
-void ExpectSameSnapshot(const Snapshot& want, const Snapshot& got) {
-  EXPECT_EQ(got.step, want.step);
-  EXPECT_EQ(got.metadata, want.metadata);
-  ASSERT_EQ(got.tensors.size(), want.tensors.size());
-  // The store returns tensors sorted by name.
-  std::map<std::string, Tensor> w;
-  for (const auto& t : want.tensors) w[t.name] = t.value;
-  for (const auto& t : got.tensors) {
-    ASSERT_TRUE(w.count(t.name)) << t.name;
-    EXPECT_TRUE(TensorsEqual(w[t.name], t.value)) << t.name << ": " << t.value.DebugString();
-  }
-}
+using store_test::ExpectSameSnapshot;
+using store_test::kBothPaths;
+using store_test::MakeSnapshot;
+using store_test::MustOpen;
+using store_test::RandomTensor;
 
 // Raw access to the database of a closed Store (every column family).
 struct RawDb {
@@ -251,7 +218,6 @@ TEST(Store, BigCheckpointRoundTripAndCorruption) {
 
 // Both write paths (a synced WriteBatch below StoreOptions::ingest_min_bytes,
 // an ingested table file at or above it) store the same chunked records.
-const int64_t kBothPaths[] = {int64_t(32) << 20, 0};
 
 TEST(Store, CorruptAndMissingChunksAreDataLossNamingTheVariable) {
   for (int64_t ingest : kBothPaths) {
@@ -480,122 +446,6 @@ TEST(Store, KilledWhileWritingIngestedCheckpointsLeavesOnlyWholeOnes) {
       ExpectSameSnapshot(IngestedSnapshot(c.step), *got);
     }
   }
-}
-
-TEST(Store, FailedWritesLeaveThePreviousCheckpointAndRecover) {
- for (int64_t ingest : kBothPaths) {
-  SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
-  TempDir dir;
-  std::atomic<bool> fail{false};
-  StoreOptions o;
-  o.ingest_min_bytes = ingest;
-  o.fail_writes = [&] { return fail.load(); };
-  Snapshot one = MakeSnapshot(1, 1), two = MakeSnapshot(2, 2), three = MakeSnapshot(3, 3);
-  {
-    auto store = MustOpen(dir.path(), o);
-    ASSERT_TRUE(store);
-    ASSERT_TRUE(store->WriteCheckpoint("j", one).ok());
-    fail = true;
-    Status s = store->WriteCheckpoint("j", two);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("injected write failure"), std::string::npos) << s.ToString();
-    EXPECT_NE(s.message().find("step 2"), std::string::npos) << s.ToString();
-    EXPECT_FALSE(store->PutRecord(Store::Kind::kJobs, "j", "x").ok());
-    // Reads still work and see only the complete checkpoint.
-    auto got = store->ReadLatestCheckpoint("j");
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    ExpectSameSnapshot(one, *got);
-    EXPECT_EQ(store->ListCheckpoints("j")->size(), 1u);
-    fail = false;
-    Status r = store->WriteCheckpoint("j", three);
-    ASSERT_TRUE(r.ok()) << r.ToString();
-    auto list = store->ListCheckpoints("j");
-    ASSERT_EQ(list->size(), 2u);
-    EXPECT_EQ((*list)[1].step, 3);
-  }
-  auto store = MustOpen(dir.path());
-  auto list = store->ListCheckpoints("j");
-  ASSERT_TRUE(list.ok());
-  ASSERT_EQ(list->size(), 2u);
-  EXPECT_EQ((*list)[0].step, 1);
-  EXPECT_EQ((*list)[1].step, 3);
-  ExpectSameSnapshot(one, *store->ReadCheckpoint("j", 1));
-  ExpectSameSnapshot(three, *store->ReadCheckpoint("j", 3));
-  EXPECT_EQ(store->ReadCheckpoint("j", 2).status().code(), Code::kNotFound);
- }
-}
-
-// A write can fail after some of its files' writes went through: the log
-// record appended, its sync failed. The database reopened to recover (or
-// the read-only fallback while the disk still fails) replays that record.
-// A checkpoint reported failed must still never be listed or read, before
-// recovery, after it, and after the store is reopened. Both write paths: a
-// small checkpoint's log record, and a big one's ingestion, whose MANIFEST
-// record (appended, its sync failed) names a table file that the failed
-// ingestion deleted -- the store must still reopen.
-TEST(Store, ACheckpointReportedFailedIsNeverListedThoughPartOfItsWriteWentThrough) {
- for (int64_t ingest : kBothPaths) {
-  SCOPED_TRACE("ingest_min_bytes " + std::to_string(ingest));
-  TempDir dir;
-  // -1: no failure; n >= 0: n more file writes go through, then all fail.
-  // Only this thread's writes (the log is written by the writing thread):
-  // RocksDB's background flushes, whose number varies, never fail.
-  std::atomic<int> passes{-1};
-  const std::thread::id writer = std::this_thread::get_id();
-  StoreOptions o;
-  o.ingest_min_bytes = ingest;
-  o.fail_writes = [&] {
-    if (std::this_thread::get_id() != writer) return false;
-    int p = passes.load();
-    while (p > 0 && !passes.compare_exchange_weak(p, p - 1)) {
-    }
-    return p == 0;
-  };
-  std::vector<int64_t> failed, written = {1};
-  {
-    auto store = MustOpen(dir.path(), o);
-    ASSERT_TRUE(store);
-    ASSERT_TRUE(store->WriteCheckpoint("j", MakeSnapshot(1, 1)).ok());
-    int64_t step = 1;
-    for (int n = 0; n < 12; ++n) {
-      SCOPED_TRACE("failing after " + std::to_string(n) + " writes");
-      passes = n;
-      ++step;
-      if (store->WriteCheckpoint("j", MakeSnapshot(step, uint32_t(step))).ok()) {
-        written.push_back(step);
-      } else {
-        failed.push_back(step);
-      }
-      // While the disk fails, reads go on (the read-only fallback).
-      StatusOr<std::vector<CheckpointInfo>> list = store->ListCheckpoints("j");
-      ASSERT_TRUE(list.ok()) << list.status().ToString();
-      std::vector<int64_t> listed;
-      for (const CheckpointInfo& c : *list) listed.push_back(c.step);
-      EXPECT_EQ(listed, written);
-      for (int64_t f : failed) EXPECT_EQ(store->ReadCheckpoint("j", f).status().code(), Code::kNotFound) << f;
-      // The disk is back: the next write recovers first.
-      passes = -1;
-      ++step;
-      Status w = store->WriteCheckpoint("j", MakeSnapshot(step, uint32_t(step)));
-      ASSERT_TRUE(w.ok()) << w.ToString();
-      written.push_back(step);
-      list = store->ListCheckpoints("j");
-      ASSERT_TRUE(list.ok()) << list.status().ToString();
-      listed.clear();
-      for (const CheckpointInfo& c : *list) listed.push_back(c.step);
-      EXPECT_EQ(listed, written);
-    }
-    // Some writes failed part-way, some before anything went through.
-    EXPECT_FALSE(failed.empty());
-  }
-  auto store = MustOpen(dir.path());
-  StatusOr<std::vector<CheckpointInfo>> list = store->ListCheckpoints("j");
-  ASSERT_TRUE(list.ok()) << list.status().ToString();
-  std::vector<int64_t> listed;
-  for (const CheckpointInfo& c : *list) listed.push_back(c.step);
-  EXPECT_EQ(listed, written);
-  for (int64_t w : written) ExpectSameSnapshot(MakeSnapshot(w, uint32_t(w)), *store->ReadCheckpoint("j", w));
- }
 }
 
 TEST(Store, RetainLatestDeleteAndJobData) {
