@@ -1,90 +1,217 @@
 #include "distributed/gloo_collective.h"
 
-#include <gloo/common/error.h>
-#include <gloo/context.h>
-#include <gloo/transport/tcp/address.h>
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
-
 #include <dirent.h>
 #include <signal.h>
 #include <sys/socket.h>
 
-#include <algorithm>
-#include <array>
 #include <cctype>
-#include <condition_variable>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <set>
-#include <thread>
-#include <type_traits>
 
-#include "distributed/collective_signature.h"
-#include "distributed/collective_store.h"
+#include "distributed/gloo_collective_internal.h"
 #include "distributed/store_step_race.h"
-#include "scheduler/reduce_loops.h"
-
-// --- The one thing this file needs from Gloo that Gloo does not expose.
-//
-// Gloo (this 2022 snapshot) has no abort. What it does itself when a wait
-// times out is tcp::Context::signalException(msg): every pending operation
-// of every pair fails with `msg` and the connections close (the peers see
-// them close). Abort does the same. The function is exported by libgloo but
-// declared in tcp/context.h, which Debian's libgloo-dev cannot compile (it
-// includes gloo/common/memory.h, not packaged); so it is declared here by
-// its symbol, a non-virtual member function called with the tcp::Context
-// (whose primary base, at offset 0, is the transport::Context we hold) as
-// `this`. A libgloo without it fails to link, not at run time.
-namespace flowstate_gloo_abi {
-void SignalException(void* tcp_context, const std::string& msg) __asm__(
-    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11"
-    "char_traitsIcESaIcEEE");
-}  // namespace flowstate_gloo_abi
 
 namespace flowstate {
 namespace {
 
-namespace gt = ::gloo::transport::tcp;
-using namespace collective_signature;  // Header, Signature, Hash, Decode, Check
+using namespace collective_signature;  // Signature, Hash, Decode, Check, Call
 using Clock = std::chrono::steady_clock;
 
-// The gloo::Context of a group: its transport context is the one we
-// connected ourselves (Impl::Connect).
-class MeshContext final : public ::gloo::Context {
- public:
-  MeshContext(int rank, int size) : ::gloo::Context(rank, size) {}
-  void SetTransport(std::shared_ptr<::gloo::transport::Device> device,
-                    std::shared_ptr<::gloo::transport::Context> transport) {
-    device_ = std::move(device);
-    transportContext_ = std::move(transport);
-  }
-  // Fails every pending operation with `msg` and closes the connections.
-  void Signal(const std::string& msg) {
-    if (transportContext_ != nullptr) flowstate_gloo_abi::SignalException(transportContext_.get(), msg);
-  }
-};
+}  // namespace
 
-constexpr const char* kClosedByUs = "flowstate: the group was closed by this rank";
-
-std::chrono::milliseconds Left(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
+GlooCollective::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_watch_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
-std::string RankList(const std::vector<int>& ranks) {
+Status GlooCollective::Impl::Connect(Clock::time_point deadline) {
+  ctx_ = std::make_shared<MeshContext>(rank_, size_);
+  peer_addresses_.assign(size_, {});
+  if (size_ == 1) return Status();
+  std::shared_ptr<::gloo::transport::Context> tc;
+  std::string mine;
+  try {
+    tc = ep_->device->createContext(rank_, size_);
+    // A pair's connect waits up to 5x this for its peer.
+    tc->setTimeout(std::max(std::chrono::milliseconds(100), Left(deadline) / 5));
+    for (int i = 0; i < size_; ++i) {
+      if (i == rank_) continue;
+      std::vector<char> a = tc->createPair(i)->address().bytes();
+      mine.append(a.begin(), a.end());
+    }
+  } catch (const std::exception& e) {
+    return Unavailable("collective " + prefix_ + ": rank " + std::to_string(rank_) +
+                       " cannot listen: " + e.what());
+  }
+  FS_RETURN_IF_ERROR(ep_->store->Set(prefix_, "addr/" + std::to_string(rank_), mine, deadline));
+  std::vector<std::string> keys, missing;
+  for (int i = 0; i < size_; ++i) {
+    if (i != rank_) keys.push_back("addr/" + std::to_string(i));
+  }
+  Status s = ep_->store->Wait(prefix_, keys, deadline, &missing);
+  if (s.code() == Code::kDeadlineExceeded && !missing.empty()) {
+    std::vector<int> ranks;
+    for (const std::string& k : missing) ranks.push_back(std::atoi(k.c_str() + 5));
+    failed_ = ranks;
+    return DeadlineExceeded("collective " + prefix_ + ": rank(s) " + RankList(ranks) +
+                            " did not join the group of " + std::to_string(size_) +
+                            " by the deadline");
+  }
+  FS_RETURN_IF_ERROR(s);
+  for (int i = 0; i < size_; ++i) {
+    if (i == rank_) continue;
+    StatusOr<std::string> all = ep_->store->Get(prefix_, "addr/" + std::to_string(i), deadline);
+    FS_RETURN_IF_ERROR(all.status());
+    const size_t each = all->size() / size_t(size_ - 1);
+    const size_t at = size_t(rank_ > i ? rank_ - 1 : rank_) * each;
+    if (each == 0 || all->size() % size_t(size_ - 1) != 0) {
+      return Internal("collective " + prefix_ + ": rank " + std::to_string(i) +
+                      " published malformed addresses");
+    }
+    try {
+      std::vector<char> bytes(all->begin() + at, all->begin() + at + each);
+      peer_addresses_[i].push_back(::gloo::transport::tcp::Address(bytes).str());
+      tc->getPair(i)->connect(bytes);
+    } catch (const std::exception& e) {
+      failed_ = {i};
+      return Unavailable("collective " + prefix_ + ": rank " + std::to_string(rank_) +
+                         " cannot connect to rank " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  NamePeers(tc.get());
+  ctx_->SetTransport(ep_->device, tc);
+  watchdog_ = std::thread([this] { Watch(); });
+  return Status();
+}
+
+void GlooCollective::Impl::Watch() {
+  const auto every = std::max(std::chrono::milliseconds(10), ep_->options.failure_poll);
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    watch_cv_.wait(l, [&] { return stop_watch_ || round_active_; });
+    if (stop_watch_) return;
+    const int64_t round = active_round_;
+    const bool ended = watch_cv_.wait_for(l, every, [&] {
+      return stop_watch_ || !round_active_ || active_round_ != round || !broken_.ok();
+    });
+    if (ended) {
+      // A broken group's round ends by itself (its waits were woken).
+      watch_cv_.wait(l, [&] { return stop_watch_ || !round_active_ || active_round_ != round; });
+      continue;
+    }
+    l.unlock();
+    std::vector<int> failed;
+    Status peer = PeerFailure(&failed);
+    if (!peer.ok()) Abort(peer, failed);
+    l.lock();
+  }
+}
+
+Status GlooCollective::Impl::PeerFailure(std::vector<int>* failed) {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    StatusOr<std::string> rec = ep_->store->Get(prefix_, "fail/" + std::to_string(p),
+                                                Clock::now() + std::chrono::milliseconds(200));
+    if (!rec.ok()) continue;
+    return PeerRecord(p, *rec, failed);
+  }
+  return Status();
+}
+
+void GlooCollective::Impl::NamePeers(::gloo::transport::Context* tc) {
+  std::map<std::string, int> listening;
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) listening[tc->getPair(p)->address().str()] = p;
+  }
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof(local), pl = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    if (local.ss_family != AF_INET && local.ss_family != AF_INET6) continue;
+    auto it = listening.find(::gloo::transport::tcp::Address(reinterpret_cast<sockaddr*>(&local), ll).str());
+    if (it == listening.end()) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    peer_addresses_[it->second].push_back(::gloo::transport::tcp::Address(reinterpret_cast<sockaddr*>(&peer), pl).str());
+  }
+  closedir(dir);
+}
+
+void GlooCollective::Impl::Abort(const Status& status, const std::vector<int>& failed) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.ok()) return;
+    broken_ = status.ok() ? Cancelled("the collective was aborted") : status;
+    failed_ = failed;
+  }
+  CloseGroup();
+  // Gloo does not signal every pending operation when a connection fails
+  // (a send it queued after a failed write): wake the round's waits here.
+  std::lock_guard<std::mutex> l(mu_);
+  for (::gloo::transport::UnboundBuffer* b : live_) {
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
+}
+
+void GlooCollective::Impl::CloseGroup() {
+  Status s;
+  std::vector<int> failed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return;
+    closed_ = true;
+    s = broken_;
+    failed = failed_;
+  }
+  // Wake this rank's blocked call first; a peer that sees the connection
+  // close waits `failure_grace` for the record.
+  if (size_ > 1 && ctx_ != nullptr) ctx_->Signal(kClosedByUs);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    signalled_ = true;
+  }
+  signalled_cv_.notify_all();
+  if (size_ > 1) {
+    (void)ep_->store->Set(prefix_, "fail/" + std::to_string(rank_), EncodeRecord(s, failed),
+                          Clock::now() + std::chrono::milliseconds(500));
+  }
+}
+
+GlooCollective::Impl::ActiveRound::ActiveRound(Impl* self, int64_t round) : self(self) {
+  {
+    std::lock_guard<std::mutex> l(self->mu_);
+    self->round_active_ = true;
+    self->active_round_ = round;
+  }
+  self->watch_cv_.notify_all();
+}
+
+GlooCollective::Impl::ActiveRound::~ActiveRound() {
+  {
+    std::lock_guard<std::mutex> l(self->mu_);
+    self->round_active_ = false;
+  }
+  self->watch_cv_.notify_all();
+}
+
+std::string GlooCollective::Impl::RankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
   return out;
 }
 
-// A failure record in the store ("fail/<rank>"): code, blamed ranks, message.
-std::string EncodeRecord(const Status& s, const std::vector<int>& failed) {
+std::string GlooCollective::Impl::EncodeRecord(const Status& s, const std::vector<int>& failed) {
   return std::to_string(int(s.code())) + "\n" + RankList(failed) + "\n" + s.message();
 }
-Status DecodeRecord(const std::string& v, std::vector<int>* failed) {
+
+Status GlooCollective::Impl::DecodeRecord(const std::string& v, std::vector<int>* failed) {
   size_t a = v.find('\n'), b = a == std::string::npos ? a : v.find('\n', a + 1);
   if (b == std::string::npos) return Internal("a malformed failure record: " + v);
   std::string ranks = v.substr(a + 1, b - a - 1);
@@ -98,9 +225,8 @@ Status DecodeRecord(const std::string& v, std::vector<int>* failed) {
 }
 
 // Peer p's failure record as this rank's status: the peer's own cause as
-// it wrote it, or for an abort of its own (CANCELLED, ABORTED, INTERNAL)
-// the same prefixed "rank p closed the group: ".
-Status PeerRecord(int p, const std::string& record, std::vector<int>* failed) {
+
+Status GlooCollective::Impl::PeerRecord(int p, const std::string& record, std::vector<int>* failed) {
   Status s = DecodeRecord(record, failed);
   if (s.ok()) s = Cancelled("the group was closed");
   if (s.code() == Code::kCancelled || s.code() == Code::kAborted || s.code() == Code::kInternal) {
@@ -109,8 +235,8 @@ Status PeerRecord(int p, const std::string& record, std::vector<int>* failed) {
   return s;
 }
 
-// Whether `message` names `address` ("[10.0.0.1]:123" is not "...:1234").
-bool Names(const std::string& message, const std::string& address) {
+
+bool GlooCollective::Impl::Names(const std::string& message, const std::string& address) {
   for (size_t at = message.find(address); at != std::string::npos;
        at = message.find(address, at + 1)) {
     const size_t end = at + address.size();
@@ -119,331 +245,6 @@ bool Names(const std::string& message, const std::string& address) {
   return false;
 }
 
-constexpr DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                                DataType::kInt64};
-
-// What a round threw: a timeout of ours or a failed connection.
-struct RoundError {
-  bool timeout = false;
-  std::string message;
-};
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-
-class GlooCollective::Impl {
- public:
-  // What a group's members share and a rebuilt group reuses.
-  struct Endpoint {
-    std::shared_ptr<CollectiveStoreClient> store;
-    std::shared_ptr<::gloo::transport::Device> device;
-    GlooCollectiveOptions options;
-  };
-
-  Impl(std::shared_ptr<Endpoint> ep, std::string prefix, int rank, int size)
-      : ep_(std::move(ep)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_watch_ = true;
-    }
-    watch_cv_.notify_all();
-    if (watchdog_.joinable()) watchdog_.join();
-  }
-
-  // Publishes this rank's addresses, waits for the others', connects.
-  Status Connect(Clock::time_point deadline) {
-    ctx_ = std::make_shared<MeshContext>(rank_, size_);
-    peer_addresses_.assign(size_, {});
-    if (size_ == 1) return Status();
-    std::shared_ptr<::gloo::transport::Context> tc;
-    std::string mine;
-    try {
-      tc = ep_->device->createContext(rank_, size_);
-      // A pair's connect waits up to 5x this for its peer.
-      tc->setTimeout(std::max(std::chrono::milliseconds(100), Left(deadline) / 5));
-      for (int i = 0; i < size_; ++i) {
-        if (i == rank_) continue;
-        std::vector<char> a = tc->createPair(i)->address().bytes();
-        mine.append(a.begin(), a.end());
-      }
-    } catch (const std::exception& e) {
-      return Unavailable("collective " + prefix_ + ": rank " + std::to_string(rank_) +
-                         " cannot listen: " + e.what());
-    }
-    FS_RETURN_IF_ERROR(ep_->store->Set(prefix_, "addr/" + std::to_string(rank_), mine, deadline));
-    std::vector<std::string> keys, missing;
-    for (int i = 0; i < size_; ++i) {
-      if (i != rank_) keys.push_back("addr/" + std::to_string(i));
-    }
-    Status s = ep_->store->Wait(prefix_, keys, deadline, &missing);
-    if (s.code() == Code::kDeadlineExceeded && !missing.empty()) {
-      std::vector<int> ranks;
-      for (const std::string& k : missing) ranks.push_back(std::atoi(k.c_str() + 5));
-      failed_ = ranks;
-      return DeadlineExceeded("collective " + prefix_ + ": rank(s) " + RankList(ranks) +
-                              " did not join the group of " + std::to_string(size_) +
-                              " by the deadline");
-    }
-    FS_RETURN_IF_ERROR(s);
-    for (int i = 0; i < size_; ++i) {
-      if (i == rank_) continue;
-      StatusOr<std::string> all = ep_->store->Get(prefix_, "addr/" + std::to_string(i), deadline);
-      FS_RETURN_IF_ERROR(all.status());
-      const size_t each = all->size() / size_t(size_ - 1);
-      const size_t at = size_t(rank_ > i ? rank_ - 1 : rank_) * each;
-      if (each == 0 || all->size() % size_t(size_ - 1) != 0) {
-        return Internal("collective " + prefix_ + ": rank " + std::to_string(i) +
-                        " published malformed addresses");
-      }
-      try {
-        std::vector<char> bytes(all->begin() + at, all->begin() + at + each);
-        peer_addresses_[i].push_back(gt::Address(bytes).str());
-        tc->getPair(i)->connect(bytes);
-      } catch (const std::exception& e) {
-        failed_ = {i};
-        return Unavailable("collective " + prefix_ + ": rank " + std::to_string(rank_) +
-                           " cannot connect to rank " + std::to_string(i) + ": " + e.what());
-      }
-    }
-    NamePeers(tc.get());
-    ctx_->SetTransport(ep_->device, tc);
-    watchdog_ = std::thread([this] { Watch(); });
-    return Status();
-  }
-
-  // The watchdog (GlooCollectiveOptions::failure_poll): while a round lasts,
-  // looks for a peer's failure record every failure_poll and aborts the
-  // group with it.
-  void Watch() {
-    const auto every = std::max(std::chrono::milliseconds(10), ep_->options.failure_poll);
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      watch_cv_.wait(l, [&] { return stop_watch_ || round_active_; });
-      if (stop_watch_) return;
-      const int64_t round = active_round_;
-      const bool ended = watch_cv_.wait_for(l, every, [&] {
-        return stop_watch_ || !round_active_ || active_round_ != round || !broken_.ok();
-      });
-      if (ended) {
-        // A broken group's round ends by itself (its waits were woken).
-        watch_cv_.wait(l, [&] { return stop_watch_ || !round_active_ || active_round_ != round; });
-        continue;
-      }
-      l.unlock();
-      std::vector<int> failed;
-      Status peer = PeerFailure(&failed);
-      if (!peer.ok()) Abort(peer, failed);
-      l.lock();
-    }
-  }
-
-  // The first peer failure record in the store, as the status to fail with
-  // (and the ranks it blames in *failed), as Fail reads one; OK when there
-  // is none (or the store cannot say now).
-  Status PeerFailure(std::vector<int>* failed) {
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      StatusOr<std::string> rec = ep_->store->Get(prefix_, "fail/" + std::to_string(p),
-                                                  Clock::now() + std::chrono::milliseconds(200));
-      if (!rec.ok()) continue;
-      return PeerRecord(p, *rec, failed);
-    }
-    return Status();
-  }
-
-  // The unbound buffers of the round in progress, registered for as long as
-  // they live: Abort wakes their waits. REQUIRES (remove): before the
-  // buffer is destroyed.
-  void AddLive(::gloo::transport::UnboundBuffer* b) {
-    std::lock_guard<std::mutex> l(mu_);
-    live_.insert(b);
-    if (!broken_.ok()) {
-      b->abortWaitSend();
-      b->abortWaitRecv();
-    }
-  }
-  void RemoveLive(::gloo::transport::UnboundBuffer* b) {
-    std::lock_guard<std::mutex> l(mu_);
-    live_.erase(b);
-  }
-  // An unbound buffer of this round over [ptr, ptr + bytes), live while it is.
-  struct LiveBuffer {
-    LiveBuffer(Impl* impl, void* ptr, size_t bytes)
-        : impl(impl), buf(impl->ctx_->createUnboundBuffer(ptr, bytes)) {
-      impl->AddLive(buf.get());
-    }
-    ~LiveBuffer() { impl->RemoveLive(buf.get()); }
-    LiveBuffer(const LiveBuffer&) = delete;
-    LiveBuffer& operator=(const LiveBuffer&) = delete;
-    ::gloo::transport::UnboundBuffer* operator->() const { return buf.get(); }
-    Impl* impl;
-    std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
-  };
-
-  // Gloo's errors name a pair's peer by address: the one it published when
-  // this rank connected to it, but the peer's own (ephemeral) end when the
-  // peer connected to this rank. Those connections are the sockets of this
-  // process whose local address is the address this rank published for
-  // that pair; their peer names are what the errors will say.
-  void NamePeers(::gloo::transport::Context* tc) {
-    std::map<std::string, int> listening;
-    for (int p = 0; p < size_; ++p) {
-      if (p != rank_) listening[tc->getPair(p)->address().str()] = p;
-    }
-    DIR* dir = opendir("/proc/self/fd");
-    if (dir == nullptr) return;
-    while (dirent* e = readdir(dir)) {
-      const int fd = std::atoi(e->d_name);
-      if (fd <= 2 || fd == dirfd(dir)) continue;
-      sockaddr_storage local{}, peer{};
-      socklen_t ll = sizeof(local), pl = sizeof(peer);
-      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-      if (local.ss_family != AF_INET && local.ss_family != AF_INET6) continue;
-      auto it = listening.find(gt::Address(reinterpret_cast<sockaddr*>(&local), ll).str());
-      if (it == listening.end()) continue;
-      if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-      peer_addresses_[it->second].push_back(gt::Address(reinterpret_cast<sockaddr*>(&peer), pl).str());
-    }
-    closedir(dir);
-  }
-
-  Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Clock::time_point deadline);
-  void Abort(const Status& status, const std::vector<int>& failed = {}) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (!broken_.ok()) return;
-      broken_ = status.ok() ? Cancelled("the collective was aborted") : status;
-      failed_ = failed;
-    }
-    CloseGroup();
-    // Gloo does not signal every pending operation when a connection fails
-    // (a send it queued after a failed write): wake the round's waits here.
-    std::lock_guard<std::mutex> l(mu_);
-    for (::gloo::transport::UnboundBuffer* b : live_) {
-      b->abortWaitSend();
-      b->abortWaitRecv();
-    }
-  }
-
-  // Posts this rank's failure record and closes every connection, so that
-  // every peer fails promptly (and finds out why). Once.
-  void CloseGroup() {
-    Status s;
-    std::vector<int> failed;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (closed_) return;
-      closed_ = true;
-      s = broken_;
-      failed = failed_;
-    }
-    // Wake this rank's blocked call first; a peer that sees the connection
-    // close waits `failure_grace` for the record.
-    if (size_ > 1 && ctx_ != nullptr) ctx_->Signal(kClosedByUs);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      signalled_ = true;
-    }
-    signalled_cv_.notify_all();
-    if (size_ > 1) {
-      (void)ep_->store->Set(prefix_, "fail/" + std::to_string(rank_), EncodeRecord(s, failed),
-                            Clock::now() + std::chrono::milliseconds(500));
-    }
-  }
-
-  // The group's failure, once whoever broke it has closed every connection
-  // (`l` holds mu_). Until then Gloo may still signal this round's pending
-  // buffers, which the caller frees when the round returns.
-  Status Closed(std::unique_lock<std::mutex>* l) {
-    signalled_cv_.wait(*l, [&] { return signalled_; });
-    return broken_;
-  }
-
-  // The group failed in `round`: the status to report (the first cause).
-  Status Fail(int64_t round, const RoundError& e, const std::vector<int>& late);
-
-  // --- One round's steps; gloo exceptions propagate.
-
-  // The headers of a round: one receive buffer per peer, so that after a
-  // failure it is known exactly whose arrived. Not movable (Gloo holds
-  // pointers into it).
-  struct HeaderExchange {
-    std::vector<Header> in;  // per rank
-    Header out;
-    std::vector<std::unique_ptr<LiveBuffer>> recv;  // per rank
-    std::unique_ptr<LiveBuffer> send;
-    std::vector<bool> arrived;
-  };
-  void PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot);
-  void WaitHeaders(HeaderExchange* x, Clock::time_point deadline);
-  // After a timeout (the group is closed then): the ranks whose header never
-  // arrived. Only then: a wait that times out closes every connection, which
-  // the peers would take for this rank's failure.
-  std::vector<int> Late(HeaderExchange* x);
-
-  // One dtype's share of a round: the tensors of that dtype (their indices)
-  // reduced into `out`, which is one of them when `in_place`.
-  struct Reduced {
-    std::vector<size_t> idx;
-    Tensor out;
-    bool in_place = false;
-  };
-  // Runs the ring of every dtype of `tensors` (tags from `base`): a dtype's
-  // only tensor is reduced in its own buffer when nobody else holds it;
-  // the other tensors are left untouched, and Commit moves the results
-  // into them.
-  void Reduce(const std::vector<Tensor>& tensors, ReduceOp op, Clock::time_point deadline,
-              uint64_t base, std::vector<Reduced>* out);
-  void Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced);
-  // Takes part in a ring over buffers of `totals` elements per dtype with
-  // zeros, and drops the result: what a rank whose call differs does in a
-  // round others started speculatively, so that theirs ends.
-  void JoinWithZeros(const std::array<int64_t, 4>& totals, Clock::time_point deadline,
-                     uint64_t base);
-  void Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op, uint32_t tag,
-            Clock::time_point deadline);
-  // The ring all-reduce (sum) of n elements of `elem` bytes at `data`, in
-  // place, over this round's own buffers (LiveBuffer).
-  void RingSum(void* data, size_t n, size_t elem, void (*sum)(void*, const void*, const void*, size_t),
-               uint32_t tag, Clock::time_point deadline);
-  void ExchangeSignatures(const std::vector<int64_t>& mine, const std::vector<Header>& headers,
-                          std::vector<std::vector<int64_t>>* all, Clock::time_point deadline,
-                          uint64_t slot);
-  Tensor Scratch(DataType dtype, const TensorShape& shape);
-  void Recycle(Tensor t);
-
-  std::shared_ptr<Endpoint> ep_;
-  const std::string prefix_;
-  const int rank_, size_;
-  std::shared_ptr<MeshContext> ctx_;
-  // Per rank: what Gloo's errors call its end of our connection.
-  std::vector<std::vector<std::string>> peer_addresses_;
-  int64_t next_round_ = 0;                      // the caller's thread only
-  // The last round every rank completed: its signature and elements per
-  // dtype. A round with the same signature starts its ring speculatively,
-  // while the headers are in flight (AllReduce). The caller's thread only.
-  bool have_last_ = false;
-  std::vector<int64_t> last_sig_;
-  uint64_t last_hash_ = 0;
-  std::array<int64_t, 4> last_totals_{};
-  std::map<std::pair<DataType, int64_t>, Tensor> spare_;  // the caller's thread only
-
-  mutable std::mutex mu_;
-  Status broken_;             // GUARDED_BY(mu_): sticky once set
-  std::vector<int> failed_;   // GUARDED_BY(mu_)
-  bool closed_ = false;       // GUARDED_BY(mu_)
-  bool signalled_ = false;    // GUARDED_BY(mu_): CloseGroup closed the connections
-  std::condition_variable signalled_cv_;
-  std::set<::gloo::transport::UnboundBuffer*> live_;  // GUARDED_BY(mu_): the round's buffers
-  bool round_active_ = false;  // GUARDED_BY(mu_): a round is in progress
-  int64_t active_round_ = -1;  // GUARDED_BY(mu_): its number
-  bool stop_watch_ = false;    // GUARDED_BY(mu_)
-  std::condition_variable watch_cv_;  // round_active_, active_round_, stop_watch_, broken_
-  std::thread watchdog_;       // Watch(); started by Connect (groups of more than one)
-  std::vector<char> ring_tmp_;  // Ring's receive segments; the caller's thread only
-};
 
 void GlooCollective::Impl::PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot) {
   x->in.assign(size_, Header());
@@ -528,28 +329,6 @@ void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
   (*all)[rank_] = mine;
 }
 
-Tensor GlooCollective::Impl::Scratch(DataType dtype, const TensorShape& shape) {
-  auto it = spare_.find({dtype, shape.num_elements()});
-  if (it != spare_.end()) {
-    Tensor t = std::move(it->second);
-    spare_.erase(it);
-    if (t.RefCountIsOne()) {
-      if (t.shape() == shape) return t;
-      StatusOr<Tensor> r = t.Reshaped(shape);
-      if (r.ok()) {
-        t = Tensor();
-        return *std::move(r);
-      }
-    }
-  }
-  return Tensor(dtype, shape);
-}
-
-void GlooCollective::Impl::Recycle(Tensor t) {
-  if (!t.IsInitialized() || !t.RefCountIsOne() || t.num_elements() == 0) return;
-  if (spare_.size() >= 8) spare_.erase(spare_.begin());
-  spare_[{t.dtype(), t.num_elements()}] = std::move(t);
-}
 
 Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
                                   const std::vector<int>& late) {
@@ -620,147 +399,6 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
   CloseGroup();
   return s;
 }
-
-void GlooCollective::Impl::Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op,
-                                uint32_t tag, Clock::time_point deadline) {
-  if (input != nullptr && input != out->raw_data()) out->CopyFromBytes(input, out->TotalBytes());
-  const size_t n = size_t(out->num_elements());
-  DispatchDataType(dtype, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                  std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
-      RingSum(out->data<T>(), n, sizeof(T), &reduce_loops::Sum<T>, tag, deadline);
-      if (op == ReduceOp::kMean && size_ > 1) reduce_loops::Divide<T>(out->data<T>(), n, T(size_));
-    }
-  });
-}
-
-void GlooCollective::Impl::RingSum(void* data, size_t n, size_t elem,
-                                   void (*sum)(void*, const void*, const void*, size_t),
-                                   uint32_t tag, Clock::time_point deadline) {
-  const int p = size_;
-  if (p == 1 || n == 0) return;
-  // Chunk c of p: elements [n * c / p, n * (c + 1) / p), sent in segments:
-  // at least two a chunk (one is reduced while the next arrives), at most
-  // kSegmentBytes each (Gloo's own ring cuts the same way). Every rank cuts
-  // alike, so a segment sent is a segment received.
-  constexpr size_t kSegmentBytes = size_t(1) << 20;
-  auto chunk = [&](int c) {
-    c = ((c % p) + p) % p;
-    return std::pair<size_t, size_t>(n * size_t(c) / size_t(p), n * size_t(c + 1) / size_t(p));
-  };
-  size_t widest = 0;
-  for (int c = 0; c < p; ++c) widest = std::max(widest, chunk(c).second - chunk(c).first);
-  const size_t segments = std::max<size_t>(2, (widest * elem + kSegmentBytes - 1) / kSegmentBytes);
-  const size_t seg = std::max<size_t>(1, (widest + segments - 1) / segments);
-  const int right = (rank_ + 1) % p, left = (rank_ + p - 1) % p;
-  const uint64_t slot = ::gloo::Slot::build(0x41, tag);
-  char* base = static_cast<char*>(data);
-  if (ring_tmp_.size() < widest * elem) ring_tmp_.resize(widest * elem);
-  LiveBuffer out(this, data, n * elem);
-  LiveBuffer tmp(this, ring_tmp_.data(), widest * elem);
-  auto wait_recv = [&](LiveBuffer& b) {
-    if (!b->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
-  };
-  auto wait_send = [&](LiveBuffer& b) {
-    if (!b->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
-  };
-  // Posts the sends of chunk `c` to the right; returns how many.
-  auto send_chunk = [&](int c) {
-    const auto [lo, hi] = chunk(c);
-    int k = 0;
-    for (size_t at = lo; at < hi; at += seg, ++k) out->send(right, slot, at * elem, std::min(seg, hi - at) * elem);
-    return k;
-  };
-  // Reduce-scatter: after step s rank r holds chunk r - s - 1 summed over
-  // s + 2 ranks; at the end chunk r + 1 over all of them.
-  for (int s = 0; s < p - 1; ++s) {
-    const auto [lo, hi] = chunk(rank_ - s - 1);
-    for (size_t at = lo; at < hi; at += seg) tmp->recv(left, slot, (at - lo) * elem, std::min(seg, hi - at) * elem);
-    const int sends = send_chunk(rank_ - s);
-    for (size_t at = lo; at < hi; at += seg) {
-      wait_recv(tmp);  // segments arrive in order (one connection, one slot)
-      const size_t len = std::min(seg, hi - at);
-      sum(base + at * elem, base + at * elem, ring_tmp_.data() + (at - lo) * elem, len);
-    }
-    for (int k = 0; k < sends; ++k) wait_send(out);
-  }
-  // Allgather: the summed chunks go round, received in place.
-  for (int s = 0; s < p - 1; ++s) {
-    const auto [lo, hi] = chunk(rank_ - s);
-    int recvs = 0;
-    for (size_t at = lo; at < hi; at += seg, ++recvs) out->recv(left, slot, at * elem, std::min(seg, hi - at) * elem);
-    const int sends = send_chunk(rank_ + 1 - s);
-    for (int k = 0; k < recvs; ++k) wait_recv(out);
-    for (int k = 0; k < sends; ++k) wait_send(out);
-  }
-}
-
-void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp op,
-                                  Clock::time_point deadline, uint64_t base,
-                                  std::vector<Reduced>* out) {
-  out->clear();
-  for (int d = 0; d < 4; ++d) {
-    const DataType dtype = kDtypes[d];
-    Reduced r;
-    int64_t total = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (tensors[i].dtype() == dtype) {
-        r.idx.push_back(i);
-        total += tensors[i].num_elements();
-      }
-    }
-    if (total == 0) continue;
-    const bool single = r.idx.size() == 1;
-    const Tensor& first = tensors[r.idx[0]];
-    r.in_place = single && first.RefCountIsOne();
-    r.out = r.in_place ? first
-            : single   ? Scratch(dtype, first.shape())
-                       : Scratch(dtype, TensorShape({total}));
-    if (!single) {
-      char* at = static_cast<char*>(r.out.raw_data());
-      for (size_t i : r.idx) {
-        std::memcpy(at, tensors[i].raw_data(), tensors[i].TotalBytes());
-        at += tensors[i].TotalBytes();
-      }
-    }
-    Ring(dtype, single && !r.in_place ? first.raw_data() : nullptr, &r.out, op,
-         uint32_t(base + 2 + d), deadline);
-    out->push_back(std::move(r));
-  }
-}
-
-void GlooCollective::Impl::Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced) {
-  for (Reduced& r : *reduced) {
-    if (r.in_place) continue;  // the tensor holds the result
-    if (r.idx.size() == 1) {
-      Tensor old = std::move((*tensors)[r.idx[0]]);
-      (*tensors)[r.idx[0]] = std::move(r.out);
-      Recycle(std::move(old));
-      continue;
-    }
-    const char* at = static_cast<const char*>(r.out.raw_data());
-    for (size_t i : r.idx) {
-      Tensor& t = (*tensors)[i];
-      if (!t.RefCountIsOne()) t = Tensor(t.dtype(), t.shape());  // another holds it
-      t.CopyFromBytes(at, t.TotalBytes());
-      at += t.TotalBytes();
-    }
-    Recycle(std::move(r.out));
-  }
-  reduced->clear();
-}
-
-void GlooCollective::Impl::JoinWithZeros(const std::array<int64_t, 4>& totals,
-                                         Clock::time_point deadline, uint64_t base) {
-  for (int d = 0; d < 4; ++d) {
-    if (totals[d] == 0) continue;
-    Tensor zeros = Scratch(kDtypes[d], TensorShape({totals[d]}));
-    std::memset(zeros.raw_data(), 0, zeros.TotalBytes());
-    Ring(kDtypes[d], nullptr, &zeros, ReduceOp::kSum, uint32_t(base + 2 + d), deadline);
-    Recycle(std::move(zeros));
-  }
-}
-
 Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
                                        Clock::time_point deadline) {
   {
@@ -770,22 +408,7 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
   const int64_t round = next_round_++;
   std::vector<int64_t> sig = Signature(*tensors, op);
   // The watchdog looks for a peer's failure while the round lasts.
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    round_active_ = true;
-    active_round_ = round;
-  }
-  watch_cv_.notify_all();
-  struct RoundEnds {
-    Impl* self;
-    ~RoundEnds() {
-      {
-        std::lock_guard<std::mutex> l(self->mu_);
-        self->round_active_ = false;
-      }
-      self->watch_cv_.notify_all();
-    }
-  } round_ends{this};
+  ActiveRound active(this, round);
   // One rank: the sum and the mean of its own tensors, if the call is valid.
   if (size_ == 1) return Check(round, {Decode(sig)});
   Header mine;
@@ -797,7 +420,7 @@ Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op
 
   // Slots: ours use a prefix byte apart from Gloo's collectives (1-8).
   const uint64_t base = uint64_t(round) * 8;
-  auto slot = [&](int k) { return uint64_t(::gloo::Slot::build(0x40, uint32_t(base + k))); };
+  auto slot = [&](int k) { return uint64_t(::gloo::Slot::build(kRoundSlot, uint32_t(base + k))); };
   auto fail = [&](const std::exception& e, HeaderExchange* x) {
     const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
     return Fail(round, {timeout, e.what()}, timeout && x != nullptr ? Late(x) : std::vector<int>{});
@@ -898,13 +521,13 @@ StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(const GlooColle
   ep->store = CollectiveStoreClient::Connect(o.store_address);
   if (o.size > 1) {
     try {
-      gt::attr attr;
+      ::gloo::transport::tcp::attr attr;
       if (!o.interface.empty()) {
         attr.iface = o.interface;
       } else {
         attr.hostname = o.host;
       }
-      ep->device = gt::CreateDevice(attr);
+      ep->device = ::gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
       return InvalidArgument("collective: cannot use " +
                              (o.interface.empty() ? "host " + o.host : "interface " + o.interface) +
@@ -922,12 +545,12 @@ StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Rebuild(
   if (it == members.end()) {
     return InvalidArgument("collective: rank " + std::to_string(impl_->rank_) +
                            " is not among the members of the rebuilt group (" +
-                           RankList(members) + ")");
+                           Impl::RankList(members) + ")");
   }
   for (size_t i = 1; i < members.size(); ++i) {
     if (members[i] <= members[i - 1]) {
       return InvalidArgument("collective: the members of a rebuilt group must increase (" +
-                             RankList(members) + ")");
+                             Impl::RankList(members) + ")");
     }
   }
   if (prefix.empty() || prefix == impl_->prefix_) {
@@ -956,6 +579,21 @@ Status GlooCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Dead
 }
 
 void GlooCollective::Abort(const Status& status) { impl_->Abort(status); }
+
+Status GlooCollective::AllReduceAmong(std::vector<Tensor>* tensors, const std::vector<int>& members,
+                                      uint32_t tag, Deadline deadline) {
+  return impl_->AllReduceAmong(tensors, members, tag, deadline);
+}
+
+Status GlooCollective::Send(const std::vector<Tensor>& tensors, int to, uint32_t tag,
+                            Deadline deadline) {
+  return impl_->Send(tensors, to, tag, deadline);
+}
+
+Status GlooCollective::Recv(std::vector<Tensor>* tensors, int from, uint32_t tag,
+                            Deadline deadline) {
+  return impl_->Recv(tensors, from, tag, deadline);
+}
 
 void RegisterGlooCollectiveFactory() {
   RegisterStoreStepRaceFactory();  // backup replicas of gloo groups race in their store

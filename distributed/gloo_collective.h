@@ -61,8 +61,9 @@
 // reduced while the next arrives. Owning the round's buffers lets Abort
 // wake every wait of the round, which Gloo's own allreduce cannot offer.
 //
-// Thread safety: AllReduce is called by one thread at a time; Abort and the
-// accessors from any thread. Abort closes the group's connections and wakes
+// Thread safety: AllReduce, AllReduceAmong and Recv are called by one
+// thread at a time; Send (on another thread), Abort and the accessors from
+// any thread. Abort closes the group's connections and wakes
 // every wait of the round in progress at once. A watchdog thread per group
 // (GlooCollectiveOptions::failure_poll) aborts a long round when a peer's
 // failure record appears. The destructor aborts and joins the watchdog (if
@@ -120,6 +121,14 @@ class GlooCollective final : public Collective {
   int size() const override;
   Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Deadline deadline) override;
   void Abort(const Status& status) override;
+  // Subgroup rounds (a ring over the members only, on the group's
+  // connections) and transfers (scheduler/collective.h). A failure kills the
+  // group as a failed round does.
+  bool supports_subgroups() const override { return true; }
+  Status AllReduceAmong(std::vector<Tensor>* tensors, const std::vector<int>& members,
+                        uint32_t tag, Deadline deadline) override;
+  Status Send(const std::vector<Tensor>& tensors, int to, uint32_t tag, Deadline deadline) override;
+  Status Recv(std::vector<Tensor>* tensors, int from, uint32_t tag, Deadline deadline) override;
 
   const std::string& prefix() const;
   // The ranks the group's failure blames (gone, unreachable or late); empty

@@ -1,5 +1,6 @@
 #include "distributed/store_step_race.h"
 
+#include <bit>
 #include <charconv>
 
 namespace flowstate {
@@ -18,38 +19,69 @@ CollectiveStoreClient::Deadline StoreStepRace::Deadline() const {
   return std::chrono::steady_clock::now() + spec_.timeout;
 }
 
-Status StoreStepRace::Begin(int64_t step, int contributors) {
-  Status s = store_->Set(StepPrefix(step), "quota", std::to_string(contributors), Deadline());
-  return s.ok() ? s : s.WithPrefix("backup replicas, step " + std::to_string(step));
+namespace {
+
+constexpr int kWithoutShift = 32;  // arrivals of ranks without examples
+constexpr uint64_t kWithMask = (uint64_t(1) << kWithoutShift) - 1;
+
+std::vector<int> Ranks(uint64_t bits) {
+  std::vector<int> out;
+  for (int r = 0; r < kWithoutShift; ++r) {
+    if (bits & (uint64_t(1) << r)) out.push_back(r);
+  }
+  return out;
 }
 
-StatusOr<bool> StoreStepRace::Arrive(int64_t step, int rank) {
+}  // namespace
+
+StatusOr<StepRace::Decision> StoreStepRace::Decide(int64_t step, int rank, bool has_examples,
+                                                   std::chrono::steady_clock::time_point deadline) {
   const std::string at = StepPrefix(step);
   auto failed = [&](const Status& s) {
     return s.WithPrefix("backup replicas: rank " + std::to_string(rank) + ", step " +
                         std::to_string(step));
   };
-  StatusOr<int64_t> ticket = store_->Add(at, "tickets", 1, Deadline());
-  if (!ticket.ok()) return failed(ticket.status());
-  int64_t quota = contributors_;
-  StatusOr<std::string> q = store_->Get(at, "quota", Deadline());
-  if (q.ok()) {
-    auto [end, ec] = std::from_chars(q->data(), q->data() + q->size(), quota);
-    if (ec != std::errc() || end != q->data() + q->size()) {
-      return failed(Internal("the step's quota in the store is not a number: \"" + *q + "\""));
-    }
-  } else if (q.status().code() != Code::kNotFound) {
-    return failed(q.status());
+  if (rank < 0 || rank >= kWithoutShift || spec_.size > kWithoutShift) {
+    return failed(InvalidArgument("backup replicas race among at most " +
+                                  std::to_string(kWithoutShift) + " ranks"));
   }
-  if (*ticket < quota) return true;
-  if (*ticket == quota) {
-    Status s = store_->Set(at, "decided", "1", Deadline());
+  const uint64_t mine = uint64_t(1) << (rank + (has_examples ? 0 : kWithoutShift));
+  StatusOr<int64_t> sum = store_->Add(at, "arrivals", int64_t(mine), Deadline());
+  if (!sum.ok()) return failed(sum.status());
+  const uint64_t arrivals = uint64_t(*sum);
+  const int with = std::popcount(arrivals & kWithMask);
+  const int all = with + std::popcount(arrivals >> kWithoutShift);
+  Decision d;
+  uint64_t members = 0;
+  if ((has_examples && with == contributors_) || (all == spec_.size && with < contributors_)) {
+    // This arrival decides the step.
+    members = arrivals & kWithMask;
+    Status s = store_->Set(at, "decided", std::to_string(members), Deadline());
     if (!s.ok()) return failed(s);
-    return true;
+  } else {
+    Status w = store_->Wait(at, {"decided"}, deadline);
+    if (!w.ok()) return failed(w);
+    StatusOr<std::string> v = store_->Get(at, "decided", Deadline());
+    if (!v.ok()) return failed(v.status());
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), members);
+    if (ec != std::errc() || end != v->data() + v->size()) {
+      return failed(Internal("the step's decision in the store is not a number: \"" + *v + "\""));
+    }
   }
-  StatusOr<int64_t> d = store_->Add(prefix_, "dropped/" + std::to_string(rank), 1, Deadline());
-  if (!d.ok()) return failed(d.status());
-  return false;
+  d.members = Ranks(members);
+  d.contributes = (members >> rank) & 1;
+  if (has_examples && !d.contributes) {
+    StatusOr<int64_t> n = store_->Add(prefix_, "dropped/" + std::to_string(rank), 1, Deadline());
+    if (!n.ok()) return failed(n.status());
+  }
+  return d;
+}
+
+StatusOr<bool> StoreStepRace::Decided(int64_t step) {
+  StatusOr<std::string> v = store_->Get(StepPrefix(step), "decided", Deadline());
+  if (v.ok()) return true;
+  if (v.status().code() == Code::kNotFound) return false;
+  return v.status().WithPrefix("backup replicas, step " + std::to_string(step));
 }
 
 StatusOr<bool> StoreStepRace::WaitDecidedWithout(int64_t step, int rank,

@@ -3,16 +3,20 @@
 // ranks race in the group's collective store (distributed/collective_store.h,
 // served by the master task), under "<prefix>/race":
 //
-//   "<prefix>/race/<step>"  quota      contributors of the step (Begin)
-//                           tickets    arrivals so far (Add)
-//                           decided    set by the arrival that fills the quota
+//   "<prefix>/race/<step>"  arrivals   one Add per rank: 2^rank for a rank
+//                                      with examples, 2^(rank+32) without
+//                           decided    the contributors' bits, set by the
+//                                      one arrival that decides the step
 //   "<prefix>/race"         dropped/<rank>  steps that rank was dropped from
 //
-// Arrive takes a ticket (one Add) and reads the quota (one Get): the first
-// `quota` tickets contribute; a later one counts itself dropped.
-// WaitDecidedWithout waits for "decided" (a store Wait, bounded by the
-// delay). End drops the step's prefix, so the store holds one step at a
-// time. The store's errors come back as Status naming the store.
+// Each Add returns the arrivals so far, so exactly one rank sees the step
+// decided by its own arrival: the one that makes the ranks with examples
+// `contributors`, or (fewer ranks with examples: an epoch's last step) the
+// last of all `size` to arrive. It sets "decided"; the others wait for it
+// (a store Wait, bounded by the caller's deadline) and read it. So a rank
+// spends one round trip on a step it decides, three on the others. End
+// drops the step's prefix, once every rank is done with it. The store's
+// errors come back as Status naming the store. At most 31 ranks.
 //
 // Ownership: each rank holds its own StoreStepRace (the master's job holds
 // rank 0's; a task's _CreateReplicaComm kernel holds its rank's in the
@@ -36,8 +40,9 @@ class StoreStepRace final : public StepRace {
   // `timeout`, which bounds each store call).
   StoreStepRace(const CollectiveGroupSpec& spec, int contributors);
 
-  Status Begin(int64_t step, int contributors) override;
-  StatusOr<bool> Arrive(int64_t step, int rank) override;
+  StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
+                            std::chrono::steady_clock::time_point deadline) override;
+  StatusOr<bool> Decided(int64_t step) override;
   StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                     std::chrono::milliseconds delay) override;
   Status End(int64_t step) override;

@@ -83,9 +83,6 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
   spec.seed = job.seed;
   spec.replicas = job.replicas;
   spec.bucket_bytes = job.bucket_bytes;
-  // A backup replica is dropped from a whole step: one bucket, so that the
-  // choice is made once, when a replica's backward pass is done.
-  spec.single_bucket = job.backup_replicas > 0;
   if (job.eval) spec.metrics = job.eval->metrics;
   return BuildTrainingGraph(spec);
 }

@@ -148,7 +148,10 @@ struct ReplicaStepStats {
   double allreduce_seconds = 0;  // inside collective calls (waiting on the others)
   int64_t allreduce_bytes = 0;
   int64_t examples = 0;          // 0: it had no batch or was dropped
-  bool dropped = false;          // a backup replica whose gradients did not count
+  // Backup replicas: steps whose gradients did not count, of those this
+  // report covers (this step; for replicas that run chunks of steps on
+  // their own tasks, the chunk that ended with it, else 0).
+  int64_t dropped_steps = 0;
   double loss = 0;               // the all-reduced loss it fetched
 };
 
@@ -367,6 +370,7 @@ class TrainingJob {
   struct RemoteChunk {
     int64_t end_step = 0;  // step_ once its last step is done
     int64_t steps = 0;
+    int64_t first_race_step = 0;  // backup replicas: the race's number of its first step
     std::chrono::steady_clock::time_point start;
     std::vector<Status> status;  // by replica; each written by its thread
     std::vector<std::thread> threads;

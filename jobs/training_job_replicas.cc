@@ -118,7 +118,7 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
         return decided.status().WithPrefix("replica " + std::to_string(i));
       }
       abandon = *decided;
-      stats->dropped = abandon;
+      stats->dropped_steps = abandon ? 1 : 0;
     } else {
       std::this_thread::sleep_for(delay);
     }
@@ -183,15 +183,6 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   all.clear();
   const std::vector<int64_t> dropped_before = dropped_;
   race_step_ = comms_[0]->steps_begun();
-  if (race_ != nullptr) {
-    // Of the m replicas with a batch, the first m - k contribute (at least one).
-    Status begun =
-        race_->Begin(race_step_, std::max(1, int(batches.size()) - spec_.backup_replicas));
-    if (!begun.ok()) {
-      done_ = true;
-      return begun;
-    }
-  }
   // A traced step: every replica in this process records into one trace
   // (replicas on other tasks run their ops there, untraced).
   std::unique_ptr<StepTraceCollector> trace;
@@ -202,21 +193,32 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   std::vector<ReplicaStepStats> stats(n);
   std::vector<Status> status(n);
   // Replicas on other tasks run chunks of steps on their own (input there,
-  // all-reduce as the only synchronisation); this process steps replica 0
-  // through the chunk. With backup replicas (a race each step) or the test
-  // straggler (delayed from here), and for a traced step, every replica's
-  // step is run from here.
-  const bool chunked = comms_.size() > 1 && comms_[1] == nullptr && spec_.backup_replicas == 0 &&
+  // all-reduce as the only synchronisation; with backup replicas, the race
+  // in the group's store too); this process steps replica 0 through the
+  // chunk. With the test straggler (delayed from here), and for a traced
+  // step, every replica's step is run from here.
+  const bool chunked = comms_.size() > 1 && comms_[1] == nullptr &&
                        options_.test_straggler.delay_ms == 0 && !trace;
+  // The race's steps every replica is done with after this one: this one
+  // when it runs from here, a chunk's when it ends.
+  int64_t ended_from = race_step_, ended_to = race_step_ + 1;
   const auto start = Clock::now();
   if (chunked) {
-    if (chunk_ == nullptr) StartChunk(ChunkSteps());
+    if (chunk_ == nullptr) {
+      StartChunk(ChunkSteps());
+      chunk_->first_race_step = race_step_;
+    }
     for (int i = 1; i < n; ++i) {
       stats[i] = i < int(chunk_means_.size()) ? chunk_means_[i] : ReplicaStepStats();
       stats[i].examples = i < int(batches.size()) ? batches[i].size : 0;
     }
+    ended_to = ended_from;  // none, unless the chunk ends
     status[0] = RunReplica(0, &batches[0], &stats[0]);
-    if (!status[0].ok() || step_ + 1 == chunk_->end_step) FinishChunk(&status, &stats);
+    if (!status[0].ok() || step_ + 1 == chunk_->end_step) {
+      ended_from = chunk_->first_race_step;
+      ended_to = race_step_ + 1;
+      FinishChunk(&status, &stats);
+    }
     for (int i = 1; i < n; ++i) stats[i].loss = stats[0].loss;
   } else {
     std::vector<std::thread> threads;
@@ -232,16 +234,16 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   const double took = Seconds(Clock::now() - start);
   step_seconds_ = step_seconds_ > 0 ? 0.8 * step_seconds_ + 0.2 * took : took;
   step_trace_ = nullptr;
-  if (race_ != nullptr) {
+  if (race_ != nullptr && ended_to > ended_from) {
     StatusOr<std::vector<int64_t>> dropped = race_->Dropped();
-    Status ended = race_->End(race_step_);
+    Status ended;
+    for (int64_t e = ended_from; e < ended_to && ended.ok(); ++e) ended = race_->End(e);
     if (dropped.ok() && ended.ok()) {
       dropped_ = std::move(dropped).value();
       for (int i = 0; i < n && i < int(dropped_before.size()); ++i) {
-        if (dropped_[i] > dropped_before[i]) {
-          stats[i].dropped = true;
-          stats[i].examples = 0;
-        }
+        stats[i].dropped_steps = dropped_[i] - dropped_before[i];
+        // A step run from here: a dropped replica's examples did not count.
+        if (stats[i].dropped_steps > 0 && ended_to - ended_from == 1) stats[i].examples = 0;
       }
     } else if (status[0].ok()) {
       status[0] = !dropped.ok() ? dropped.status() : ended;

@@ -370,7 +370,7 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
       }
       if (*decided) {
         batch = nullptr;
-        stats->dropped = true;
+        stats->dropped_steps = 1;
       }
     } else {
       std::this_thread::sleep_for(delay);

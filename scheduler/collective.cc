@@ -106,6 +106,19 @@ std::vector<std::unique_ptr<InProcessCollective>> InProcessCollective::Create(in
 
 int InProcessCollective::size() const { return group_->size; }
 
+Status Collective::AllReduceAmong(std::vector<Tensor>*, const std::vector<int>&, uint32_t,
+                                  Deadline) {
+  return Unimplemented("this collective has no rounds of some ranks only");
+}
+
+Status Collective::Send(const std::vector<Tensor>&, int, uint32_t, Deadline) {
+  return Unimplemented("this collective has no transfers between two ranks");
+}
+
+Status Collective::Recv(std::vector<Tensor>*, int, uint32_t, Deadline) {
+  return Unimplemented("this collective has no transfers between two ranks");
+}
+
 void InProcessCollective::Abort(const Status& status) {
   Group& g = *group_;
   std::lock_guard<std::mutex> l(g.mu);

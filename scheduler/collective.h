@@ -76,6 +76,26 @@ class Collective {
   // Fails every pending and later call of the group with `status`
   // (CANCELLED when OK). The first call counts.
   virtual void Abort(const Status& status) = 0;
+
+  // Rounds of some ranks only, and transfers between two ranks: what backup
+  // replicas need so that a step goes on without a slow replica, which
+  // receives the step's result later (scheduler/replica_comm.h). An
+  // implementation that offers them says so; the others answer
+  // UNIMPLEMENTED. Unlike AllReduce, these calls are matched by `tag` (every
+  // party passes the same one, unique among the calls in flight), not by
+  // call order, and nothing checks that the parties' tensors agree: the
+  // caller passes the same dtypes and shapes everywhere.
+  virtual bool supports_subgroups() const { return false; }
+  // The sum of `tensors` over `members` (increasing ranks, this one among
+  // them); the other ranks take no part.
+  virtual Status AllReduceAmong(std::vector<Tensor>* tensors, const std::vector<int>& members,
+                                uint32_t tag, Deadline deadline);
+  // Sends `tensors` to rank `to`; returns once they are sent. May run on
+  // another thread than this participant's other calls.
+  virtual Status Send(const std::vector<Tensor>& tensors, int to, uint32_t tag, Deadline deadline);
+  // Receives what rank `from` sent with `tag` into `tensors` (their own
+  // buffers, which nobody else shares; the sizes the sender sent).
+  virtual Status Recv(std::vector<Tensor>* tensors, int from, uint32_t tag, Deadline deadline);
 };
 
 // N participants in one process. Create() makes the whole group; rank i is
@@ -128,20 +148,35 @@ StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec
 // participant holds a StepRace: replicas in one process share one
 // LocalStepRace; replicas on several tasks each hold one made by
 // CreateStepRace, which meet in the group's store (distributed/).
+//
+// Every replica calls Decide once a step (its ReplicaComm does, when the
+// step's first bucket is handed in). The step's contributors are the first
+// `contributors` replicas with examples to arrive, or, when fewer replicas
+// have examples in the step (the last step of an epoch), every replica
+// with examples once all have arrived. Exactly one arrival decides the step,
+// and every replica gets the same decision.
 class StepRace {
  public:
+  struct Decision {
+    bool contributes = false;  // this replica's gradients count
+    std::vector<int> members;  // the step's contributors, increasing
+  };
+
   virtual ~StepRace() = default;
 
-  // Sets how many replicas contribute to `step` (default: `contributors`),
-  // before any replica arrives: fewer when fewer replicas have data.
-  virtual Status Begin(int64_t step, int contributors) = 0;
-  // A replica finished its backward pass of `step`: true when it is among
-  // the first `contributors` (its gradients count), false when it is late
-  // (it joins with zeros; counted as dropped).
-  virtual StatusOr<bool> Arrive(int64_t step, int rank) = 0;
+  // Arrives at `step` (`has_examples`: it has examples to contribute) and
+  // waits, until `deadline`, for the step's decision. A replica with
+  // examples that arrives after the places are taken is dropped from the
+  // step (Dropped counts it).
+  virtual StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
+                                    std::chrono::steady_clock::time_point deadline) = 0;
+  // Whether `step` is decided already (a replica that finds its next step
+  // decided without it is behind: it catches up instead of computing).
+  virtual StatusOr<bool> Decided(int64_t step) = 0;
   // Waits up to `delay` (a straggler's extra time) or until `step` has its
   // contributors without `rank`: then `rank` is dropped from the step and
-  // true is returned (it abandons the step's computation).
+  // true is returned (it abandons the step's computation and arrives
+  // without examples).
   virtual StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                             std::chrono::milliseconds delay) = 0;
   // Every replica is done with `step`: its bookkeeping may go.

@@ -10,6 +10,7 @@
 #include "devices/op_kernel.h"
 #include "scheduler/reduce_loops.h"
 #include "scheduler/replica_comm.h"
+#include "state/replica_input.h"
 
 namespace flowstate {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64; }
 
 // x * factor into out[0, n) (x's dtype, float32 or float64; n its
-// elements). Factor 0 (a late backup replica's count): zeros, even where x
+// elements). Factor 0 (a replica without examples): zeros, even where x
 // is NaN or Inf.
 void ScaleInto(const Tensor& x, double factor, void* out) {
   const size_t n = size_t(x.num_elements());
@@ -48,17 +49,9 @@ class AllReduceOp final : public AsyncOpKernel {
                            "' in this session (an all-reduce runs only in a job with replicas)"),
         done);
     const int n = ctx->num_inputs() - 1;
-    double count = ctx->input(n).scalar<double>();
-    // Backup replicas: the first replicas to get here contribute; a late
-    // one joins this step with zeros (every bucket is one, see the builder).
-    // A replica without examples (count 0) takes no place among them. (The
-    // race's Arrive may call the group's store: a round trip on this
-    // thread, once a step.)
-    if (bucket_ == 0 && count > 0 && (*comm)->race() != nullptr) {
-      StatusOr<bool> first = (*comm)->race()->Arrive((*comm)->steps_begun(), (*comm)->rank());
-      FS_OP_REQUIRES_ASYNC(ctx, first.ok(), first.status(), done);
-      if (!*first) count = 0;
-    }
+    // The replica's examples: its weight (backup replicas: the communication
+    // thread decides whether it counts at all, scheduler/replica_comm.h).
+    const double count = ctx->input(n).scalar<double>();
     std::vector<std::pair<DataType, TensorShape>> layout;
     for (int i = 0; i < n; ++i) {
       const Tensor& x = ctx->input(i);
@@ -112,6 +105,21 @@ class AllReduceOp final : public AsyncOpKernel {
  private:
   std::string group_;
   int64_t bucket_ = 0;
+};
+
+// A ReplicaComm as its replica's input sees it (state/replica_input.h); it
+// does not keep the collective alive.
+class CommPace final : public ReplicaPace {
+ public:
+  explicit CommPace(const std::shared_ptr<ReplicaComm>& comm) : comm_(comm) {}
+  StatusOr<bool> Behind() override {
+    std::shared_ptr<ReplicaComm> c = comm_.lock();
+    return c != nullptr ? c->Behind() : StatusOr<bool>(false);
+  }
+  std::string DebugString() const override { return "ReplicaPace"; }
+
+ private:
+  const std::weak_ptr<ReplicaComm> comm_;
 };
 
 // Asynchronous: the rendezvous waits for the other ranks, on a thread of its
@@ -171,9 +179,18 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
       o.race = std::move(race).value();
     }
     auto comm = std::make_shared<ReplicaComm>(std::move(o));
-    return rm->LookupOrCreate<ReplicaComm>(
-                 kReplicaContainer, group_,
-                 [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm; })
+    FS_RETURN_IF_ERROR(rm->LookupOrCreate<ReplicaComm>(
+                             kReplicaContainer, group_,
+                             [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm; })
+                           .status());
+    (void)rm->Delete(kTaskContainer, kReplicaPaceResource);
+    if (contributors_ == 0) return Status();
+    // The replica's input asks it whether it is behind.
+    return rm->LookupOrCreate<ReplicaPace>(
+                 kTaskContainer, kReplicaPaceResource,
+                 [&]() -> StatusOr<std::shared_ptr<ReplicaPace>> {
+                   return std::shared_ptr<ReplicaPace>(std::make_shared<CommPace>(comm));
+                 })
         .status();
   }
 

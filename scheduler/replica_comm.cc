@@ -1,6 +1,7 @@
 #include "scheduler/replica_comm.h"
 
 #include <algorithm>
+#include <deque>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -25,43 +26,49 @@ void DivideInPlace(Tensor* x, double by) {
 LocalStepRace::LocalStepRace(int replicas, int contributors)
     : replicas_(replicas), quota_(contributors), dropped_(replicas, 0) {}
 
-void LocalStepRace::Seen(int64_t step, StepState& s) {
-  if (++s.seen >= replicas_) steps_.erase(step);
-  // Steps far behind can no longer be decided: keep the map small.
-  while (!steps_.empty() && steps_.begin()->first < step - 1000) steps_.erase(steps_.begin());
-}
-
-Status LocalStepRace::Begin(int64_t step, int contributors) {
-  std::lock_guard<std::mutex> l(mu_);
-  steps_[step].quota = contributors;
-  return Status();
-}
-
-StatusOr<bool> LocalStepRace::Arrive(int64_t step, int rank) {
-  std::lock_guard<std::mutex> l(mu_);
+StatusOr<StepRace::Decision> LocalStepRace::Decide(int64_t step, int rank, bool has_examples,
+                                                   std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(mu_);
   StepState& s = steps_[step];
-  bool contributes = s.contributors < (s.quota < 0 ? quota_ : s.quota);
-  if (contributes) {
-    ++s.contributors;
-  } else {
-    ++dropped_[rank];
+  ++s.arrived;
+  if (has_examples) s.with.push_back(rank);
+  const int with = int(s.with.size());
+  if (!s.decided && ((has_examples && with == quota_) || (s.arrived == replicas_ && with < quota_))) {
+    s.decided = true;
+    s.members = s.with;
+    std::sort(s.members.begin(), s.members.end());
+    cv_.notify_all();
   }
-  cv_.notify_all();
-  Seen(step, s);
-  return contributes;
+  if (!cv_.wait_until(l, deadline, [&] { return s.decided; })) {
+    return DeadlineExceeded("backup replicas: step " + std::to_string(step) +
+                            " was not decided by the deadline (rank " + std::to_string(rank) + ")");
+  }
+  Decision d;
+  d.members = s.members;
+  d.contributes = std::binary_search(d.members.begin(), d.members.end(), rank);
+  if (has_examples && !d.contributes) ++dropped_[rank];
+  return d;
+}
+
+StatusOr<bool> LocalStepRace::Decided(int64_t step) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = steps_.find(step);
+  return it != steps_.end() && it->second.decided;
 }
 
 StatusOr<bool> LocalStepRace::WaitDecidedWithout(int64_t step, int rank,
                                                  std::chrono::milliseconds delay) {
   std::unique_lock<std::mutex> l(mu_);
-  bool decided = cv_.wait_for(l, delay, [&] {
-    const StepState& s = steps_[step];
-    return s.contributors >= (s.quota < 0 ? quota_ : s.quota);
-  });
-  if (!decided) return false;
+  StepState& s = steps_[step];
+  if (!cv_.wait_for(l, delay, [&] { return s.decided; })) return false;
   ++dropped_[rank];
-  Seen(step, steps_[step]);
   return true;
+}
+
+Status LocalStepRace::End(int64_t step) {
+  std::lock_guard<std::mutex> l(mu_);
+  steps_.erase(step);
+  return Status();
 }
 
 StatusOr<std::vector<int64_t>> LocalStepRace::Dropped() {
@@ -76,16 +83,29 @@ struct ReplicaComm::State {
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> wait_ns{0};
+  // The last step this replica had examples for went on without it.
+  std::atomic<bool> dropped_last{false};
   std::mutex mu;
   std::condition_variable cv;
   std::map<int, Request> pending;  // GUARDED_BY(mu): by bucket
   int next_bucket = 0;             // GUARDED_BY(mu)
   bool stop = false;               // GUARDED_BY(mu)
+  // Results this rank sends to the ranks a step went on without, in order
+  // (ForwardLoop); at most kMaxForwards.
+  struct Forward {
+    std::vector<Tensor> tensors;
+    int to = 0;
+    uint32_t tag = 0;
+  };
+  std::deque<Forward> forwards;  // GUARDED_BY(mu)
 };
 
 ReplicaComm::ReplicaComm(Options options)
     : options_(std::move(options)), state_(std::make_shared<State>(options_)) {
   thread_ = std::thread([state = state_] { Loop(state); });
+  if (options_.race != nullptr && options_.collective->supports_subgroups()) {
+    forward_thread_ = std::thread([state = state_] { ForwardLoop(state); });
+  }
 }
 
 ReplicaComm::~ReplicaComm() {
@@ -97,10 +117,13 @@ ReplicaComm::~ReplicaComm() {
     state_->cv.notify_all();
     pending.swap(state_->pending);
   }
-  if (thread_.get_id() == std::this_thread::get_id()) {
-    thread_.detach();  // our own thread, in a callback: it ends when that returns
-  } else {
-    thread_.join();
+  for (std::thread* t : {&thread_, &forward_thread_}) {
+    if (!t->joinable()) continue;
+    if (t->get_id() == std::this_thread::get_id()) {
+      t->detach();  // our own thread, in a callback: it ends when that returns
+    } else {
+      t->join();
+    }
   }
   for (auto& [b, r] : pending) r.done(Cancelled("the replica's collective was closed"), {});
 }
@@ -204,23 +227,83 @@ StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
   return out;
 }
 
+StatusOr<bool> ReplicaComm::Behind() const {
+  if (options_.race == nullptr || !state_->dropped_last.load()) return false;
+  return options_.race->Decided(steps_begun());
+}
+
+namespace {
+
+// Zeros what a dropped replica hands in (its count included), so that it
+// joins a round of every rank with nothing.
+void ZeroAll(std::vector<Tensor>* tensors) {
+  for (Tensor& t : *tensors) {
+    if (!t.RefCountIsOne()) t = Tensor(t.dtype(), t.shape());
+    std::memset(t.raw_data(), 0, t.TotalBytes());
+  }
+}
+
+// The ranks a step went on without, and who sends each the step's result:
+// the j-th of them gets it from members[j % members.size()].
+int SenderFor(int rank, const std::vector<int>& members) {
+  int j = 0;
+  for (int r = 0; r < rank; ++r) j += std::binary_search(members.begin(), members.end(), r) ? 0 : 1;
+  return members[size_t(j) % members.size()];
+}
+
+}  // namespace
+
 void ReplicaComm::Loop(std::shared_ptr<State> state) {
   const Options& options = state->options;
+  Collective& collective = *options.collective;
+  const int rank = collective.rank();
+  // Backup replicas on a collective with subgroup rounds: the step's
+  // contributors reduce among themselves, and the others receive the result.
+  const bool among = options.race != nullptr && collective.supports_subgroups();
+  int64_t step = 0;  // the step of the bucket in hand
+  StatusOr<StepRace::Decision> decision = StepRace::Decision{};
   for (;;) {
     Request req;
+    int bucket = 0;
     {
       std::unique_lock<std::mutex> l(state->mu);
       state->cv.wait(l, [&] { return state->stop || state->pending.count(state->next_bucket) > 0; });
       if (state->stop) return;
-      auto it = state->pending.find(state->next_bucket);
+      bucket = state->next_bucket;
+      auto it = state->pending.find(bucket);
       req = std::move(it->second);
       state->pending.erase(it);
       state->next_bucket = (state->next_bucket + 1) % options.num_buckets;
     }
+    const int64_t this_step = step;
+    if (bucket == options.num_buckets - 1) ++step;
+    // Every call of a step shares one tag per bucket.
+    const uint32_t tag = uint32_t(this_step * options.num_buckets + bucket);
     int64_t nbytes = 0;
     for (const Tensor& t : req.tensors) nbytes += int64_t(t.TotalBytes());
-    auto start = std::chrono::steady_clock::now();
-    Status s = options.collective->AllReduce(&req.tensors, ReduceOp::kSum, start + options.timeout);
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + options.timeout;
+    if (options.race != nullptr && bucket == 0) {
+      // The step's first bucket: who contributes to it.
+      const bool has_examples = req.tensors.back().scalar<double>() > 0;
+      decision = options.race->Decide(this_step, rank, has_examples, deadline);
+      state->dropped_last = decision.ok() && has_examples && !decision->contributes;
+    }
+    Status s;
+    bool received = false;
+    if (!decision.ok()) {
+      s = decision.status();
+    } else if (among && decision->contributes) {
+      s = collective.AllReduceAmong(&req.tensors, decision->members, tag, deadline);
+    } else if (among) {
+      // Divided already by the sender.
+      req.tensors.pop_back();
+      s = collective.Recv(&req.tensors, SenderFor(rank, decision->members), tag, deadline);
+      received = true;
+    } else {
+      if (options.race != nullptr && !decision->contributes) ZeroAll(&req.tensors);
+      s = collective.AllReduce(&req.tensors, ReduceOp::kSum, deadline);
+    }
     state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - start)
                            .count());
@@ -230,21 +313,60 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       continue;
     }
     state->bytes.fetch_add(nbytes);
-    double total = req.tensors.back().scalar<double>();
-    req.tensors.pop_back();
-    if (total <= 0) {
-      req.done(Internal("all-reduce: no replica contributed examples to this step"), {});
-      continue;
-    }
-    for (Tensor& t : req.tensors) {
-      if (!t.RefCountIsOne()) t = t.DeepCopy();  // never write a shared buffer
-      DivideInPlace(&t, total);
+    if (!received) {
+      double total = req.tensors.back().scalar<double>();
+      req.tensors.pop_back();
+      if (total <= 0) {
+        req.done(Internal("all-reduce: no replica contributed examples to this step"), {});
+        continue;
+      }
+      for (Tensor& t : req.tensors) {
+        if (!t.RefCountIsOne()) t = t.DeepCopy();  // never write a shared buffer
+        DivideInPlace(&t, total);
+      }
+      if (among) Forward(state.get(), decision->members, req.tensors, tag);
     }
     if (req.fused != nullptr) {
       req.done(Status(), req.fused->Split(req.tensors.front()));
       continue;
     }
     req.done(Status(), std::move(req.tensors));
+  }
+}
+
+void ReplicaComm::Forward(State* state, const std::vector<int>& members,
+                          const std::vector<Tensor>& result, uint32_t tag) {
+  const int rank = state->options.collective->rank();
+  const int size = state->options.collective->size();
+  std::unique_lock<std::mutex> l(state->mu);
+  for (int r = 0; r < size; ++r) {
+    if (std::binary_search(members.begin(), members.end(), r) || SenderFor(r, members) != rank) {
+      continue;
+    }
+    // A receiver far behind holds the contributors back here, not the memory.
+    state->cv.wait(l, [&] { return state->stop || state->forwards.size() < kMaxForwards; });
+    if (state->stop) return;
+    state->forwards.push_back(State::Forward{result, r, tag});
+    state->cv.notify_all();
+  }
+}
+
+void ReplicaComm::ForwardLoop(std::shared_ptr<State> state) {
+  const Options& options = state->options;
+  for (;;) {
+    State::Forward f;
+    {
+      std::unique_lock<std::mutex> l(state->mu);
+      state->cv.wait(l, [&] { return state->stop || !state->forwards.empty(); });
+      if (state->stop) return;
+      f = std::move(state->forwards.front());
+      state->forwards.pop_front();
+      state->cv.notify_all();
+    }
+    Status s = options.collective->Send(f.tensors, f.to, f.tag,
+                                        std::chrono::steady_clock::now() + options.timeout);
+    // The receiver would wait for it in vain: the group fails now.
+    if (!s.ok()) options.collective->Abort(s);
   }
 }
 

@@ -24,6 +24,19 @@
 // zeros and count 0 through JoinWithZeros, and feeds the results to its
 // optimizer.
 //
+// Backup replicas (Options::race): when a step's first bucket is handed in,
+// the communication thread asks the race who contributes to the step
+// (StepRace::Decide). On a collective with subgroup rounds (across
+// processes) the contributors reduce every bucket of the step among
+// themselves, so that the step never waits for the others; each of the
+// others receives the step's result from one contributor (whose second
+// thread sends it, in order, however late the receiver comes: at most
+// kMaxForwards results wait) and applies it like everyone else, so the
+// replicas stay identical. A replica whose next step is decided before it
+// starts is Behind and computes that step on one example, to catch up. On
+// a collective of one process, a dropped replica joins a round of every
+// replica with zeros.
+//
 // Thread safety: ReplicaComm and every StepRace are thread-safe. A ReplicaComm's
 // destructor aborts its collective and joins its thread (detaches it when
 // it runs on that thread: a callback dropped the last reference).
@@ -56,20 +69,21 @@ class LocalStepRace final : public StepRace {
  public:
   LocalStepRace(int replicas, int contributors);
 
-  Status Begin(int64_t step, int contributors) override;
-  StatusOr<bool> Arrive(int64_t step, int rank) override;
+  StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
+                            std::chrono::steady_clock::time_point deadline) override;
+  StatusOr<bool> Decided(int64_t step) override;
   StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                     std::chrono::milliseconds delay) override;
-  Status End(int64_t) override { return Status(); }
+  Status End(int64_t step) override;
   StatusOr<std::vector<int64_t>> Dropped() override;
 
  private:
   struct StepState {
-    int quota = -1;  // -1: quota_
-    int contributors = 0;
-    int seen = 0;
+    std::vector<int> with;  // arrivals with examples, in order
+    int arrived = 0;
+    bool decided = false;
+    std::vector<int> members;  // once decided, increasing
   };
-  void Seen(int64_t step, StepState& s);  // REQUIRES: mu_ held
 
   const int replicas_;
   const int quota_;
@@ -127,6 +141,12 @@ class ReplicaComm final : public ResourceBase {
   StatusOr<std::vector<std::vector<Tensor>>> JoinWithZeros(
       const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets);
 
+  // Whether this replica is behind: the last step it had examples for went
+  // on without it, and the next one is decided already. Then its next step
+  // computes on one example only (its gradients would not count), to catch
+  // up (state/replica_input.h). False without backup replicas.
+  StatusOr<bool> Behind() const;
+
   // Fails the group's pending and later calls (a replica's step failed).
   void Abort(const Status& s) { options_.collective->Abort(s); }
 
@@ -149,10 +169,18 @@ class ReplicaComm final : public ResourceBase {
   // it instead of joining itself, and the thread ends touching only this.
   struct State;
   static void Loop(std::shared_ptr<State> state);
+  // Queues the step's result (divided) for each rank the step went on
+  // without whose sender this rank is; ForwardLoop sends them in order.
+  static void Forward(State* state, const std::vector<int>& members,
+                      const std::vector<Tensor>& result, uint32_t tag);
+  static void ForwardLoop(std::shared_ptr<State> state);
+  // Results queued for a slow receiver: beyond, the contributors wait.
+  static constexpr size_t kMaxForwards = 1024;
 
   const Options options_;
   std::shared_ptr<State> state_;
   std::thread thread_;
+  std::thread forward_thread_;  // backup replicas over subgroup rounds only
 };
 
 

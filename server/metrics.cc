@@ -457,7 +457,7 @@ void Metrics::Impl::OnReplicaStep(const JobInfo& job, const std::vector<ReplicaS
     if (!m.dropped_steps) m.dropped_steps = &replica_dropped_steps.Add(rl);
     m.allreduce_wait->Observe(r.allreduce_seconds);
     m.step_seconds->Observe(r.step_seconds);
-    if (r.dropped) m.dropped_steps->Increment();
+    if (r.dropped_steps > 0) m.dropped_steps->Increment(double(r.dropped_steps));
     if (!s.finished) {
       if (!m.examples_per_second) m.examples_per_second = &replica_examples_per_second.Add(rl);
       m.examples_per_second->Set(r.step_seconds > 0 ? double(r.examples) / r.step_seconds : 0);

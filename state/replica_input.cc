@@ -102,11 +102,22 @@ class ReplicaInputOp final : public OpKernel {
     // and contributes nothing (0 examples), as one the master feeds does.
     const double examples = mine ? double(mine->size) : 0.0;
     const Batch& out = mine ? *mine : step->front();
+    // Behind (backup replicas): one example of it, to catch up.
+    bool behind = false;
+    if (mine) {
+      StatusOr<std::shared_ptr<ReplicaPace>> pace =
+          rm->Lookup<ReplicaPace>(kTaskContainer, kReplicaPaceResource);
+      if (pace.ok()) {
+        StatusOr<bool> b = (*pace)->Behind();
+        FS_OP_REQUIRES_OK(ctx, b.status());
+        behind = *b;
+      }
+    }
     for (size_t i = 0; i < names_.size(); ++i) {
       auto it = out.components.find(names_[i]);
       FS_OP_REQUIRES(ctx, it != out.components.end(),
                      Internal("the replica's data has no component '" + names_[i] + "'"));
-      ctx->set_output(int(i), it->second);
+      ctx->set_output(int(i), behind ? it->second.Slice(0, 1) : it->second);
     }
     ctx->set_output(int(names_.size()), Tensor::Scalar<double>(examples));
   }

@@ -47,6 +47,22 @@ class TaskDataRoot final : public ResourceBase {
   const std::string root_;
 };
 
+// What a replica's input asks before each step when the job has backup
+// replicas: whether the replica is behind (its next step has gone on
+// without it already; scheduler/replica_comm.h, ReplicaComm::Behind). Then
+// _ReplicaInput gives the step one example of the replica's batch instead of
+// the batch, so that the replica catches up (its gradients do not count;
+// it applies the contributors' result); the batch's rows are dropped, as a
+// dropped replica's are. The replica's collective puts one into its
+// session's ResourceMgr (container kTaskContainer, name kReplicaPaceResource);
+// without one a replica is never behind. Thread-safe implementations.
+inline constexpr const char* kReplicaPaceResource = "replica_pace";
+
+class ReplicaPace : public ResourceBase {
+ public:
+  virtual StatusOr<bool> Behind() = 0;
+};
+
 namespace state {
 // Called by RegisterKernels() (state/kernels.h).
 void RegisterReplicaInputKernels();

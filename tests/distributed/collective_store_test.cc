@@ -94,8 +94,9 @@ TEST(CollectiveStore, AddIsAtomicAndAnswersWaits) {
 }
 
 // Three ranks of a group with one backup replica: the first two to arrive
-// at a step contribute, the third is dropped; a straggler's wait ends as
-// soon as the step is decided without it; End forgets the step.
+// at a step contribute and every rank learns who they are; the third is
+// dropped; a straggler's wait ends as soon as the step is decided without
+// it; End forgets the step.
 TEST(StoreStepRace, FirstArrivalsContributeAndLateOnesAreDropped) {
   StoreFixture f;
   CollectiveGroupSpec spec;
@@ -109,47 +110,84 @@ TEST(StoreStepRace, FirstArrivalsContributeAndLateOnesAreDropped) {
     spec.rank = r;
     race.push_back(std::make_unique<StoreStepRace>(spec, 2));
   }
-  ASSERT_TRUE(race[0]->Begin(0, 2).ok());
   // Rank 2 straggles: nothing decided within 100 ms.
   StatusOr<bool> decided = race[2]->WaitDecidedWithout(0, 2, milliseconds(100));
   ASSERT_TRUE(decided.ok()) << decided.status().ToString();
   EXPECT_FALSE(*decided);
+  StatusOr<bool> is = race[0]->Decided(0);
+  ASSERT_TRUE(is.ok()) << is.status().ToString();
+  EXPECT_FALSE(*is);
   auto straggler = std::async(std::launch::async, [&] {
     const auto start = Clock::now();
     StatusOr<bool> d = race[2]->WaitDecidedWithout(0, 2, milliseconds(10000));
     return std::make_pair(d, std::chrono::duration<double>(Clock::now() - start).count());
   });
-  StatusOr<bool> a = race[1]->Arrive(0, 1);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_TRUE(*a);
+  // Rank 1 arrives first and waits for the second contributor.
+  auto first = std::async(std::launch::async, [&] { return race[1]->Decide(0, 1, true, f.In(5000)); });
   std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(first.wait_for(milliseconds(0)), std::future_status::timeout);
   EXPECT_EQ(straggler.wait_for(milliseconds(0)), std::future_status::timeout);  // one of two
-  a = race[0]->Arrive(0, 0);
-  ASSERT_TRUE(a.ok());
-  EXPECT_TRUE(*a);
+  StatusOr<StepRace::Decision> a = race[0]->Decide(0, 0, true, f.In(5000));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->contributes);
+  EXPECT_EQ(a->members, (std::vector<int>{0, 1}));
+  StatusOr<StepRace::Decision> b = first.get();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE(b->contributes);
+  EXPECT_EQ(b->members, (std::vector<int>{0, 1}));
   auto [d, took] = straggler.get();
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(*d);  // decided without rank 2: it abandons the step
   EXPECT_LT(took, 5.0);
+  is = race[2]->Decided(0);
+  ASSERT_TRUE(is.ok());
+  EXPECT_TRUE(*is);
+  // It arrives without examples then: the same decision, not dropped twice.
+  StatusOr<StepRace::Decision> c = race[2]->Decide(0, 2, false, f.In(5000));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->contributes);
+  EXPECT_EQ(c->members, (std::vector<int>{0, 1}));
   StatusOr<std::vector<int64_t>> dropped = race[0]->Dropped();
   ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
   EXPECT_EQ(*dropped, (std::vector<int64_t>{0, 0, 1}));
   ASSERT_TRUE(race[0]->End(0).ok());
   EXPECT_EQ(f.service.num_keys("job-1/m0/race/0"), 0);
 
-  // Step 1 with a quota of 1 (fewer replicas had data): one contributes,
-  // the next arrival is late and counts itself dropped.
-  ASSERT_TRUE(race[0]->Begin(1, 1).ok());
-  a = race[2]->Arrive(1, 2);
-  ASSERT_TRUE(a.ok());
-  EXPECT_TRUE(*a);
-  a = race[0]->Arrive(1, 0);
-  ASSERT_TRUE(a.ok());
-  EXPECT_FALSE(*a);
+  // Step 1: rank 2 arrives first with examples, rank 0 second, rank 1 late
+  // with examples: dropped, and told who contributed.
+  a = race[2]->Decide(1, 2, true, f.In(100));
+  EXPECT_FALSE(a.ok());  // alone it waits: nobody decides within 100 ms
+  b = race[0]->Decide(1, 0, true, f.In(5000));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->members, (std::vector<int>{0, 2}));
+  c = race[1]->Decide(1, 1, true, f.In(5000));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->contributes);
+  EXPECT_EQ(c->members, (std::vector<int>{0, 2}));
   dropped = race[1]->Dropped();
   ASSERT_TRUE(dropped.ok());
-  EXPECT_EQ(*dropped, (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(*dropped, (std::vector<int64_t>{0, 1, 1}));
   ASSERT_TRUE(race[0]->End(1).ok());
+
+  // Step 2, an epoch's last: only rank 0 has examples. It cannot fill two
+  // places, so the step is decided when the last rank arrives, with rank 0
+  // alone.
+  auto r0 = std::async(std::launch::async, [&] { return race[0]->Decide(2, 0, true, f.In(5000)); });
+  auto r1 = std::async(std::launch::async, [&] { return race[1]->Decide(2, 1, false, f.In(5000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(r0.wait_for(milliseconds(0)), std::future_status::timeout);
+  c = race[2]->Decide(2, 2, false, f.In(5000));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->members, (std::vector<int>{0}));
+  a = r0.get();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->contributes);
+  EXPECT_EQ(a->members, (std::vector<int>{0}));
+  ASSERT_TRUE(r1.get().ok());
+  dropped = race[2]->Dropped();
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_EQ(*dropped, (std::vector<int64_t>{0, 1, 1}));  // nobody with examples was dropped
+  ASSERT_TRUE(race[0]->End(2).ok());
   // The membership's end drops the counters too.
   EXPECT_EQ(f.service.DropPrefix("job-1/m0"), 1);
   EXPECT_EQ(f.service.num_prefixes(), 0);
@@ -163,7 +201,7 @@ TEST(StoreStepRace, AnUnreachableStoreIsAnErrorNamingIt) {
   spec.size = 2;
   spec.timeout = milliseconds(300);
   StoreStepRace race(spec, 1);
-  StatusOr<bool> a = race.Arrive(0, 0);
+  StatusOr<StepRace::Decision> a = race.Decide(0, 0, true, Clock::now() + milliseconds(300));
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("127.0.0.1:1"), std::string::npos) << a.status().ToString();
   EXPECT_NE(a.status().message().find("backup replicas"), std::string::npos) << a.status().ToString();

@@ -4,6 +4,7 @@
 // large, many rounds), determinism, mismatches, deadlines, Abort, Rebuild.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -440,6 +441,117 @@ TEST_F(GlooCollectiveTest, APeerFailureRecordEndsTheRoundThoughItsConnectionsSta
     EXPECT_NE(st[r].message().find("rank 2 closed the group: its step was aborted"), std::string::npos)
         << st[r].message();
   }
+}
+
+// Backup replicas' calls: rounds of two of four ranks, while a third rank
+// takes no part and receives the result from one of them later; the group's
+// own rounds go on afterwards; bad members are refused naming them.
+TEST_F(GlooCollectiveTest, SubgroupRoundsAndTransfersLeaveTheOtherRanksOut) {
+  Group g = MakeGroup("among", 4);
+  ASSERT_EQ(g.size(), 4u);
+  EXPECT_TRUE(g[0]->supports_subgroups());
+  const std::vector<Tensor> base = {Input(DataType::kFloat32, TensorShape({1000, 3}), 0, 1),
+                                    Input(DataType::kFloat64, TensorShape({7}), 0, 2),
+                                    Input(DataType::kInt64, TensorShape({5}), 0, 3)};
+  auto input = [&](int r) {
+    std::vector<Tensor> ts;
+    for (size_t i = 0; i < base.size(); ++i) ts.push_back(Input(base[i].dtype(), base[i].shape(), r, int(i)));
+    return ts;
+  };
+  // Rounds 0..5 among {1, 3} and then {0, 1, 3}; rank 2 takes no part and
+  // receives each round's result from rank 1, after the others are done
+  // (rank 1 sends them in order from a thread of its own, as ReplicaComm
+  // does: a send completes when its receiver asks for it).
+  std::vector<std::vector<std::vector<Tensor>>> results(4);
+  const std::vector<std::vector<int>> members = {{1, 3}, {0, 1, 3}};
+  auto st = OnEveryRank(4, [&](int r) -> Status {
+    for (uint32_t round = 0; round < 6; ++round) {
+      const std::vector<int>& m = members[round % 2];
+      if (!std::binary_search(m.begin(), m.end(), r)) continue;
+      std::vector<Tensor> ts = input(r);
+      FS_RETURN_IF_ERROR(g[r]->AllReduceAmong(&ts, m, round, In(10000)));
+      results[r].push_back(ts);
+    }
+    return Status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(results[1].size(), 6u);
+  auto sender = std::async(std::launch::async, [&]() -> Status {
+    for (uint32_t round = 0; round < 6; ++round) {
+      FS_RETURN_IF_ERROR(g[1]->Send(results[1][round], 2, round, In(10000)));
+    }
+    return Status();
+  });
+  std::vector<std::vector<Tensor>> received(6);
+  for (uint32_t round = 0; round < 6; ++round) {
+    received[round] = input(2);  // its own buffers, overwritten
+    Status s = g[2]->Recv(&received[round], 1, round, In(10000));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_EQ(sender.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  ASSERT_TRUE(sender.get().ok());
+  for (int round = 0; round < 6; ++round) {
+    // The reference: the members' inputs summed in process.
+    const std::vector<int>& m = members[round % 2];
+    std::vector<std::vector<Tensor>> in;
+    for (int r : m) in.push_back(input(r));
+    std::vector<std::vector<Tensor>> ref = Reference(in, ReduceOp::kSum);
+    for (int r : m) {
+      // Its result of this round: the rounds it took part in so far.
+      int index = 0;
+      for (int q = 0; q < round; ++q) {
+        const std::vector<int>& mq = members[q % 2];
+        index += std::binary_search(mq.begin(), mq.end(), r) ? 1 : 0;
+      }
+      const std::vector<Tensor>& got = results[r][size_t(index)];
+      // Every member got the same bytes; integers are exact, floats within
+      // a rounding of the in-process order.
+      EXPECT_TRUE(SameBytes(got[0], results[1][size_t(round)][0])) << "round " << round;
+      EXPECT_TRUE(SameBytes(got[2], ref[0][2])) << "round " << round << " rank " << r;
+      for (int i : {0, 1}) {
+        for (int64_t e = 0; e < got[i].num_elements(); ++e) {
+          ASSERT_NEAR(got[i].ElementAsDouble(e), ref[0][i].ElementAsDouble(e), 1e-3) << "round " << round;
+        }
+      }
+    }
+    // Rank 2 got rank 1's bytes exactly.
+    for (size_t i = 0; i < base.size(); ++i) {
+      EXPECT_TRUE(SameBytes(received[size_t(round)][i], results[1][size_t(round)][i])) << "round " << round;
+    }
+  }
+  // The group's own rounds still work.
+  st = OnEveryRank(4, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::FromVector<int32_t>({r})};
+    Status s = g[r]->AllReduce(&ts, ReduceOp::kSum, In(10000));
+    if (s.ok() && ts[0].data<int32_t>()[0] != 6) return Internal("wrong sum " + ts[0].DebugString());
+    return s;
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+  // Members that do not include the caller, or do not increase: refused.
+  std::vector<Tensor> ts = input(0);
+  Status bad = g[0]->AllReduceAmong(&ts, {1, 3}, 99, In(1000));
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument) << bad.ToString();
+  EXPECT_NE(bad.message().find("1, 3"), std::string::npos) << bad.ToString();
+  bad = g[0]->AllReduceAmong(&ts, {3, 0}, 99, In(1000));
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument) << bad.ToString();
+  bad = g[0]->Send(ts, 0, 99, In(1000));
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument) << bad.ToString();
+}
+
+// A receiver that waits for a sender that never sends is woken by Abort.
+TEST_F(GlooCollectiveTest, AbortWakesARankBlockedInRecv) {
+  Group g = MakeGroup("recv-abort", 2);
+  ASSERT_EQ(g.size(), 2u);
+  auto blocked = std::async(std::launch::async, [&] {
+    std::vector<Tensor> ts = {Tensor(DataType::kFloat32, TensorShape({16}))};
+    return g[1]->Recv(&ts, 0, 7, In(30000));
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(blocked.wait_for(milliseconds(0)), std::future_status::timeout);
+  g[1]->Abort(Cancelled("stop waiting"));
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  Status s = blocked.get();
+  EXPECT_EQ(s.code(), Code::kCancelled) << s.ToString();
 }
 
 TEST_F(GlooCollectiveTest, RendezvousNamesTheRanksThatDidNotCome) {

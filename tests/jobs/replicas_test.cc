@@ -247,7 +247,7 @@ TEST_F(Replicas, BackupReplicasDropTheStraggler) {
       if (!r.ok()) break;
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (backup > 0) {
-        EXPECT_TRUE(r->replicas[2].dropped) << "step " << r->step;
+        EXPECT_EQ(r->replicas[2].dropped_steps, 1) << "step " << r->step;
         EXPECT_EQ(r->replicas[2].examples, 0);
       }
       *loss = r->loss;

@@ -1,0 +1,286 @@
+// GlooCollective's internals (distributed/gloo_collective.h), shared by the
+// files that implement it: gloo_collective.cc (the group: rendezvous,
+// failures, the checked all-reduce round) and gloo_ring.cc (the ring itself,
+// subgroup rounds, point-to-point transfers, scratch buffers). Not for any
+// other file: it exposes Gloo's types.
+//
+// Thread safety: as gloo_collective.h says; fields say what guards them.
+#ifndef FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_INTERNAL_H_
+#define FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_INTERNAL_H_
+
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distributed/collective_signature.h"
+#include "distributed/collective_store.h"
+#include "distributed/gloo_collective.h"
+
+
+// --- The one thing this file needs from Gloo that Gloo does not expose.
+//
+// Gloo (this 2022 snapshot) has no abort. What it does itself when a wait
+// times out is tcp::Context::signalException(msg): every pending operation
+// of every pair fails with `msg` and the connections close (the peers see
+// them close). Abort does the same. The function is exported by libgloo but
+// declared in tcp/context.h, which Debian's libgloo-dev cannot compile (it
+// includes gloo/common/memory.h, not packaged); so it is declared here by
+// its symbol, a non-virtual member function called with the tcp::Context
+// (whose primary base, at offset 0, is the transport::Context we hold) as
+// `this`. A libgloo without it fails to link, not at run time.
+namespace flowstate_gloo_abi {
+void SignalException(void* tcp_context, const std::string& msg) __asm__(
+    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11"
+    "char_traitsIcESaIcEEE");
+}  // namespace flowstate_gloo_abi
+
+
+namespace flowstate {
+namespace gloo_internal {
+
+// connected ourselves (Impl::Connect).
+class MeshContext final : public ::gloo::Context {
+ public:
+  MeshContext(int rank, int size) : ::gloo::Context(rank, size) {}
+  void SetTransport(std::shared_ptr<::gloo::transport::Device> device,
+                    std::shared_ptr<::gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+  // Fails every pending operation with `msg` and closes the connections.
+  void Signal(const std::string& msg) {
+    if (transportContext_ != nullptr) flowstate_gloo_abi::SignalException(transportContext_.get(), msg);
+  }
+};
+
+}  // namespace gloo_internal
+
+class GlooCollective::Impl {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Header = collective_signature::Header;
+  using MeshContext = gloo_internal::MeshContext;
+
+  // What Abort tells Gloo's pending operations (and Fail recognises).
+  static constexpr const char* kClosedByUs = "flowstate: the group was closed by this rank";
+  // The prefixes of our Gloo slots, apart from Gloo's own collectives (1-8):
+  // a round's headers and signatures, its rings, the rings of subgroup
+  // rounds, transfers between two ranks.
+  static constexpr uint8_t kRoundSlot = 0x40, kRingSlot = 0x41, kAmongSlot = 0x42,
+                           kTransferSlot = 0x43;
+  // The dtypes a round reduces, one ring each, in this order.
+  static constexpr DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64,
+                                         DataType::kInt32, DataType::kInt64};
+  // What a round threw: a timeout of ours or a failed connection.
+  struct RoundError {
+    bool timeout = false;
+    std::string message;
+  };
+  // The time left until `deadline`, at least 1 ms (Gloo's waits take a timeout).
+  static std::chrono::milliseconds Left(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return std::max(left, std::chrono::milliseconds(1));
+  }
+  static std::string RankList(const std::vector<int>& ranks);
+  // A failure record in the store ("fail/<rank>"): code, blamed ranks, message.
+  static std::string EncodeRecord(const Status& s, const std::vector<int>& failed);
+  static Status DecodeRecord(const std::string& v, std::vector<int>* failed);
+  // Peer p's failure record as this rank's status: the peer's own cause as
+  // it wrote it, or for an abort of its own (CANCELLED, ABORTED, INTERNAL)
+  // the same prefixed "rank p closed the group: ".
+  static Status PeerRecord(int p, const std::string& record, std::vector<int>* failed);
+  // Whether `message` names `address` ("[10.0.0.1]:123" is not "...:1234").
+  static bool Names(const std::string& message, const std::string& address);
+
+  // What a group's members share and a rebuilt group reuses.
+  struct Endpoint {
+    std::shared_ptr<CollectiveStoreClient> store;
+    std::shared_ptr<::gloo::transport::Device> device;
+    GlooCollectiveOptions options;
+  };
+
+  Impl(std::shared_ptr<Endpoint> ep, std::string prefix, int rank, int size)
+      : ep_(std::move(ep)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
+  ~Impl();
+
+  // Publishes this rank's addresses, waits for the others', connects.
+  Status Connect(Clock::time_point deadline);
+
+  // The watchdog (GlooCollectiveOptions::failure_poll): while a round lasts,
+  // looks for a peer's failure record every failure_poll and aborts the
+  // group with it.
+  void Watch();
+
+  // The first peer failure record in the store, as the status to fail with
+  // (and the ranks it blames in *failed), as Fail reads one; OK when there
+  // is none (or the store cannot say now).
+  Status PeerFailure(std::vector<int>* failed);
+
+  // The unbound buffers of the round in progress, registered for as long as
+  // they live: Abort wakes their waits. REQUIRES (remove): before the
+  // buffer is destroyed.
+  void AddLive(::gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.insert(b);
+    if (!broken_.ok()) {
+      b->abortWaitSend();
+      b->abortWaitRecv();
+    }
+  }
+  void RemoveLive(::gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.erase(b);
+  }
+  // An unbound buffer of this round over [ptr, ptr + bytes), live while it is.
+  struct LiveBuffer {
+    LiveBuffer(Impl* impl, void* ptr, size_t bytes)
+        : impl(impl), buf(impl->ctx_->createUnboundBuffer(ptr, bytes)) {
+      impl->AddLive(buf.get());
+    }
+    ~LiveBuffer() { impl->RemoveLive(buf.get()); }
+    LiveBuffer(const LiveBuffer&) = delete;
+    LiveBuffer& operator=(const LiveBuffer&) = delete;
+    ::gloo::transport::UnboundBuffer* operator->() const { return buf.get(); }
+    Impl* impl;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
+  };
+
+  // Gloo's errors name a pair's peer by address: the one it published when
+  // this rank connected to it, but the peer's own (ephemeral) end when the
+  // peer connected to this rank. Those connections are the sockets of this
+  // process whose local address is the address this rank published for
+  // that pair; their peer names are what the errors will say.
+  void NamePeers(::gloo::transport::Context* tc);
+
+  Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Clock::time_point deadline);
+  void Abort(const Status& status, const std::vector<int>& failed = {});
+
+  // Posts this rank's failure record and closes every connection, so that
+  // every peer fails promptly (and finds out why). Once.
+  void CloseGroup();
+
+  // The group's failure, once whoever broke it has closed every connection
+  // (`l` holds mu_). Until then Gloo may still signal this round's pending
+  // buffers, which the caller frees when the round returns.
+  Status Closed(std::unique_lock<std::mutex>* l) {
+    signalled_cv_.wait(*l, [&] { return signalled_; });
+    return broken_;
+  }
+
+  // The group failed in `round`: the status to report (the first cause).
+  Status Fail(int64_t round, const RoundError& e, const std::vector<int>& late);
+
+  // --- One round's steps; gloo exceptions propagate.
+
+  // The headers of a round: one receive buffer per peer, so that after a
+  // failure it is known exactly whose arrived. Not movable (Gloo holds
+  // pointers into it).
+  struct HeaderExchange {
+    std::vector<Header> in;  // per rank
+    Header out;
+    std::vector<std::unique_ptr<LiveBuffer>> recv;  // per rank
+    std::unique_ptr<LiveBuffer> send;
+    std::vector<bool> arrived;
+  };
+  void PostHeaders(const Header& mine, HeaderExchange* x, uint64_t slot);
+  void WaitHeaders(HeaderExchange* x, Clock::time_point deadline);
+  // After a timeout (the group is closed then): the ranks whose header never
+  // arrived. Only then: a wait that times out closes every connection, which
+  // the peers would take for this rank's failure.
+  std::vector<int> Late(HeaderExchange* x);
+
+  // One dtype's share of a round: the tensors of that dtype (their indices)
+  // reduced into `out`, which is one of them when `in_place`.
+  struct Reduced {
+    std::vector<size_t> idx;
+    Tensor out;
+    bool in_place = false;
+  };
+  // Runs the ring of every dtype of `tensors` (tags from `base`) over the
+  // group, or over `members` only (a subgroup round, AllReduceAmong): a
+  // dtype's only tensor is reduced in its own buffer when nobody else holds
+  // it; the other tensors are left untouched, and Commit moves the results
+  // into them.
+  void Reduce(const std::vector<Tensor>& tensors, ReduceOp op, Clock::time_point deadline,
+              uint64_t base, std::vector<Reduced>* out,
+              const std::vector<int>* members = nullptr);
+  void Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced);
+  // Takes part in a ring over buffers of `totals` elements per dtype with
+  // zeros, and drops the result: what a rank whose call differs does in a
+  // round others started speculatively, so that theirs ends.
+  void JoinWithZeros(const std::array<int64_t, 4>& totals, Clock::time_point deadline,
+                     uint64_t base);
+  void Ring(DataType dtype, const void* input, Tensor* out, ReduceOp op, uint32_t tag,
+            Clock::time_point deadline, const std::vector<int>* members = nullptr);
+  // The ring all-reduce (sum) of n elements of `elem` bytes at `data`, in
+  // place, over this round's own buffers (LiveBuffer), among every rank of
+  // the group or `members` (increasing; their own slots, apart from the
+  // group's rounds).
+  void RingSum(void* data, size_t n, size_t elem, void (*sum)(void*, const void*, const void*, size_t),
+               uint32_t tag, Clock::time_point deadline, const std::vector<int>* members = nullptr);
+  // AllReduceAmong, Send and Recv (gloo_collective.h).
+  Status AllReduceAmong(std::vector<Tensor>* tensors, const std::vector<int>& members,
+                        uint32_t tag, Clock::time_point deadline);
+  Status Send(const std::vector<Tensor>& tensors, int to, uint32_t tag, Clock::time_point deadline);
+  Status Recv(std::vector<Tensor>* tensors, int from, uint32_t tag, Clock::time_point deadline);
+  // Marks a round in progress for the watchdog while it lives.
+  struct ActiveRound {
+    ActiveRound(Impl* self, int64_t round);
+    ~ActiveRound();
+    Impl* self;
+  };
+  void ExchangeSignatures(const std::vector<int64_t>& mine, const std::vector<Header>& headers,
+                          std::vector<std::vector<int64_t>>* all, Clock::time_point deadline,
+                          uint64_t slot);
+  Tensor Scratch(DataType dtype, const TensorShape& shape);
+  void Recycle(Tensor t);
+
+  std::shared_ptr<Endpoint> ep_;
+  const std::string prefix_;
+  const int rank_, size_;
+  std::shared_ptr<MeshContext> ctx_;
+  // Per rank: what Gloo's errors call its end of our connection.
+  std::vector<std::vector<std::string>> peer_addresses_;
+  int64_t next_round_ = 0;                      // the caller's thread only
+  // The last round every rank completed: its signature and elements per
+  // dtype. A round with the same signature starts its ring speculatively,
+  // while the headers are in flight (AllReduce). The caller's thread only.
+  bool have_last_ = false;
+  std::vector<int64_t> last_sig_;
+  uint64_t last_hash_ = 0;
+  std::array<int64_t, 4> last_totals_{};
+  std::map<std::pair<DataType, int64_t>, Tensor> spare_;  // the caller's thread only
+
+  mutable std::mutex mu_;
+  Status broken_;             // GUARDED_BY(mu_): sticky once set
+  std::vector<int> failed_;   // GUARDED_BY(mu_)
+  bool closed_ = false;       // GUARDED_BY(mu_)
+  bool signalled_ = false;    // GUARDED_BY(mu_): CloseGroup closed the connections
+  std::condition_variable signalled_cv_;
+  std::set<::gloo::transport::UnboundBuffer*> live_;  // GUARDED_BY(mu_): the round's buffers
+  bool round_active_ = false;  // GUARDED_BY(mu_): a round is in progress
+  int64_t active_round_ = -1;  // GUARDED_BY(mu_): its number
+  bool stop_watch_ = false;    // GUARDED_BY(mu_)
+  std::condition_variable watch_cv_;  // round_active_, active_round_, stop_watch_, broken_
+  std::thread watchdog_;       // Watch(); started by Connect (groups of more than one)
+  std::vector<char> ring_tmp_;  // Ring's receive segments; the caller's thread only
+};
+
+}  // namespace flowstate
+
+#endif  // FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_INTERNAL_H_
