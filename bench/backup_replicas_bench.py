@@ -20,13 +20,16 @@ wait since the previous step, spread evenly over the steps seen at once),
 and for C the steps task 2's replica was dropped from
 (flowstate_replica_dropped_steps_total). Then
 
-  D. "backup_replicas": 1 and task 2 stopped once for 2 s mid-run: the
-     longest time without a step, and whether the job succeeded.
+  D. "backup_replicas": 1 and task 2 stopped once for 2 s a third of the
+     way through, unslowed before and slowed before (--pause-reps runs of
+     each): every run must succeed; the median longest time without a step,
+     and in how many runs it exceeded 1 s (the stop caught task 2 among a
+     step's contributors, which then holds that step).
 
 Prints one JSON line per figure ({"name", "value", "unit"}).
 
     bench/backup_replicas_bench.py --flowstate build/flowstate [--model mlp|cnn]
-        [--reps 1] [--steps 300] [--batch 64] [--stop-ms 50] [--period-ms 100]
+        [--reps 1] [--steps 300] [--batch 64] [--stop-ms 50] [--period-ms 100] [--pause-reps 3]
 """
 
 import argparse
@@ -47,20 +50,27 @@ WARMUP = 20
 
 
 class DutyCycle:
-    """SIGSTOP/SIGCONT of one process at a fixed duty cycle, on a thread."""
+    """SIGSTOP/SIGCONT of one process at a fixed duty cycle, on a thread;
+    hold(s) keeps it stopped for s seconds once."""
 
     def __init__(self, pid, stop_ms, period_ms):
         self.pid, self.stop_s, self.run_s = pid, stop_ms / 1e3, (period_ms - stop_ms) / 1e3
         self.done = threading.Event()
+        self.hold_s = 0.0
         self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def hold(self, seconds):
+        self.hold_s = seconds
 
     def loop(self):
         try:
             while not self.done.is_set():
                 os.kill(self.pid, signal.SIGSTOP)
-                self.done.wait(self.stop_s)
+                held, self.hold_s = self.hold_s, 0.0
+                self.done.wait(self.stop_s + held)
                 os.kill(self.pid, signal.SIGCONT)
-                self.done.wait(self.run_s)
+                if self.run_s > 0:
+                    self.done.wait(self.run_s)
         finally:
             os.kill(self.pid, signal.SIGCONT)
 
@@ -132,7 +142,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--stop-ms", type=int, default=50)
     ap.add_argument("--period-ms", type=int, default=100)
-    ap.add_argument("--no-pause", action="store_true", help="skip the 2 s stop (D)")
+    ap.add_argument("--pause-reps", type=int, default=3, help="runs of each 2 s stop (D); 0: none")
     a = ap.parse_args()
     flowstate = os.path.abspath(a.flowstate)
     if not os.path.exists(os.path.join(DATA_ROOT, "fashion-mnist")):
@@ -165,21 +175,33 @@ def main():
                     runs["B"].append(run_job(api, job(0)))
                 with DutyCycle(straggler, a.stop_ms, a.period_ms):
                     runs["C"].append(run_job(api, job(1)))
-            pause = None
-            if not a.no_pause:
-                stopped = {"at": None}
+            pauses = {"unslowed": [], "slowed": []}
+            for _ in range(a.pause_reps):
+                # D: task 2 stops for 2 s once the job is a third through:
+                # at full speed before (it may be among the step's
+                # contributors then), and slowed before (it is behind).
+                stopped = {}
 
-                def during(step):
-                    # Task 2 stops for 2 s once the job is a third through.
-                    if stopped["at"] is None and step >= a.steps // 3:
-                        stopped["at"] = time.monotonic()
+                def stop_once(step):
+                    now = time.monotonic()
+                    if "at" not in stopped and step >= a.steps // 3:
+                        stopped["at"] = now
                         os.kill(straggler, signal.SIGSTOP)
-                    elif stopped["at"] is not None and time.monotonic() - stopped["at"] >= 2.0:
+                    elif "at" in stopped and "resumed" not in stopped and now - stopped["at"] >= 2.0:
+                        stopped["resumed"] = now
                         os.kill(straggler, signal.SIGCONT)
                 try:
-                    pause = run_job(api, job(1), during=during)
+                    pauses["unslowed"].append(run_job(api, job(1), during=stop_once))
                 finally:
                     os.kill(straggler, signal.SIGCONT)
+                with DutyCycle(straggler, a.stop_ms, a.period_ms) as d:
+                    held = {}
+
+                    def hold_once(step):
+                        if "done" not in held and step >= a.steps // 3:
+                            held["done"] = True
+                            d.hold(2.0)
+                    pauses["slowed"].append(run_job(api, job(1), during=hold_once))
         finally:
             srv.stop()
     for k, rs in runs.items():
@@ -201,14 +223,18 @@ def main():
             figure("%s_slowed_backup1_replica%d_dropped_steps" % (a.model, i),
                    metric(r["metrics"], "flowstate_replica_dropped_steps_total",
                           {"job_id": r["job_id"], "replica": str(i)}), "steps")
-    if pause is not None:
-        print(json.dumps({"pause_2s_state": pause["state"], "error": pause["error"]}))
-        figure("%s_pause_2s_longest_gap_between_steps" % a.model, pause["longest_gap"] * 1e3, "ms")
-        figure("%s_pause_2s_examples_per_second" % a.model, pause["examples_per_s"], "examples/s")
-        figure("%s_pause_2s_replica2_dropped_steps" % a.model,
-               metric(pause["metrics"], "flowstate_replica_dropped_steps_total",
-                      {"job_id": pause["job_id"], "replica": "2"}), "steps")
-
+    for kind, rs in pauses.items():
+        if not rs:
+            continue
+        for r in rs:
+            if r["state"] != "SUCCEEDED":
+                sys.exit("pause run (%s): %s %s" % (kind, r["state"], r["error"]))
+        gaps = [r["longest_gap"] for r in rs]
+        figure("%s_pause_2s_%s_longest_gap_median" % (a.model, kind), statistics.median(gaps) * 1e3, "ms")
+        figure("%s_pause_2s_%s_runs_stalled_over_1s" % (a.model, kind), sum(g > 1.0 for g in gaps),
+               "of %d" % len(gaps))
+        figure("%s_pause_2s_%s_examples_per_second" % (a.model, kind),
+               statistics.median(r["examples_per_s"] for r in rs), "examples/s")
 
 if __name__ == "__main__":
     main()

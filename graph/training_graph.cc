@@ -57,7 +57,7 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
   for (size_t k = 0; k < items.size(); ++k) {
     int64_t b = items[k].shape.num_elements() * int64_t(DataTypeSize(items[k].dtype));
     int64_t cap = buckets.size() == 1 ? std::min<int64_t>(spec.bucket_bytes, 1 << 20) : spec.bucket_bytes;
-    if (!spec.single_bucket && !buckets.back().empty() && bytes + b > cap) {
+    if (!buckets.back().empty() && bytes + b > cap) {
       buckets.emplace_back();
       bytes = 0;
     }

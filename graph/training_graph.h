@@ -53,7 +53,6 @@ struct TrainingGraphSpec {
   // Data-parallel replicas (see above); 1: no all-reduce.
   int replicas = 1;
   int64_t bucket_bytes = 25 << 20;
-  bool single_bucket = false;  // every tensor in one bucket (backup replicas)
   std::string allreduce_group = "replicas";  // the _AllReduce nodes' `group`
 };
 

@@ -92,13 +92,23 @@ TrainingJob::TrainingJob(const JobSpec& spec, const TrainingJobOptions& options,
 
 TrainingJob::~TrainingJob() {
   if (pipeline_) pipeline_->Cancel();
-  if (chunk_ != nullptr) {
-    // Stopped within a chunk of steps (a shutdown): the replicas on the
-    // tasks wait in their collective for replica 0; fail it everywhere.
+  bool lagging = false;
+  for (const std::thread& t : laggards_) lagging = lagging || t.joinable();
+  if (chunk_ != nullptr || lagging) {
+    // Stopped within a chunk of steps (a shutdown), or with replicas still
+    // catching up: the replicas on the tasks may wait in their collective
+    // for replica 0; fail it everywhere.
     if (!comms_.empty() && comms_[0] != nullptr) {
       comms_[0]->Abort(Cancelled("the job stopped within a chunk of steps"));
     }
-    for (std::thread& t : chunk_->threads) t.join();
+    if (chunk_ != nullptr) {
+      for (std::thread& t : chunk_->threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+    for (std::thread& t : laggards_) {
+      if (t.joinable()) t.join();
+    }
   }
 }
 

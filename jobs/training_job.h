@@ -56,9 +56,15 @@
 // epoch's end, a replica check, a traced step or max_steps (where this
 // process needs the replicas idle); until the chunk's last step
 // mid_chunk() is true. A replica's error fails replica 0's collective at
-// once; a NaN step ends the chunk there on every replica alike. Jobs with
-// backup replicas (a race each step) or the test straggler, and traced
-// steps, run every replica's step from here instead (one message a step). Restore() feeds the checkpoint's
+// once; a NaN step ends the chunk there on every replica alike. With backup
+// replicas up to `backup_replicas` replicas may still be in a chunk when it
+// ends here (they were dropped from its last steps and catch up on their
+// own): the next chunk goes on without waiting for them, and their next
+// chunk starts when theirs ends (at most kMaxLagChunks behind); whatever
+// reads or writes their variables (a replica check, a restore) or runs
+// their steps from here waits for them first (JoinLaggards). Jobs with the
+// test straggler, and traced steps, run every replica's step from here
+// instead (one message a step). Restore() feeds the checkpoint's
 // values to each replica's variables through restore nodes of its graph (a
 // Placeholder and an Assign per variable, "_restore/<variable>") and the
 // kernels' random states to its task (Session::ImportKernelStates). Backup replicas
@@ -77,8 +83,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -285,6 +293,8 @@ class TrainingJob {
   // be stepped on before anything else (pause, cancel, a rebuild); ends a
   // step sooner only by failing.
   bool mid_chunk() const { return chunk_ != nullptr; }
+  // How far a replica on another task may lag (backup replicas), in chunks.
+  static constexpr int kMaxLagChunks = 5;
   InputPipeline* pipeline() { return pipeline_.get(); }
 
  private:
@@ -310,9 +320,24 @@ class TrainingJob {
   // Starts the replicas on the tasks on `steps` steps from step_position_
   // (one Run with RunOptions::iterations each, on a thread per replica).
   void StartChunk(int64_t steps);
-  // Waits for them: status[i] and stats[i] for each replica i >= 1 (its
-  // all-reduce wait and bytes per step, the chunk's means).
+  // Waits for them (with backup replicas, for all but the laggards; see
+  // above): status[i] and stats[i] for each replica i >= 1 that ended it
+  // (its all-reduce wait and bytes per step, the chunk's means).
   void FinishChunk(std::vector<Status>* status, std::vector<ReplicaStepStats>* stats);
+  // Waits for the replicas still in an earlier chunk (all, or `replica`'s);
+  // the first error of any.
+  Status JoinLaggards(int replica = -1);
+  // The replica checks of laggards whose checksums have come since: the
+  // first divergence.
+  Status CheckPendingReplicas();
+  // Replica i's checksums after `step` against replica 0's.
+  Status CompareChecksums(int64_t step, int i, const std::vector<uint64_t>& got,
+                          const std::vector<uint64_t>& expected) const;
+  // FNV-1a over a tensor's dtype, shape and bytes.
+  static uint64_t VariableChecksum(const Tensor& t);
+  // The race's steps every replica is done with: ends them in the store
+  // (from race_ended_ on) and reads how often each replica was dropped.
+  Status EndRaceSteps(int64_t through, std::vector<ReplicaStepStats>* stats, bool one_step);
   // Replica i's graph `g` (on another task) reads its input there: its
   // input placeholders become outputs of a _ReplicaInput node
   // (state/replica_input.h) fed the step's position (kReplicaPositionNode).
@@ -370,12 +395,36 @@ class TrainingJob {
   struct RemoteChunk {
     int64_t end_step = 0;  // step_ once its last step is done
     int64_t steps = 0;
-    int64_t first_race_step = 0;  // backup replicas: the race's number of its first step
+    int64_t first_race_step = 0;  // the race's number of its first step
     std::chrono::steady_clock::time_point start;
-    std::vector<Status> status;  // by replica; each written by its thread
-    std::vector<std::thread> threads;
+    std::vector<std::thread> threads;  // by replica (0: none)
   };
+  // What the chunks' threads report, by replica: the race steps it is done
+  // with, its chunks not yet ended, its first error.
+  struct RemoteProgress {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int64_t> done_through;  // GUARDED_BY(mu)
+    std::vector<int> outstanding;       // GUARDED_BY(mu)
+    std::vector<Status> failed;         // GUARDED_BY(mu)
+    // Checksums of each variable after a replica check's step, read by the
+    // chunk's thread: step -> checksums, by replica.
+    std::vector<std::map<int64_t, std::vector<uint64_t>>> sums;  // GUARDED_BY(mu)
+  };
+  // Replica checks waiting for a laggard's checksums: the step, the replica,
+  // replica 0's checksums then.
+  struct PendingCheck {
+    int64_t step = 0;
+    int replica = 0;
+    std::vector<uint64_t> expected;
+  };
+  std::vector<PendingCheck> pending_checks_;
   std::unique_ptr<RemoteChunk> chunk_;
+  std::shared_ptr<RemoteProgress> progress_;
+  // Replicas whose chunk had not ended with replica 0's: the thread of their
+  // latest chunk, by replica (not joinable: none).
+  std::vector<std::thread> laggards_;
+  int64_t race_ended_ = 0;  // the race's steps before this one are ended
   std::vector<ReplicaStepStats> chunk_means_;
   double step_seconds_ = 0;
   // During StepReplicas: the position of the step's first batch (what

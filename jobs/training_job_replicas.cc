@@ -31,19 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// FNV-1a over a tensor's dtype, shape and bytes.
-uint64_t Checksum(const Tensor& t, uint64_t h = 1469598103934665603ull) {
-  auto mix = [&](const void* p, size_t n) {
-    const unsigned char* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  int dtype = int(t.dtype());
-  mix(&dtype, sizeof dtype);
-  for (int64_t d : t.shape().dims()) mix(&d, sizeof d);
-  mix(t.raw_data(), t.TotalBytes());
-  return h;
-}
-
 }  // namespace
 
 
@@ -76,6 +63,7 @@ Status TrainingJob::StartReplicas() {
     FS_RETURN_IF_ERROR((*s)->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
     replica_sessions_.push_back(std::move(s).value());
   }
+  race_ended_ = 0;
   if (spec_.backup_replicas > 0) {
     race_ = std::make_shared<LocalStepRace>(n, n - spec_.backup_replicas);
     dropped_.assign(n, 0);
@@ -181,7 +169,6 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
     batches.push_back(std::move(counted));
   }
   all.clear();
-  const std::vector<int64_t> dropped_before = dropped_;
   race_step_ = comms_[0]->steps_begun();
   // A traced step: every replica in this process records into one trace
   // (replicas on other tasks run their ops there, untraced).
@@ -199,28 +186,29 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   // step, every replica's step is run from here.
   const bool chunked = comms_.size() > 1 && comms_[1] == nullptr &&
                        options_.test_straggler.delay_ms == 0 && !trace;
-  // The race's steps every replica is done with after this one: this one
-  // when it runs from here, a chunk's when it ends.
-  int64_t ended_from = race_step_, ended_to = race_step_ + 1;
+  // Backup replicas: the race's steps every replica is done with are ended
+  // when a step runs from here, or a chunk ends.
+  bool race_steps_done = !chunked;
   const auto start = Clock::now();
   if (chunked) {
-    if (chunk_ == nullptr) {
-      StartChunk(ChunkSteps());
-      chunk_->first_race_step = race_step_;
-    }
+    if (chunk_ == nullptr) StartChunk(ChunkSteps());
     for (int i = 1; i < n; ++i) {
       stats[i] = i < int(chunk_means_.size()) ? chunk_means_[i] : ReplicaStepStats();
       stats[i].examples = i < int(batches.size()) ? batches[i].size : 0;
     }
-    ended_to = ended_from;  // none, unless the chunk ends
     status[0] = RunReplica(0, &batches[0], &stats[0]);
     if (!status[0].ok() || step_ + 1 == chunk_->end_step) {
-      ended_from = chunk_->first_race_step;
-      ended_to = race_step_ + 1;
       FinishChunk(&status, &stats);
+      race_steps_done = true;
     }
     for (int i = 1; i < n; ++i) stats[i].loss = stats[0].loss;
   } else {
+    // Replicas still in a chunk finish it first.
+    Status joined = JoinLaggards();
+    if (!joined.ok()) {
+      done_ = true;
+      return joined;
+    }
     std::vector<std::thread> threads;
     for (int i = 1; i < n; ++i) {
       threads.emplace_back([&, i] {
@@ -234,20 +222,12 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   const double took = Seconds(Clock::now() - start);
   step_seconds_ = step_seconds_ > 0 ? 0.8 * step_seconds_ + 0.2 * took : took;
   step_trace_ = nullptr;
-  if (race_ != nullptr && ended_to > ended_from) {
-    StatusOr<std::vector<int64_t>> dropped = race_->Dropped();
-    Status ended;
-    for (int64_t e = ended_from; e < ended_to && ended.ok(); ++e) ended = race_->End(e);
-    if (dropped.ok() && ended.ok()) {
-      dropped_ = std::move(dropped).value();
-      for (int i = 0; i < n && i < int(dropped_before.size()); ++i) {
-        stats[i].dropped_steps = dropped_[i] - dropped_before[i];
-        // A step run from here: a dropped replica's examples did not count.
-        if (stats[i].dropped_steps > 0 && ended_to - ended_from == 1) stats[i].examples = 0;
-      }
-    } else if (status[0].ok()) {
-      status[0] = !dropped.ok() ? dropped.status() : ended;
-    }
+  if (race_steps_done) {
+    Status ended = EndRaceSteps(race_step_ + 1, &stats, /*one_step=*/!chunked);
+    if (!ended.ok() && status[0].ok()) status[0] = ended;
+    // And the replica checks that waited for a laggard.
+    Status agree = CheckPendingReplicas();
+    if (!agree.ok() && status[0].ok()) status[0] = agree;
   }
 
   StepResult r;
@@ -298,6 +278,7 @@ Status TrainingJob::AssignReplicaVariables(int i, const std::vector<std::string>
                                            const std::map<std::string, const Tensor*>& values) {
   Session* session = replica_session(i);
   if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
+  FS_RETURN_IF_ERROR(JoinLaggards(i));
   if (i < int(comms_.size()) && comms_[i] == nullptr) {
     // On another task: through its graph's restore nodes, in one step.
     std::vector<std::pair<std::string, Tensor>> feeds;
@@ -325,24 +306,83 @@ Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tens
   return s.ok() ? s : s.WithPrefix("restoring replica " + std::to_string(i));
 }
 
+uint64_t TrainingJob::VariableChecksum(const Tensor& t) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  int dtype = int(t.dtype());
+  mix(&dtype, sizeof dtype);
+  for (int64_t d : t.shape().dims()) mix(&d, sizeof d);
+  mix(t.raw_data(), t.TotalBytes());
+  return h;
+}
+
+Status TrainingJob::CompareChecksums(int64_t step, int i, const std::vector<uint64_t>& got,
+                                     const std::vector<uint64_t>& expected) const {
+  for (size_t k = 0; k < graph_.variables.size() && k < got.size() && k < expected.size(); ++k) {
+    if (got[k] != expected[k]) {
+      return Internal("replicas diverged: after step " + std::to_string(step) + " variable '" +
+                          graph_.variables[k] + "' of replica " + std::to_string(i) +
+                          " differs from replica 0's (checksums " + std::to_string(got[k]) +
+                          " and " + std::to_string(expected[k]) +
+                          "); the job stops instead of training on different models",
+                      graph_.variables[k]);
+    }
+  }
+  return Status();
+}
+
 Status TrainingJob::CheckReplicasAgree() {
   const int n = spec_.replicas;
-  std::vector<std::vector<uint64_t>> sums(n);
-  for (int i = 0; i < n; ++i) {
-    FS_ASSIGN_OR_RETURN(std::vector<Tensor> values, ReadReplicaVariables(i));
-    for (const Tensor& t : values) sums[i].push_back(Checksum(t));
+  std::vector<uint64_t> expected;
+  {
+    FS_ASSIGN_OR_RETURN(std::vector<Tensor> values, ReadReplicaVariables(0));
+    for (const Tensor& t : values) expected.push_back(VariableChecksum(t));
   }
   for (int i = 1; i < n; ++i) {
-    for (size_t k = 0; k < graph_.variables.size(); ++k) {
-      if (sums[i][k] != sums[0][k]) {
-        return Internal("replicas diverged: after step " + std::to_string(step_) + " variable '" +
-                            graph_.variables[k] + "' of replica " + std::to_string(i) +
-                            " differs from replica 0's (checksums " + std::to_string(sums[i][k]) +
-                            " and " + std::to_string(sums[0][k]) +
-                            "); the job stops instead of training on different models",
-                        graph_.variables[k]);
+    if (progress_ != nullptr && comms_[i] == nullptr) {
+      // A replica on another task whose chunk ended at this step read its
+      // own (or will: a laggard's are checked when they come).
+      std::unique_lock<std::mutex> l(progress_->mu);
+      auto it = progress_->sums[i].find(step_);
+      if (it != progress_->sums[i].end()) {
+        std::vector<uint64_t> got = std::move(it->second);
+        progress_->sums[i].erase(it);
+        l.unlock();
+        FS_RETURN_IF_ERROR(CompareChecksums(step_, i, got, expected));
+        continue;
+      }
+      if (progress_->outstanding[i] > 0) {
+        pending_checks_.push_back(PendingCheck{step_, i, expected});
+        continue;
       }
     }
+    std::vector<uint64_t> got;
+    FS_ASSIGN_OR_RETURN(std::vector<Tensor> values, ReadReplicaVariables(i));
+    for (const Tensor& t : values) got.push_back(VariableChecksum(t));
+    FS_RETURN_IF_ERROR(CompareChecksums(step_, i, got, expected));
+  }
+  return Status();
+}
+
+Status TrainingJob::CheckPendingReplicas() {
+  if (progress_ == nullptr) return Status();
+  for (auto p = pending_checks_.begin(); p != pending_checks_.end();) {
+    std::vector<uint64_t> got;
+    {
+      std::lock_guard<std::mutex> l(progress_->mu);
+      auto it = progress_->sums[p->replica].find(p->step);
+      if (it == progress_->sums[p->replica].end()) {
+        ++p;
+        continue;
+      }
+      got = std::move(it->second);
+      progress_->sums[p->replica].erase(it);
+    }
+    FS_RETURN_IF_ERROR(CompareChecksums(p->step, p->replica, got, p->expected));
+    p = pending_checks_.erase(p);
   }
   return Status();
 }
@@ -350,6 +390,7 @@ Status TrainingJob::CheckReplicasAgree() {
 StatusOr<std::vector<Tensor>> TrainingJob::ReadReplicaVariables(int i) {
   Session* session = replica_session(i);
   if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
+  if (i > 0) FS_RETURN_IF_ERROR(JoinLaggards(i));
   std::vector<Tensor> out;
   if (i < int(comms_.size()) && comms_[i] == nullptr) {
     // On another task: fetched through the session.

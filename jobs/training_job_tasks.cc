@@ -227,6 +227,10 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   const int contributors = spec_.backup_replicas > 0 ? n - spec_.backup_replicas : 0;
   race_.reset();
   dropped_.clear();
+  race_ended_ = 0;
+  (void)JoinLaggards();  // a new membership: the old group's chunks are over
+  progress_.reset();
+  pending_checks_.clear();
   remote_totals_.assign(n, {0.0, 0.0});
   // Replicas 1..n-1: a session whose graph runs on task i, with a
   // _CreateReplicaComm node there (its worker session gets the participant).
@@ -419,15 +423,39 @@ int64_t TrainingJob::ChunkSteps() const {
 
 void TrainingJob::StartChunk(int64_t steps) {
   const int n = spec_.replicas;
+  if (progress_ == nullptr) {
+    progress_ = std::make_shared<RemoteProgress>();
+    progress_->done_through.assign(n, 0);
+    progress_->outstanding.assign(n, 0);
+    progress_->failed.assign(n, Status());
+    progress_->sums.assign(n, {});
+  }
+  laggards_.resize(n);
   auto c = std::make_unique<RemoteChunk>();
   c->end_step = step_ + steps;
   c->steps = steps;
+  c->first_race_step = race_step_;
   c->start = Clock::now();
-  c->status.resize(n);
-  RemoteChunk* chunk = c.get();
+  c->threads.resize(n);
   const Tensor position = PositionTensor(step_position_);
+  const int64_t race_end = race_step_ + steps;
+  // A chunk that ends at a replica check: each task's thread reads its
+  // replica's variables then, so that a replica that ends it late is
+  // checked at that step too (CheckReplicasAgree).
+  const int64_t check_step = spec_.check_replicas_every > 0 &&
+                                     c->end_step % spec_.check_replicas_every == 0
+                                 ? c->end_step
+                                 : -1;
+  {
+    std::lock_guard<std::mutex> l(progress_->mu);
+    for (int i = 1; i < n; ++i) ++progress_->outstanding[i];
+  }
   for (int i = 1; i < n; ++i) {
-    c->threads.emplace_back([this, chunk, i, steps, position] {
+    // A laggard's next chunk begins when its last one ends.
+    std::thread before = std::move(laggards_[i]);
+    c->threads[i] = std::thread([this, i, steps, position, race_end, check_step,
+                                 progress = progress_, before = std::move(before)]() mutable {
+      if (before.joinable()) before.join();
       // Where its input starts, then the steps: two messages a chunk.
       std::vector<Tensor> out;
       Session* session = replica_session(i);
@@ -437,7 +465,20 @@ void TrainingJob::StartChunk(int64_t steps) {
       if (s.ok()) s = session->Run({}, {}, {graph_.train_op}, &out, nullptr, o);
       // Nobody may wait on this replica: replica 0's collective fails now.
       if (!s.ok() && !IsNanError(s) && comms_[0] != nullptr) comms_[0]->Abort(s);
-      chunk->status[i] = s.ok() ? s : s.WithPrefix("replica " + std::to_string(i));
+      std::vector<uint64_t> sums;
+      if (s.ok() && check_step >= 0) {
+        std::vector<Tensor> values;
+        s = session->Run({}, graph_.variables, {}, &values);
+        for (const Tensor& t : values) sums.push_back(VariableChecksum(t));
+      }
+      std::lock_guard<std::mutex> l(progress->mu);
+      if (!sums.empty()) progress->sums[i][check_step] = std::move(sums);
+      --progress->outstanding[i];
+      if (s.ok() || IsNanError(s)) progress->done_through[i] = race_end;
+      if (!s.ok() && progress->failed[i].ok()) {
+        progress->failed[i] = s.WithPrefix("replica " + std::to_string(i));
+      }
+      progress->cv.notify_all();
     });
   }
   chunk_ = std::move(c);
@@ -445,13 +486,44 @@ void TrainingJob::StartChunk(int64_t steps) {
 
 void TrainingJob::FinishChunk(std::vector<Status>* status, std::vector<ReplicaStepStats>* stats) {
   std::unique_ptr<RemoteChunk> c = std::move(chunk_);
-  for (std::thread& t : c->threads) t.join();
   const int n = spec_.replicas;
+  // Backup replicas: up to backup_replicas of them may end this chunk later
+  // (each at most kMaxLagChunks behind); the others end it with replica 0.
+  std::vector<bool> ended(n, true);
+  {
+    std::unique_lock<std::mutex> l(progress_->mu);
+    auto lagging = [&] {
+      int behind = 0;
+      bool too_far = false;
+      for (int i = 1; i < n; ++i) {
+        if (progress_->outstanding[i] == 0) continue;
+        ++behind;
+        too_far = too_far || progress_->outstanding[i] > kMaxLagChunks - 1 || !progress_->failed[i].ok();
+      }
+      return behind > spec_.backup_replicas || too_far;
+    };
+    progress_->cv.wait(l, [&] { return !lagging(); });
+    // The others' answers are on their way: a moment for them.
+    progress_->cv.wait_for(l, std::chrono::milliseconds(20), [&] {
+      for (int i = 1; i < n; ++i) {
+        if (progress_->outstanding[i] > 0) return false;
+      }
+      return true;
+    });
+    for (int i = 1; i < n; ++i) {
+      ended[i] = progress_->outstanding[i] == 0;
+      (*status)[i] = progress_->failed[i];
+    }
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - c->start).count();
   chunk_means_.resize(n);
   for (int i = 1; i < n; ++i) {
-    (*status)[i] = c->status[i];
-    if (!c->status[i].ok()) continue;
+    if (!ended[i]) {
+      laggards_[i] = std::move(c->threads[i]);  // its next chunk joins it
+      continue;
+    }
+    c->threads[i].join();
+    if (!(*status)[i].ok()) continue;
     // Its all-reduce totals: this chunk's share, per step.
     std::vector<Tensor> out;
     Status s = replica_session(i)->Run({}, {kRemoteTotalsNode}, {}, &out);
@@ -470,6 +542,40 @@ void TrainingJob::FinishChunk(std::vector<Status>* status, std::vector<ReplicaSt
     (*stats)[i].allreduce_seconds = m.allreduce_seconds;
     (*stats)[i].allreduce_bytes = m.allreduce_bytes;
   }
+}
+
+Status TrainingJob::JoinLaggards(int replica) {
+  for (size_t i = 0; i < laggards_.size(); ++i) {
+    if ((replica < 0 || int(i) == replica) && laggards_[i].joinable()) laggards_[i].join();
+  }
+  if (progress_ == nullptr) return Status();
+  std::lock_guard<std::mutex> l(progress_->mu);
+  for (const Status& s : progress_->failed) {
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
+Status TrainingJob::EndRaceSteps(int64_t through, std::vector<ReplicaStepStats>* stats,
+                                 bool one_step) {
+  if (progress_ != nullptr) {
+    // Not past a replica still in an earlier chunk.
+    std::lock_guard<std::mutex> l(progress_->mu);
+    for (int i = 1; i < spec_.replicas; ++i) {
+      if (progress_->outstanding[i] > 0) through = std::min(through, progress_->done_through[i]);
+    }
+  }
+  if (race_ == nullptr || through <= race_ended_) return Status();
+  const std::vector<int64_t> before = dropped_;
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> dropped, race_->Dropped());
+  for (; race_ended_ < through; ++race_ended_) FS_RETURN_IF_ERROR(race_->End(race_ended_));
+  dropped_ = std::move(dropped);
+  for (int i = 0; i < spec_.replicas && i < int(before.size()); ++i) {
+    (*stats)[i].dropped_steps = dropped_[i] - before[i];
+    // A step run from here: a dropped replica's examples did not count.
+    if ((*stats)[i].dropped_steps > 0 && one_step) (*stats)[i].examples = 0;
+  }
+  return Status();
 }
 
 }  // namespace flowstate
