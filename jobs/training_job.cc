@@ -90,6 +90,15 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
 TrainingJob::TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph)
     : spec_(spec), options_(options), graph_(std::move(graph)) {}
 
+SessionOptions TrainingJob::SessionOptionsOfJob() const {
+  SessionOptions so;
+  so.devices = options_.devices;
+  so.inter_op_pool = options_.inter_op_pool;
+  so.inter_op_threads = options_.inter_op_threads;
+  so.max_shape_bytes = options_.max_shape_bytes;
+  return so;
+}
+
 TrainingJob::~TrainingJob() {
   if (pipeline_) pipeline_->Cancel();
   bool lagging = false;
@@ -198,11 +207,7 @@ Status TrainingJob::Start(bool load_data) {
   if (spec_.eval && load_data) {
     FS_ASSIGN_OR_RETURN(eval_data_, Load(*spec_.eval, "eval"));
   }
-  SessionOptions so;
-  so.devices = options_.devices;
-  so.inter_op_pool = options_.inter_op_pool;
-  so.inter_op_threads = options_.inter_op_threads;
-  so.max_shape_bytes = options_.max_shape_bytes;
+  SessionOptions so = SessionOptionsOfJob();
   so.default_device = spec_.devices.empty() ? "" : spec_.devices.front();
   FS_ASSIGN_OR_RETURN(train_session_, Session::Create(graph_.graph, so));
   so.resources = train_session_->shared_resources();

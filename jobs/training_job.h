@@ -302,6 +302,13 @@ class TrainingJob {
   StatusOr<Dataset> Load(const DataSpec& data, const std::string& path) const;
   StatusOr<std::shared_ptr<Variable>> FindVariable(const std::string& name) const;
   static StatusOr<std::shared_ptr<Variable>> FindVariableIn(Session* session, const std::string& name);
+  // The test straggler (TrainingJobOptions::test_straggler), when replica i
+  // is it: waits its delay, or (backup replicas) until the step is decided
+  // without it; true when it abandons the step then.
+  StatusOr<bool> TestStraggler(int i, ReplicaStepStats* stats);
+  // What every session of this job (replica 0's, the evaluation's, the
+  // replicas') is made with: the devices, the inter-op threads, the shape cap.
+  SessionOptions SessionOptionsOfJob() const;
   Status StartReplicas();
   // True when some replica's device is on another task of the cluster.
   bool ReplicasAcrossTasks() const;

@@ -50,11 +50,7 @@ Status TrainingJob::StartReplicas() {
   };
   replica_sessions_.clear();
   for (int i = 1; i < n; ++i) {
-    SessionOptions so;
-    so.devices = options_.devices;
-    so.inter_op_pool = options_.inter_op_pool;
-    so.inter_op_threads = options_.inter_op_threads;
-    so.max_shape_bytes = options_.max_shape_bytes;
+    SessionOptions so = SessionOptionsOfJob();
     so.default_device = device(i);
     StatusOr<std::unique_ptr<Session>> s = Session::Create(graph_.graph, so);
     if (!s.ok()) return s.status().WithPrefix("replica " + std::to_string(i));
@@ -95,21 +91,10 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
   const double wait0 = comm.wait_seconds();
   const int64_t bytes0 = comm.bytes();
   bool abandon = batch == nullptr;
-  if (!abandon && i == options_.test_straggler.replica && options_.test_straggler.delay_ms > 0) {
-    // The test straggler: its computation takes delay_ms longer, unless the
-    // step is decided without it first (backup replicas), when it abandons it.
-    auto delay = std::chrono::milliseconds(options_.test_straggler.delay_ms);
-    if (race_ != nullptr) {
-      StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
-      if (!decided.ok()) {
-        comm.Abort(decided.status());
-        return decided.status().WithPrefix("replica " + std::to_string(i));
-      }
-      abandon = *decided;
-      stats->dropped_steps = abandon ? 1 : 0;
-    } else {
-      std::this_thread::sleep_for(delay);
-    }
+  if (!abandon) {
+    StatusOr<bool> late = TestStraggler(i, stats);
+    if (!late.ok()) return late.status();
+    abandon = *late;
   }
   std::vector<std::pair<std::string, Tensor>> feeds;
   if (!abandon) {
@@ -145,6 +130,24 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
   stats->allreduce_seconds = comm.wait_seconds() - wait0;
   stats->allreduce_bytes = comm.bytes() - bytes0;
   return s.ok() ? Status() : s.WithPrefix("replica " + std::to_string(i));
+}
+
+StatusOr<bool> TrainingJob::TestStraggler(int i, ReplicaStepStats* stats) {
+  if (i != options_.test_straggler.replica || options_.test_straggler.delay_ms <= 0) return false;
+  // Its computation takes delay_ms longer, unless the step is decided
+  // without it first (backup replicas): then it abandons it.
+  auto delay = std::chrono::milliseconds(options_.test_straggler.delay_ms);
+  if (race_ == nullptr) {
+    std::this_thread::sleep_for(delay);
+    return false;
+  }
+  StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
+  if (!decided.ok()) {
+    if (comms_[0] != nullptr) comms_[0]->Abort(decided.status());
+    return decided.status().WithPrefix("replica " + std::to_string(i));
+  }
+  stats->dropped_steps = *decided ? 1 : 0;
+  return *decided;
 }
 
 StatusOr<StepResult> TrainingJob::StepReplicas() {

@@ -285,11 +285,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
     }
     g.nodes.push_back(std::move(c));
     g.nodes.push_back(std::move(stats));
-    SessionOptions so;
-    so.devices = options_.devices;
-    so.inter_op_pool = options_.inter_op_pool;
-    so.inter_op_threads = options_.inter_op_threads;
-    so.max_shape_bytes = options_.max_shape_bytes;
+    SessionOptions so = SessionOptionsOfJob();
     so.remote = options_.remote;
     StatusOr<std::unique_ptr<Session>> s = Session::Create(g, so);
     if (!s.ok()) return s.status().WithPrefix("replica " + std::to_string(i));
@@ -361,24 +357,12 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   // with 0 examples: its all-reduce contribution is zeros and it applies
   // the others' average. `batch` only counts its examples here.
   const auto start = Clock::now();
-  if (batch != nullptr && i == options_.test_straggler.replica && options_.test_straggler.delay_ms > 0) {
-    // The test straggler, as in RunReplica: late by delay_ms, unless the
-    // step is decided without it first; then it abandons its batch and
-    // joins with 0 examples.
-    auto delay = std::chrono::milliseconds(options_.test_straggler.delay_ms);
-    if (race_ != nullptr) {
-      StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
-      if (!decided.ok()) {
-        if (comms_[0] != nullptr) comms_[0]->Abort(decided.status());
-        return decided.status().WithPrefix("replica " + std::to_string(i));
-      }
-      if (*decided) {
-        batch = nullptr;
-        stats->dropped_steps = 1;
-      }
-    } else {
-      std::this_thread::sleep_for(delay);
-    }
+  if (batch != nullptr) {
+    // The test straggler abandons its batch when the step goes on without
+    // it, and joins with 0 examples.
+    StatusOr<bool> late = TestStraggler(i, stats);
+    if (!late.ok()) return late.status();
+    if (*late) batch = nullptr;
   }
   std::vector<std::pair<std::string, Tensor>> feeds;
   feeds.emplace_back(kReplicaPositionNode, PositionTensor(step_position_));
