@@ -210,8 +210,14 @@ Status TrainingJob::CheckReplicaInputs() {
 Status TrainingJob::StartReplicasAcrossTasks() {
   const int n = spec_.replicas;
   FS_RETURN_IF_ERROR(CheckReplicasAcrossTasks());
-  const int num_buckets = int(graph_.allreduce.size());
-  CollectiveGroupSpec group;
+  ReplicaGroupSpec place;  // each replica's, but for its rank and host
+  place.num_buckets = int(graph_.allreduce.size());
+  place.allreduce_timeout = options_.allreduce_timeout;
+  // Backup replicas: the first n - k to finish a step's backward pass
+  // contribute, decided in the group's store (every rank's race meets there).
+  place.contributors = spec_.backup_replicas > 0 ? n - spec_.backup_replicas : 0;
+  const int contributors = place.contributors;
+  CollectiveGroupSpec& group = place.group;
   group.kind = "gloo";
   group.store_address = options_.collective_store;
   // One prefix per membership: a job without one gets a fresh one of this
@@ -222,9 +228,6 @@ Status TrainingJob::StartReplicasAcrossTasks() {
                      : "replicas/" + std::to_string(memberships.fetch_add(1)) + "/m0";
   group.size = n;
   group.timeout = std::chrono::milliseconds(30000);
-  // Backup replicas: the first n - k to finish a step's backward pass
-  // contribute, decided in the group's store (every rank's race meets there).
-  const int contributors = spec_.backup_replicas > 0 ? n - spec_.backup_replicas : 0;
   race_.reset();
   dropped_.clear();
   race_ended_ = 0;
@@ -238,21 +241,10 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   std::vector<std::string> create_nodes(n);
   for (int i = 1; i < n; ++i) {
     GraphDef g = graph_.graph;
-    NodeDef c;
-    c.name = "_replica_comm_" + std::to_string(i);
-    c.op = "_CreateReplicaComm";
-    c.device = spec_.devices[i];
-    c.attrs = {{"group", AttrValue(std::string("replicas"))},
-               {"kind", AttrValue(group.kind)},
-               {"store_address", AttrValue(group.store_address)},
-               {"prefix", AttrValue(group.prefix)},
-               {"rank", AttrValue(int64_t(i))},
-               {"size", AttrValue(int64_t(n))},
-               {"num_buckets", AttrValue(int64_t(num_buckets))},
-               {"timeout_ms", AttrValue(int64_t(group.timeout.count()))},
-               {"allreduce_timeout_ms", AttrValue(int64_t(options_.allreduce_timeout.count()))},
-               {"host", AttrValue(ReplicaHost(i))},
-               {"backup_contributors", AttrValue(int64_t(contributors))}};
+    ReplicaGroupSpec mine = place;
+    mine.group.rank = i;
+    mine.group.host = ReplicaHost(i);
+    NodeDef c = mine.ToNode("_replica_comm_" + std::to_string(i), spec_.devices[i]);
     create_nodes[i] = c.name;
     AddRestoreNodes(graph_.variables, &g);
     FS_RETURN_IF_ERROR(AddReplicaInput(i, &g));
@@ -262,7 +254,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
     stats.name = kRemoteStatsNode;
     stats.op = "_ReplicaCommStats";
     stats.device = spec_.devices[i];
-    stats.attrs["group"] = AttrValue(std::string("replicas"));
+    stats.attrs["group"] = AttrValue(place.comm);
     stats.inputs = {"^" + graph_.train_op};
     NodeDef totals = stats;
     totals.name = kRemoteTotalsNode;
@@ -327,7 +319,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
     if (c.ok() && joined[0].ok()) {
       ReplicaComm::Options o;
       o.collective = std::shared_ptr<Collective>(std::move(c).value());
-      o.num_buckets = num_buckets;
+      o.num_buckets = place.num_buckets;
       o.timeout = options_.allreduce_timeout;
       o.race = race_;
       comm0 = std::make_shared<ReplicaComm>(std::move(o));
@@ -341,7 +333,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   }
   StatusOr<std::shared_ptr<ReplicaComm>> r =
       train_session_->resource_manager()->LookupOrCreate<ReplicaComm>(
-          kReplicaContainer, "replicas",
+          kReplicaContainer, place.comm,
           [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm0; });
   if (!r.ok()) return r.status();
   // Only replica 0's participant is in this process.

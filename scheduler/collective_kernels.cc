@@ -128,24 +128,12 @@ class CommPace final : public ReplicaPace {
 class CreateReplicaCommOp final : public AsyncOpKernel {
  public:
   explicit CreateReplicaCommOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    int64_t rank = 0, size = 1, buckets = 1, timeout = 1, allreduce_timeout = 1, contributors = 0;
-    (void)c->GetAttr("group", &group_);
-    (void)c->GetAttr("kind", &spec_.kind);
-    (void)c->GetAttr("store_address", &spec_.store_address);
-    (void)c->GetAttr("prefix", &spec_.prefix);
-    (void)c->GetAttr("host", &spec_.host);
-    (void)c->GetAttr("rank", &rank);
-    (void)c->GetAttr("size", &size);
-    (void)c->GetAttr("num_buckets", &buckets);
-    (void)c->GetAttr("timeout_ms", &timeout);
-    (void)c->GetAttr("allreduce_timeout_ms", &allreduce_timeout);
-    (void)c->GetAttr("backup_contributors", &contributors);
-    contributors_ = int(contributors);
-    spec_.rank = int(rank);
-    spec_.size = int(size);
-    spec_.timeout = std::chrono::milliseconds(timeout);
-    num_buckets_ = int(buckets);
-    allreduce_timeout_ = std::chrono::milliseconds(allreduce_timeout);
+    StatusOr<ReplicaGroupSpec> spec = ReplicaGroupSpec::FromNode(c->def());
+    if (!spec.ok()) {
+      c->SetStatus(spec.status());
+      return;
+    }
+    spec_ = std::move(spec).value();
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -165,26 +153,26 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
  private:
   Status Create(ResourceMgr* rm) const {
     // A new membership replaces the old group (its destructor aborts it).
-    (void)rm->Delete(kReplicaContainer, group_);
-    StatusOr<std::unique_ptr<Collective>> c = CreateCollective(spec_);
+    (void)rm->Delete(kReplicaContainer, spec_.comm);
+    StatusOr<std::unique_ptr<Collective>> c = CreateCollective(spec_.group);
     if (!c.ok()) return c.status();
     ReplicaComm::Options o;
     o.collective = std::shared_ptr<Collective>(std::move(c).value());
-    o.num_buckets = num_buckets_;
-    o.timeout = allreduce_timeout_;
-    if (contributors_ > 0) {
+    o.num_buckets = spec_.num_buckets;
+    o.timeout = spec_.allreduce_timeout;
+    if (spec_.contributors > 0) {
       // Backup replicas: this rank's place in the group's race.
-      StatusOr<std::shared_ptr<StepRace>> race = CreateStepRace(spec_, contributors_);
+      StatusOr<std::shared_ptr<StepRace>> race = CreateStepRace(spec_.group, spec_.contributors);
       if (!race.ok()) return race.status();
       o.race = std::move(race).value();
     }
     auto comm = std::make_shared<ReplicaComm>(std::move(o));
     FS_RETURN_IF_ERROR(rm->LookupOrCreate<ReplicaComm>(
-                             kReplicaContainer, group_,
+                             kReplicaContainer, spec_.comm,
                              [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm; })
                            .status());
     (void)rm->Delete(kTaskContainer, kReplicaPaceResource);
-    if (contributors_ == 0) return Status();
+    if (spec_.contributors == 0) return Status();
     // The replica's input asks it whether it is behind.
     return rm->LookupOrCreate<ReplicaPace>(
                  kTaskContainer, kReplicaPaceResource,
@@ -194,11 +182,7 @@ class CreateReplicaCommOp final : public AsyncOpKernel {
         .status();
   }
 
-  std::string group_;
-  CollectiveGroupSpec spec_;
-  int num_buckets_ = 1;
-  int contributors_ = 0;  // > 0: backup replicas (the race's quota)
-  std::chrono::milliseconds allreduce_timeout_{1};
+  ReplicaGroupSpec spec_;
 };
 
 // The totals of the session's ReplicaComm `group`: [seconds waited in

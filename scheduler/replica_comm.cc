@@ -23,6 +23,65 @@ void DivideInPlace(Tensor* x, double by) {
 
 }  // namespace
 
+NodeDef ReplicaGroupSpec::ToNode(const std::string& name, const std::string& device) const {
+  NodeDef n;
+  n.name = name;
+  n.op = "_CreateReplicaComm";
+  n.device = device;
+  n.attrs = {{"group", AttrValue(comm)},
+             {"kind", AttrValue(group.kind)},
+             {"store_address", AttrValue(group.store_address)},
+             {"prefix", AttrValue(group.prefix)},
+             {"rank", AttrValue(int64_t(group.rank))},
+             {"size", AttrValue(int64_t(group.size))},
+             {"timeout_ms", AttrValue(int64_t(group.timeout.count()))},
+             {"host", AttrValue(group.host)},
+             {"num_buckets", AttrValue(int64_t(num_buckets))},
+             {"allreduce_timeout_ms", AttrValue(int64_t(allreduce_timeout.count()))},
+             {"backup_contributors", AttrValue(int64_t(contributors))}};
+  return n;
+}
+
+StatusOr<ReplicaGroupSpec> ReplicaGroupSpec::FromNode(const NodeDef& node) {
+  auto missing = [&](const char* attr, const char* kind) {
+    return InvalidArgument("node '" + node.name + "' (" + node.op + "): attribute '" + attr +
+                               "' must be " + kind,
+                           node.name);
+  };
+  auto str = [&](const char* attr, std::string* out) -> Status {
+    auto it = node.attrs.find(attr);
+    if (it == node.attrs.end() || it->second.kind() != AttrKind::kString) return missing(attr, "a string");
+    *out = it->second.s();
+    return Status();
+  };
+  auto num = [&](const char* attr, int64_t* out) -> Status {
+    auto it = node.attrs.find(attr);
+    if (it == node.attrs.end() || it->second.kind() != AttrKind::kInt) return missing(attr, "an int");
+    *out = it->second.i();
+    return Status();
+  };
+  ReplicaGroupSpec s;
+  int64_t rank = 0, size = 1, timeout = 1, buckets = 1, allreduce_timeout = 1, contributors = 0;
+  FS_RETURN_IF_ERROR(str("group", &s.comm));
+  FS_RETURN_IF_ERROR(str("kind", &s.group.kind));
+  FS_RETURN_IF_ERROR(str("store_address", &s.group.store_address));
+  FS_RETURN_IF_ERROR(str("prefix", &s.group.prefix));
+  FS_RETURN_IF_ERROR(str("host", &s.group.host));
+  FS_RETURN_IF_ERROR(num("rank", &rank));
+  FS_RETURN_IF_ERROR(num("size", &size));
+  FS_RETURN_IF_ERROR(num("timeout_ms", &timeout));
+  FS_RETURN_IF_ERROR(num("num_buckets", &buckets));
+  FS_RETURN_IF_ERROR(num("allreduce_timeout_ms", &allreduce_timeout));
+  if (node.attrs.count("backup_contributors")) FS_RETURN_IF_ERROR(num("backup_contributors", &contributors));
+  s.group.rank = int(rank);
+  s.group.size = int(size);
+  s.group.timeout = std::chrono::milliseconds(timeout);
+  s.num_buckets = int(buckets);
+  s.allreduce_timeout = std::chrono::milliseconds(allreduce_timeout);
+  s.contributors = int(contributors);
+  return s;
+}
+
 LocalStepRace::LocalStepRace(int replicas, int contributors)
     : replicas_(replicas), quota_(contributors), dropped_(replicas, 0) {}
 

@@ -54,6 +54,7 @@
 #include <thread>
 #include <vector>
 
+#include "graph/attr_value.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "scheduler/collective.h"
@@ -63,6 +64,24 @@ namespace flowstate {
 
 // The container of ReplicaComm resources.
 inline constexpr const char* kReplicaContainer = "_replicas";
+
+// A replica's place in a collective group across processes, as the
+// _CreateReplicaComm node of its graph carries it to its task: the group
+// (CollectiveGroupSpec), the ReplicaComm's name and options. ToNode and
+// FromNode are the one encoding of it in a graph. Plain value.
+struct ReplicaGroupSpec {
+  CollectiveGroupSpec group;
+  std::string comm = "replicas";  // the ReplicaComm's name (the _AllReduce nodes' `group`)
+  int num_buckets = 1;
+  std::chrono::milliseconds allreduce_timeout{std::chrono::minutes(5)};
+  int contributors = 0;  // > 0: backup replicas (the race's places)
+
+  // A _CreateReplicaComm node named `name` on `device`.
+  NodeDef ToNode(const std::string& name, const std::string& device) const;
+  // INVALID_ARGUMENT naming the node and the attribute when one is missing
+  // or of another kind.
+  static StatusOr<ReplicaGroupSpec> FromNode(const NodeDef& node);
+};
 
 // The race of replicas in one process (scheduler/collective.h, StepRace).
 class LocalStepRace final : public StepRace {

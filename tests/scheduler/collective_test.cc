@@ -1,4 +1,5 @@
 #include "scheduler/collective.h"
+#include "scheduler/replica_comm.h"
 
 #include <gtest/gtest.h>
 
@@ -277,6 +278,94 @@ TEST(InProcessCollective, OneRankIsTheIdentity) {
   EXPECT_TRUE(TensorsEqual(v[0], Tensor::FromVector<double>({1.5, -2})));
   EXPECT_EQ(group[0]->rank(), 0);
   EXPECT_EQ(group[0]->size(), 1);
+}
+
+// The one encoding of a replica's group in a graph: what ToNode writes,
+// FromNode reads back; a node without an attribute is refused naming it.
+TEST(ReplicaGroupSpec, RoundTripsThroughTheNodeAndNamesAMissingAttribute) {
+  ReplicaGroupSpec s;
+  s.group.kind = "gloo";
+  s.group.store_address = "10.0.0.1:50051";
+  s.group.prefix = "job-7/m2";
+  s.group.rank = 2;
+  s.group.size = 3;
+  s.group.timeout = std::chrono::milliseconds(1234);
+  s.group.host = "10.0.0.3";
+  s.comm = "replicas";
+  s.num_buckets = 4;
+  s.allreduce_timeout = std::chrono::milliseconds(5678);
+  s.contributors = 2;
+  NodeDef n = s.ToNode("_replica_comm_2", "/job:worker/task:2/device:CPU:0");
+  EXPECT_EQ(n.op, "_CreateReplicaComm");
+  EXPECT_EQ(n.device, "/job:worker/task:2/device:CPU:0");
+  StatusOr<ReplicaGroupSpec> back = ReplicaGroupSpec::FromNode(n);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->group.kind, "gloo");
+  EXPECT_EQ(back->group.store_address, "10.0.0.1:50051");
+  EXPECT_EQ(back->group.prefix, "job-7/m2");
+  EXPECT_EQ(back->group.rank, 2);
+  EXPECT_EQ(back->group.size, 3);
+  EXPECT_EQ(back->group.timeout.count(), 1234);
+  EXPECT_EQ(back->group.host, "10.0.0.3");
+  EXPECT_EQ(back->comm, "replicas");
+  EXPECT_EQ(back->num_buckets, 4);
+  EXPECT_EQ(back->allreduce_timeout.count(), 5678);
+  EXPECT_EQ(back->contributors, 2);
+  n.attrs.erase("prefix");
+  back = ReplicaGroupSpec::FromNode(n);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(back.status().message().find("'prefix'"), std::string::npos) << back.status().ToString();
+  EXPECT_NE(back.status().message().find("_replica_comm_2"), std::string::npos);
+  n.attrs["prefix"] = AttrValue(int64_t(3));  // of another kind
+  EXPECT_FALSE(ReplicaGroupSpec::FromNode(n).ok());
+}
+
+// The race of replicas in one process: the first arrivals with examples
+// take the places and every replica gets the same members; a late one is
+// dropped and counted; when fewer have examples than places, the last
+// arrival decides with those; nobody waits past the deadline.
+TEST(LocalStepRace, FirstArrivalsTakeThePlacesAndEveryoneLearnsThem) {
+  LocalStepRace race(3, 2);
+  auto in = [](int ms) { return std::chrono::steady_clock::now() + std::chrono::milliseconds(ms); };
+  // Step 0: rank 2 first (it waits for a second), then rank 0; rank 1 late.
+  auto first = std::async(std::launch::async, [&] { return race.Decide(0, 2, true, in(5000)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  StatusOr<bool> decided = race.Decided(0);
+  ASSERT_TRUE(decided.ok());
+  EXPECT_FALSE(*decided);
+  StatusOr<StepRace::Decision> d0 = race.Decide(0, 0, true, in(5000));
+  ASSERT_TRUE(d0.ok()) << d0.status().ToString();
+  EXPECT_TRUE(d0->contributes);
+  EXPECT_EQ(d0->members, (std::vector<int>{0, 2}));
+  StatusOr<StepRace::Decision> d2 = first.get();
+  ASSERT_TRUE(d2.ok());
+  EXPECT_TRUE(d2->contributes);
+  EXPECT_EQ(d2->members, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(*race.Decided(0));
+  StatusOr<StepRace::Decision> d1 = race.Decide(0, 1, true, in(5000));
+  ASSERT_TRUE(d1.ok());
+  EXPECT_FALSE(d1->contributes);
+  EXPECT_EQ(d1->members, (std::vector<int>{0, 2}));
+  EXPECT_EQ(*race.Dropped(), (std::vector<int64_t>{0, 1, 0}));
+  ASSERT_TRUE(race.End(0).ok());
+  // Step 1, an epoch's last: only rank 1 has examples; the last arrival
+  // decides, with rank 1 alone, and nobody is dropped.
+  auto a = std::async(std::launch::async, [&] { return race.Decide(1, 1, true, in(5000)); });
+  auto b = std::async(std::launch::async, [&] { return race.Decide(1, 0, false, in(5000)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(a.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  StatusOr<StepRace::Decision> c = race.Decide(1, 2, false, in(5000));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->members, (std::vector<int>{1}));
+  EXPECT_TRUE(a.get()->contributes);
+  EXPECT_FALSE(b.get()->contributes);
+  EXPECT_EQ(*race.Dropped(), (std::vector<int64_t>{0, 1, 0}));
+  // Step 2: alone, rank 0 waits for a decision that never comes, until its deadline.
+  StatusOr<StepRace::Decision> alone = race.Decide(2, 0, true, in(50));
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.status().code(), Code::kDeadlineExceeded) << alone.status().ToString();
 }
 
 }  // namespace
