@@ -6,6 +6,7 @@
 
 #include "devices/device_name.h"
 #include "jobs/job_manager.h"
+#include "jobs/replica_placement.h"
 #include "jobs/job_manager_internal.h"
 #include "scheduler/cluster_view.h"
 
@@ -66,20 +67,11 @@ Status JobManager::PlaceReplicas(JobSpec* spec) const {
 }
 
 std::string JobManager::ReplicaTask(const JobSpec& spec, int i) const {
-  if (i < 0 || i >= int(spec.devices.size())) return "";
-  StatusOr<DeviceName> d = DeviceName::Parse(spec.devices[i]);
-  if (!d.ok() || !options_.devices->Matching(*d).empty() || d->job.empty() || d->task < 0) {
-    return "";
-  }
-  return "/job:" + d->job + "/task:" + std::to_string(d->task);
+  return ReplicaTaskOf(spec, i, *options_.devices);
 }
 
 bool JobManager::AcrossTasks(const JobSpec& spec) const {
-  if (spec.replicas <= 1) return false;
-  for (int i = 0; i < spec.replicas; ++i) {
-    if (!ReplicaTask(spec, i).empty()) return true;
-  }
-  return false;
+  return ReplicasAcrossTasks(spec, *options_.devices);
 }
 
 JobSpec JobManager::ReplicaZeroSpec(const JobSpec& spec) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "jobs/training_job.h"
+#include "jobs/replica_placement.h"
 #include "devices/device_name.h"
 #include "api/views_json.h"
 #include "jobs/step_trace_view.h"
@@ -84,16 +85,12 @@ void AddRestoreNodes(const std::vector<std::string>& variables, GraphDef* g) {
 }  // namespace
 
 bool TrainingJob::ReplicasAcrossTasks() const {
-  if (options_.remote == nullptr) return false;
-  for (const std::string& d : spec_.devices) {
-    StatusOr<DeviceName> n = DeviceName::Parse(d);
-    if (n.ok() && options_.devices->Matching(*n).empty()) return true;
-  }
-  return false;
+  return options_.remote != nullptr && flowstate::ReplicasAcrossTasks(spec_, *options_.devices);
 }
 
 std::string TrainingJob::ReplicaHost(int i) const {
   if (i == 0) return options_.remote->TaskHost(options_.remote->local_task());
+  // The task its device names, this one included (replicas_per_task > 1).
   StatusOr<DeviceName> d = DeviceName::Parse(spec_.devices[i]);
   if (!d.ok() || d->job.empty() || d->task < 0) return "";
   return options_.remote->TaskHost("/job:" + d->job + "/task:" + std::to_string(d->task));
