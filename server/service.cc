@@ -170,6 +170,49 @@ int Service::Reap() {
   return int(idle.size());
 }
 
+StatusOr<JobInfo> Service::SubmitJob(const std::string& job_json) { return jobs_->Submit(job_json); }
+StatusOr<JobInfo> Service::GetJob(const std::string& id) const { return jobs_->Get(id); }
+std::vector<JobInfo> Service::ListJobs() const { return jobs_->List(); }
+Status Service::CancelJob(const std::string& id) { return jobs_->Cancel(id); }
+Status Service::PauseJob(const std::string& id) { return jobs_->Pause(id); }
+Status Service::ResumeJob(const std::string& id) { return jobs_->Resume(id); }
+Status Service::DeleteJob(const std::string& id) { return jobs_->Delete(id); }
+
+Status Service::Predict(const std::string& id,
+                        const std::vector<std::pair<std::string, Tensor>>& inputs,
+                        const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+  return jobs_->Predict(id, inputs, fetches, outputs);
+}
+
+StatusOr<JobHistory> Service::JobHistoryOf(const std::string& id) const { return jobs_->History(id); }
+StatusOr<std::string> Service::JobDocument(const std::string& id) const { return jobs_->Document(id); }
+
+StatusOr<std::vector<int64_t>> Service::JobTracedSteps(const std::string& id) const {
+  return jobs_->TracedSteps(id);
+}
+
+StatusOr<std::string> Service::JobTrace(const std::string& id, int64_t step) const {
+  return jobs_->Trace(id, step);
+}
+
+StatusOr<CheckpointRequestResult> Service::CheckpointJob(const std::string& id) {
+  return jobs_->Checkpoint(id);
+}
+
+StatusOr<std::vector<JobCheckpointInfo>> Service::ListCheckpoints(const std::string& id) {
+  return jobs_->ListCheckpoints(id);
+}
+
+Status Service::ExportCheckpoint(const std::string& id, int64_t step, const std::string& path,
+                                 checkpoints::ExportFormat format,
+                                 std::vector<std::string>* converted) {
+  return jobs_->ExportCheckpoint(id, step, path, format, converted);
+}
+
+StatusOr<std::pair<std::string, int64_t>> Service::ImportCheckpoint(const std::string& path) {
+  return jobs_->ImportCheckpoint(path);
+}
+
 StatusOr<std::unique_ptr<JobEventStream>> Service::WatchJob(const std::string& id, bool history) {
   // Takes a slot first, so that concurrent callers cannot pass the limit.
   const int limit = std::max(0, options_.max_event_streams);

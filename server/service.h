@@ -105,7 +105,29 @@ class Service {
   int Reap();
   int num_sessions() const;
 
-  // --- Jobs (JobManager's methods, see job_manager.h).
+  // --- Jobs: what the frontends (REST, gRPC) may do with them, the same
+  // for both (JobManager's methods, see job_manager.h).
+  StatusOr<JobInfo> SubmitJob(const std::string& job_json);
+  StatusOr<JobInfo> GetJob(const std::string& id) const;
+  std::vector<JobInfo> ListJobs() const;
+  Status CancelJob(const std::string& id);
+  Status PauseJob(const std::string& id);
+  Status ResumeJob(const std::string& id);
+  Status DeleteJob(const std::string& id);
+  Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
+                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+  StatusOr<JobHistory> JobHistoryOf(const std::string& id) const;
+  StatusOr<std::string> JobDocument(const std::string& id) const;
+  StatusOr<std::vector<int64_t>> JobTracedSteps(const std::string& id) const;
+  StatusOr<std::string> JobTrace(const std::string& id, int64_t step) const;
+  StatusOr<CheckpointRequestResult> CheckpointJob(const std::string& id);
+  StatusOr<std::vector<JobCheckpointInfo>> ListCheckpoints(const std::string& id);
+  Status ExportCheckpoint(const std::string& id, int64_t step, const std::string& path,
+                          checkpoints::ExportFormat format,
+                          std::vector<std::string>* converted = nullptr);
+  StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
+  // The manager itself, for the process that owns the service (recovery,
+  // retention, metrics) and for tests; the frontends use the calls above.
   JobManager& jobs() { return *jobs_; }
   // JobManager::Watch for a frontend's event stream, counted against
   // max_event_streams until the stream is destroyed: RESOURCE_EXHAUSTED

@@ -147,7 +147,7 @@ class JobsService final
   ::grpc::Status Submit(ServerContext* ctx, const pb::SubmitJobRequest* req,
                         pb::Job* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Submit", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(JobInfo job, jobs().Submit(req->job_json()));
+      FS_ASSIGN_OR_RETURN(JobInfo job, svc().SubmitJob(req->job_json()));
       proto_convert::JobToProto(job, resp);
       return Status();
     });
@@ -156,7 +156,7 @@ class JobsService final
   ::grpc::Status List(ServerContext* ctx, const pb::ListJobsRequest*,
                       pb::ListJobsResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/List", [&]() -> Status {
-      for (const JobInfo& job : jobs().List()) proto_convert::JobToProto(job, resp->add_jobs());
+      for (const JobInfo& job : svc().ListJobs()) proto_convert::JobToProto(job, resp->add_jobs());
       return Status();
     });
   }
@@ -169,28 +169,28 @@ class JobsService final
   ::grpc::Status Cancel(ServerContext* ctx, const pb::CancelJobRequest* req,
                         pb::Job* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Cancel", [&]() -> Status {
-      return JobAfter(jobs().Cancel(req->job_id()), req->job_id(), resp);
+      return JobAfter(svc().CancelJob(req->job_id()), req->job_id(), resp);
     });
   }
 
   ::grpc::Status Pause(ServerContext* ctx, const pb::PauseJobRequest* req,
                        pb::Job* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Pause", [&]() -> Status {
-      return JobAfter(jobs().Pause(req->job_id()), req->job_id(), resp);
+      return JobAfter(svc().PauseJob(req->job_id()), req->job_id(), resp);
     });
   }
 
   ::grpc::Status Resume(ServerContext* ctx, const pb::ResumeJobRequest* req,
                         pb::Job* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Resume", [&]() -> Status {
-      return JobAfter(jobs().Resume(req->job_id()), req->job_id(), resp);
+      return JobAfter(svc().ResumeJob(req->job_id()), req->job_id(), resp);
     });
   }
 
   ::grpc::Status Delete(ServerContext* ctx, const pb::DeleteJobRequest* req,
                         pb::DeleteJobResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Delete", [&]() -> Status {
-      FS_RETURN_IF_ERROR(jobs().Delete(req->job_id()));
+      FS_RETURN_IF_ERROR(svc().DeleteJob(req->job_id()));
       resp->set_job_id(req->job_id());
       return Status();
     });
@@ -205,7 +205,7 @@ class JobsService final
     FS_ASSIGN_OR_RETURN(auto fetches, proto_convert::TensorNamesFromProto(req.fetches(), "fetches"));
     std::vector<Tensor> outputs;
     const auto t0 = std::chrono::steady_clock::now();
-    Status predicted = jobs().Predict(req.job_id(), inputs, fetches, &outputs);
+    Status predicted = svc().Predict(req.job_id(), inputs, fetches, &outputs);
     *step_seconds = SecondsSince(t0);
     FS_RETURN_IF_ERROR(predicted);
     proto_convert::NamedTensors named;
@@ -224,7 +224,7 @@ class JobsService final
   ::grpc::Status ListCheckpoints(ServerContext* ctx, const pb::ListCheckpointsRequest* req,
                                  pb::ListCheckpointsResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/ListCheckpoints", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(std::vector<JobCheckpointInfo> list, jobs().ListCheckpoints(req->job_id()));
+      FS_ASSIGN_OR_RETURN(std::vector<JobCheckpointInfo> list, svc().ListCheckpoints(req->job_id()));
       resp->set_job_id(req->job_id());
       for (const JobCheckpointInfo& c : list) proto_convert::CheckpointToProto(c, resp->add_checkpoints());
       return Status();
@@ -234,7 +234,7 @@ class JobsService final
   ::grpc::Status Checkpoint(ServerContext* ctx, const pb::CheckpointJobRequest* req,
                             pb::CheckpointJobResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/Checkpoint", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(CheckpointRequestResult r, jobs().Checkpoint(req->job_id()));
+      FS_ASSIGN_OR_RETURN(CheckpointRequestResult r, svc().CheckpointJob(req->job_id()));
       resp->set_job_id(req->job_id());
       resp->set_step(r.step);
       resp->set_written(r.written);
@@ -252,12 +252,12 @@ class JobsService final
       int64_t step = req->has_step() ? req->step() : -1;
       if (step < 0) {
         if (req->has_step()) return InvalidArgument("step: must be >= 0");
-        FS_ASSIGN_OR_RETURN(std::vector<JobCheckpointInfo> list, jobs().ListCheckpoints(req->job_id()));
+        FS_ASSIGN_OR_RETURN(std::vector<JobCheckpointInfo> list, svc().ListCheckpoints(req->job_id()));
         if (list.empty()) return NotFound("job '" + req->job_id() + "' has no checkpoint");
         step = list.back().step;
       }
       ScratchFile file;
-      FS_RETURN_IF_ERROR(jobs().ExportCheckpoint(req->job_id(), step, file.path, format));
+      FS_RETURN_IF_ERROR(svc().ExportCheckpoint(req->job_id(), step, file.path, format));
       std::ifstream in(file.path, std::ios::binary);
       resp->mutable_data()->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
       resp->set_step(step);
@@ -268,7 +268,7 @@ class JobsService final
   ::grpc::Status History(ServerContext* ctx, const pb::JobHistoryRequest* req,
                          pb::JobHistory* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/History", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(JobHistory h, jobs().History(req->job_id()));
+      FS_ASSIGN_OR_RETURN(JobHistory h, svc().JobHistoryOf(req->job_id()));
       proto_convert::JobHistoryToProto(h, resp);
       return Status();
     });
@@ -277,7 +277,7 @@ class JobsService final
   ::grpc::Status GetSpec(ServerContext* ctx, const pb::JobSpecRequest* req,
                          pb::JobSpecDocument* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/GetSpec", [&]() -> Status {
-      FS_ASSIGN_OR_RETURN(*resp->mutable_json(), jobs().Document(req->job_id()));
+      FS_ASSIGN_OR_RETURN(*resp->mutable_json(), svc().JobDocument(req->job_id()));
       resp->set_job_id(req->job_id());
       return Status();
     });
@@ -286,9 +286,9 @@ class JobsService final
   ::grpc::Status GetTrace(ServerContext* ctx, const pb::JobTraceRequest* req, pb::JobTrace* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/GetTrace", [&]() -> Status {
       if (req->step() < 0) return InvalidArgument("step: expected a step number (an integer >= 1), or 0 for the list");
-      FS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, jobs().TracedSteps(req->job_id()));
+      FS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, svc().JobTracedSteps(req->job_id()));
       if (req->step() > 0) {
-        FS_ASSIGN_OR_RETURN(*resp->mutable_trace_json(), jobs().Trace(req->job_id(), req->step()));
+        FS_ASSIGN_OR_RETURN(*resp->mutable_trace_json(), svc().JobTrace(req->job_id(), req->step()));
       }
       resp->set_job_id(req->job_id());
       resp->set_step(req->step());
@@ -306,7 +306,7 @@ class JobsService final
         out.write(req->data().data(), std::streamsize(req->data().size()));
         if (!out.good()) return Internal("storing the uploaded checkpoint failed");
       }
-      FS_ASSIGN_OR_RETURN(auto imported, jobs().ImportCheckpoint(file.path));
+      FS_ASSIGN_OR_RETURN(auto imported, svc().ImportCheckpoint(file.path));
       resp->set_job_id(imported.first);
       resp->set_step(imported.second);
       resp->set_written(true);
@@ -330,12 +330,14 @@ class JobsService final
     }
   };
 
-  JobManager& jobs() { return f_->service().jobs(); }
+  // The one door to jobs, the same as REST's (server/service.h); not
+  // service(), which names the generated gRPC base class.
+  flowstate::Service& svc() { return f_->service(); }
 
   // The job after `done` (the result of a lifecycle call) succeeded.
   Status JobAfter(const Status& done, const std::string& id, pb::Job* resp) {
     FS_RETURN_IF_ERROR(done);
-    FS_ASSIGN_OR_RETURN(JobInfo job, jobs().Get(id));
+    FS_ASSIGN_OR_RETURN(JobInfo job, svc().GetJob(id));
     proto_convert::JobToProto(job, resp);
     return Status();
   }

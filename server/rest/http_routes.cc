@@ -186,26 +186,26 @@ HttpResponse CloseSession(const Call& c) {
 }
 
 HttpResponse SubmitJob(const Call& c) {
-  StatusOr<JobInfo> job = c.service().jobs().Submit(c.req.body);
+  StatusOr<JobInfo> job = c.service().SubmitJob(c.req.body);
   if (!job.ok()) return ErrorResponse(job.status());
   HttpResponse r = JobResponse(job, 201);
   r.headers.emplace_back("Location", "/v1/jobs/" + job->id);
   return r;
 }
 
-HttpResponse ListJobs(const Call& c) { return JsonResponse(200, JobInfoListToJson(c.service().jobs().List())); }
+HttpResponse ListJobs(const Call& c) { return JsonResponse(200, JobInfoListToJson(c.service().ListJobs())); }
 
-HttpResponse GetJob(const Call& c) { return JobResponse(c.service().jobs().Get(c.id)); }
+HttpResponse GetJob(const Call& c) { return JobResponse(c.service().GetJob(c.id)); }
 
-template <Status (JobManager::*kAction)(const std::string&)>
+template <Status (Service::*kAction)(const std::string&)>
 HttpResponse JobAction(const Call& c) {
-  Status s = (c.service().jobs().*kAction)(c.id);
+  Status s = (c.service().*kAction)(c.id);
   if (!s.ok()) return ErrorResponse(s);
-  return JobResponse(c.service().jobs().Get(c.id));
+  return JobResponse(c.service().GetJob(c.id));
 }
 
 HttpResponse DeleteJob(const Call& c) {
-  Status s = c.service().jobs().Delete(c.id);
+  Status s = c.service().DeleteJob(c.id);
   // A job that is not finished conflicts with its deletion: 409.
   if (!s.ok()) return ErrorResponse(s, s.code() == Code::kFailedPrecondition ? 409 : 0);
   return JsonResponse(200, JobDeletedToJson(c.id));
@@ -235,7 +235,7 @@ HttpResponse Predict(const Call& c) {
   if (!req.ok()) return ErrorResponse(req.status());
   std::vector<Tensor> outputs;
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = c.service().jobs().Predict(c.id, req->inputs, req->fetches, &outputs);
+  Status s = c.service().Predict(c.id, req->inputs, req->fetches, &outputs);
   const double step = SecondsSince(t0);
   if (!s.ok()) return ErrorResponse(s);
   api::NamedTensors named;
@@ -248,20 +248,20 @@ HttpResponse Predict(const Call& c) {
 }
 
 HttpResponse GetJobHistory(const Call& c) {
-  StatusOr<JobHistory> h = c.service().jobs().History(c.id);
+  StatusOr<JobHistory> h = c.service().JobHistoryOf(c.id);
   if (!h.ok()) return ErrorResponse(h.status());
   return JsonResponse(200, JobHistoryToJson(*h));
 }
 
 // The document as submitted: JSON already (Submit parsed it).
 HttpResponse GetJobSpec(const Call& c) {
-  StatusOr<std::string> doc = c.service().jobs().Document(c.id);
+  StatusOr<std::string> doc = c.service().JobDocument(c.id);
   if (!doc.ok()) return ErrorResponse(doc.status());
   return JsonResponse(200, std::move(doc).value());
 }
 
 HttpResponse ListTraces(const Call& c) {
-  StatusOr<std::vector<int64_t>> steps = c.service().jobs().TracedSteps(c.id);
+  StatusOr<std::vector<int64_t>> steps = c.service().JobTracedSteps(c.id);
   if (!steps.ok()) return ErrorResponse(steps.status());
   std::string body = "{\"job_id\":\"" + c.id + "\",\"steps\":[";  // ids are [a-z0-9-]
   for (size_t i = 0; i < steps->size(); ++i) body += (i ? "," : "") + std::to_string((*steps)[i]);
@@ -274,7 +274,7 @@ HttpResponse GetTrace(const Call& c) {
   if (c.arg.empty() || *end != '\0' || step < 1) {
     return ErrorResponse(InvalidArgument("step: expected a step number (an integer >= 1), got '" + c.arg + "'"));
   }
-  StatusOr<std::string> trace = c.service().jobs().Trace(c.id, step);
+  StatusOr<std::string> trace = c.service().JobTrace(c.id, step);
   if (!trace.ok()) return ErrorResponse(trace.status());
   HttpResponse r = JsonResponse(200, std::move(trace).value());
   r.headers.emplace_back("Content-Disposition", "inline; filename=\"" + c.id + "-step-" +
@@ -283,13 +283,13 @@ HttpResponse GetTrace(const Call& c) {
 }
 
 HttpResponse ListCheckpoints(const Call& c) {
-  StatusOr<std::vector<JobCheckpointInfo>> list = c.service().jobs().ListCheckpoints(c.id);
+  StatusOr<std::vector<JobCheckpointInfo>> list = c.service().ListCheckpoints(c.id);
   if (!list.ok()) return ErrorResponse(list.status());
   return JsonResponse(200, CheckpointListToJson(c.id, *list));
 }
 
 HttpResponse TakeCheckpoint(const Call& c) {
-  StatusOr<CheckpointRequestResult> r = c.service().jobs().Checkpoint(c.id);
+  StatusOr<CheckpointRequestResult> r = c.service().CheckpointJob(c.id);
   if (!r.ok()) return ErrorResponse(r.status());
   // 201: written; 202: snapshotted, being written in the background.
   return JsonResponse(r->written ? 201 : 202,
@@ -313,14 +313,14 @@ HttpResponse ExportCheckpoint(const Call& c) {
                                            *step_text + "'"));
     }
   } else {
-    StatusOr<std::vector<JobCheckpointInfo>> list = c.service().jobs().ListCheckpoints(c.id);
+    StatusOr<std::vector<JobCheckpointInfo>> list = c.service().ListCheckpoints(c.id);
     if (!list.ok()) return ErrorResponse(list.status());
     if (list->empty()) return ErrorResponse(NotFound("job '" + c.id + "' has no checkpoint"));
     step = list->back().step;
   }
   ScratchFile file;
   std::vector<std::string> converted;
-  Status s = c.service().jobs().ExportCheckpoint(c.id, step, file.path, format, &converted);
+  Status s = c.service().ExportCheckpoint(c.id, step, file.path, format, &converted);
   if (!s.ok()) return ErrorResponse(s);
   std::ifstream in(file.path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -348,7 +348,7 @@ HttpResponse ImportCheckpoint(const Call& c) {
     out.write(c.req.body.data(), std::streamsize(c.req.body.size()));
     if (!out.good()) return ErrorResponse(Internal("storing the uploaded checkpoint failed"));
   }
-  StatusOr<std::pair<std::string, int64_t>> r = c.service().jobs().ImportCheckpoint(file.path);
+  StatusOr<std::pair<std::string, int64_t>> r = c.service().ImportCheckpoint(file.path);
   if (!r.ok()) return ErrorResponse(r.status());
   return JsonResponse(201, CheckpointRequestToJson(r->first, r->second, true));
 }
@@ -405,9 +405,9 @@ const std::vector<Route>& Routes() {
       // Deleting waits for the job's checkpoint writes in flight.
       {"/v1/jobs/{id}", {{"GET", GetJob, RequestCost::kCheap}, {"DELETE", DeleteJob, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/events", {{"GET", JobEvents, RequestCost::kCheap}}},
-      {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&JobManager::Cancel>, RequestCost::kCheap}}},
-      {"/v1/jobs/{id}/pause", {{"POST", JobAction<&JobManager::Pause>, RequestCost::kCheap}}},
-      {"/v1/jobs/{id}/resume", {{"POST", JobAction<&JobManager::Resume>, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/cancel", {{"POST", JobAction<&Service::CancelJob>, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/pause", {{"POST", JobAction<&Service::PauseJob>, RequestCost::kCheap}}},
+      {"/v1/jobs/{id}/resume", {{"POST", JobAction<&Service::ResumeJob>, RequestCost::kCheap}}},
       // Taking one waits for the end of the running step (and writes it
       // when the job is idle); export and import move whole checkpoints.
       {"/v1/jobs/{id}/checkpoints", {{"GET", ListCheckpoints, RequestCost::kCheap}, {"POST", TakeCheckpoint, RequestCost::kExpensive}}},
