@@ -39,48 +39,13 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_util import figure, free_ports, metric, request  # noqa: E402
+from bench_util import DutyCycle, figure, free_ports, metric, request  # noqa: E402
 from replicas_bench import DATA_ROOT, Server, example_job, wait_up  # noqa: E402
 
 WARMUP = 20
-
-
-class DutyCycle:
-    """SIGSTOP/SIGCONT of one process at a fixed duty cycle, on a thread;
-    hold(s) keeps it stopped for s seconds once."""
-
-    def __init__(self, pid, stop_ms, period_ms):
-        self.pid, self.stop_s, self.run_s = pid, stop_ms / 1e3, (period_ms - stop_ms) / 1e3
-        self.done = threading.Event()
-        self.hold_s = 0.0
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-
-    def hold(self, seconds):
-        self.hold_s = seconds
-
-    def loop(self):
-        try:
-            while not self.done.is_set():
-                os.kill(self.pid, signal.SIGSTOP)
-                held, self.hold_s = self.hold_s, 0.0
-                self.done.wait(self.stop_s + held)
-                os.kill(self.pid, signal.SIGCONT)
-                if self.run_s > 0:
-                    self.done.wait(self.run_s)
-        finally:
-            os.kill(self.pid, signal.SIGCONT)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join()
 
 
 def run_job(api, job, seconds=900, during=None):

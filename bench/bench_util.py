@@ -1,10 +1,14 @@
 """What the Python benchmarks of bench/ share: their JSON figure lines, free
-loopback ports, a JSON-over-HTTP request, and reading a job's step figures
-out of the server's Prometheus text."""
+loopback ports, a JSON-over-HTTP request, reading a job's step figures
+out of the server's Prometheus text, and a process slowed from outside
+(DutyCycle, also used by tests/integration/cluster_backup_straggler.py)."""
 
 import json
+import os
 import re
+import signal
 import socket
+import threading
 import urllib.error
 import urllib.request
 
@@ -62,3 +66,37 @@ def job_figures(text, job_id):
         "rstep_n": metric(text, "flowstate_replica_step_seconds_count", r0),
         "wait_sum": metric(text, "flowstate_replica_allreduce_wait_seconds_sum", r0),
     }
+
+
+class DutyCycle:
+    """SIGSTOP/SIGCONT of one process at a fixed duty cycle, on a thread;
+    hold(s) keeps it stopped for s seconds once."""
+
+    def __init__(self, pid, stop_ms, period_ms):
+        self.pid, self.stop_s, self.run_s = pid, stop_ms / 1e3, (period_ms - stop_ms) / 1e3
+        self.done = threading.Event()
+        self.hold_s = 0.0
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def hold(self, seconds):
+        self.hold_s = seconds
+
+    def loop(self):
+        try:
+            while not self.done.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                held, self.hold_s = self.hold_s, 0.0
+                self.done.wait(self.stop_s + held)
+                os.kill(self.pid, signal.SIGCONT)
+                if self.run_s > 0:
+                    self.done.wait(self.run_s)
+        finally:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()

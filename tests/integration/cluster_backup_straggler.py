@@ -21,15 +21,16 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_failover import expect, free_ports, print_logs, request, stop_processes, FAILURES  # noqa: E402
+# The straggler's duty cycle is the benchmark's (bench/bench_util.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_util import DutyCycle  # noqa: E402
+from cluster_failover import expect, print_logs, request, start_cluster, stop_processes, FAILURES  # noqa: E402
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = "/usr/share/datasets"
@@ -49,34 +50,6 @@ def job(steps):
                      "metrics": ["accuracy"], "max_examples": 2000, "batch_size": 1000},
             "max_steps": steps, "replicas": 3, "backup_replicas": 1,
             "check_replicas_every": 10, "seed": 5}
-
-
-class DutyCycle:
-    """Stops `pid` stop_s of every period_s; hold(s) once stops it s longer."""
-
-    def __init__(self, pid, stop_s=0.05, period_s=0.1):
-        self.pid, self.stop_s, self.run_s = pid, stop_s, period_s - stop_s
-        self.done, self.extra = threading.Event(), 0.0
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-
-    def loop(self):
-        try:
-            while not self.done.is_set():
-                os.kill(self.pid, signal.SIGSTOP)
-                extra, self.extra = self.extra, 0.0
-                self.done.wait(self.stop_s + extra)
-                os.kill(self.pid, signal.SIGCONT)
-                self.done.wait(self.run_s)
-        finally:
-            os.kill(self.pid, signal.SIGCONT)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join()
 
 
 def run(api, steps, during=None, seconds=240):
@@ -114,34 +87,14 @@ def main():
     flowstate = os.path.abspath(args.flowstate)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flowstate_backup_straggler_") as tmp:
-        http, g0, g1, g2 = free_ports(4)
-        spec = json.dumps({"worker": ["127.0.0.1:%d" % g for g in (g0, g1, g2)]})
-        api = "http://127.0.0.1:%d" % http
         procs = []
         try:
-            for i, g in enumerate([g0, g1, g2]):
-                log = open(os.path.join(tmp, "task-%d.log" % i), "ab")
-                if i == 0:
-                    cmd = [flowstate, "serve", "--http", "127.0.0.1:%d" % http,
-                           "--data-dir", os.path.join(tmp, "data"), "--data-root", DATA]
-                else:
-                    cmd = [flowstate, "worker"]
-                cmd += ["--grpc", "127.0.0.1:%d" % g, "--cluster", spec, "--task", "worker:%d" % i,
-                        "--set", "devices.intra_op_threads=1", "--set", "jobs.inter_op_threads=1"]
-                procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
-            up = False
-            deadline = time.monotonic() + 30
-            while not up and time.monotonic() < deadline:
-                try:
-                    tasks = request("GET", api + "/v1/cluster", timeout=5)[1]["tasks"]
-                    up = len(tasks) == 3 and all(t["state"] == "UP" for t in tasks)
-                except (OSError, ValueError, KeyError):
-                    pass
-                time.sleep(0.1)
-            expect(up, "the three tasks are UP within 30 s")
+            one = ["--set", "devices.intra_op_threads=1", "--set", "jobs.inter_op_threads=1"]
+            api, procs = start_cluster(flowstate, tmp, 3,
+                                       lambda i: one + (["--data-root", DATA] if i == 0 else []))
             straggler = procs[2].pid
 
-            with DutyCycle(straggler):
+            with DutyCycle(straggler, 50, 100):
                 a, dropped = run(api, 200)
             expect(a.get("state") == "SUCCEEDED",
                    "with task 2 slowed the job succeeds, every replica check passing (%s %s)" %
@@ -153,13 +106,13 @@ def main():
             acc = a.get("metrics", {}).get("accuracy", 0)
             expect(acc >= 0.7, "the model learns: accuracy %.3f >= 0.7" % acc)
 
-            with DutyCycle(straggler) as d:
+            with DutyCycle(straggler, 50, 100) as d:
                 held = {}
 
                 def hold(step):
                     if "at" not in held and step >= 60:
                         held["at"] = step
-                        d.extra = 2.0
+                        d.hold(2.0)
                 b, dropped = run(api, 200, during=hold)
             expect(b.get("state") == "SUCCEEDED" and b.get("restarts") == 0,
                    "stopped for 2 s mid-run, it neither fails nor restarts (%s %s, %s restarts)" %

@@ -106,6 +106,38 @@ def print_logs(tmp, tasks):
             print("--- task %d log ---\n%s" % (i, open(path, errors="replace").read()[-3000:]))
 
 
+def start_cluster(flowstate, tmp, tasks, task_args=lambda i: []):
+    """`flowstate serve` as task 0 (REST on a free port, its store under
+    tmp/data) and `flowstate worker`s as tasks 1.., on loopback, each
+    logging to tmp/task-<i>.log with task_args(i) added. Returns the REST
+    address and the processes; waits up to 30 s for every task to be UP."""
+    ports = free_ports(tasks + 1)
+    http, grpc_ports = ports[0], ports[1:]
+    spec = json.dumps({"worker": ["127.0.0.1:%d" % g for g in grpc_ports]})
+    api = "http://127.0.0.1:%d" % http
+    procs = []
+    for i, g in enumerate(grpc_ports):
+        log = open(os.path.join(tmp, "task-%d.log" % i), "ab")
+        if i == 0:
+            cmd = [flowstate, "serve", "--http", "127.0.0.1:%d" % http,
+                   "--data-dir", os.path.join(tmp, "data")]
+        else:
+            cmd = [flowstate, "worker"]
+        cmd += ["--grpc", "127.0.0.1:%d" % g, "--cluster", spec, "--task", "worker:%d" % i]
+        procs.append(subprocess.Popen(cmd + task_args(i), stdout=log, stderr=log))
+    up = False
+    deadline = time.monotonic() + 30
+    while not up and time.monotonic() < deadline:
+        try:
+            got = request("GET", api + "/v1/cluster", timeout=5)[1]["tasks"]
+            up = len(got) == tasks and all(t["state"] == "UP" for t in got)
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    expect(up, "the %d tasks are UP within 30 s" % tasks)
+    return api, procs
+
+
 def graph(chain):
     """x (fed on task 0) -> `chain` MatMuls of 512x512 on task 2 -> a sum on task 0."""
     d2 = "/job:worker/task:2"

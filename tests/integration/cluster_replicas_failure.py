@@ -26,14 +26,13 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_failover import expect, free_ports, print_logs, request, stop_processes, FAILURES  # noqa: E402
+from cluster_failover import expect, print_logs, request, start_cluster, stop_processes, FAILURES  # noqa: E402
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = "/usr/share/datasets"
@@ -109,30 +108,10 @@ def main():
     flowstate = os.path.abspath(args.flowstate)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flowstate_replica_kill_") as tmp:
-        http, g0, g1, g2 = free_ports(4)
-        spec = json.dumps({"worker": ["127.0.0.1:%d" % g for g in (g0, g1, g2)]})
-        api = "http://127.0.0.1:%d" % http
         procs = []
         try:
-            for i, g in enumerate([g0, g1, g2]):
-                log = open(os.path.join(tmp, "task-%d.log" % i), "ab")
-                if i == 0:
-                    cmd = [flowstate, "serve", "--http", "127.0.0.1:%d" % http,
-                           "--data-dir", os.path.join(tmp, "data"), "--data-root", DATA]
-                else:
-                    cmd = [flowstate, "worker"]
-                cmd += ["--grpc", "127.0.0.1:%d" % g, "--cluster", spec, "--task", "worker:%d" % i]
-                procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
-            up = False
-            deadline = time.monotonic() + 30
-            while not up and time.monotonic() < deadline:
-                try:
-                    tasks = request("GET", api + "/v1/cluster", timeout=5)[1]["tasks"]
-                    up = len(tasks) == 3 and all(t["state"] == "UP" for t in tasks)
-                except (OSError, ValueError, KeyError):
-                    pass
-                time.sleep(0.1)
-            expect(up, "the three tasks are UP within 30 s")
+            api, procs = start_cluster(flowstate, tmp, 3,
+                                       lambda i: ["--data-root", DATA] if i == 0 else [])
 
             # The reference: uninterrupted.
             code, ref = request("POST", api + "/v1/jobs", job(3))
