@@ -77,6 +77,21 @@ GRAPHS = {
       {"name": "twice", "op": "Add", "inputs": ["body", "body"]},
       {"name": "next", "op": "NextIteration", "inputs": ["twice"]}
     ]}""",
+    "queues": """{"nodes": [
+      {"name": "q", "op": "PaddingFIFOQueue",
+       "attrs": {"component_types": ["float32", "int32"], "shapes": [[-1, 2], []], "capacity": 8}},
+      {"name": "s", "op": "RandomShuffleQueue",
+       "attrs": {"component_types": ["int64"], "shapes": [[]], "min_after_dequeue": 2, "seed": 7}},
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "y", "op": "Const", "attrs": {"dtype": "int32", "value": 3}},
+      {"name": "enqueue", "op": "QueueEnqueue", "inputs": ["q", "x", "y"], "attrs": {"timeout_ms": -1}},
+      {"name": "n", "op": "Const", "attrs": {"dtype": "int32", "value": 2}},
+      {"name": "batch", "op": "QueueDequeueUpTo", "inputs": ["q", "n"],
+       "attrs": {"component_types": ["float32", "int32"]}},
+      {"name": "one", "op": "QueueDequeue", "inputs": ["s"], "attrs": {"component_types": ["int64"]}},
+      {"name": "size", "op": "QueueSize", "inputs": ["q"]},
+      {"name": "close", "op": "QueueClose", "inputs": ["q"], "attrs": {"cancel_pending_enqueues": true}}
+    ]}""",
 }
 
 TENSORS = {
