@@ -42,15 +42,26 @@ struct Session::Executable {
 
 // One running step, as Close(), the deadline and the caller's cancellation
 // see it: the step id and workers once it starts, why it was aborted, and
-// the cancellation manager of a partition run synchronously.
+// the cancellation manager of a partition run synchronously. It lives on
+// Run's stack (a step allocates nothing for it) in the session's list of
+// running steps.
 struct Session::StepControl {
   std::mutex mu;
   bool started = false;           // GUARDED_BY(mu): step and workers are set
   bool finished = false;          // GUARDED_BY(mu): no abort reaches the workers any more
   Status abort;                   // GUARDED_BY(mu): the first reason
   int64_t step = 0;               // GUARDED_BY(mu)
-  std::vector<Worker*> workers;   // GUARDED_BY(mu)
+  const std::vector<Worker*>* workers = nullptr;  // GUARDED_BY(mu): the executable's
   CancellationManager sync_cancel;  // RunGraphArgs::cancellation of a RunGraphSync
+  StepControl* prev = nullptr;    // GUARDED_BY(Session::run_mu_): the running steps
+  StepControl* next = nullptr;    // GUARDED_BY(Session::run_mu_)
+};
+
+// What the caller's cancellation callback reaches: the step while Run runs
+// it, null after (the callback may run late, once Deregister failed).
+struct Session::CallerCancel {
+  std::mutex mu;
+  StepControl* step = nullptr;  // GUARDED_BY(mu)
 };
 
 void Session::AbortRun(StepControl* c, const Status& status) {
@@ -60,7 +71,7 @@ void Session::AbortRun(StepControl* c, const Status& status) {
   if (c->finished || !c->abort.ok()) return;
   c->abort = status;
   if (!c->started) return;  // Run sees `abort` before it starts the step
-  for (Worker* w : c->workers) w->AbortStep(c->step, status);
+  for (Worker* w : *c->workers) w->AbortStep(c->step, status);
   c->sync_cancel.StartCancel();
 }
 
@@ -289,28 +300,39 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                     const std::vector<std::string>& fetches,
                     const std::vector<std::string>& targets, std::vector<Tensor>* outputs,
                     RunStats* stats, const RunOptions& options) {
-  auto control = std::make_shared<StepControl>();
+  StepControl control_storage;
+  StepControl* const control = &control_storage;
   {
     std::lock_guard<std::mutex> l(run_mu_);
     if (closed_) return FailedPrecondition("the session is closed");
     ++running_;
-    steps_.emplace(control.get(), control);
+    control->next = steps_;
+    if (steps_ != nullptr) steps_->prev = control;
+    steps_ = control;
   }
   struct Leave {
     Session* s;
     StepControl* control;
     ~Leave() {
       std::lock_guard<std::mutex> l(s->run_mu_);
-      s->steps_.erase(control);
+      (control->prev != nullptr ? control->prev->next : s->steps_) = control->next;
+      if (control->next != nullptr) control->next->prev = control->prev;
       if (--s->running_ == 0) s->run_cv_.notify_all();
     }
-  } leave{this, control.get()};
-  // The caller's cancellation; the callback holds only the control, so it
-  // may run late (after Deregister failed) without touching the session.
+  } leave{this, control};
+  // The caller's cancellation: its callback reaches the step through a
+  // CallerCancel that Run empties before it returns.
+  std::shared_ptr<CallerCancel> caller;
   CancellationManager::Token caller_token = CancellationManager::kInvalidToken;
   if (options.cancellation != nullptr) {
-    caller_token = options.cancellation->Register(
-        [control] { AbortRun(control.get(), Cancelled("the step was cancelled by its caller")); });
+    caller = std::make_shared<CallerCancel>();
+    caller->step = control;
+    caller_token = options.cancellation->Register([caller] {
+      std::lock_guard<std::mutex> l(caller->mu);
+      if (caller->step != nullptr) {
+        AbortRun(caller->step, Cancelled("the step was cancelled by its caller"));
+      }
+    });
     if (caller_token == CancellationManager::kInvalidToken) {
       return Cancelled("the step was cancelled by its caller");
     }
@@ -318,11 +340,17 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   struct Deregister {
     CancellationManager* cancellation;
     CancellationManager::Token token;
+    CallerCancel* caller;
     ~Deregister() {
-      if (token != CancellationManager::kInvalidToken) cancellation->Deregister(token);
+      if (caller == nullptr) return;
+      cancellation->Deregister(token);
+      std::lock_guard<std::mutex> l(caller->mu);  // waits for a callback running now
+      caller->step = nullptr;
     }
-  } deregister{options.cancellation, caller_token};
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  } deregister{options.cancellation, caller_token, caller.get()};
+  const bool timed = options.timeout.count() > 0;
+  const auto deadline =
+      timed ? std::chrono::steady_clock::now() + options.timeout : std::chrono::steady_clock::time_point();
   const auto deadline_error = [&] {
     return DeadlineExceeded("the step ran past its deadline of " +
                             std::to_string(options.timeout.count()) + " ms");
@@ -369,9 +397,8 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     if (!control->abort.ok()) return control->abort;  // Close() or a cancel came first
     control->started = true;
     control->step = step;
-    control->workers = exe->workers;
+    control->workers = &exe->workers;
   }
-  const bool timed = options.timeout.count() > 0;
   if (timed && std::chrono::steady_clock::now() >= deadline) return deadline_error();
   CallFrame frame(std::move(args), exe->num_fetches);
   RunGraphArgs a;
@@ -423,7 +450,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
       std::unique_lock<std::mutex> l(mu);
       if (timed && !cv.wait_until(l, deadline, [&] { return remaining == 0; })) {
         l.unlock();
-        AbortRun(control.get(), deadline_error());
+        AbortRun(control, deadline_error());
         l.lock();
       }
       cv.wait(l, [&] { return remaining == 0; });
@@ -490,13 +517,12 @@ Status Session::ImportKernelStates(const std::map<std::string, std::string>& sta
 Status Session::Close() {
   std::unique_lock<std::mutex> l(run_mu_);
   closed_ = true;
-  std::vector<std::shared_ptr<StepControl>> running;
-  for (const auto& [p, control] : steps_) running.push_back(control);
-  l.unlock();
   // Steps that wait (on a queue, a Recv) would never end by themselves.
-  for (const auto& c : running) AbortRun(c.get(), Cancelled("the session was closed"));
-  running.clear();
-  l.lock();
+  // Told with run_mu_ held, which keeps them listed (they leave under it);
+  // nothing an abort sets off takes run_mu_.
+  for (StepControl* c = steps_; c != nullptr; c = c->next) {
+    AbortRun(c, Cancelled("the session was closed"));
+  }
   run_cv_.wait(l, [&] { return running_ == 0; });
   l.unlock();
   {

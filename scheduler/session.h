@@ -168,10 +168,10 @@ class Session {
  private:
   struct Executable;
   struct StepControl;
+  struct CallerCancel;
   Session(const SessionOptions& options);
   // Aborts a running step on its workers with `status` (the first reason
-  // counts; a finished step is left alone). Touches only `step`, so that a
-  // late caller cancellation is safe after the session is gone.
+  // counts; a finished step is left alone).
   static void AbortRun(StepControl* step, const Status& status);
   StatusOr<std::shared_ptr<Executable>> GetExecutable(const std::vector<std::string>& feeds,
                                                       const std::vector<std::string>& fetches,
@@ -222,8 +222,9 @@ class Session {
   std::condition_variable run_cv_;
   int running_ = 0;      // GUARDED_BY(run_mu_)
   bool closed_ = false;  // GUARDED_BY(run_mu_)
-  // The running steps, for Close() to abort.
-  std::unordered_map<StepControl*, std::shared_ptr<StepControl>> steps_;  // GUARDED_BY(run_mu_)
+  // The running steps (a list through their StepControls, which live on
+  // Run's stack), for Close() to abort.
+  StepControl* steps_ = nullptr;  // GUARDED_BY(run_mu_)
 };
 
 }  // namespace flowstate
