@@ -112,6 +112,7 @@ REQUESTS = {
     "run": '{"feeds": {"x:0": [[1, 2], [3, 4]], "y": {"dtype": "float32", "shape": [2], "data": [0.5, 1]}},'
            ' "fetches": ["loss", "p:0"], "targets": ["train"], "encoding": "b64"}',
     "run_empty": '{"feeds": null, "fetches": null, "targets": null, "encoding": null}',
+    "run_timeout": '{"fetches": ["batch:0"], "timeout_ms": 250, "trace": true}',
     "predict": '{"inputs": {"x": {"dtype": "uint8", "shape": [1, 2], "b64": "AAE="}}, "fetches": ["y"], "encoding": "nested"}',
     "session": '{"graph": ' + DOUBLE_GRAPH + '}',
     "outputs": '{"outputs": {"loss": 0.5, "y:1": [1, 2]}}',

@@ -66,6 +66,23 @@ TEST_F(HttpRoutesTest, BadQueueInputIsA400NamingTheNode) {
   EXPECT_NE(ErrorOf(r).message().find("has 2 element(s) in dimension 0 but component 0 has 1"), std::string::npos) << r.body;
 }
 
+TEST_F(HttpRoutesTest, TimeoutMsEndsAWaitingDequeueWith504) {
+  HttpResponse r = Do("POST", "/v1/sessions", kQueueGraph);
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string run = "/v1/sessions/" + std::string(Json::parse(r.body)["session_id"]) + "/run";
+  const auto t0 = std::chrono::steady_clock::now();
+  r = Do("POST", run, R"({"fetches": ["batch:0"], "timeout_ms": 100})");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(r.status, 504) << r.body;
+  EXPECT_EQ(ErrorOf(r).code(), Code::kDeadlineExceeded) << r.body;
+  EXPECT_NE(ErrorOf(r).message().find("deadline of 100 ms"), std::string::npos) << r.body;
+  r = Do("POST", run, R"({"fetches": ["size"], "timeout_ms": -1})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(ErrorOf(r).message().find("timeout_ms"), std::string::npos) << r.body;
+  r = Do("POST", run, R"({"fetches": ["size"], "timeout_ms": 10000})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
 TEST_F(HttpRoutesTest, DeletingASessionReleasesAStepWaitingOnItsQueue) {
   HttpResponse r = Do("POST", "/v1/sessions", kQueueGraph);
   ASSERT_EQ(r.status, 201) << r.body;
