@@ -173,6 +173,9 @@ struct RunRequest {
   // "trace": true: the response carries the step's trace as Chrome trace
   // JSON ("trace": {...}, api/views_json.h StepTraceToChromeJson).
   bool trace = false;
+  // "timeout_ms": the step's deadline; a step still running then (waiting
+  // on a queue, say) fails DEADLINE_EXCEEDED. 0 (the default): none.
+  int64_t timeout_ms = 0;
 };
 
 // Every field is optional (null is the same as absent). Feed names and

@@ -98,7 +98,8 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   Json& v = *doc;
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v, /*pack_tensor_data=*/true));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run request",
-                                           {"feeds", "fetches", "targets", "encoding", "trace"}));
+                                           {"feeds", "fetches", "targets", "encoding", "trace",
+                                            "timeout_ms"}));
   RunRequest r;
   if (const Json* feeds = internal::FindField(v, "feeds")) {
     FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(*feeds, root.Key("feeds"),
@@ -120,6 +121,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
     FS_ASSIGN_OR_RETURN(r.encoding, internal::ReadEncoding(*encoding, root.Key("encoding")));
   }
   FS_RETURN_IF_ERROR(internal::ReadBoolField(v, root, "trace", &r.trace));
+  FS_RETURN_IF_ERROR(internal::ReadIntField(v, root, "timeout_ms", &r.timeout_ms, 0));
   return r;
 }
 
@@ -178,6 +180,7 @@ std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) 
   out += ",\"encoding\":";
   internal::AppendJsonString(EncodingName(request.encoding), &out);
   if (request.trace) out += ",\"trace\":true";
+  if (request.timeout_ms != 0) out += ",\"timeout_ms\":" + std::to_string(request.timeout_ms);
   out.push_back('}');
   return out;
 }

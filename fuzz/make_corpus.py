@@ -77,6 +77,21 @@ GRAPHS = {
       {"name": "twice", "op": "Add", "inputs": ["body", "body"]},
       {"name": "next", "op": "NextIteration", "inputs": ["twice"]}
     ]}""",
+    "queues": """{"nodes": [
+      {"name": "q", "op": "PaddingFIFOQueue",
+       "attrs": {"component_types": ["float32", "int32"], "shapes": [[-1, 2], []], "capacity": 8}},
+      {"name": "s", "op": "RandomShuffleQueue",
+       "attrs": {"component_types": ["int64"], "shapes": [[]], "min_after_dequeue": 2, "seed": 7}},
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "y", "op": "Const", "attrs": {"dtype": "int32", "value": 3}},
+      {"name": "enqueue", "op": "QueueEnqueue", "inputs": ["q", "x", "y"], "attrs": {"timeout_ms": -1}},
+      {"name": "n", "op": "Const", "attrs": {"dtype": "int32", "value": 2}},
+      {"name": "batch", "op": "QueueDequeueUpTo", "inputs": ["q", "n"],
+       "attrs": {"component_types": ["float32", "int32"]}},
+      {"name": "one", "op": "QueueDequeue", "inputs": ["s"], "attrs": {"component_types": ["int64"]}},
+      {"name": "size", "op": "QueueSize", "inputs": ["q"]},
+      {"name": "close", "op": "QueueClose", "inputs": ["q"], "attrs": {"cancel_pending_enqueues": true}}
+    ]}""",
 }
 
 TENSORS = {
@@ -97,6 +112,7 @@ REQUESTS = {
     "run": '{"feeds": {"x:0": [[1, 2], [3, 4]], "y": {"dtype": "float32", "shape": [2], "data": [0.5, 1]}},'
            ' "fetches": ["loss", "p:0"], "targets": ["train"], "encoding": "b64"}',
     "run_empty": '{"feeds": null, "fetches": null, "targets": null, "encoding": null}',
+    "run_timeout": '{"fetches": ["batch:0"], "timeout_ms": 250, "trace": true}',
     "predict": '{"inputs": {"x": {"dtype": "uint8", "shape": [1, 2], "b64": "AAE="}}, "fetches": ["y"], "encoding": "nested"}',
     "session": '{"graph": ' + DOUBLE_GRAPH + '}',
     "outputs": '{"outputs": {"loss": 0.5, "y:1": [1, 2]}}',

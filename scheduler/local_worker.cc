@@ -123,12 +123,12 @@ void LocalWorker::RunGraph(RegisteredGraph* graph, const RunGraphArgs& args,
 Status LocalWorker::RunGraphSync(RegisteredGraph* graph, const RunGraphArgs& args) {
   const Graph* g = static_cast<const Graph*>(graph);
   if (g->exchanges_tensors) return Worker::RunGraphSync(graph, args);
-  CancellationManager cancel;
+  CancellationManager own_cancel;
   Executor::Args a;
   a.step_id = args.step_id;
   a.call_frame = args.call_frame;
   a.trace = args.trace;
-  a.cancellation = &cancel;
+  a.cancellation = args.cancellation != nullptr ? args.cancellation : &own_cancel;
   a.pool = options_.inter_op_pool;
   Status s;
   for (int k = 0; k < std::max(1, args.iterations) && s.ok(); ++k) s = g->executor->Run(a);

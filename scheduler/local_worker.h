@@ -7,7 +7,8 @@
 // rendezvous (from the RendezvousMgr, by step id), the cancellation managers
 // of its running partitions and its first error; AbortStep fails all of it
 // at once. A partition that exchanges nothing, run with RunGraphSync, runs on
-// the caller's thread with no entry and no allocation beyond the executor's.
+// the caller's thread with no entry and no allocation beyond the executor's;
+// the master cancels it through RunGraphArgs::cancellation.
 //
 // Ownership: the devices, the ResourceMgr, the inter-op pool and a given
 // RendezvousMgr are not owned and must outlive the worker. Thread-safe.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "devices/op_kernel.h"
 #include "graph/subgraph.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
@@ -38,6 +39,41 @@ struct Session::Executable {
     for (const Part& p : parts) p.worker->DeregisterGraph(p.graph);
   }
 };
+
+// One running step, as Close(), the deadline and the caller's cancellation
+// see it: the step id and workers once it starts, why it was aborted, and
+// the cancellation manager of a partition run synchronously. It lives on
+// Run's stack (a step allocates nothing for it) in the session's list of
+// running steps.
+struct Session::StepControl {
+  std::mutex mu;
+  bool started = false;           // GUARDED_BY(mu): step and workers are set
+  bool finished = false;          // GUARDED_BY(mu): no abort reaches the workers any more
+  Status abort;                   // GUARDED_BY(mu): the first reason
+  int64_t step = 0;               // GUARDED_BY(mu)
+  const std::vector<Worker*>* workers = nullptr;  // GUARDED_BY(mu): the executable's
+  CancellationManager sync_cancel;  // RunGraphArgs::cancellation of a RunGraphSync
+  StepControl* prev = nullptr;    // GUARDED_BY(Session::run_mu_): the running steps
+  StepControl* next = nullptr;    // GUARDED_BY(Session::run_mu_)
+};
+
+// What the caller's cancellation callback reaches: the step while Run runs
+// it, null after (the callback may run late, once Deregister failed).
+struct Session::CallerCancel {
+  std::mutex mu;
+  StepControl* step = nullptr;  // GUARDED_BY(mu)
+};
+
+void Session::AbortRun(StepControl* c, const Status& status) {
+  // Held while the workers are told, so that Run's `finished` (set before
+  // CleanupStep) waits for it: no abort reaches a worker after the cleanup.
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->finished || !c->abort.ok()) return;
+  c->abort = status;
+  if (!c->started) return;  // Run sees `abort` before it starts the step
+  for (Worker* w : *c->workers) w->AbortStep(c->step, status);
+  c->sync_cancel.StartCancel();
+}
 
 Status Session::Attribute(const Status& s, const Worker* worker) const {
   if (s.ok() || options_.remote == nullptr || worker != local_worker_.get()) return s;
@@ -264,18 +300,61 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                     const std::vector<std::string>& fetches,
                     const std::vector<std::string>& targets, std::vector<Tensor>* outputs,
                     RunStats* stats, const RunOptions& options) {
+  StepControl control_storage;
+  StepControl* const control = &control_storage;
   {
     std::lock_guard<std::mutex> l(run_mu_);
     if (closed_) return FailedPrecondition("the session is closed");
     ++running_;
+    control->next = steps_;
+    if (steps_ != nullptr) steps_->prev = control;
+    steps_ = control;
   }
   struct Leave {
     Session* s;
+    StepControl* control;
     ~Leave() {
       std::lock_guard<std::mutex> l(s->run_mu_);
+      (control->prev != nullptr ? control->prev->next : s->steps_) = control->next;
+      if (control->next != nullptr) control->next->prev = control->prev;
       if (--s->running_ == 0) s->run_cv_.notify_all();
     }
-  } leave{this};
+  } leave{this, control};
+  // The caller's cancellation: its callback reaches the step through a
+  // CallerCancel that Run empties before it returns.
+  std::shared_ptr<CallerCancel> caller;
+  CancellationManager::Token caller_token = CancellationManager::kInvalidToken;
+  if (options.cancellation != nullptr) {
+    caller = std::make_shared<CallerCancel>();
+    caller->step = control;
+    caller_token = options.cancellation->Register([caller] {
+      std::lock_guard<std::mutex> l(caller->mu);
+      if (caller->step != nullptr) {
+        AbortRun(caller->step, Cancelled("the step was cancelled by its caller"));
+      }
+    });
+    if (caller_token == CancellationManager::kInvalidToken) {
+      return Cancelled("the step was cancelled by its caller");
+    }
+  }
+  struct Deregister {
+    CancellationManager* cancellation;
+    CancellationManager::Token token;
+    CallerCancel* caller;
+    ~Deregister() {
+      if (caller == nullptr) return;
+      cancellation->Deregister(token);
+      std::lock_guard<std::mutex> l(caller->mu);  // waits for a callback running now
+      caller->step = nullptr;
+    }
+  } deregister{options.cancellation, caller_token, caller.get()};
+  const bool timed = options.timeout.count() > 0;
+  const auto deadline =
+      timed ? std::chrono::steady_clock::now() + options.timeout : std::chrono::steady_clock::time_point();
+  const auto deadline_error = [&] {
+    return DeadlineExceeded("the step ran past its deadline of " +
+                            std::to_string(options.timeout.count()) + " ms");
+  };
 
   std::vector<std::string> feed_names;
   feed_names.reserve(feeds.size());
@@ -313,17 +392,36 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                                                          std::to_string(exe->parts.size()) + ")"));
   }
   const int64_t step = step_ids_->Next();
+  {
+    std::lock_guard<std::mutex> l(control->mu);
+    if (!control->abort.ok()) return control->abort;  // Close() or a cancel came first
+    control->started = true;
+    control->step = step;
+    control->workers = &exe->workers;
+  }
+  if (timed && std::chrono::steady_clock::now() >= deadline) return deadline_error();
   CallFrame frame(std::move(args), exe->num_fetches);
   RunGraphArgs a;
   a.step_id = step;
   a.call_frame = &frame;
   a.trace = options.trace;
   a.iterations = options.iterations;
+  a.cancellation = &control->sync_cancel;
+  // Marks the step finished (no abort reaches a worker after this) and
+  // returns why it was aborted, if it was.
+  auto finish = [&] {
+    std::lock_guard<std::mutex> l(control->mu);
+    control->finished = true;
+    return control->abort;
+  };
   Status status;
-  if (exe->parts.size() == 1) {
+  Status aborted;
+  if (exe->parts.size() == 1 && !timed) {
+    // On this thread; the deadline needs the waiting form below.
     const Executable::Part& part = exe->parts[0];
     status = part.worker->RunGraphSync(part.graph, a);
     if (!status.ok()) status = Attribute(status, part.worker);
+    aborted = finish();
     part.worker->CleanupStep(step);
   } else {
     // Every partition at once; the first error aborts the step everywhere.
@@ -350,10 +448,22 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     }
     {
       std::unique_lock<std::mutex> l(mu);
+      if (timed && !cv.wait_until(l, deadline, [&] { return remaining == 0; })) {
+        l.unlock();
+        AbortRun(control, deadline_error());
+        l.lock();
+      }
       cv.wait(l, [&] { return remaining == 0; });
     }
+    aborted = finish();
     for (Worker* w : exe->workers) w->CleanupStep(step);
     status = first_error;
+  }
+  if (!status.ok() && !aborted.ok() && status.message() != aborted.message()) {
+    // What the abort made a kernel report ("a dequeue ... was cancelled")
+    // is a consequence: the step's error is the reason, at that node.
+    status = Status(aborted.code(), aborted.message() + " (" + status.message() + ")",
+                    status.node());
   }
   if (!status.ok() && exe->remote && status.code() == Code::kUnavailable) {
     // A task went away: the next Run asks every task again and registers
@@ -407,6 +517,12 @@ Status Session::ImportKernelStates(const std::map<std::string, std::string>& sta
 Status Session::Close() {
   std::unique_lock<std::mutex> l(run_mu_);
   closed_ = true;
+  // Steps that wait (on a queue, a Recv) would never end by themselves.
+  // Told with run_mu_ held, which keeps them listed (they leave under it);
+  // nothing an abort sets off takes run_mu_.
+  for (StepControl* c = steps_; c != nullptr; c = c->next) {
+    AbortRun(c, Cancelled("the session was closed"));
+  }
   run_cv_.wait(l, [&] { return running_ == 0; });
   l.unlock();
   {

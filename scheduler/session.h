@@ -21,6 +21,7 @@
 #define FLOWSTATE_SCHEDULER_SESSION_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -40,6 +41,7 @@
 
 namespace flowstate {
 
+class CancellationManager;
 class LocalWorker;
 class ClusterView;
 class ResourceMgr;
@@ -89,6 +91,14 @@ struct RunOptions {
   // runs. INVALID_ARGUMENT when < 1, or > 1 for a step whose nodes are not
   // all on one device.
   int iterations = 1;
+  // The step's deadline: a step still running this long after Run began is
+  // aborted on every worker with DEADLINE_EXCEEDED; kernels that wait (a
+  // queue's dequeue or enqueue, a Recv) end at once. 0: no deadline.
+  std::chrono::milliseconds timeout{0};
+  // The caller's handle on the step: StartCancel() aborts it with
+  // CANCELLED, as the deadline does. Not owned; must outlive the Run.
+  // Null: only the deadline and Close() end it early.
+  CancellationManager* cancellation = nullptr;
 };
 
 struct RunStats {
@@ -129,7 +139,8 @@ class Session {
              std::vector<Tensor>* outputs, RunStats* stats = nullptr,
              const RunOptions& options = RunOptions());
 
-  // Waits for running steps; afterwards Run and Extend fail with
+  // Aborts the running steps (CANCELLED: a step waiting on a queue ends at
+  // once) and waits for them; afterwards Run and Extend fail with
   // FAILED_PRECONDITION. Idempotent.
   Status Close();
 
@@ -156,7 +167,12 @@ class Session {
 
  private:
   struct Executable;
+  struct StepControl;
+  struct CallerCancel;
   Session(const SessionOptions& options);
+  // Aborts a running step on its workers with `status` (the first reason
+  // counts; a finished step is left alone).
+  static void AbortRun(StepControl* step, const Status& status);
   StatusOr<std::shared_ptr<Executable>> GetExecutable(const std::vector<std::string>& feeds,
                                                       const std::vector<std::string>& fetches,
                                                       const std::vector<std::string>& targets,
@@ -206,6 +222,9 @@ class Session {
   std::condition_variable run_cv_;
   int running_ = 0;      // GUARDED_BY(run_mu_)
   bool closed_ = false;  // GUARDED_BY(run_mu_)
+  // The running steps (a list through their StepControls, which live on
+  // Run's stack), for Close() to abort.
+  StepControl* steps_ = nullptr;  // GUARDED_BY(run_mu_)
 };
 
 }  // namespace flowstate

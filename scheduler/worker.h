@@ -32,6 +32,7 @@
 namespace flowstate {
 
 class CallFrame;
+class CancellationManager;
 class StepTraceCollector;
 
 // One partition: every node of `graph` runs on `device` (a full device name
@@ -73,6 +74,11 @@ struct RunGraphArgs {
   // last run's; the first error ends the runs. REQUIRES: >= 1; > 1 only for
   // a partition that exchanges no tensors with others.
   int iterations = 1;
+  // The master's cancellation of the step, or null. A local partition run
+  // with RunGraphSync (no step entry, so AbortStep cannot reach it) uses
+  // it as its kernels' cancellation manager; the master cancels it when it
+  // aborts the step. Not owned; outlives the call.
+  CancellationManager* cancellation = nullptr;
 };
 
 class Worker {

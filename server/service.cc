@@ -127,6 +127,7 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
   std::vector<Tensor> out;
   std::unique_ptr<StepTraceCollector> collector;
   RunOptions options;
+  options.timeout = std::chrono::milliseconds(req.timeout_ms);
   if (req.trace && trace != nullptr) {
     collector = std::make_unique<StepTraceCollector>();
     options.trace = collector.get();

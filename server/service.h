@@ -83,6 +83,8 @@ struct SessionRunRequest {
   // Record where the step's time went, op by op (RunSession's `trace`).
   // Partitions on other tasks of a cluster are not in it.
   bool trace = false;
+  // The step's deadline (RunOptions::timeout); 0: none.
+  int64_t timeout_ms = 0;
 };
 
 class Service {

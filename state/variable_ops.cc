@@ -62,7 +62,20 @@ class VariableOp final : public OpKernel {
   std::shared_ptr<Variable> var_;
 };
 
-Variable* AsVariable(OpKernelContext* ctx, int i) { return static_cast<Variable*>(ctx->input_ref(i)); }
+// The variable behind Ref input i; null, with INVALID_ARGUMENT naming the
+// node recorded on ctx, when the Ref is another resource (a queue handle).
+Variable* AsVariable(OpKernelContext* ctx, int i) {
+  TensorRef* ref = ctx->input_ref(i);
+  auto* v = dynamic_cast<Variable*>(ref);
+  if (v == nullptr) {
+    ctx->SetStatus(InvalidArgument("input " + std::to_string(i) + " of " +
+                                       ctx->kernel().type_string() + " '" + ctx->kernel().name() +
+                                       "' must be a variable, got '" +
+                                       (ref != nullptr ? ref->ref_name() : std::string()) + "'",
+                                   ctx->kernel().name()));
+  }
+  return v;
+}
 
 class AssignOp final : public OpKernel {
  public:
@@ -71,6 +84,7 @@ class AssignOp final : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     Variable* v = AsVariable(ctx, 0);
+    if (v == nullptr) return;
     FS_OP_REQUIRES_OK(ctx, v->Assign(ctx->input(1), validate_shape_));
     ctx->set_output_ref(0, v);
   }
@@ -100,6 +114,7 @@ class AssignUpdateOp final : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     Variable* v = AsVariable(ctx, 0);
+    if (v == nullptr) return;
     const Tensor& value = ctx->input(1);
     FS_OP_REQUIRES_OK(ctx, v->Mutate([&](Tensor* t) -> Status {
       if (t->shape() != value.shape()) {
@@ -120,6 +135,7 @@ class ScatterOp final : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     Variable* v = AsVariable(ctx, 0);
+    if (v == nullptr) return;
     const Tensor& indices = ctx->input(1);
     const Tensor& updates = ctx->input(2);
     FS_OP_REQUIRES_OK(ctx, v->Mutate([&](Tensor* t) -> Status {
@@ -205,6 +221,7 @@ class ApplyAdamOp final : public OpKernel {
     Variable* var = AsVariable(ctx, 0);
     Variable* m = AsVariable(ctx, 1);
     Variable* v = AsVariable(ctx, 2);
+    if (var == nullptr || m == nullptr || v == nullptr) return;
     T s[5];
     for (int i = 0; i < 5; ++i) {
       const Tensor& x = ctx->input(3 + i);
@@ -256,7 +273,9 @@ class IsInitializedOp final : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Tensor* out;
     FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(), &out));
-    *out->data<bool>() = AsVariable(ctx, 0)->IsInitialized();
+    Variable* v = AsVariable(ctx, 0);
+    if (v == nullptr) return;
+    *out->data<bool>() = v->IsInitialized();
   }
   bool IsExpensive() const override { return false; }
 };
@@ -290,6 +309,7 @@ void RegisterNumeric() {
 namespace state {
 
 void RegisterSaveRestoreKernels();  // save_restore_ops.cc
+void RegisterQueueKernels();        // queue_ops.cc
 
 void RegisterKernels() {
   static std::once_flag once;
@@ -311,6 +331,7 @@ void RegisterKernels() {
     RegisterNumeric<uint8_t>();
     RegisterSaveRestoreKernels();
     RegisterReplicaInputKernels();
+    RegisterQueueKernels();
   });
 }
 

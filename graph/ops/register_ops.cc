@@ -22,6 +22,7 @@ void RegisterAllOps(OpRegistry* r) {
   RegisterNnOps(r);
   RegisterGradOps(r);
   RegisterControlFlowOps(r);
+  RegisterQueueOps(r);
 }
 
 }  // namespace flowstate::internal

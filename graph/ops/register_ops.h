@@ -15,6 +15,7 @@ void RegisterRuntimeOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
 void RegisterGradOps(OpRegistry* r);
 void RegisterControlFlowOps(OpRegistry* r);
+void RegisterQueueOps(OpRegistry* r);
 
 // Registers every op above; aborts on a malformed definition (a bug).
 void RegisterAllOps(OpRegistry* r);

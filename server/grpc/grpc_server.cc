@@ -121,6 +121,10 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
     FS_ASSIGN_OR_RETURN(run.fetches, proto_convert::TensorNamesFromProto(req.fetches(), "fetches"));
     FS_ASSIGN_OR_RETURN(run.targets, proto_convert::NodeNamesFromProto(req.targets(), "targets"));
     run.trace = req.trace();
+    if (req.timeout_ms() < 0) {
+      return InvalidArgument("timeout_ms: must be >= 0, got " + std::to_string(req.timeout_ms()));
+    }
+    run.timeout_ms = req.timeout_ms();
     StepTrace trace;
     const auto t0 = std::chrono::steady_clock::now();
     auto ran = f_->service().RunSession(req.session_id(), run, &trace);

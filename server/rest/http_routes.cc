@@ -168,6 +168,7 @@ HttpResponse RunSession(const Call& c) {
   run.fetches = std::move(req->fetches);
   run.targets = std::move(req->targets);
   run.trace = req->trace;
+  run.timeout_ms = req->timeout_ms;
   StepTrace trace;
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run, &trace);

@@ -48,8 +48,10 @@ TEST(RunRequestJson, Errors) {
   const std::pair<const char*, const char*> cases[] = {
       {"[]", "expected a run request (an object), got an array"},
       {R"({"feed": {}})", "feed: unknown field (a run request has \"feeds\", \"fetches\", "
-                          "\"targets\", \"encoding\", \"trace\")"},
+                          "\"targets\", \"encoding\", \"trace\", \"timeout_ms\")"},
       {R"({"trace": "yes"})", "trace: expected a bool"},
+      {R"({"timeout_ms": -1})", "timeout_ms: must be >= 0"},
+      {R"({"timeout_ms": 1.5})", "timeout_ms: expected an integer"},
       {R"({"feeds": []})", "feeds: expected an object of named tensors, got an array"},
       {R"({"feeds": {"^x": 1}})", "feeds[\"^x\"]: bad name: '^x' is a control input"},
       {R"({"feeds": {"x:": 1}})", "feeds[\"x:\"]: bad name: malformed input 'x:'"},
@@ -98,7 +100,12 @@ TEST(RunRequestJson, RoundTrips) {
     EXPECT_EQ(back->targets, r.targets);
     EXPECT_EQ(back->encoding, Encoding::kB64);
     EXPECT_FALSE(back->trace);
+    EXPECT_EQ(back->timeout_ms, 0);
   }
+  r.timeout_ms = 250;
+  StatusOr<RunRequest> timed = ParseRunRequestJson(RunRequestToJson(r, Encoding::kData));
+  ASSERT_TRUE(timed.ok()) << timed.status().ToString();
+  EXPECT_EQ(timed->timeout_ms, 250);
   // Nested feeds of a dtype a reader would not infer back (float64, int64,
   // uint8) are written with their dtype, so the body reads back the same
   // (a float64 3.3e95 once came back as an out-of-range float32).
