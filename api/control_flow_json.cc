@@ -1,5 +1,5 @@
 // The compact control-flow nodes of the JSON graph form, lowered to the raw
-// ops by the builders of graph/control_flow_ops.h (json_codec.h has the
+// ops by the builders of graph/control_flow_builders.h (json_codec.h has the
 // format):
 //
 //   {"name": "w", "op": "While", "loop_vars": ["i0", "s0"],
@@ -19,7 +19,7 @@
 
 #include "api/json_internal.h"
 #include "graph/control_flow.h"
-#include "graph/control_flow_ops.h"
+#include "graph/control_flow_builders.h"
 #include "graph/graph.h"
 
 namespace flowstate::api::internal {

@@ -136,7 +136,7 @@ struct GraphJsonOptions {
 // Control flow: a node {"op": "While", "name", "loop_vars", "cond", "body",
 // "parallel_iterations", "device"} or {"op": "If", "name", "pred", "inputs",
 // "then", "else", "device"} is lowered to the raw control-flow ops by
-// graph/control_flow_ops.h's WhileLoop and Cond; cond, body, then and else
+// graph/control_flow_builders.h's WhileLoop and Cond; cond, body, then and else
 // are functions {"args": [names], "nodes": [...], "output": name} (a
 // While's cond) or {..., "outputs": [names]}. A function's node "n" becomes
 // "<name>/body/n" (cond, then, else likewise), and errors about it name it

@@ -37,7 +37,7 @@
 #include "devices/device_pool.h"
 #include "distributed/cluster.h"
 #include "distributed/worker_service.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/session.h"

@@ -20,7 +20,7 @@
 #include "bench/session_util.h"
 #include "devices/device_pool.h"
 #include "graph/graph.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/executor.h"
 #include "scheduler/runtime_kernels.h"

@@ -11,7 +11,7 @@
 // split by rows over the device's pool, which is the kernel's path when
 // built without oneDNN. The dnnl_omp line is dnnl_sgemm called directly
 // with an OpenMP team of <threads> threads: the alternative to the kernel's
-// split over the device's pool (see devices/cpu/matmul_ops.cc).
+// split over the device's pool (see devices/cpu/matmul_kernels.cc).
 //
 // Usage: matmul_bench [--min-time=SECONDS] [--reps=N]
 #include <cblas.h>

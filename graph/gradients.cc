@@ -2,7 +2,7 @@
 
 #include <deque>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 
 namespace flowstate {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "graph/graph.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 
 namespace flowstate {
 

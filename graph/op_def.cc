@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "graph/ops/register_ops.h"
+#include "graph/op_defs/register_defs.h"
 
 namespace flowstate {
 namespace {

@@ -97,7 +97,7 @@ class OpDefBuilder {
 class OpRegistry {
  public:
   OpRegistry() = default;
-  // The process-wide registry holding every op of graph/ops/.
+  // The process-wide registry holding every op of graph/op_defs/.
   static OpRegistry* Global();
 
   // ALREADY_EXISTS for a duplicate name; INVALID_ARGUMENT for a bad spec.
@@ -157,7 +157,7 @@ class InferenceContext {
   std::vector<PartialShape> output_shapes_;
 };
 
-// Shape functions shared by many ops (graph/ops/shape_fns.cc).
+// Shape functions shared by many ops (graph/op_defs/shape_fns.cc).
 namespace shape_fns {
 Status Unknown(InferenceContext* c);           // every output unknown
 Status UnchangedShape(InferenceContext* c);    // output 0 = input 0

@@ -1,7 +1,7 @@
 // Scope: the C++ graph-building API. A Scope appends nodes to a GraphDef it
 // shares with the scopes derived from it, picks unique node names, and
 // carries a name prefix, a device and control dependencies for the nodes it
-// creates. The op functions of graph/ops.h take a Scope:
+// creates. The op functions of graph/op_builders.h take a Scope:
 //
 //   Scope root;
 //   Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, {-1, 2});

@@ -6,7 +6,7 @@
 #include "graph/graph.h"
 #include "graph/initializers.h"
 #include "graph/modes.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 
 namespace flowstate {
 namespace {

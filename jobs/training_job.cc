@@ -14,7 +14,7 @@
 #include "graph/graph.h"
 #include "graph/initializers.h"
 #include "graph/modes.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/optimizers.h"
 #include "state/data_path.h"
 #include "state/data_source.h"

@@ -1,4 +1,4 @@
-// The kernels of the control-flow ops (graph/ops/control_flow_ops.cc):
+// The kernels of the control-flow ops (graph/op_defs/control_flow_defs.cc):
 // Switch, Merge, Enter, Exit, NextIteration, LoopCond and IdentityN. They
 // only forward tensors (Switch leaves its untaken output empty, which the
 // executor reads as dead); what the ops mean — frames, iterations, dead

@@ -10,7 +10,7 @@
 // a session without one has no data root and its _ReplicaInput fails
 // FAILED_PRECONDITION. Immutable.
 //
-// The _ReplicaInput kernel (the op is in graph/ops/runtime_ops.cc) keeps a
+// The _ReplicaInput kernel (the op is in graph/op_defs/runtime_defs.cc) keeps a
 // ReplicaInputState per node in its session's ResourceMgr: the dataset,
 // loaded on first use and checked against the master's copy (each
 // component's dtype and per-example shape, and the number of examples: a

@@ -1,6 +1,6 @@
 // Internal to devices/cpu: float32 Conv2D and its two backprops through
 // oneDNN's convolution primitives (only when built with oneDNN,
-// FLOWSTATE_HAVE_ONEDNN). Layouts as in nn_ops_common.h.
+// FLOWSTATE_HAVE_ONEDNN). Layouts as in nn_kernels_common.h.
 //
 // Each convolution kernel owns one DnnlConvCache: the primitives it has
 // built, keyed by (direction, geometry of a batch shard). Activations are
@@ -9,7 +9,7 @@
 // filter is small; BENCHMARKS.md "Convolutions" has the measurements that
 // chose this).
 //
-// Threading follows devices/cpu/matmul_ops.cc: oneDNN's own OpenMP team is
+// Threading follows devices/cpu/matmul_kernels.cc: oneDNN's own OpenMP team is
 // not used. The batch is split into one shard per thread of the device's
 // intra-op pool (Device::ParallelFor); each shard runs a primitive built for
 // one thread (the calling thread's OpenMP thread count is set to 1 before a
@@ -32,7 +32,7 @@
 #include <memory>
 #include <mutex>
 
-#include "devices/cpu/nn_ops_common.h"
+#include "devices/cpu/nn_kernels_common.h"
 #include "devices/device.h"
 
 namespace flowstate::internal {

@@ -1,7 +1,7 @@
 // im2col + Eigen GEMM convolutions (see conv_gemm.h).
 
 // g++ 12 at -O3 -march=native reports false "may be used uninitialized"
-// warnings inside Eigen's AVX-512 GEMM kernels (as in matmul_ops.cc).
+// warnings inside Eigen's AVX-512 GEMM kernels (as in matmul_kernels.cc).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "devices/cpu/conv_gemm.h"

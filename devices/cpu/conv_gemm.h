@@ -1,6 +1,6 @@
 // Internal to devices/cpu: Conv2D and its two backprops as im2col + GEMM
 // (Eigen's product), for float64 and for float32 when oneDNN is absent or
-// declines a convolution. Layouts as in nn_ops_common.h: input and output
+// declines a convolution. Layouts as in nn_kernels_common.h: input and output
 // NHWC, filter HWIO, all contiguous.
 //
 // The patches of a block of output pixels form a matrix [pixels,
@@ -17,7 +17,7 @@
 #ifndef FLOWSTATE_DEVICES_CPU_CONV_GEMM_H_
 #define FLOWSTATE_DEVICES_CPU_CONV_GEMM_H_
 
-#include "devices/cpu/nn_ops_common.h"
+#include "devices/cpu/nn_kernels_common.h"
 #include "devices/device.h"
 
 namespace flowstate::internal {

@@ -1,7 +1,7 @@
 // Internal to the activation, loss, dropout and gradient-support CPU
-// kernels (nn_activation_ops.cc, nn_loss_ops.cc, nn_dropout_ops.cc,
-// grad_support_ops.cc, grad_support_reduce_ops.cc): the registration
-// functions of each file, which RegisterNnKernels (nn_activation_ops.cc)
+// kernels (nn_activation_kernels.cc, nn_loss_kernels.cc, nn_dropout_kernels.cc,
+// grad_support_kernels.cc, grad_support_reduce_kernels.cc): the registration
+// functions of each file, which RegisterNnKernels (nn_activation_kernels.cc)
 // calls, and the small helpers they share.
 //
 // Header-only declarations and templates; no Eigen (the kernels include it
@@ -15,17 +15,17 @@
 #include <string>
 #include <vector>
 
-#include "devices/cpu/array_kernels.h"
-#include "devices/cpu/cwise_ops_common.h"
+#include "devices/cpu/array_kernel_util.h"
+#include "devices/cpu/cwise_kernels_common.h"
 #include "devices/cpu/register_kernels.h"
 
 namespace flowstate::internal {
 
-void RegisterNnActivationKernels(KernelRegistry* r);  // nn_activation_ops.cc
-void RegisterNnLossKernels(KernelRegistry* r);        // nn_loss_ops.cc
-void RegisterNnDropoutKernels(KernelRegistry* r);     // nn_dropout_ops.cc
-void RegisterGradSupportKernels(KernelRegistry* r);   // grad_support_ops.cc
-void RegisterGradReduceKernels(KernelRegistry* r);    // grad_support_reduce_ops.cc
+void RegisterNnActivationKernels(KernelRegistry* r);  // nn_activation_kernels.cc
+void RegisterNnLossKernels(KernelRegistry* r);        // nn_loss_kernels.cc
+void RegisterNnDropoutKernels(KernelRegistry* r);     // nn_dropout_kernels.cc
+void RegisterGradSupportKernels(KernelRegistry* r);   // grad_support_kernels.cc
+void RegisterGradReduceKernels(KernelRegistry* r);    // grad_support_reduce_kernels.cc
 
 namespace nn {
 

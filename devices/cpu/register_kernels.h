@@ -7,14 +7,14 @@
 
 namespace flowstate::internal {
 
-void RegisterBasicKernels(KernelRegistry* r);      // basic_ops.cc
-void RegisterCwiseKernels(KernelRegistry* r);      // cwise_ops.cc
-void RegisterReductionKernels(KernelRegistry* r);  // reduction_ops.cc
-void RegisterMatMulKernels(KernelRegistry* r);     // matmul_ops.cc
-void RegisterArrayKernels(KernelRegistry* r);      // array_ops.cc
-void RegisterRandomKernels(KernelRegistry* r);     // random_ops.cc
-void RegisterConvKernels(KernelRegistry* r);       // conv_ops.cc, pool_ops.cc, batch_norm_ops.cc
-void RegisterNnKernels(KernelRegistry* r);         // nn_activation_ops.cc (nn_*, grad_support*)
+void RegisterBasicKernels(KernelRegistry* r);      // basic_kernels.cc
+void RegisterCwiseKernels(KernelRegistry* r);      // cwise_kernels.cc
+void RegisterReductionKernels(KernelRegistry* r);  // reduction_kernels.cc
+void RegisterMatMulKernels(KernelRegistry* r);     // matmul_kernels.cc
+void RegisterArrayKernels(KernelRegistry* r);      // array_kernels.cc
+void RegisterRandomKernels(KernelRegistry* r);     // random_kernels.cc
+void RegisterConvKernels(KernelRegistry* r);       // conv_kernels.cc, pool_kernels.cc, batch_norm_kernels.cc
+void RegisterNnKernels(KernelRegistry* r);         // nn_activation_kernels.cc (nn_*, grad_support*)
 
 void RegisterCpuKernels(KernelRegistry* r);
 

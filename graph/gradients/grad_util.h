@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "graph/gradients.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 
 namespace flowstate::internal {
 

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "checkpoints/format.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 #include "state/resource_mgr.h"

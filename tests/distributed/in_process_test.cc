@@ -15,7 +15,7 @@
 
 #include "api/worker.grpc.pb.h"
 #include "api/worker.pb.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "distributed/wire_internal.h"
 #include "scheduler/rendezvous.h"

@@ -10,8 +10,8 @@
 #include <future>
 #include <set>
 
-#include "graph/ops.h"
-#include "graph/queue_ops.h"
+#include "graph/op_builders.h"
+#include "graph/queue_builders.h"
 #include "graph/scope.h"
 #include "tests/distributed/local_cluster.h"
 

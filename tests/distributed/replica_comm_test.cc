@@ -14,7 +14,7 @@
 
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/replica_comm.h"
 #include "tests/distributed/local_cluster.h"

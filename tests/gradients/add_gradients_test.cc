@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "devices/device_pool.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "devices/device_pool.h"
-#include "graph/control_flow_ops.h"
+#include "graph/control_flow_builders.h"
 #include "graph/gradients.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "scheduler/session.h"
 #include "tests/gradients/gradient_check_util.h"
 #include "tests/util/session_util.h"

@@ -7,7 +7,7 @@
 
 #include "devices/device_pool.h"
 #include "graph/gradients.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

@@ -10,7 +10,7 @@
 #include "api/json_codec.h"
 #include "devices/device_pool.h"
 #include "graph/initializers.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "graph/gradients.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "tests/gradients/gradient_check_util.h"
 
 namespace flowstate::test {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "graph/subgraph.h"
 

@@ -13,9 +13,9 @@
 
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
-#include "graph/control_flow_ops.h"
+#include "graph/control_flow_builders.h"
 #include "graph/op_def.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/executor.h"
 #include "scheduler/runtime_kernels.h"

@@ -12,7 +12,7 @@
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
 #include "graph/op_def.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 #include "tests/util/session_util.h"

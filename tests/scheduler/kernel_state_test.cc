@@ -3,7 +3,7 @@
 // another one exactly where they stopped.
 #include <gtest/gtest.h>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

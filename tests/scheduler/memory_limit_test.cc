@@ -4,7 +4,7 @@
 // anything is allocated.
 #include <gtest/gtest.h>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

@@ -6,7 +6,7 @@
 #include <future>
 #include <thread>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/placement.h"
 #include "scheduler/runtime_kernels.h"

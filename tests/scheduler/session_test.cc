@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "state/resource_mgr.h"
 #include "state/variable.h"

@@ -5,7 +5,7 @@
 #include <set>
 #include <thread>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

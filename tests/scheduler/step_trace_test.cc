@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <future>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "graph/subgraph.h"
 #include "scheduler/call_frame.h"

@@ -17,7 +17,7 @@
 #include "api/flowstate.grpc.pb.h"
 #include "api/json_codec.h"
 #include "checkpoints/store.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "api/proto_convert.h"
 #include "server/grpc/grpc_server.h"

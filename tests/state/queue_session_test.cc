@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "graph/ops.h"
-#include "graph/queue_ops.h"
+#include "graph/op_builders.h"
+#include "graph/queue_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 #include "state/queue.h"

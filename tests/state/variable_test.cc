@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
 #include "state/resource_mgr.h"
@@ -287,7 +287,7 @@ TEST(ApplyAdam, LargeFloat32VariableMatchesTheRuleOnAnyThreadCount) {
 #if defined(__SSE2__)
 TEST(ApplyAdam, FlushesSubnormalSlotsToZero) {
   // A unit whose gradient is 0: m decays into the subnormal range, where
-  // the kernel flushes it (see ScopedFlushSubnormals in variable_ops.cc).
+  // the kernel flushes it (see ScopedFlushSubnormals in state/variable_kernels.cc).
   const float tiny = 1e-39f;  // subnormal
   ASSERT_LT(tiny, 1.1754944e-38f);
   AdamState start{{1.5f, 2.5f}, {tiny, 0.5f}, {tiny, 0.25f}};

@@ -9,7 +9,7 @@
 #include "devices/device_context.h"
 #include "devices/device_factory.h"
 #include "devices/device_pool.h"
-#include "graph/ops.h"
+#include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/placement.h"
 #include "scheduler/runtime_kernels.h"

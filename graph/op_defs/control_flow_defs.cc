@@ -1,0 +1,113 @@
+// The control-flow ops of the paper (section 3.4): Switch and Merge for
+// conditionals, Enter, Exit, NextIteration and LoopCond for loops, whose
+// meaning lives in the executor (scheduler/executor.h: dead tensors, frames
+// and iterations); and IdentityN, which gives a lowered While or If node one
+// name for all its outputs. graph/control_flow.h builds them (Cond,
+// WhileLoop) and checks how they fit together.
+#include "graph/op_defs/register_defs.h"
+
+namespace flowstate::internal {
+namespace {
+
+Status ScalarPredicate(InferenceContext* c, int input) {
+  if (c->input(input).rank_known() && c->input(input).rank() != 0) {
+    return c->Error("the predicate must be a scalar, got shape " + c->input(input).ToString());
+  }
+  return Status();
+}
+
+// The most specific shape every input is compatible with: a dim known and
+// equal in all inputs stays, others become -1; different ranks: unknown.
+Status MergeShape(InferenceContext* c) {
+  PartialShape out = c->input(0);
+  for (int i = 1; i < c->num_inputs() && out.rank_known(); ++i) {
+    const PartialShape& in = c->input(i);
+    if (!in.rank_known() || in.rank() != out.rank()) {
+      out = PartialShape::Unknown();
+      break;
+    }
+    std::vector<int64_t> dims = out.dims();
+    for (int d = 0; d < out.rank(); ++d) {
+      if (dims[d] != in.dim(d)) dims[d] = -1;
+    }
+    out = PartialShape(std::move(dims));
+  }
+  c->set_output(0, out);
+  c->set_output(1, PartialShape(std::vector<int64_t>{}));
+  return Status();
+}
+
+}  // namespace
+
+void RegisterControlFlowOps(OpRegistry* r) {
+  MustRegister(r, OpDefBuilder("Switch")
+                      .Input("data: T")
+                      .Input("pred: bool")
+                      .Output("output_false: T")
+                      .Output("output_true: T")
+                      .Attr("T: type")
+                      .SetShapeFn([](InferenceContext* c) {
+                        FS_RETURN_IF_ERROR(ScalarPredicate(c, 1));
+                        c->set_output(0, c->input(0));
+                        c->set_output(1, c->input(0));
+                        return Status();
+                      })
+                      .Doc("Forwards `data` to output_true when `pred` is true, else to "
+                           "output_false; the other output is dead, and so is every node "
+                           "downstream of it until a Merge."));
+  MustRegister(r, OpDefBuilder("Merge")
+                      .Input("inputs: N * T")
+                      .Output("output: T")
+                      .Output("value_index: int32")
+                      .Attr("T: type")
+                      .Attr("N: int >= 1")
+                      .SetShapeFn(MergeShape)
+                      .Doc("Forwards the first of its inputs to arrive alive, and its index; "
+                           "dead only when every input is dead. Joins the branches of a "
+                           "conditional, and a loop's entry with its NextIteration."));
+  MustRegister(r, OpDefBuilder("Enter")
+                      .Input("data: T")
+                      .Output("output: T")
+                      .Attr("T: type")
+                      .Attr("frame_name: string")
+                      .Attr("is_constant: bool = false")
+                      .Attr("parallel_iterations: int >= 1 = 10")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("Makes `data` available in the child frame `frame_name` (a loop): "
+                           "to its first iteration, or to every iteration when is_constant "
+                           "(a loop invariant). At most parallel_iterations iterations of "
+                           "the frame run at once."));
+  MustRegister(r, OpDefBuilder("Exit")
+                      .Input("data: T")
+                      .Output("output: T")
+                      .Attr("T: type")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("Makes `data` available in the parent frame: a loop's result."));
+  MustRegister(r, OpDefBuilder("NextIteration")
+                      .Input("data: T")
+                      .Output("output: T")
+                      .Attr("T: type")
+                      .SetShapeFn(shape_fns::UnchangedShape)
+                      .Doc("Makes `data` available to the next iteration of its loop (it "
+                           "feeds the loop's Merge)."));
+  MustRegister(r, OpDefBuilder("LoopCond")
+                      .Input("input: bool")
+                      .Output("output: bool")
+                      .SetShapeFn([](InferenceContext* c) {
+                        FS_RETURN_IF_ERROR(ScalarPredicate(c, 0));
+                        c->set_output(0, c->input(0));
+                        return Status();
+                      })
+                      .Doc("Forwards a loop's condition: whether it runs another iteration."));
+  MustRegister(r, OpDefBuilder("IdentityN")
+                      .Input("input: T")
+                      .Output("output: T")
+                      .Attr("T: list(type)")
+                      .SetShapeFn([](InferenceContext* c) {
+                        for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
+                        return Status();
+                      })
+                      .Doc("Forwards each input to the output of the same index."));
+}
+
+}  // namespace flowstate::internal
