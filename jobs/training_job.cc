@@ -1,4 +1,5 @@
 #include "jobs/training_job.h"
+#include "jobs/replica.h"
 
 #include <algorithm>
 #include <cmath>
@@ -107,8 +108,8 @@ TrainingJob::~TrainingJob() {
     // Stopped within a chunk of steps (a shutdown), or with replicas still
     // catching up: the replicas on the tasks may wait in their collective
     // for replica 0; fail it everywhere.
-    if (!comms_.empty() && comms_[0] != nullptr) {
-      comms_[0]->Abort(Cancelled("the job stopped within a chunk of steps"));
+    if (!replicas_.empty() && replicas_[0]->comm() != nullptr) {
+      replicas_[0]->comm()->Abort(Cancelled("the job stopped within a chunk of steps"));
     }
     if (chunk_ != nullptr) {
       for (std::thread& t : chunk_->threads) {
@@ -227,6 +228,8 @@ Status TrainingJob::Start(bool load_data) {
   }
   std::vector<Tensor> out;
   FS_RETURN_IF_ERROR(train_session_->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
+  replicas_.clear();
+  replicas_.push_back(Replica::InProcess(train_session_.get(), nullptr, nullptr));
   // Without data (serving predictions) replica 0 is all it takes.
   if (spec_.replicas > 1 && load_data) {
     FS_RETURN_IF_ERROR(ReplicasAcrossTasks() ? StartReplicasAcrossTasks() : StartReplicas());
@@ -235,7 +238,7 @@ Status TrainingJob::Start(bool load_data) {
     FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [name, t] : initial_values_) by_name[name] = &t;
-    for (int i = 0; i <= int(replica_sessions_.size()); ++i) {
+    for (int i = 0; i < int(replicas_.size()); ++i) {
       Status s = AssignReplicaVariables(i, graph_.model_variables, by_name);
       if (!s.ok()) return s.WithPrefix("init_from: replica " + std::to_string(i));
     }
@@ -262,19 +265,7 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues()
 }
 
 StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariable(const std::string& name) const {
-  return FindVariableIn(train_session_.get(), name);
-}
-
-StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariableIn(Session* session,
-                                                                const std::string& name) {
-  std::shared_ptr<const Graph> g = session->graph();
-  const Node* n = g->FindNode(name);
-  if (n == nullptr || n->op() != "Variable") return NotFound("no variable '" + name + "'", name);
-  std::string container, shared_name;
-  if (auto it = n->attrs().find("container"); it != n->attrs().end()) container = it->second.s();
-  if (auto it = n->attrs().find("shared_name"); it != n->attrs().end()) shared_name = it->second.s();
-  return session->resource_manager()->Lookup<Variable>(container,
-                                                        shared_name.empty() ? name : shared_name);
+  return Replica::FindVariable(train_session_.get(), name);
 }
 
 StatusOr<JobSnapshot> TrainingJob::Snapshot() {
@@ -327,7 +318,7 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
   }
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
   FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
-  for (int i = 1; i <= int(replica_sessions_.size()); ++i) {
+  for (int i = 1; i < int(replicas_.size()); ++i) {
     FS_RETURN_IF_ERROR(RestoreReplica(i, by_name, snapshot.kernel_states));
   }
   if (pipeline) {

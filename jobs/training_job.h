@@ -11,7 +11,9 @@
 // Start() loads the data and initializes the variables; then each Step() runs
 // one training step, Evaluate() computes the eval metrics over the eval set.
 //
-// Data-parallel replicas ("replicas": N > 1): the job runs N replicas of
+// Data-parallel replicas ("replicas": N > 1): each is a Replica
+// (jobs/replica.h: its session, in this process or on a task, decided once
+// when they start). The job runs N replicas of
 // the training graph in this process, each with its own session and
 // ResourceMgr (so its own variables) on its device (devices[i] when
 // "devices" lists N, else all on the first or default device), joined by an
@@ -106,6 +108,8 @@
 #include "state/input_pipeline.h"
 
 namespace flowstate {
+
+class Replica;  // jobs/replica.h
 
 class ClusterView;
 class ReplicaComm;
@@ -301,7 +305,6 @@ class TrainingJob {
   TrainingJob(const JobSpec& spec, const TrainingJobOptions& options, TrainingGraph graph);
   StatusOr<Dataset> Load(const DataSpec& data, const std::string& path) const;
   StatusOr<std::shared_ptr<Variable>> FindVariable(const std::string& name) const;
-  static StatusOr<std::shared_ptr<Variable>> FindVariableIn(Session* session, const std::string& name);
   // The test straggler (TrainingJobOptions::test_straggler), when replica i
   // is it: waits its delay, or (backup replicas) until the step is decided
   // without it; true when it abandons the step then.
@@ -363,16 +366,16 @@ class TrainingJob {
   // RunReplica of a replica on another task.
   Status RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats* stats);
   Status CheckReplicasAgree();
-  // Replica i's `variables` set from `values` (every name must be there):
-  // assigned in this process; on another task, fed to its graph's restore
-  // nodes in one step.
+  // Replica i's `variables` set from `values` (every name must be there;
+  // Replica::AssignVariables), once it is done with any earlier chunk.
   Status AssignReplicaVariables(int i, const std::vector<std::string>& variables,
                                 const std::map<std::string, const Tensor*>& values);
   // Restore's part for replica i >= 1: its variables from `values` (as
   // above) and the kernels' random states (wherever its kernels run).
   Status RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
                         const std::map<std::string, std::string>& kernel_states);
-  // Replica i's values of graph().variables (read through its session).
+  // Replica i's values of graph().variables (Replica::ReadVariables), once
+  // it is done with any earlier chunk.
   StatusOr<std::vector<Tensor>> ReadReplicaVariables(int i);
   bool Finished() const;
 
@@ -384,10 +387,9 @@ class TrainingJob {
   std::unique_ptr<Session> train_session_;
   std::unique_ptr<Session> eval_session_;
   std::unique_ptr<InputPipeline> pipeline_;
-  // Replicas 1..N-1 (replica 0 is train_session_), and every replica's
-  // all-reduce resource.
-  std::vector<std::unique_ptr<Session>> replica_sessions_;
-  std::vector<std::shared_ptr<ReplicaComm>> comms_;
+  // Every replica (jobs/replica.h), replica 0 on train_session_; one for a
+  // job without replicas.
+  std::vector<std::unique_ptr<Replica>> replicas_;
   std::shared_ptr<StepRace> race_;
   // Backup replicas: how many steps each replica was dropped from (after
   // the last step), and the race's number of the step running now.

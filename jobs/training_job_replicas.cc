@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "jobs/training_job.h"
+#include "jobs/replica.h"
 #include "devices/device_name.h"
 #include "api/views_json.h"
 #include "jobs/step_trace_view.h"
@@ -36,8 +37,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 Session* TrainingJob::replica_session(int i) {
   if (i == 0) return train_session_.get();
-  if (i < 1 || size_t(i) > replica_sessions_.size()) return nullptr;
-  return replica_sessions_[i - 1].get();
+  if (i < 1 || size_t(i) >= replicas_.size()) return nullptr;
+  return replicas_[i]->session();
 }
 
 std::vector<int64_t> TrainingJob::dropped_steps() const { return dropped_; }
@@ -48,7 +49,7 @@ Status TrainingJob::StartReplicas() {
     if (int(spec_.devices.size()) >= n) return spec_.devices[i];
     return spec_.devices.empty() ? "" : spec_.devices.front();
   };
-  replica_sessions_.clear();
+  std::vector<std::unique_ptr<Session>> sessions(n);
   for (int i = 1; i < n; ++i) {
     SessionOptions so = SessionOptionsOfJob();
     so.default_device = device(i);
@@ -57,7 +58,7 @@ Status TrainingJob::StartReplicas() {
     std::vector<Tensor> out;
     // The same seed: the same initial variables as replica 0.
     FS_RETURN_IF_ERROR((*s)->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out));
-    replica_sessions_.push_back(std::move(s).value());
+    sessions[i] = std::move(s).value();
   }
   race_ended_ = 0;
   if (spec_.backup_replicas > 0) {
@@ -65,7 +66,7 @@ Status TrainingJob::StartReplicas() {
     dropped_.assign(n, 0);
   }
   std::vector<std::unique_ptr<InProcessCollective>> group = InProcessCollective::Create(n);
-  comms_.clear();
+  replicas_.clear();
   for (int i = 0; i < n; ++i) {
     ReplicaComm::Options o;
     o.collective = std::shared_ptr<Collective>(std::move(group[i]));
@@ -73,20 +74,21 @@ Status TrainingJob::StartReplicas() {
     o.timeout = options_.allreduce_timeout;
     o.race = race_;
     auto comm = std::make_shared<ReplicaComm>(std::move(o));
+    Session* session = i == 0 ? train_session_.get() : sessions[i].get();
     StatusOr<std::shared_ptr<ReplicaComm>> r =
-        replica_session(i)->resource_manager()->LookupOrCreate<ReplicaComm>(
+        session->resource_manager()->LookupOrCreate<ReplicaComm>(
             kReplicaContainer, "replicas",
             [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm; });
     if (!r.ok()) return r.status();
-    comms_.push_back(*r);
+    replicas_.push_back(Replica::InProcess(session, std::move(sessions[i]), *r));
   }
   return Status();
 }
 
 Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stats) {
-  Session* session = replica_session(i);
-  if (comms_[i] == nullptr) return RunRemoteReplica(i, batch, stats);
-  ReplicaComm& comm = *comms_[i];
+  if (replicas_[i]->on_task()) return RunRemoteReplica(i, batch, stats);
+  Session* session = replicas_[i]->session();
+  ReplicaComm& comm = *replicas_[i]->comm();
   const auto start = Clock::now();
   const double wait0 = comm.wait_seconds();
   const int64_t bytes0 = comm.bytes();
@@ -143,7 +145,7 @@ StatusOr<bool> TrainingJob::TestStraggler(int i, ReplicaStepStats* stats) {
   }
   StatusOr<bool> decided = race_->WaitDecidedWithout(race_step_, i, delay);
   if (!decided.ok()) {
-    if (comms_[0] != nullptr) comms_[0]->Abort(decided.status());
+    if (replicas_[0]->comm() != nullptr) replicas_[0]->comm()->Abort(decided.status());
     return decided.status().WithPrefix("replica " + std::to_string(i));
   }
   stats->dropped_steps = *decided ? 1 : 0;
@@ -161,7 +163,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   for (const Batch& b : all) examples += b.size;
   std::vector<Batch> batches;
   for (int i = 0; i < n && i < int(all.size()); ++i) {
-    if (comms_[i] != nullptr) {
+    if (!replicas_[i]->on_task()) {
       batches.push_back(*ReplicaShare(all, i, n));
       continue;
     }
@@ -172,7 +174,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
     batches.push_back(std::move(counted));
   }
   all.clear();
-  race_step_ = comms_[0]->steps_begun();
+  race_step_ = replicas_[0]->comm()->steps_begun();
   // A traced step: every replica in this process records into one trace
   // (replicas on other tasks run their ops there, untraced).
   std::unique_ptr<StepTraceCollector> trace;
@@ -187,7 +189,7 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   // in the group's store too); this process steps replica 0 through the
   // chunk. With the test straggler (delayed from here), and for a traced
   // step, every replica's step is run from here.
-  const bool chunked = comms_.size() > 1 && comms_[1] == nullptr &&
+  const bool chunked = replicas_.size() > 1 && replicas_[1]->on_task() &&
                        options_.test_straggler.delay_ms == 0 && !trace;
   // Backup replicas: the race's steps every replica is done with are ended
   // when a step runs from here, or a chunk ends.
@@ -279,25 +281,9 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
 
 Status TrainingJob::AssignReplicaVariables(int i, const std::vector<std::string>& variables,
                                            const std::map<std::string, const Tensor*>& values) {
-  Session* session = replica_session(i);
-  if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
-  FS_RETURN_IF_ERROR(JoinLaggards(i));
-  if (i < int(comms_.size()) && comms_[i] == nullptr) {
-    // On another task: through its graph's restore nodes, in one step.
-    std::vector<std::pair<std::string, Tensor>> feeds;
-    std::vector<std::string> targets;
-    for (const std::string& v : variables) {
-      feeds.emplace_back("_restore/" + v, *values.at(v));
-      targets.push_back("_restore/" + v + "/assign");
-    }
-    std::vector<Tensor> out;
-    return session->Run(feeds, {}, targets, &out);
-  }
-  for (const std::string& v : variables) {
-    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(session, v));
-    FS_RETURN_IF_ERROR(var->Assign(*values.at(v)));
-  }
-  return Status();
+  if (i < 0 || size_t(i) >= replicas_.size()) return InvalidArgument("no replica " + std::to_string(i));
+  if (i > 0) FS_RETURN_IF_ERROR(JoinLaggards(i));
+  return replicas_[i]->AssignVariables(variables, values);
 }
 
 Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
@@ -345,7 +331,7 @@ Status TrainingJob::CheckReplicasAgree() {
     for (const Tensor& t : values) expected.push_back(VariableChecksum(t));
   }
   for (int i = 1; i < n; ++i) {
-    if (progress_ != nullptr && comms_[i] == nullptr) {
+    if (progress_ != nullptr && replicas_[i]->on_task()) {
       // A replica on another task whose chunk ended at this step read its
       // own (or will: a laggard's are checked when they come).
       std::unique_lock<std::mutex> l(progress_->mu);
@@ -391,21 +377,9 @@ Status TrainingJob::CheckPendingReplicas() {
 }
 
 StatusOr<std::vector<Tensor>> TrainingJob::ReadReplicaVariables(int i) {
-  Session* session = replica_session(i);
-  if (session == nullptr) return InvalidArgument("no replica " + std::to_string(i));
+  if (i < 0 || size_t(i) >= replicas_.size()) return InvalidArgument("no replica " + std::to_string(i));
   if (i > 0) FS_RETURN_IF_ERROR(JoinLaggards(i));
-  std::vector<Tensor> out;
-  if (i < int(comms_.size()) && comms_[i] == nullptr) {
-    // On another task: fetched through the session.
-    FS_RETURN_IF_ERROR(session->Run({}, graph_.variables, {}, &out));
-    return out;
-  }
-  for (const std::string& v : graph_.variables) {
-    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariableIn(session, v));
-    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
-    out.push_back(std::move(t));
-  }
-  return out;
+  return replicas_[i]->ReadVariables(graph_.variables);
 }
 
 }  // namespace flowstate

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "jobs/training_job.h"
+#include "jobs/replica.h"
 #include "jobs/replica_placement.h"
 #include "devices/device_name.h"
 #include "api/views_json.h"
@@ -234,7 +235,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   remote_totals_.assign(n, {0.0, 0.0});
   // Replicas 1..n-1: a session whose graph runs on task i, with a
   // _CreateReplicaComm node there (its worker session gets the participant).
-  replica_sessions_.clear();
+  replicas_.resize(1);  // replica 0, on train_session_; the others below
   std::vector<std::string> create_nodes(n);
   for (int i = 1; i < n; ++i) {
     GraphDef g = graph_.graph;
@@ -286,7 +287,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
     std::vector<Tensor> out;
     Status init = (*s)->Run({}, {}, {graph_.init_op, graph_.optimizer_init}, &out);
     if (!init.ok()) return init.WithPrefix("replica " + std::to_string(i));
-    replica_sessions_.push_back(std::move(s).value());
+    replicas_.push_back(Replica::OnTask(std::move(s).value()));
   }
   FS_RETURN_IF_ERROR(CheckReplicaInputs());
   // Every rank joins at once: replica 0 here, the others on their tasks.
@@ -295,7 +296,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   for (int i = 1; i < n; ++i) {
     threads.emplace_back([&, i] {
       std::vector<Tensor> out;
-      joined[i] = replica_sessions_[i - 1]->Run({}, {}, {create_nodes[i]}, &out);
+      joined[i] = replicas_[i]->session()->Run({}, {}, {create_nodes[i]}, &out);
     });
   }
   std::shared_ptr<ReplicaComm> comm0;
@@ -334,8 +335,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
           [&]() -> StatusOr<std::shared_ptr<ReplicaComm>> { return comm0; });
   if (!r.ok()) return r.status();
   // Only replica 0's participant is in this process.
-  comms_.assign(n, nullptr);
-  comms_[0] = *r;
+  replicas_[0] = Replica::InProcess(train_session_.get(), nullptr, *r);
   return Status();
 }
 
@@ -362,7 +362,7 @@ Status TrainingJob::RunRemoteReplica(int i, const Batch* batch, ReplicaStepStats
   run_options.trace = step_trace_;  // records this task's part (none, or the fed inputs)
   Status s = replica_session(i)->Run(feeds, {graph_.loss, kRemoteStatsNode}, {graph_.train_op}, &out,
                                      nullptr, run_options);
-  if (!s.ok() && !IsNanError(s) && comms_[0] != nullptr) comms_[0]->Abort(s);
+  if (!s.ok() && !IsNanError(s) && replicas_[0]->comm() != nullptr) replicas_[0]->comm()->Abort(s);
   if (s.ok()) {
     stats->loss = out[0].ElementAsDouble(0);
     // The replica's totals since its group began: this step's share.
@@ -437,7 +437,7 @@ void TrainingJob::StartChunk(int64_t steps) {
       o.iterations = int(steps);
       if (s.ok()) s = session->Run({}, {}, {graph_.train_op}, &out, nullptr, o);
       // Nobody may wait on this replica: replica 0's collective fails now.
-      if (!s.ok() && !IsNanError(s) && comms_[0] != nullptr) comms_[0]->Abort(s);
+      if (!s.ok() && !IsNanError(s) && replicas_[0]->comm() != nullptr) replicas_[0]->comm()->Abort(s);
       std::vector<uint64_t> sums;
       if (s.ok() && check_step >= 0) {
         std::vector<Tensor> values;
