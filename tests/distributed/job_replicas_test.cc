@@ -457,6 +457,38 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasRunInChunksAndStayIdentical) {
   }
 }
 
+// Two replicas, one backup: each step goes on with whichever comes first
+// alone (a subgroup round of one), the other receives its result.
+TEST_F(ReplicasAcrossTasks, OneOfTwoContributesEachStepAndTheOtherFollows) {
+  LocalCluster cluster(2, 1, 60, dir_.string());
+  StatusOr<std::unique_ptr<TrainingJob>> j =
+      Make(Job(2, OnTasks({0, 1}) + R"(, "backup_replicas": 1)"), Across(cluster, "one-of-two/m0"));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  int64_t steps = 0, full = 0;
+  for (;;) {
+    StatusOr<StepResult> r = (*j)->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ++steps;
+    if (r->examples == 16) ++full;
+    if (r->done) break;
+    ASSERT_LT(steps, 100);
+  }
+  // 13 batches an epoch, 2 a step: 7 steps, the last with one batch.
+  EXPECT_EQ(steps, 21);
+  std::vector<int64_t> dropped = (*j)->dropped_steps();
+  ASSERT_EQ(dropped.size(), 2u);
+  EXPECT_EQ(dropped[0] + dropped[1], full);
+  std::vector<Tensor> first = Read((*j)->replica_session(0), {"w", "b"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  double diff = 1;
+  while (diff != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<Tensor> other = Read((*j)->replica_session(1), {"w", "b"});
+    diff = std::max(MaxDiff(first[0], other[0]), MaxDiff(first[1], other[1]));
+    if (diff != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(diff, 0.0);
+}
+
 TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
   LocalCluster cluster(3, 1, 60, dir_.string());
   auto run = [&](int backup, std::vector<StepResult>* steps, std::vector<int64_t>* dropped) {
