@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -178,13 +179,21 @@ struct RunRequest {
   int64_t timeout_ms = 0;
 };
 
+// The dtype the graph expects for a feed (or a predict input) `name`
+// ("x", "x:0"), when the caller knows it (a session's or a job's
+// Placeholder): a nested array, which carries no dtype, is read as that
+// dtype ("dtype from context"); without one (null function, or nullopt) it
+// is inferred as above. A tensor object keeps its own "dtype".
+using FeedDtypes = std::function<std::optional<DataType>(const std::string& name)>;
+
 // Every field is optional (null is the same as absent). Feed names and
 // fetches must parse as TensorIds without '^'; targets must be valid node
-// names. A feed's dtype comes from its tensor object or is inferred (the
-// codec has no graph; the session checks feeds against the Placeholders).
-// Each feed is limited to `max_tensor_bytes`.
+// names. A feed's dtype comes from its tensor object, from `dtypes` (nested
+// arrays), or is inferred (the session checks feeds against the
+// Placeholders). Each feed is limited to `max_tensor_bytes`.
 StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path = "",
-                                         size_t max_tensor_bytes = kDefaultMaxTensorBytes);
+                                         size_t max_tensor_bytes = kDefaultMaxTensorBytes,
+                                         const FeedDtypes& dtypes = nullptr);
 // The body ParseRunRequestJson reads (for clients and tests); feeds in
 // `feed_encoding`, except that a nested feed whose dtype would not be
 // inferred back (only float32, int32 and bool are) is written with its
@@ -205,7 +214,7 @@ struct PredictRequest {
 };
 StatusOr<PredictRequest> ParsePredictRequestJson(
     std::string_view json, std::string_view path = "",
-    size_t max_tensor_bytes = kDefaultMaxTensorBytes);
+    size_t max_tensor_bytes = kDefaultMaxTensorBytes, const FeedDtypes& dtypes = nullptr);
 
 // A body holding one graph, {"graph": {"nodes": [...]}} (POST /v1/sessions
 // and /extend): the document is parsed once (the graph is not re-printed).

@@ -188,7 +188,7 @@ Status LowerControlFlowNodes(const Json& nodes, const JsonPath& nodes_path,
                              size_t max_bytes, GraphDef* graph);
 // {name: tensor}; names must parse as TensorIds without '^'.
 StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
-                                            size_t max_bytes);
+                                            size_t max_bytes, const FeedDtypes& dtypes = nullptr);
 
 // Writers: append JSON text to *out.
 void AppendJsonString(std::string_view s, std::string* out);  // quoted, escaped

@@ -51,7 +51,7 @@ StatusOr<Code> CodeFromName(std::string_view name) {
 }  // namespace
 
 StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
-                                            size_t max_bytes) {
+                                            size_t max_bytes, const FeedDtypes& dtypes) {
   if (!v.is_object()) {
     return PathError(path, "expected an object of named tensors, got " + DescribeValue(v));
   }
@@ -61,7 +61,10 @@ StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
     const JsonPath tensor_path = path.Key(it.key());
     std::string error = CheckTensorName(it.key());
     if (!error.empty()) return PathError(tensor_path, "bad name: " + error);
-    FS_ASSIGN_OR_RETURN(Tensor t, TensorFromJson(*it, std::nullopt, tensor_path, max_bytes));
+    // A nested array takes the dtype the graph expects, when known.
+    std::optional<DataType> dtype;
+    if (dtypes && !it->is_object()) dtype = dtypes(it.key());
+    FS_ASSIGN_OR_RETURN(Tensor t, TensorFromJson(*it, dtype, tensor_path, max_bytes));
     out.emplace_back(it.key(), std::move(t));
   }
   return out;
@@ -92,7 +95,7 @@ using internal::Json;
 using internal::JsonPath;
 
 StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path,
-                                         size_t max_tensor_bytes) {
+                                         size_t max_tensor_bytes, const FeedDtypes& dtypes) {
   JsonPath root(path);
   internal::Document doc;
   Json& v = *doc;
@@ -103,7 +106,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   RunRequest r;
   if (const Json* feeds = internal::FindField(v, "feeds")) {
     FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(*feeds, root.Key("feeds"),
-                                                                 max_tensor_bytes));
+                                                                 max_tensor_bytes, dtypes));
   }
   if (const Json* fetches = internal::FindField(v, "fetches")) {
     FS_ASSIGN_OR_RETURN(r.fetches, internal::ReadNames(*fetches, root.Key("fetches"),
@@ -126,7 +129,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
 }
 
 StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::string_view path,
-                                                 size_t max_tensor_bytes) {
+                                                 size_t max_tensor_bytes, const FeedDtypes& dtypes) {
   JsonPath root(path);
   internal::Document doc;
   Json& v = *doc;
@@ -136,7 +139,7 @@ StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::str
   PredictRequest r;
   if (const Json* inputs = internal::FindField(v, "inputs")) {
     FS_ASSIGN_OR_RETURN(r.inputs, internal::NamedTensorsFromJson(*inputs, root.Key("inputs"),
-                                                                  max_tensor_bytes));
+                                                                  max_tensor_bytes, dtypes));
   }
   const Json* fetches = internal::FindField(v, "fetches");
   if (fetches == nullptr) {

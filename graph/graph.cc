@@ -439,4 +439,31 @@ Status Graph::InferShapes(Node* node) {
   return Status();
 }
 
+namespace {
+
+std::optional<DataType> DtypeOfPlaceholder(const std::string& op, const AttrMap& attrs) {
+  if (op != "Placeholder") return std::nullopt;
+  auto it = attrs.find("dtype");
+  if (it == attrs.end() || it->second.kind() != AttrKind::kType) return std::nullopt;
+  return it->second.type();
+}
+
+}  // namespace
+
+std::optional<DataType> PlaceholderDtype(const Graph& graph, std::string_view name) {
+  StatusOr<TensorId> id = ParseTensorId(name);
+  if (!id.ok() || id->index != 0) return std::nullopt;
+  const Node* n = graph.FindNode(id->node);
+  return n == nullptr ? std::nullopt : DtypeOfPlaceholder(n->op(), n->attrs());
+}
+
+std::optional<DataType> PlaceholderDtype(const GraphDef& graph, std::string_view name) {
+  StatusOr<TensorId> id = ParseTensorId(name);
+  if (!id.ok() || id->index != 0) return std::nullopt;
+  for (const NodeDef& n : graph.nodes) {
+    if (n.name == id->node) return DtypeOfPlaceholder(n.op, n.attrs);
+  }
+  return std::nullopt;
+}
+
 }  // namespace flowstate

@@ -18,6 +18,7 @@
 #define FLOWSTATE_GRAPH_GRAPH_H_
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -130,6 +131,12 @@ class Graph {
 // Node names must be non-empty and use letters, digits and "_-./"; they may
 // not start with '^' and may not contain ':'.
 Status ValidateNodeName(std::string_view name);
+
+// The dtype of the Placeholder that a feed `name` ("x", "x:0") names: what
+// the graph expects to be fed there. nullopt when `name` names no
+// Placeholder with a dtype (or is not a tensor name).
+std::optional<DataType> PlaceholderDtype(const Graph& graph, std::string_view name);
+std::optional<DataType> PlaceholderDtype(const GraphDef& graph, std::string_view name);
 
 }  // namespace flowstate
 

@@ -342,6 +342,14 @@ Status JobManager::Resume(const std::string& id) {
   return Status();
 }
 
+std::optional<DataType> JobManager::InputDtype(const std::string& id,
+                                              const std::string& name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return std::nullopt;
+  return PlaceholderDtype(it->second->spec.graph, name);
+}
+
 Status JobManager::Predict(const std::string& id,
                            const std::vector<std::pair<std::string, Tensor>>& inputs,
                            const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {

@@ -277,6 +277,9 @@ class JobManager {
   // before starting).
   Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
                  const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+  // The dtype job `id`'s graph expects for the input `name` (its
+  // Placeholder's); nullopt for an unknown job or name.
+  std::optional<DataType> InputDtype(const std::string& id, const std::string& name) const;
   // Removes a finished job: its record, document, checkpoints and stored
   // variables, its events and its metrics series. NOT_FOUND for an unknown
   // id; FAILED_PRECONDITION for a job that is not finished (cancel it

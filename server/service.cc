@@ -185,6 +185,17 @@ Status Service::Predict(const std::string& id,
   return jobs_->Predict(id, inputs, fetches, outputs);
 }
 
+std::optional<DataType> Service::SessionFeedDtype(const std::string& id, const std::string& name) {
+  StatusOr<std::shared_ptr<Session>> s = FindSession(id);
+  if (!s.ok()) return std::nullopt;
+  std::shared_ptr<const Graph> g = (*s)->graph();
+  return g == nullptr ? std::nullopt : PlaceholderDtype(*g, name);
+}
+
+std::optional<DataType> Service::JobInputDtype(const std::string& id, const std::string& name) const {
+  return jobs_->InputDtype(id, name);
+}
+
 StatusOr<JobHistory> Service::JobHistoryOf(const std::string& id) const { return jobs_->History(id); }
 StatusOr<std::string> Service::JobDocument(const std::string& id) const { return jobs_->Document(id); }
 

@@ -118,6 +118,12 @@ class Service {
   Status DeleteJob(const std::string& id);
   Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
                  const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+  // The dtype a feed `name` of session `id`, or an input of job `id`'s
+  // predictions, is expected to have (its Placeholder's); nullopt when
+  // unknown. A frontend reads a request's nested arrays as that dtype
+  // (api::FeedDtypes).
+  std::optional<DataType> SessionFeedDtype(const std::string& id, const std::string& name);
+  std::optional<DataType> JobInputDtype(const std::string& id, const std::string& name) const;
   StatusOr<JobHistory> JobHistoryOf(const std::string& id) const;
   StatusOr<std::string> JobDocument(const std::string& id) const;
   StatusOr<std::vector<int64_t>> JobTracedSteps(const std::string& id) const;

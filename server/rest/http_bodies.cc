@@ -86,14 +86,16 @@ StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
   return api::ParseGraphRequestJson(body, what, options);
 }
 
-StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes) {
+StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes,
+                                       const api::FeedDtypes& dtypes) {
   FS_RETURN_IF_ERROR(CheckHasBody(body, "a run request"));
-  return api::ParseRunRequestJson(body, "", TensorLimit(max_tensor_bytes));
+  return api::ParseRunRequestJson(body, "", TensorLimit(max_tensor_bytes), dtypes);
 }
 
-StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes) {
+StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes,
+                                               const api::FeedDtypes& dtypes) {
   FS_RETURN_IF_ERROR(CheckHasBody(body, "a predict request"));
-  return api::ParsePredictRequestJson(body, "", TensorLimit(max_tensor_bytes));
+  return api::ParsePredictRequestJson(body, "", TensorLimit(max_tensor_bytes), dtypes);
 }
 
 std::shared_ptr<EventSource> MakeJobEventSource(std::unique_ptr<JobEventStream> stream,

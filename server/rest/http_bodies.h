@@ -30,11 +30,13 @@ StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
 
 // {"feeds": {name: tensor}, "fetches": [...], "targets": [...], "encoding": "data"}
 // (POST /v1/sessions/{id}/run).
-StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes);
+StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes,
+                                       const api::FeedDtypes& dtypes = nullptr);
 
 // {"inputs": {name: tensor}, "fetches": [...], "encoding": "data"}
 // (POST /v1/jobs/{id}/predict). "fetches" is required.
-StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes);
+StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes,
+                                               const api::FeedDtypes& dtypes = nullptr);
 
 // The events of one job as text/event-stream ("event: step\ndata: {job}\n\n"),
 // with ": keep-alive" comments after `keep_alive` of silence; ends after the

@@ -161,7 +161,11 @@ HttpResponse ExtendSession(const Call& c) {
 }
 
 HttpResponse RunSession(const Call& c) {
-  StatusOr<api::RunRequest> req = ParseRunBody(c.req.body, c.max_tensor_bytes());
+  // Nested arrays read as the dtypes the session's Placeholders expect.
+  StatusOr<api::RunRequest> req =
+      ParseRunBody(c.req.body, c.max_tensor_bytes(), [&c](const std::string& name) {
+        return c.service().SessionFeedDtype(c.id, name);
+      });
   if (!req.ok()) return ErrorResponse(req.status());
   SessionRunRequest run;
   run.feeds = std::move(req->feeds);
@@ -232,7 +236,10 @@ HttpResponse JobEvents(const Call& c) {
 }
 
 HttpResponse Predict(const Call& c) {
-  StatusOr<api::PredictRequest> req = ParsePredictBody(c.req.body, c.max_tensor_bytes());
+  StatusOr<api::PredictRequest> req =
+      ParsePredictBody(c.req.body, c.max_tensor_bytes(), [&c](const std::string& name) {
+        return c.service().JobInputDtype(c.id, name);
+      });
   if (!req.ok()) return ErrorResponse(req.status());
   std::vector<Tensor> outputs;
   const auto t0 = std::chrono::steady_clock::now();

@@ -68,6 +68,12 @@ TEST_F(HttpRoutesTest, JobLifecycleAndBodies) {
          R"({"inputs": {"x": [[1.0, 0.0]]}, "fetches": ["pred"], "encoding": "nested"})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(Json::parse(r.body)["outputs"]["pred"].is_array());
+  // Whole numbers (raw pixels, say) are read as the float32 the job's input
+  // placeholder expects.
+  HttpResponse whole = Do("POST", "/v1/jobs/job-1/predict",
+                          R"({"inputs": {"x": [[1, 0]]}, "fetches": ["pred"], "encoding": "nested"})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(Json::parse(whole.body), Json::parse(r.body));
 
   // A finished job can be neither cancelled, paused nor resumed.
   for (const char* action : {"cancel", "pause", "resume"}) {

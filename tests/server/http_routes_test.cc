@@ -172,6 +172,12 @@ TEST_F(HttpRoutesTest, SessionLifecycle) {
          R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "encoding": "nested"})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"outputs": {"y": [2.0]}})"));
+  // Whole numbers in a nested array are read as the float32 the
+  // placeholder expects (its dtype is the graph's), not inferred as int32.
+  r = Do("POST", "/v1/sessions/" + id + "/run",
+         R"({"feeds": {"x": [1, 2]}, "fetches": ["y"], "encoding": "nested"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"outputs": {"y": [2.0, 4.0]}})"));
   r = Do("POST", "/v1/sessions/" + id + "/run",
          R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "encoding": "b64"})");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -261,7 +267,12 @@ TEST_F(HttpRoutesTest, BadRunsAndUnknownSessions) {
       {R"({"feeds": {"x": [1.0]}, "fetches": "y"})", 400, "fetches: "},
       {R"({"feeds": {"x": [1.0]}, "fetches": [3]})", 400, "fetches[0]: "},
       {R"({"feeds": {"x": [1.0]}, "fetches": ["y"], "encoding": "hex"})", 400, "encoding: "},
-      {R"({"feeds": {"x": [1, 2]}, "fetches": ["y"]})", 400, ""},  // int32 for a float32 placeholder
+      // An object's own dtype is kept: int32 for a float32 placeholder.
+      {R"({"feeds": {"x": {"dtype": "int32", "shape": [2], "data": [1, 2]}}, "fetches": ["y"]})", 400,
+       "feed 'x' has dtype int32 but the graph expects float32"},
+      // A nested array takes the placeholder's dtype: 1.5 does not fit int32,
+      // but x is float32; a string fits nothing.
+      {R"({"feeds": {"x": [1, "two"]}, "fetches": ["y"]})", 400, "feeds.x"},
       {R"({"fetches": ["y"]})", 400, ""},                            // x not fed
       {R"({"feeds": {"x": [1.0]}, "fetches": ["nope"]})", 404, ""},
   };
