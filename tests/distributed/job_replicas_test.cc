@@ -415,6 +415,36 @@ TEST_F(ReplicasAcrossTasks, PauseAndCancelLandAtTheEndOfAChunk) {
 // on other tasks report that wait (their _ReplicaCommStats); with one, the
 // other two decide each step in the store's race and the straggler is
 // dropped from every step, its batch abandoned; the replicas still agree.
+// Runs job `j` to its end: the steps, and how many were full (`full`
+// examples); fails the test on an error.
+void RunToEnd(TrainingJob* j, int64_t full_examples, int64_t* steps, int64_t* full) {
+  *steps = *full = 0;
+  for (;;) {
+    StatusOr<StepResult> r = j->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ++*steps;
+    if (r->examples == full_examples) ++*full;
+    EXPECT_TRUE(std::isfinite(r->loss));
+    if (r->done) break;
+    ASSERT_LT(*steps, 100);
+  }
+}
+
+// The largest difference of replica r's "w" and "b" from replica 0's, once
+// they agree or 20 s passed (a replica that ended its last chunk late is
+// done within moments).
+double DiffFromReplicaZero(TrainingJob* j, int r) {
+  std::vector<Tensor> first = Read(j->replica_session(0), {"w", "b"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  double diff = 1;
+  while (diff != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<Tensor> other = Read(j->replica_session(r), {"w", "b"});
+    diff = std::max(MaxDiff(first[0], other[0]), MaxDiff(first[1], other[1]));
+    if (diff != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return diff;
+}
+
 // Backup replicas in the tasks' own chunks of steps (no straggler of the
 // test's: whoever comes third is dropped): every full step drops exactly
 // one replica, the dropped one receives the contributors' result, and the
@@ -426,15 +456,7 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasRunInChunksAndStayIdentical) {
       Make(Job(3, OnTasks({0, 1, 2}) + R"(, "backup_replicas": 1)"), Across(cluster, "chunked/m0"));
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   int64_t steps = 0, full = 0;
-  for (;;) {
-    StatusOr<StepResult> r = (*j)->Step();
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ++steps;
-    if (r->examples == 24) ++full;
-    EXPECT_TRUE(std::isfinite(r->loss));
-    if (r->done) break;
-    ASSERT_LT(steps, 100);
-  }
+  RunToEnd(j->get(), 24, &steps, &full);
   // 100 rows in batches of 8 for 3 epochs: 5 steps an epoch, the last of
   // each with one batch (nobody dropped: fewer replicas have examples than
   // the two places).
@@ -443,18 +465,7 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasRunInChunksAndStayIdentical) {
   std::vector<int64_t> dropped = (*j)->dropped_steps();
   ASSERT_EQ(dropped.size(), 3u);
   EXPECT_EQ(dropped[0] + dropped[1] + dropped[2], full);
-  // A replica that ended its last chunk late is done within moments.
-  std::vector<Tensor> first = Read((*j)->replica_session(0), {"w", "b"});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (int r = 1; r < 3; ++r) {
-    double diff = 1;
-    while (diff != 0 && std::chrono::steady_clock::now() < deadline) {
-      std::vector<Tensor> other = Read((*j)->replica_session(r), {"w", "b"});
-      diff = std::max(MaxDiff(first[0], other[0]), MaxDiff(first[1], other[1]));
-      if (diff != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    EXPECT_EQ(diff, 0.0) << "replica " << r;
-  }
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(DiffFromReplicaZero(j->get(), r), 0.0) << "replica " << r;
 }
 
 // Two replicas, one backup: each step goes on with whichever comes first
@@ -465,28 +476,13 @@ TEST_F(ReplicasAcrossTasks, OneOfTwoContributesEachStepAndTheOtherFollows) {
       Make(Job(2, OnTasks({0, 1}) + R"(, "backup_replicas": 1)"), Across(cluster, "one-of-two/m0"));
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   int64_t steps = 0, full = 0;
-  for (;;) {
-    StatusOr<StepResult> r = (*j)->Step();
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ++steps;
-    if (r->examples == 16) ++full;
-    if (r->done) break;
-    ASSERT_LT(steps, 100);
-  }
+  RunToEnd(j->get(), 16, &steps, &full);
   // 13 batches an epoch, 2 a step: 7 steps, the last with one batch.
   EXPECT_EQ(steps, 21);
   std::vector<int64_t> dropped = (*j)->dropped_steps();
   ASSERT_EQ(dropped.size(), 2u);
   EXPECT_EQ(dropped[0] + dropped[1], full);
-  std::vector<Tensor> first = Read((*j)->replica_session(0), {"w", "b"});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  double diff = 1;
-  while (diff != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::vector<Tensor> other = Read((*j)->replica_session(1), {"w", "b"});
-    diff = std::max(MaxDiff(first[0], other[0]), MaxDiff(first[1], other[1]));
-    if (diff != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(diff, 0.0);
+  EXPECT_EQ(DiffFromReplicaZero(j->get(), 1), 0.0);
 }
 
 TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
