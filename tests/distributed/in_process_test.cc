@@ -449,13 +449,18 @@ TEST(DistributedInProcess, RecvTensorServesSentTensorsAndAnswersAborts) {
   auto recv = [&](int64_t step, const std::string& k, wpb::RecvTensorResponse* resp) {
     ::grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    // A fresh channel's first call would fail at once on a connect attempt
+    // that a loaded machine delays (seen once in a full suite); it waits for
+    // the channel instead, within the deadline.
+    ctx.set_wait_for_ready(true);
     wpb::RecvTensorRequest req;
     req.set_step_id(step);
     req.set_rendezvous_key(k);
     return stub->RecvTensor(&ctx, req, resp);
   };
   wpb::RecvTensorResponse resp;
-  ASSERT_TRUE(recv(7, key, &resp).ok());
+  ::grpc::Status first = recv(7, key, &resp);
+  ASSERT_TRUE(first.ok()) << first.error_code() << " " << first.error_message();
   EXPECT_EQ(resp.status().code(), 0) << resp.status().message();
   EXPECT_EQ(resp.tensor().dtype(), "float32");
   EXPECT_EQ(resp.tensor().content().size(), 12u);
