@@ -1,5 +1,12 @@
 #include "distributed/gloo_collective.h"
 
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,7 +17,45 @@
 #include "distributed/gloo_collective_internal.h"
 #include "distributed/store_step_race.h"
 
+// --- The one thing this file needs from Gloo that Gloo does not expose.
+//
+// Gloo (this 2022 snapshot) has no abort. What it does itself when a wait
+// times out is tcp::Context::signalException(msg): every pending operation
+// of every pair fails with `msg` and the connections close (the peers see
+// them close). Abort does the same. The function is exported by libgloo but
+// declared in tcp/context.h, which Debian's libgloo-dev cannot compile (it
+// includes gloo/common/memory.h, not packaged); so it is declared here by
+// its symbol, a non-virtual member function called with the tcp::Context
+// (whose primary base, at offset 0, is the transport::Context we hold) as
+// `this`. A libgloo without it fails to link, not at run time.
+namespace flowstate_gloo_abi {
+void SignalException(void* tcp_context, const std::string& msg) __asm__(
+    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11"
+    "char_traitsIcESaIcEEE");
+}  // namespace flowstate_gloo_abi
+
 namespace flowstate {
+
+namespace gloo_internal {
+
+// The gloo::Context of a group: its transport context is the one we
+// connected ourselves (Impl::Connect).
+class MeshContext final : public ::gloo::Context {
+ public:
+  MeshContext(int rank, int size) : ::gloo::Context(rank, size) {}
+  void SetTransport(std::shared_ptr<::gloo::transport::Device> device,
+                    std::shared_ptr<::gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+  // Fails every pending operation with `msg` and closes the connections.
+  void Signal(const std::string& msg) {
+    if (transportContext_ != nullptr) flowstate_gloo_abi::SignalException(transportContext_.get(), msg);
+  }
+};
+
+}  // namespace gloo_internal
+
 namespace {
 
 using namespace collective_signature;  // Signature, Hash, Decode, Check, Call
@@ -183,6 +228,22 @@ void GlooCollective::Impl::CloseGroup() {
                           Clock::now() + std::chrono::milliseconds(500));
   }
 }
+
+void GlooCollective::Impl::AddLive(::gloo::transport::UnboundBuffer* b) {
+  std::lock_guard<std::mutex> l(mu_);
+  live_.insert(b);
+  if (!broken_.ok()) {
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
+}
+
+GlooCollective::Impl::LiveBuffer::LiveBuffer(Impl* impl, void* ptr, size_t bytes)
+    : impl(impl), buf(impl->ctx_->createUnboundBuffer(ptr, bytes)) {
+  impl->AddLive(buf.get());
+}
+
+GlooCollective::Impl::LiveBuffer::~LiveBuffer() { impl->RemoveLive(buf.get()); }
 
 GlooCollective::Impl::ActiveRound::ActiveRound(Impl* self, int64_t round) : self(self) {
   {

@@ -2,18 +2,12 @@
 // files that implement it: gloo_collective.cc (the group: rendezvous,
 // failures, the checked all-reduce round) and gloo_ring.cc (the ring itself,
 // subgroup rounds, point-to-point transfers, scratch buffers). Not for any
-// other file: it exposes Gloo's types.
+// other file. Gloo's headers stay in those .cc files; here its types are
+// only named.
 //
 // Thread safety: as gloo_collective.h says; fields say what guards them.
 #ifndef FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_INTERNAL_H_
 #define FLOWSTATE_DISTRIBUTED_GLOO_COLLECTIVE_INTERNAL_H_
-
-#include <gloo/common/error.h>
-#include <gloo/context.h>
-#include <gloo/transport/tcp/address.h>
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include <algorithm>
 #include <array>
@@ -32,42 +26,17 @@
 #include "distributed/gloo_collective.h"
 
 
-// --- The one thing this file needs from Gloo that Gloo does not expose.
-//
-// Gloo (this 2022 snapshot) has no abort. What it does itself when a wait
-// times out is tcp::Context::signalException(msg): every pending operation
-// of every pair fails with `msg` and the connections close (the peers see
-// them close). Abort does the same. The function is exported by libgloo but
-// declared in tcp/context.h, which Debian's libgloo-dev cannot compile (it
-// includes gloo/common/memory.h, not packaged); so it is declared here by
-// its symbol, a non-virtual member function called with the tcp::Context
-// (whose primary base, at offset 0, is the transport::Context we hold) as
-// `this`. A libgloo without it fails to link, not at run time.
-namespace flowstate_gloo_abi {
-void SignalException(void* tcp_context, const std::string& msg) __asm__(
-    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11"
-    "char_traitsIcESaIcEEE");
-}  // namespace flowstate_gloo_abi
-
+// Gloo's types, only by name: the files that implement GlooCollective
+// include Gloo's headers themselves.
+namespace gloo::transport {
+class Context;
+class Device;
+class UnboundBuffer;
+}  // namespace gloo::transport
 
 namespace flowstate {
 namespace gloo_internal {
-
-// connected ourselves (Impl::Connect).
-class MeshContext final : public ::gloo::Context {
- public:
-  MeshContext(int rank, int size) : ::gloo::Context(rank, size) {}
-  void SetTransport(std::shared_ptr<::gloo::transport::Device> device,
-                    std::shared_ptr<::gloo::transport::Context> transport) {
-    device_ = std::move(device);
-    transportContext_ = std::move(transport);
-  }
-  // Fails every pending operation with `msg` and closes the connections.
-  void Signal(const std::string& msg) {
-    if (transportContext_ != nullptr) flowstate_gloo_abi::SignalException(transportContext_.get(), msg);
-  }
-};
-
+class MeshContext;  // gloo_collective.cc
 }  // namespace gloo_internal
 
 class GlooCollective::Impl {
@@ -134,25 +103,15 @@ class GlooCollective::Impl {
   // The unbound buffers of the round in progress, registered for as long as
   // they live: Abort wakes their waits. REQUIRES (remove): before the
   // buffer is destroyed.
-  void AddLive(::gloo::transport::UnboundBuffer* b) {
-    std::lock_guard<std::mutex> l(mu_);
-    live_.insert(b);
-    if (!broken_.ok()) {
-      b->abortWaitSend();
-      b->abortWaitRecv();
-    }
-  }
+  void AddLive(::gloo::transport::UnboundBuffer* b);
   void RemoveLive(::gloo::transport::UnboundBuffer* b) {
     std::lock_guard<std::mutex> l(mu_);
     live_.erase(b);
   }
   // An unbound buffer of this round over [ptr, ptr + bytes), live while it is.
   struct LiveBuffer {
-    LiveBuffer(Impl* impl, void* ptr, size_t bytes)
-        : impl(impl), buf(impl->ctx_->createUnboundBuffer(ptr, bytes)) {
-      impl->AddLive(buf.get());
-    }
-    ~LiveBuffer() { impl->RemoveLive(buf.get()); }
+    LiveBuffer(Impl* impl, void* ptr, size_t bytes);
+    ~LiveBuffer();
     LiveBuffer(const LiveBuffer&) = delete;
     LiveBuffer& operator=(const LiveBuffer&) = delete;
     ::gloo::transport::UnboundBuffer* operator->() const { return buf.get(); }

@@ -1,6 +1,10 @@
 // GlooCollective's ring (distributed/gloo_collective_internal.h): the ring
 // all-reduce over the group or a subgroup of it, its scratch buffers, and
 // point-to-point transfers of tensors between two ranks.
+#include <gloo/common/error.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>

@@ -51,7 +51,6 @@ ADAPTERS = {
     "server/grpc/grpc_frontend.h",   # the gRPC frontend's own services
     "server/rest/http_connection.h", # one Beast connection, inside server/rest
     "checkpoints/store_internal.h",  # RocksDB behind checkpoints/store.h
-    "distributed/gloo_collective_internal.h",  # Gloo behind distributed/gloo_collective.h
 }
 SOURCE = (".h", ".cc")
 
