@@ -1,7 +1,9 @@
 #include "graph/gradients.h"
 
 #include <deque>
+#include <set>
 
+#include "graph/gradients/backprop.h"
 #include "graph/op_builders.h"
 
 namespace flowstate {
@@ -81,6 +83,35 @@ std::vector<std::string> GradientRegistry::Ops() const {
   return out;
 }
 
+namespace internal {
+
+Output Densify(const Scope& s, const Gradient& g) {
+  if (!g.is_sparse) return g.dense;
+  Output rows = ops::StridedSlice(s, g.dense_shape, std::vector<int32_t>{0},
+                                  std::vector<int32_t>{1}, std::vector<int32_t>{1},
+                                  ops::StridedSliceAttrs{0, 0, 0, 0, 1});
+  return ops::Generic(s, "UnsortedSegmentSum", {g.values, g.indices, rows})[0];
+}
+
+int GradState::OutputFrame(const std::string& node) const {
+  auto a = added.find(node);
+  if (a != added.end()) return a->second.frame;
+  const Node* n = g.FindNode(node);
+  if (n == nullptr || cf == nullptr) return 0;
+  auto e = enter_child.find(n->id());
+  if (e != enter_child.end()) return e->second;
+  const int f = cf->frame_of[n->id()];
+  if (n->op() == "Exit" && f > 0) return cf->frames[f].parent;
+  return f;
+}
+
+NodeDef* GradState::FindPending(const std::string& name) {
+  for (NodeDef& n : pending) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
+
 namespace {
 
 // Sums the gradients reaching one tensor. Sparse ones stay sparse when all
@@ -108,105 +139,211 @@ Gradient Aggregate(const Scope& s, std::vector<Gradient>& parts) {
     return out;
   }
   std::vector<Output> dense;
-  for (Gradient* g : live) {
-    if (g->is_sparse) {
-      Output rows = ops::StridedSlice(s, g->dense_shape, std::vector<int32_t>{0},
-                                      std::vector<int32_t>{1}, std::vector<int32_t>{1},
-                                      ops::StridedSliceAttrs{0, 0, 0, 0, 1});
-      dense.push_back(ops::Generic(s, "UnsortedSegmentSum", {g->values, g->indices, rows})[0]);
-    } else {
-      dense.push_back(g->dense);
-    }
-  }
+  for (Gradient* g : live) dense.push_back(Densify(s, *g));
   return Gradient::Dense(ops::AddN(s, dense));
 }
 
 bool Differentiable(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64 ||
                                          t == DataType::kFloat16 || t == DataType::kBFloat16; }
 
-}  // namespace
-
-Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Output>& xs,
-                    std::vector<Gradient>* grads, const GradientOptions& options) {
-  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(scope.graph_def()));
-  const Node* loss_node = g.FindNode(loss.node);
-  if (loss_node == nullptr) return NotFound("loss '" + loss.name() + "' is not in the graph", loss.node);
-  if (loss.index >= loss_node->num_outputs()) {
-    return InvalidArgument("loss '" + loss.name() + "' names a missing output", loss.node);
-  }
-  if (!Differentiable(loss_node->output_type(loss.index))) {
-    return InvalidArgument("loss '" + loss.name() + "' has dtype " +
-                               std::string(DataTypeName(loss_node->output_type(loss.index))) +
-                               "; it must be floating point",
-                           loss.node);
-  }
-  const int n = g.num_nodes();
-  std::vector<int> x_nodes;
-  for (const Output& x : xs) {
-    const Node* xn = g.FindNode(x.node);
-    if (xn == nullptr) return NotFound("'" + x.name() + "' is not in the graph", x.node);
-    if (x.index >= xn->num_outputs()) {
-      return InvalidArgument("'" + x.name() + "' names a missing output", x.node);
-    }
-    x_nodes.push_back(xn->id());
-  }
-
-  // Nodes downstream of some x (through differentiable, non-reference edges).
-  std::vector<bool> from_x(n, false);
-  std::deque<int> q;
-  for (int id : x_nodes) {
-    if (!from_x[id]) {
-      from_x[id] = true;
-      q.push_back(id);
-    }
-  }
-  while (!q.empty()) {
-    int u = q.front();
-    q.pop_front();
-    for (const OutEdge& e : g.node(u).out_edges()) {
-      if (e.is_control() || from_x[e.dst]) continue;
-      const Node& dst = g.node(e.dst);
-      if (dst.input_is_ref(e.dst_input) || !Differentiable(g.node(u).output_type(e.src_output))) {
+// The units of one level: a node of the level's frame, or a loop nested in
+// it (id num_nodes + frame index).
+class Units {
+ public:
+  Units(const GradState& st, const Level& level) : st_(st), n_(st.g.num_nodes()) {
+    unit_.assign(n_, -1);
+    const ControlFlowInfo* cf = st.cf;
+    for (int u = 0; u < n_; ++u) {
+      if (level.plumbing.count(u)) continue;
+      if (cf == nullptr) {
+        unit_[u] = u;
         continue;
       }
-      from_x[e.dst] = true;
-      q.push_back(e.dst);
+      int f = cf->frame_of[u];
+      auto e = st.enter_child.find(u);
+      if (e != st.enter_child.end() && f == level.frame) {
+        unit_[u] = n_ + e->second;  // the Enter of a nested loop
+        continue;
+      }
+      if (f == level.frame) {
+        unit_[u] = u;
+        continue;
+      }
+      // A node of a nested loop: its unit is the loop directly inside the level.
+      while (f > 0 && cf->frames[f].parent != level.frame) f = cf->frames[f].parent;
+      if (f > 0) unit_[u] = n_ + f;
+    }
+    for (int u = 0; u < n_; ++u) {
+      if (unit_[u] >= 0) members_[unit_[u]].push_back(u);
     }
   }
-  // Nodes upstream of the loss.
-  std::vector<bool> to_loss(n, false);
-  to_loss[loss_node->id()] = true;
-  q.push_back(loss_node->id());
-  while (!q.empty()) {
-    int u = q.front();
-    q.pop_front();
-    const Node& node = g.node(u);
-    for (int k = 0; k < node.num_inputs(); ++k) {
-      int src = node.input(k).node;
-      if (node.input_is_ref(k) || to_loss[src]) continue;
-      to_loss[src] = true;
-      q.push_back(src);
+  int of(int node) const { return unit_[node]; }
+  bool is_loop(int unit) const { return unit >= n_; }
+  int frame(int unit) const { return unit - n_; }
+  const std::map<int, std::vector<int>>& members() const { return members_; }
+
+  // Units in topological order (data edges between units).
+  std::vector<int> TopoOrder() const {
+    std::map<int, int> indegree;
+    std::map<int, std::vector<int>> succ;
+    for (const auto& [unit, nodes] : members_) {
+      indegree.emplace(unit, 0);
+      std::set<int> seen;
+      for (int u : nodes) {
+        for (const OutEdge& e : st_.g.node(u).out_edges()) {
+          if (e.is_control()) continue;
+          const int d = unit_[e.dst];
+          if (d < 0 || d == unit || !seen.insert(d).second) continue;
+          succ[unit].push_back(d);
+        }
+      }
     }
+    for (const auto& [unit, next] : succ) {
+      for (int d : next) ++indegree[d];
+    }
+    std::vector<int> order, ready;
+    for (const auto& [unit, deg] : indegree) {
+      if (deg == 0) ready.push_back(unit);
+    }
+    while (!ready.empty()) {
+      const int u = ready.back();
+      ready.pop_back();
+      order.push_back(u);
+      auto it = succ.find(u);
+      if (it == succ.end()) continue;
+      for (int d : it->second) {
+        if (--indegree[d] == 0) ready.push_back(d);
+      }
+    }
+    return order;
   }
 
-  Scope gs = scope.NewSubScope(options.prefix);
-  std::vector<std::vector<std::vector<Gradient>>> incoming(n);
-  for (int i = 0; i < n; ++i) incoming[i].resize(g.node(i).num_outputs());
-  incoming[loss_node->id()][loss.index].push_back(
-      Gradient::Dense(ops::OnesLike(gs.WithOpName("initial"), loss)));
+ private:
+  const GradState& st_;
+  const int n_;
+  std::vector<int> unit_;
+  std::map<int, std::vector<int>> members_;
+};
+
+}  // namespace
+
+Status Backprop(GradState* st, const Scope& gs, const Level& level,
+                std::vector<std::pair<Endpoint, Gradient>> seeds, const std::vector<Endpoint>& xs,
+                std::vector<Gradient>* grads) {
+  const Graph& g = st->g;
+  Units units(*st, level);
+  const auto& members = units.members();
+  auto edge_ok = [&](int src, int src_output, int dst, int dst_input) {
+    return !g.node(dst).input_is_ref(dst_input) &&
+           Differentiable(g.node(src).output_type(src_output));
+  };
+
+  // Units downstream of some x (through differentiable, non-reference edges).
+  std::set<int> from_x;
+  std::set<std::pair<int, int>> x_set;
+  std::deque<int> q;
+  auto reach = [&](int unit) {
+    if (from_x.insert(unit).second) q.push_back(unit);
+  };
+  for (const Endpoint& x : xs) {
+    x_set.insert({x.node, x.output});
+    if (units.of(x.node) >= 0) {
+      reach(units.of(x.node));
+      continue;
+    }
+    for (const OutEdge& e : g.node(x.node).out_edges()) {
+      if (e.is_control() || e.src_output != x.output || units.of(e.dst) < 0) continue;
+      if (edge_ok(x.node, e.src_output, e.dst, e.dst_input)) reach(units.of(e.dst));
+    }
+  }
+  while (!q.empty()) {
+    const int unit = q.front();
+    q.pop_front();
+    for (int u : members.at(unit)) {
+      for (const OutEdge& e : g.node(u).out_edges()) {
+        if (e.is_control()) continue;
+        const int d = units.of(e.dst);
+        if (d < 0 || d == unit || from_x.count(d)) continue;
+        if (edge_ok(u, e.src_output, e.dst, e.dst_input)) reach(d);
+      }
+    }
+  }
+  // Units upstream of a seed.
+  std::set<int> to_loss;
+  for (const auto& [y, grad] : seeds) {
+    const int unit = units.of(y.node);
+    if (unit >= 0 && to_loss.insert(unit).second) q.push_back(unit);
+  }
+  while (!q.empty()) {
+    const int unit = q.front();
+    q.pop_front();
+    for (int u : members.at(unit)) {
+      const Node& node = g.node(u);
+      for (int k = 0; k < node.num_inputs(); ++k) {
+        const int src = units.of(node.input(k).node);
+        if (node.input_is_ref(k) || src < 0 || src == unit || to_loss.count(src)) continue;
+        to_loss.insert(src);
+        q.push_back(src);
+      }
+    }
+  }
+  // Whether the tensor e is downstream of an x.
+  auto from_x_tensor = [&](const Endpoint& e) {
+    if (x_set.count({e.node, e.output})) return true;
+    const int unit = units.of(e.node);
+    return unit >= 0 && from_x.count(unit) > 0;
+  };
+
+  std::map<std::pair<int, int>, std::vector<Gradient>> incoming;
+  for (auto& [y, grad] : seeds) incoming[{y.node, y.output}].push_back(std::move(grad));
   std::map<std::pair<int, int>, Gradient> final_grads;
   GradientRegistry* registry = GradientRegistry::Global();
+  auto add_incoming = [&](const Endpoint& e, Gradient grad) {
+    if (grad.is_none() || !Differentiable(g.node(e.node).output_type(e.output)) ||
+        !from_x_tensor(e)) {
+      return;
+    }
+    incoming[{e.node, e.output}].push_back(std::move(grad));
+  };
 
-  auto topo = g.topo_order();
+  std::vector<int> topo = units.TopoOrder();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
-    const int id = *it;
-    if (!from_x[id] || !to_loss[id]) continue;
+    const int unit = *it;
+    if (!from_x.count(unit) || !to_loss.count(unit)) continue;
+    if (units.is_loop(unit)) {
+      const int frame = units.frame(unit);
+      const ControlFlowInfo::Frame& f = st->cf->frames[frame];
+      std::map<int, Gradient> exit_grads;
+      bool any = false;
+      for (int x : f.exits) {
+        auto in = incoming.find({x, 0});
+        if (in == incoming.end()) continue;
+        Gradient agg = Aggregate(gs.NewSubScope(g.node(x).name()), in->second);
+        any |= !agg.is_none();
+        exit_grads[x] = std::move(agg);
+      }
+      if (!any) continue;
+      std::set<int> wanted;
+      for (int e : f.enters) {
+        const Endpoint& src = g.node(e).input(0);
+        if (from_x_tensor(src) && Differentiable(g.node(src.node).output_type(src.output))) {
+          wanted.insert(e);
+        }
+      }
+      if (wanted.empty()) continue;
+      std::map<int, Gradient> enter_grads;
+      FS_RETURN_IF_ERROR(WhileLoopGrad(st, gs, level, frame, exit_grads, wanted, &enter_grads));
+      for (auto& [e, grad] : enter_grads) add_incoming(g.node(e).input(0), std::move(grad));
+      continue;
+    }
+    const int id = unit;
     const Node& node = g.node(id);
     Scope ns = gs.NewSubScope(node.name());
     std::vector<Gradient> out_grads(node.num_outputs());
     bool any = false;
     for (int o = 0; o < node.num_outputs(); ++o) {
-      out_grads[o] = Aggregate(ns, incoming[id][o]);
+      auto in = incoming.find({id, o});
+      if (in != incoming.end()) out_grads[o] = Aggregate(ns, in->second);
       final_grads[{id, o}] = out_grads[o];
       any |= !out_grads[o].is_none();
     }
@@ -214,13 +351,13 @@ Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Ou
     bool needs_input_grads = false;
     for (int k = 0; k < node.num_inputs(); ++k) {
       const Endpoint& e = node.input(k);
-      needs_input_grads |= from_x[e.node] && !node.input_is_ref(k) &&
+      needs_input_grads |= from_x_tensor(e) && !node.input_is_ref(k) &&
                            Differentiable(g.node(e.node).output_type(e.output));
     }
     if (!needs_input_grads) continue;
     const GradFunc* fn = nullptr;
-    auto ov = options.overrides.find(node.op());
-    if (ov != options.overrides.end()) {
+    auto ov = st->options.overrides.find(node.op());
+    if (ov != st->options.overrides.end()) {
       fn = &ov->second;
     } else if (registry->IsNonDifferentiable(node.op())) {
       continue;
@@ -230,7 +367,7 @@ Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Ou
     if (fn == nullptr) {
       return Unimplemented("node '" + node.name() + "' (" + node.op() +
                                "): no gradient is registered for op " + node.op() +
-                               ", which lies between the loss '" + loss.name() +
+                               ", which lies between the loss '" + st->loss_name +
                                "' and the variables",
                            node.name());
     }
@@ -248,20 +385,64 @@ Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Ou
                       std::to_string(node.num_inputs()) + " inputs");
     }
     for (int k = 0; k < node.num_inputs(); ++k) {
-      const Endpoint& e = node.input(k);
-      if (in_grads[k].is_none() || node.input_is_ref(k) || !from_x[e.node] ||
-          !Differentiable(g.node(e.node).output_type(e.output))) {
-        continue;
-      }
-      incoming[e.node][e.output].push_back(std::move(in_grads[k]));
+      if (node.input_is_ref(k)) continue;
+      add_incoming(node.input(k), std::move(in_grads[k]));
     }
   }
 
   grads->clear();
-  for (size_t i = 0; i < xs.size(); ++i) {
-    auto f = final_grads.find({x_nodes[i], xs[i].index});
-    grads->push_back(f == final_grads.end() ? Gradient::None() : f->second);
+  for (const Endpoint& x : xs) {
+    auto f = final_grads.find({x.node, x.output});
+    if (f != final_grads.end()) {
+      grads->push_back(f->second);
+      continue;
+    }
+    auto in = incoming.find({x.node, x.output});
+    grads->push_back(in == incoming.end()
+                         ? Gradient::None()
+                         : Aggregate(gs.NewSubScope(g.node(x.node).name()), in->second));
   }
+  return Status();
+}
+
+}  // namespace internal
+
+Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Output>& xs,
+                    std::vector<Gradient>* grads, const GradientOptions& options) {
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(scope.graph_def()));
+  const Node* loss_node = g.FindNode(loss.node);
+  if (loss_node == nullptr) return NotFound("loss '" + loss.name() + "' is not in the graph", loss.node);
+  if (loss.index >= loss_node->num_outputs()) {
+    return InvalidArgument("loss '" + loss.name() + "' names a missing output", loss.node);
+  }
+  if (!internal::Differentiable(loss_node->output_type(loss.index))) {
+    return InvalidArgument("loss '" + loss.name() + "' has dtype " +
+                               std::string(DataTypeName(loss_node->output_type(loss.index))) +
+                               "; it must be floating point",
+                           loss.node);
+  }
+  std::vector<Endpoint> x_endpoints;
+  for (const Output& x : xs) {
+    const Node* xn = g.FindNode(x.node);
+    if (xn == nullptr) return NotFound("'" + x.name() + "' is not in the graph", x.node);
+    if (x.index >= xn->num_outputs()) {
+      return InvalidArgument("'" + x.name() + "' names a missing output", x.node);
+    }
+    x_endpoints.push_back(Endpoint{xn->id(), x.index});
+  }
+  internal::GradState st(g, options, loss.name());
+  if (st.cf != nullptr) {
+    for (size_t f = 1; f < st.cf->frames.size(); ++f) {
+      for (int e : st.cf->frames[f].enters) st.enter_child[e] = int(f);
+    }
+  }
+  Scope gs = scope.NewSubScope(options.prefix);
+  Gradient initial = Gradient::Dense(ops::OnesLike(gs.WithOpName("initial"), loss));
+  internal::Level root;
+  FS_RETURN_IF_ERROR(internal::Backprop(&st, gs, root,
+                                        {{Endpoint{loss_node->id(), loss.index}, initial}},
+                                        x_endpoints, grads));
+  for (NodeDef& n : st.pending) scope.mutable_graph_def()->nodes.push_back(std::move(n));
   return Status();
 }
 

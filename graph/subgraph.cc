@@ -75,6 +75,12 @@ StatusOr<PrunedGraph> PruneForSignature(const Graph& g, const RunSignature& sig)
     if (n == nullptr) return NotFound("target '" + t + "': the graph has no such node", t);
     visit(n->id());
   }
+  // A control dependency on a fed Placeholder waits for the feed instead
+  // (as in TensorFlow): the placeholder itself never runs.
+  std::map<int, int> fed_node;  // Placeholder -> its feed index
+  for (const auto& [key, idx] : fed) {
+    if (g.node(key.first).op() == "Placeholder") fed_node.emplace(key.first, idx);
+  }
   std::set<int> used_feeds;
   while (!stack.empty()) {
     int u = stack.back();
@@ -88,7 +94,14 @@ StatusOr<PrunedGraph> PruneForSignature(const Graph& g, const RunSignature& sig)
         visit(e.node);
       }
     }
-    for (int c : n.control_inputs()) visit(c);
+    for (int c : n.control_inputs()) {
+      auto it = fed_node.find(c);
+      if (it != fed_node.end()) {
+        used_feeds.insert(it->second);
+      } else {
+        visit(c);
+      }
+    }
   }
   for (const Resolved& r : fetches) {
     auto it = fed.find({r.node, r.index});
@@ -132,7 +145,10 @@ StatusOr<PrunedGraph> PruneForSignature(const Graph& g, const RunSignature& sig)
       d.inputs.push_back(n.input_is_ref(k) ? TensorId{g.node(e.node).name(), e.output}.ToString()
                                            : tensor_name(e.node, e.output));
     }
-    for (int c : n.control_inputs()) d.inputs.push_back("^" + g.node(c).name());
+    for (int c : n.control_inputs()) {
+      auto it = fed_node.find(c);
+      d.inputs.push_back("^" + (it != fed_node.end() ? arg_name.at(it->second) : g.node(c).name()));
+    }
     out.graph.nodes.push_back(std::move(d));
   }
   for (int i = 0; i < int(fetches.size()); ++i) {

@@ -4,7 +4,8 @@
 // The result is a GraphDef ready to place and execute: each fed tensor that
 // is used is produced by an _Arg node (attr index = its position in feeds),
 // and each fetch is consumed by a _Retval node (index = its position in
-// fetches). Pure function of its inputs; thread-safe.
+// fetches). A control dependency on a fed Placeholder becomes one on its
+// _Arg (TensorFlow's rule). Pure function of its inputs; thread-safe.
 #ifndef FLOWSTATE_GRAPH_SUBGRAPH_H_
 #define FLOWSTATE_GRAPH_SUBGRAPH_H_
 

@@ -1,6 +1,7 @@
 #include "scheduler/control_flow_kernels.h"
 
 #include "devices/kernel_registry.h"
+#include "scheduler/call_frame.h"
 
 namespace flowstate::scheduler {
 namespace {
@@ -59,6 +60,52 @@ class IdentityNOp final : public OpKernel {
   bool IsExpensive() const override { return false; }
 };
 
+// The key of a StackPush or StackPop: its first n inputs, int32 scalars.
+std::vector<int32_t> KeyOf(OpKernelContext* ctx, int n) {
+  std::vector<int32_t> key;
+  for (int i = 0; i < n; ++i) {
+    const Tensor& t = ctx->input(i);
+    if (t.num_elements() > 0) key.push_back(t.data<int32_t>()[0]);
+  }
+  return key;
+}
+
+// StackPush and StackPop keep their values in the step's CallFrame.
+class StackPushOp final : public OpKernel {
+ public:
+  explicit StackPushOp(OpKernelConstruction* c) : OpKernel(c) {
+    (void)c->GetAttr("stack_name", &stack_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    FS_OP_REQUIRES(ctx, ctx->call_frame() != nullptr,
+                   Internal("StackPush outside a step (no call frame)"));
+    const int n = ctx->num_inputs() - 1;
+    ctx->call_frame()->StackPush(stack_, KeyOf(ctx, n), ctx->input(n));
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string stack_;
+};
+
+class StackPopOp final : public OpKernel {
+ public:
+  explicit StackPopOp(OpKernelConstruction* c) : OpKernel(c) {
+    (void)c->GetAttr("stack_name", &stack_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    FS_OP_REQUIRES(ctx, ctx->call_frame() != nullptr,
+                   Internal("StackPop outside a step (no call frame)"));
+    StatusOr<Tensor> t = ctx->call_frame()->StackPop(stack_, KeyOf(ctx, ctx->num_inputs()));
+    FS_OP_REQUIRES_OK(ctx, t.status());
+    ctx->set_output(0, std::move(*t));
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string stack_;
+};
+
 void Must(const KernelDef& def, KernelFactory f) {
   KernelRegistry::Global()->Register(def, std::move(f)).CheckOk();
 }
@@ -73,6 +120,9 @@ void RegisterControlFlowKernels(const std::string& type) {
     Must(def("Enter"), MakeKernel<ForwardOp>);
     Must(def("Exit"), MakeKernel<ForwardOp>);
     Must(def("NextIteration"), MakeKernel<ForwardOp>);
+    Must(def("StackPush").HostMemory("keys"), MakeKernel<StackPushOp>);
+    Must(KernelDef("StackPop").Device(type).TypeConstraint("elem_type", t).HostMemory("keys"),
+         MakeKernel<StackPopOp>);
   }
   Must(KernelDef("LoopCond").Device(type).HostMemory("input").HostMemory("output"),
        MakeKernel<ForwardOp>);

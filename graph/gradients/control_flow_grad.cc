@@ -1,8 +1,9 @@
 // Gradients through conditionals (Switch, Merge, and the IdentityN naming a
 // Cond's results), as graph rewrites that
 // use the same ops: the backward pass of a Cond is itself a conditional,
-// whose untaken branch is dead. Loops (Enter, Exit, NextIteration) have no
-// gradient yet: AddGradients fails naming the first of them on the path.
+// whose untaken branch is dead. Loops are differentiated as a whole
+// (while_grad.cc), never op by op: Enter, Exit and NextIteration have no
+// gradient function of their own.
 #include "graph/gradients/grad_util.h"
 
 namespace flowstate::internal {
@@ -46,6 +47,8 @@ void RegisterControlFlowGradients(GradientRegistry* r) {
   r->Register("Merge", MergeGrad).CheckOk();
   r->Register("IdentityN", IdentityNGrad).CheckOk();
   r->RegisterNonDifferentiable("LoopCond");
+  r->RegisterNonDifferentiable("StackPush");
+  r->RegisterNonDifferentiable("StackPop");
 }
 
 }  // namespace flowstate::internal

@@ -3,7 +3,9 @@
 // meaning lives in the executor (scheduler/executor.h: dead tensors, frames
 // and iterations); and IdentityN, which gives a lowered While or If node one
 // name for all its outputs. graph/control_flow.h builds them (Cond,
-// WhileLoop) and checks how they fit together.
+// WhileLoop) and checks how they fit together. StackPush and StackPop keep
+// the forward values a loop's gradient needs, one per iteration, for the
+// length of one step (graph/gradients/while_grad.cc adds them).
 #include "graph/op_defs/register_defs.h"
 
 namespace flowstate::internal {
@@ -108,6 +110,35 @@ void RegisterControlFlowOps(OpRegistry* r) {
                         return Status();
                       })
                       .Doc("Forwards each input to the output of the same index."));
+  MustRegister(r, OpDefBuilder("StackPush")
+                      .Input("keys: N * int32")
+                      .Input("value: T")
+                      .Attr("N: int >= 1")
+                      .Attr("T: type")
+                      .Attr("stack_name: string")
+                      .SetIsStateful()
+                      .SetShapeFn([](InferenceContext*) { return Status(); })
+                      .Doc("Keeps `value` for the rest of the step in the per-step stack "
+                           "`stack_name`, under `keys` (int32 scalars: the iteration numbers "
+                           "of the enclosing loops, outermost first). Pushing a key twice "
+                           "replaces the value. A while loop's gradient pushes the forward "
+                           "values its backward loop needs."));
+  MustRegister(r, OpDefBuilder("StackPop")
+                      .Input("keys: N * int32")
+                      .Output("value: elem_type")
+                      .Attr("N: int >= 1")
+                      .Attr("elem_type: type")
+                      .Attr("stack_name: string")
+                      .Attr("shape: shape = ?")
+                      .SetIsStateful()
+                      .SetShapeFn([](InferenceContext* c) {
+                        c->set_output(0, c->GetAttr("shape").shape());
+                        return Status();
+                      })
+                      .Doc("Removes and returns the value StackPush kept under `keys` in stack "
+                           "`stack_name` during this step (its memory is freed when the last "
+                           "reader is done); NOT_FOUND when none was pushed. `shape` is the "
+                           "static shape of the pushed values, when known."));
 }
 
 }  // namespace flowstate::internal

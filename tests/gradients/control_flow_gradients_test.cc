@@ -1,6 +1,6 @@
 // Gradients through conditionals against finite differences: Switch and
-// Merge alone (the harness), and whole Cond graphs, each branch taken; and
-// the error a while loop's gradient gets until it exists.
+// Merge alone (the harness), and whole Cond graphs, each branch taken (while
+// loops: while_gradients_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,25 +100,6 @@ TEST(ControlFlowGradients, CondMatchesFiniteDifferencesOnEachBranch) {
     // Spot-check against the closed form too: dL/dy is x (then) or -2y (else).
     EXPECT_NEAR(out[1].data<double>()[0], p ? x.data<double>()[0] : -2 * y.data<double>()[0], 1e-12);
   }
-}
-
-TEST(ControlFlowGradients, AWhileLoopHasNoGradientYetAndTheErrorNamesTheNode) {
-  Scope root;
-  Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat64, PartialShape({}));
-  auto r = ops::WhileLoop(
-      root.WithOpName("loop"),
-      [&](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
-        return ops::Less(c, v[0], ops::Const(c, 10.0));
-      },
-      [&](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
-        return std::vector<Output>{ops::Add(b, v[0], x)};
-      },
-      {x});
-  ASSERT_TRUE(r.ok());
-  std::vector<Gradient> grads;
-  Status s = AddGradients(root, (*r)[0], {x}, &grads);
-  EXPECT_EQ(s.code(), Code::kUnimplemented) << s.ToString();
-  EXPECT_EQ(s.node().rfind("loop/", 0), 0u) << s.ToString();
 }
 
 }  // namespace
