@@ -137,5 +137,41 @@ TEST(FashionMnist, ShortTrainingLearns) {
   EXPECT_LT(after->at("loss"), 0.6 * before->at("loss"));
 }
 
+// The LSTM example (examples/jobs/fashion_lstm.json, a While over the 28
+// rows of each image) on a subset: gradients through the loop must teach it
+// far above chance.
+TEST(FashionMnist, LstmExampleLearnsOnASubset) {
+  const std::string root = "/usr/share/datasets";
+  if (!std::filesystem::exists(root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
+  }
+  std::ifstream f(std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/fashion_lstm.json");
+  std::string job((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = job.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    job.replace(at, from.size(), to);
+  };
+  replace(R"("batch_size": 128, "shuffle": true, "epochs": 3})",
+          R"("batch_size": 64, "shuffle": true, "epochs": 2, "max_examples": 3000})");
+  replace(R"("every_epochs": 1, "batch_size": 1000})",
+          R"("every_epochs": 1, "batch_size": 500, "max_examples": 1000})");
+  replace(R"("checkpoint": {"every_steps": 500, "keep": 3},)", "");
+  auto j = MakeJob(job, root);
+  ASSERT_NE(j, nullptr);
+  StatusOr<std::map<std::string, double>> before = j->Evaluate();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  for (;;) {
+    StatusOr<StepResult> r = j->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (r->done) break;
+  }
+  StatusOr<std::map<std::string, double>> after = j->Evaluate();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_LT(before->at("accuracy"), 0.3);
+  EXPECT_GT(after->at("accuracy"), 0.6);
+  EXPECT_LT(after->at("loss"), 0.6 * before->at("loss"));
+}
+
 }  // namespace
 }  // namespace flowstate

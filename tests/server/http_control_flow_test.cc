@@ -1,6 +1,7 @@
 // The compact While and If nodes of the JSON graph form over REST: lowered
-// by the server to the raw control-flow ops, run through sessions, and bad
-// ones refused with a 400 naming the node inside the body.
+// by the server to the raw control-flow ops, run through sessions, trained
+// through (a job whose loss depends on its variables through a While), and
+// bad ones refused with a 400 naming the node inside the body.
 #include "tests/server/http_routes_fixture.h"
 
 namespace flowstate {
@@ -149,6 +150,58 @@ TEST_F(HttpRoutesTest, BadWhileAndIfNodesAre400NamingTheNodeInside) {
     EXPECT_NE(s.message().find(c.words), std::string::npos) << s.message();
   }
   EXPECT_EQ(service_->num_sessions(), 0);
+}
+
+// A job whose prediction is a While: three iterations of
+// acc <- tanh(0.5 * acc) + x w, trained through POST /v1/jobs on the points
+// (target 2a - 3b). The gradient of w flows back through every iteration;
+// the loss falls well below its start, and predict runs the loop with the
+// trained w.
+TEST_F(HttpRoutesTest, AJobTrainsThroughAWhileNode) {
+  const std::string job = R"({
+    "name": "loop-line",
+    "graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
+      {"name": "target", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2, 1], "init": "zeros"}},
+      {"name": "xw", "op": "MatMul", "inputs": ["x", "w"]},
+      {"name": "acc0", "op": "ZerosLike", "inputs": ["xw"]},
+      {"name": "i0", "op": "Const", "attrs": {"dtype": "int32", "value": 0}},
+      {"name": "n", "op": "Const", "attrs": {"dtype": "int32", "value": 3}},
+      {"name": "loop", "op": "While", "loop_vars": ["i0", "acc0"],
+       "cond": {"args": ["i", "acc"], "output": "more",
+                "nodes": [{"name": "more", "op": "Less", "inputs": ["i", "n"]}]},
+       "body": {"args": ["i", "acc"], "outputs": ["next_i", "next_acc"],
+                "nodes": [{"name": "one", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
+                          {"name": "next_i", "op": "Add", "inputs": ["i", "one"]},
+                          {"name": "half", "op": "Const", "attrs": {"dtype": "float32", "value": 0.5}},
+                          {"name": "damped", "op": "Mul", "inputs": ["acc", "half"]},
+                          {"name": "squashed", "op": "Tanh", "inputs": ["damped"]},
+                          {"name": "step", "op": "MatMul", "inputs": ["x", "w"]},
+                          {"name": "next_acc", "op": "Add", "inputs": ["squashed", "step"]}]}},
+      {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+      {"name": "pred", "op": "Reshape", "inputs": ["loop:1", "flat"]},
+      {"name": "err", "op": "SquaredDifference", "inputs": ["pred", "target"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["err", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "adam", "learning_rate": 0.05},
+    "input": {"format": "csv", "files": {"x": "points.csv", "target": "points.csv"},
+              "columns": {"x": ["a", "b"], "target": ["target"]}, "batch_size": 16, "epochs": 40},
+    "seed": 1
+  })";
+  HttpResponse r = Do("POST", "/v1/jobs", job);
+  ASSERT_EQ(r.status, 201) << r.body;
+  JobInfo done = WaitFor("job-1", JobState::kSucceeded);
+  ASSERT_EQ(JobStateName(done.state), JobStateName(JobState::kSucceeded)) << done.error;
+  // Untrained (w = 0) the loss is the mean of (2a - 3b)^2, about 4.3.
+  EXPECT_LT(done.loss, 0.1);
+  r = Do("POST", "/v1/jobs/job-1/predict",
+         R"({"inputs": {"x": [[0.5, -0.5]]}, "fetches": ["pred"], "encoding": "nested"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const double pred = Json::parse(r.body)["outputs"]["pred"][0].get<double>();
+  EXPECT_NEAR(pred, 2 * 0.5 - 3 * -0.5, 0.3) << r.body;
 }
 
 }  // namespace

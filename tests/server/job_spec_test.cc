@@ -56,7 +56,7 @@ void ExpectPathError(const std::string& json, const std::string& path_and_text) 
 }
 
 TEST(JobSpec, ParsesTheExampleJobs) {
-  for (const char* f : {"fashion_mlp.json", "fashion_cnn.json"}) {
+  for (const char* f : {"fashion_mlp.json", "fashion_cnn.json", "fashion_lstm.json"}) {
     StatusOr<JobSpec> j = ParseJobSpec(ExampleJob(f));
     ASSERT_TRUE(j.ok()) << f << ": " << j.status().ToString();
     EXPECT_EQ(j->loss, "loss");
