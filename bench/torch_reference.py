@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The PyTorch side of the training benchmarks: the example models of
 examples/jobs/ (same layers, initialization scheme, optimizer, batch size and
-preprocessing) trained on the same Fashion-MNIST files.
+preprocessing) trained on the same Fashion-MNIST files. --model lstm is
+fashion_lstm.json's model with nn.LSTM (28 inputs per row, 128 units, the
+last hidden state into a 10-way linear layer; bench/lstm_bench.py).
 
 Prints one JSON object: {"examples_per_sec", "steps", "threads", "final_loss",
 "accuracy" (when --eval), "peak_rss_bytes"}. Run by bench/train_bench.py in its
@@ -83,9 +85,25 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+class Lstm(nn.Module):
+    """Each image read row by row: 28 steps of 28 pixels."""
+
+    def __init__(self, hidden=128):
+        super().__init__()
+        self.lstm = nn.LSTM(28, hidden, batch_first=True)
+        self.fc = nn.Linear(hidden, 10)
+        nn.init.xavier_uniform_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x):
+        _, (h, _) = self.lstm(x.reshape(-1, 28, 28))
+        return self.fc(h[-1])
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    p.add_argument("--model", choices=["mlp", "cnn", "lstm"], required=True)
+    p.add_argument("--lr", type=float, default=0.001)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=300)
@@ -108,12 +126,12 @@ def main():
                                 world_size=a.ddp_world)
     x = read_idx(a.data + "/train-images-idx3-ubyte.gz")
     y = read_idx(a.data + "/train-labels-idx1-ubyte.gz")
-    model = Mlp() if a.model == "mlp" else Cnn()
+    model = {"mlp": Mlp, "cnn": Cnn, "lstm": Lstm}[a.model]()
     if a.channels_last and a.model == "cnn":
         model = model.to(memory_format=torch.channels_last)
     if a.ddp_world:
         model = DistributedDataParallel(model)
-    opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-8)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-8)
     sched = None
     if a.cosine_decay_steps > 0:
         d = a.cosine_decay_steps
