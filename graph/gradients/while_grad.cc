@@ -121,13 +121,16 @@ StatusOr<LoopShape> ParseLoop(const GradState& st, int frame) {
 }
 
 // Builds forward nodes (run by `build` in scope `s`) and moves them from the
-// graph into st->pending, recording the frame their outputs lie in.
+// graph into st->pending, recording the frame their outputs lie in. They run
+// on the device the loop asks for (a loop runs on one device).
 template <typename F>
-std::string AddForward(GradState* st, const Scope& s, int frame, DataType dtype, F build) {
+std::string AddForward(GradState* st, const Scope& s, int frame, DataType dtype,
+                       const std::string& device, F build) {
   GraphDef* def = s.mutable_graph_def();
   const size_t before = def->nodes.size();
   std::string name = build(s);
   for (size_t i = before; i < def->nodes.size(); ++i) {
+    if (def->nodes[i].device.empty()) def->nodes[i].device = device;
     st->added[def->nodes[i].name] = GradState::Added{frame, dtype};
     st->pending.push_back(std::move(def->nodes[i]));
   }
@@ -141,7 +144,8 @@ struct Counter {
   std::string value, increment, exit;
 };
 
-Counter AddCounter(GradState* st, const Scope& fwd, int frame, const LoopShape& shape) {
+Counter AddCounter(GradState* st, const Scope& fwd, int frame, const LoopShape& shape,
+                   const std::string& device) {
   const ControlFlowInfo::Frame& f = st->cf->frames[frame];
   const Graph& g = st->g;
   const int parent = f.parent;
@@ -150,7 +154,7 @@ Counter AddCounter(GradState* st, const Scope& fwd, int frame, const LoopShape& 
   Counter c;
   auto add = [&](int in_frame, const std::string& name, const std::string& op,
                  std::vector<std::string> inputs, AttrMap attrs) {
-    return AddForward(st, fwd, in_frame, DataType::kInt32, [&](const Scope& s) {
+    return AddForward(st, fwd, in_frame, DataType::kInt32, device, [&](const Scope& s) {
       return s.WithOpName(name).AddNode(name, op, std::move(inputs), std::move(attrs));
     });
   };
@@ -184,12 +188,13 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
   FS_ASSIGN_OR_RETURN(LoopShape shape, ParseLoop(*st, frame));
   const ControlFlowInfo::Frame& f = st->cf->frames[frame];
   const Scope fwd = gs.UnderNode(shape.name).NewSubScope("grad");
-  const Counter counter = AddCounter(st, fwd, frame, shape);
+  const std::string device = g.node(shape.vars[0].enter).requested_device();
+  const Counter counter = AddCounter(st, fwd, frame, shape, device);
 
   // The forward keys of this frame: the enclosing ones entered, then t.
   std::vector<Output> fwd_keys;
   for (const Output& k : outer.fwd_keys) {
-    fwd_keys.push_back(Output(AddForward(st, fwd, frame, DataType::kInt32, [&](const Scope& s) {
+    fwd_keys.push_back(Output(AddForward(st, fwd, frame, DataType::kInt32, device, [&](const Scope& s) {
       return s.AddNode("key_enter", "Enter", {k.name()},
                        {{"frame_name", AttrValue(f.name)},
                         {"is_constant", AttrValue(true)},
@@ -273,7 +278,7 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
         std::vector<std::string> push_inputs;
         for (const Output& k : fwd_keys) push_inputs.push_back(k.name());
         push_inputs.push_back(in);
-        const std::string push = AddForward(st, fwd, frame, dtype, [&](const Scope& fs) {
+        const std::string push = AddForward(st, fwd, frame, dtype, device, [&](const Scope& fs) {
           return fs.AddNode("push", "StackPush", push_inputs,
                             {{"stack_name", AttrValue(stack)}});
         });

@@ -297,5 +297,57 @@ TEST(WhileGradients, KeptValuesAreFreedWhenTheStepEnds) {
   EXPECT_EQ(a->Stats().bytes_in_use, before);
 }
 
+// A model pinned to the second of two CPU devices (its gradients too: what
+// lies downstream of a loop may not cross devices yet): the counter and
+// pushes added to the loop run there as well, and the gradient is that of
+// the same model unpinned.
+TEST(WhileGradients, ALoopPinnedToAnotherDevice) {
+  static DevicePool* two = [] {
+    DevicePoolOptions o;
+    o.num_cpu_devices = 2;
+    o.intra_op_threads = 1;
+    return DevicePool::Create(o).value().release();
+  }();
+  std::vector<Tensor> results;
+  for (const char* device : {"", "/device:CPU:1"}) {
+    Scope root = Scope().WithDevice(device);
+    Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat64, PartialShape({3}));
+    Output w = ops::Placeholder(root.WithOpName("w"), DataType::kFloat64, PartialShape({3}));
+    auto r = ops::WhileLoop(
+        root.WithOpName("loop"),
+        [&](const Scope& s, const Vars& v) -> StatusOr<Output> {
+          return ops::Less(s, v[0], ops::Const(s, int32_t(4)));
+        },
+        [&](const Scope& s, const Vars& v) -> StatusOr<Vars> {
+          return Vars{ops::Add(s, v[0], ops::Const(s, int32_t(1))), Tanh(s, ops::Mul(s, v[1], w))};
+        },
+        {ops::Const(root, int32_t(0)), x});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Output loss = ScalarSum(root.WithOpName("loss"), ops::Mul(root, (*r)[1], x));
+    std::vector<Gradient> grads;
+    ASSERT_TRUE(AddGradients(root, loss, {x, w}, &grads).ok());
+    for (const NodeDef& n : root.graph_def().nodes) {
+      if (n.op == "StackPush" || n.name.rfind("loop/grad/counter", 0) == 0) {
+        EXPECT_EQ(n.device, device) << n.name;
+      }
+    }
+    SessionOptions o;
+    o.devices = two;
+    o.inter_op_threads = 2;
+    auto session = Session::Create(root.graph_def(), o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<Tensor> out;
+    Status st = (*session)->Run({{"x", RandomF64(TensorShape({3}), 15)},
+                                 {"w", RandomF64(TensorShape({3}), 16)}},
+                                {grads[0].dense.name(), grads[1].dense.name()}, {}, &out);
+    ASSERT_TRUE(st.ok()) << device << ": " << st.ToString();
+    results.insert(results.end(), out.begin(), out.end());
+  }
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_DOUBLE_EQ(results[0].data<double>()[k], results[2].data<double>()[k]);
+    EXPECT_DOUBLE_EQ(results[1].data<double>()[k], results[3].data<double>()[k]);
+  }
+}
+
 }  // namespace
 }  // namespace flowstate::test
