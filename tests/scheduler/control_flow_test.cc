@@ -1,6 +1,7 @@
 // Control flow through Session: conditionals (Switch/Merge, dead tensors),
 // while loops (frames, iterations, parallel_iterations, bounded memory),
-// the Cond and WhileLoop builders, and the errors a malformed loop gets.
+// the Cond and WhileLoop builders, the errors a malformed loop gets, and the
+// per-step stacks (StackPush/StackPop) that while-loop gradients use.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -520,6 +521,41 @@ TEST(ControlFlow, ALoopSplitAcrossDevicesIsRefusedNotHung) {
       EXPECT_EQ(out[0].scalar<float>(), 128.0f);
     }
   }
+}
+
+// StackPush keeps a value under its keys for the step; StackPop takes it
+// back (once: a second pop of the key in the same step finds nothing), and
+// nothing carries over to the next step.
+TEST(ControlFlow, StackPushAndPopWithinAStep) {
+  Scope root;
+  Output v = ops::Placeholder(root.WithOpName("v"), DataType::kFloat32, PartialShape({2}));
+  Output k0 = ops::Const(root, int32_t(3)), k1 = ops::Const(root, int32_t(7));
+  AttrMap stack = {{"stack_name", AttrValue("s")}};
+  root.WithOpName("push").AddNode("push", "StackPush", {k0.name(), k1.name(), "v"}, stack);
+  AttrMap pop_attrs = stack;
+  pop_attrs.emplace("elem_type", AttrValue(DataType::kFloat32));
+  root.WithOpName("pop").AddNode("pop", "StackPop", {k0.name(), k1.name(), "^push"}, pop_attrs);
+  root.WithOpName("pop_other").AddNode("pop_other", "StackPop", {k1.name(), k0.name(), "^push"},
+                                       pop_attrs);
+  root.WithOpName("pop_twice").AddNode("pop_twice", "StackPop", {k0.name(), k1.name(), "^pop"},
+                                       pop_attrs);
+  root.WithOpName("pop_alone").AddNode("pop_alone", "StackPop", {k0.name(), k1.name()}, pop_attrs);
+  auto s = NewSession(root.graph_def(), 2);
+  const Tensor value = Tensor::FromVector(std::vector<float>{1.5f, -2}, TensorShape({2}));
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s->Run({{"v", value}}, {"pop"}, {}, &out).ok());
+  EXPECT_EQ(out[0].data<float>()[0], 1.5f);
+  EXPECT_EQ(out[0].data<float>()[1], -2.0f);
+  // The keys are ordered: (7, 3) is another key.
+  Status st = s->Run({{"v", value}}, {"pop_other"}, {}, &out);
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  EXPECT_EQ(st.node(), "pop_other") << st.ToString();
+  st = s->Run({{"v", value}}, {"pop_twice"}, {}, &out);
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  // A value pushed in one step is gone in the next.
+  ASSERT_TRUE(s->Run({{"v", value}}, {}, {"push"}, &out).ok());
+  st = s->Run({}, {"pop_alone"}, {}, &out);
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
 }
 
 }  // namespace
