@@ -10,9 +10,11 @@
 // (an activation, the other factor of a MatMul), that value is kept per
 // iteration: the forward loop gets an iteration counter and a StackPush of
 // the value keyed by (enclosing iterations..., t), the backward loop a
-// StackPop of the same key. A read of a loop invariant reads the invariant
-// itself (entered into the backward loop once), so weights are never
-// pushed. The counter's increment waits for the iteration's pushes, so
+// StackPop of the same key. Where it only reads a value's Shape (Size,
+// Rank: broadcasting gradients of dimensions unknown until run time), the
+// Shape moves into the forward loop and the small shape is kept instead. A
+// read of a loop invariant reads the invariant itself (entered into the
+// backward loop once), so weights are never pushed. The counter's increment waits for the iteration's pushes, so
 // the counter's Exit (the trip count N, which starts the backward loop)
 // comes after every push; each pop frees its value, and the step's end
 // frees whatever is left (scheduler/call_frame.h).
@@ -241,12 +243,61 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
   // invariant, the invariant's own input).
   auto rewrite = [&](const Scope& s, size_t begin, const std::vector<Output>& bwd_keys) -> Status {
     GraphDef* def = s.mutable_graph_def();
-    std::map<std::string, std::string> popped;
+    std::map<std::string, std::string> popped;  // forward tensor (or "Shape(x)") -> pop
     std::vector<std::string> key_names;
     for (const Output& k : bwd_keys) key_names.push_back(k.name());
+    // Keeps forward tensor `tensor` per iteration; returns the pop's name.
+    auto keep = [&](const std::string& tensor, DataType dtype, const PartialShape& static_shape) {
+      const std::string stack = shape.name + "/grad/stack_" + std::to_string(st->next_stack++);
+      std::vector<std::string> push_inputs;
+      for (const Output& k : fwd_keys) push_inputs.push_back(k.name());
+      push_inputs.push_back(tensor);
+      const std::string push = AddForward(st, fwd, frame, dtype, device, [&](const Scope& fs) {
+        return fs.AddNode("push", "StackPush", push_inputs, {{"stack_name", AttrValue(stack)}});
+      });
+      st->FindPending(counter.increment)->inputs.push_back("^" + push);
+      return s.AddNode("pop", "StackPop", key_names,
+                       {{"stack_name", AttrValue(stack)},
+                        {"elem_type", AttrValue(dtype)},
+                        {"shape", AttrValue(static_shape)}});
+    };
+    auto is_invariant = [&](const Node* n) {
+      return n != nullptr && std::find(shape.invariants.begin(), shape.invariants.end(),
+                                       n->id()) != shape.invariants.end();
+    };
     for (size_t i = begin; i < def->nodes.size(); ++i) {
+      const std::vector<std::string> old = def->nodes[i].inputs;  // keep() appends nodes
+      const std::string op = def->nodes[i].op;
+      // The shape (size, rank) of a forward value: computed in the forward
+      // loop and kept instead of the value, which may be large.
+      if ((op == "Shape" || op == "Size" || op == "Rank") && !old.empty()) {
+        StatusOr<TensorId> id = ParseTensorId(old[0]);
+        if (id.ok() && !id->is_control() && st->OutputFrame(id->node) == frame &&
+            !is_invariant(g.FindNode(id->node))) {
+          const std::string key = op + "(" + old[0] + ")";
+          auto p = popped.find(key);
+          if (p == popped.end()) {
+            const AttrMap attrs = def->nodes[i].attrs;
+            auto t = attrs.find("out_type");
+            const DataType dtype = t != attrs.end() ? t->second.type() : DataType::kInt32;
+            const std::string moved = AddForward(st, fwd, frame, dtype, device, [&](const Scope& fs) {
+              return fs.AddNode(op, op, {old[0]}, attrs);
+            });
+            p = popped.emplace(key, keep(moved, dtype, PartialShape::Unknown())).first;
+          }
+          NodeDef& n = def->nodes[i];
+          n.op = "Identity";
+          n.attrs.clear();
+          n.inputs = {p->second};
+          for (size_t k = 1; k < old.size(); ++k) {
+            StatusOr<TensorId> c = ParseTensorId(old[k]);
+            if (c.ok() && st->OutputFrame(c->node) != frame) n.inputs.push_back(old[k]);
+          }
+          continue;
+        }
+      }
       std::vector<std::string> inputs;
-      for (const std::string& in : def->nodes[i].inputs) {
+      for (const std::string& in : old) {
         StatusOr<TensorId> id = ParseTensorId(in);
         if (!id.ok() || st->OutputFrame(id->node) != frame) {
           inputs.push_back(in);
@@ -254,42 +305,23 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
         }
         if (id->is_control()) continue;  // the forward node runs anyway
         const Node* n = g.FindNode(id->node);
-        if (n != nullptr && st->enter_child.count(n->id()) &&
-            std::find(shape.invariants.begin(), shape.invariants.end(), n->id()) !=
-                shape.invariants.end()) {
+        if (is_invariant(n)) {
           const Endpoint& src = n->input(0);
           inputs.push_back(Output(g.node(src.node).name(), src.output).name());
           continue;
         }
         auto p = popped.find(in);
-        if (p != popped.end()) {
-          inputs.push_back(p->second);
-          continue;
+        if (p == popped.end()) {
+          const bool original = n != nullptr;
+          p = popped
+                  .emplace(in, keep(in,
+                                    original ? n->output_type(id->index)
+                                             : st->added.at(id->node).dtype,
+                                    original ? n->output_shape(id->index)
+                                             : PartialShape::Unknown()))
+                  .first;
         }
-        DataType dtype;
-        PartialShape static_shape = PartialShape::Unknown();
-        if (n != nullptr) {
-          dtype = n->output_type(id->index);
-          static_shape = n->output_shape(id->index);
-        } else {
-          dtype = st->added.at(id->node).dtype;
-        }
-        const std::string stack = shape.name + "/grad/stack_" + std::to_string(st->next_stack++);
-        std::vector<std::string> push_inputs;
-        for (const Output& k : fwd_keys) push_inputs.push_back(k.name());
-        push_inputs.push_back(in);
-        const std::string push = AddForward(st, fwd, frame, dtype, device, [&](const Scope& fs) {
-          return fs.AddNode("push", "StackPush", push_inputs,
-                            {{"stack_name", AttrValue(stack)}});
-        });
-        st->FindPending(counter.increment)->inputs.push_back("^" + push);
-        const std::string pop =
-            s.AddNode("pop", "StackPop", key_names,
-                      {{"stack_name", AttrValue(stack)},
-                       {"elem_type", AttrValue(dtype)},
-                       {"shape", AttrValue(static_shape)}});
-        popped[in] = pop;
-        inputs.push_back(pop);
+        inputs.push_back(p->second);
       }
       def->nodes[i].inputs = std::move(inputs);
     }
