@@ -10,7 +10,11 @@
 // integer and boolean tensors, and failing — naming the node and op — when
 // an op on the path has no gradient. Gradients of Gather stay sparse: rows
 // (indices, values) of a tensor of known dense shape, so that embedding
-// updates touch only the rows used.
+// updates touch only the rows used. A while loop is differentiated as a
+// whole, into a backward loop (graph/gradients/while_grad.cc); doing so also
+// adds forward nodes to the loop (an iteration counter, a StackPush of each
+// value the backward loop needs), so AddGradients changes the forward graph
+// of a loop on the path, never its results.
 //
 // The registry is filled once on first use and read-only afterwards (except
 // Override, which callers must not race with AddGradients).
