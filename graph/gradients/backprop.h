@@ -43,7 +43,6 @@ struct GradState {
     DataType dtype = DataType::kInt32;
   };
   std::map<std::string, Added> added;
-  int next_stack = 0;
 
   // The frame that output `node` (a forward node, original or added) lies in.
   int OutputFrame(const std::string& node) const;

@@ -189,6 +189,16 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
   const Graph& g = st->g;
   FS_ASSIGN_OR_RETURN(LoopShape shape, ParseLoop(*st, frame));
   const ControlFlowInfo::Frame& f = st->cf->frames[frame];
+  // Loop variables that carry gradients, and invariants that want one.
+  std::vector<int> vars, invariants;
+  for (size_t k = 0; k < shape.vars.size(); ++k) {
+    if (IsFloat(g.node(shape.vars[k].enter).output_type(0))) vars.push_back(int(k));
+  }
+  for (int e : shape.invariants) {
+    if (wanted.count(e) && IsFloat(g.node(e).output_type(0))) invariants.push_back(e);
+  }
+  if (vars.empty()) return Status();
+
   const Scope fwd = gs.UnderNode(shape.name).NewSubScope("grad");
   const std::string device = g.node(shape.vars[0].enter).requested_device();
   const Counter counter = AddCounter(st, fwd, frame, shape, device);
@@ -204,16 +214,6 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
     })));
   }
   fwd_keys.push_back(Output(counter.value));
-
-  // Loop variables that carry gradients, and invariants that want one.
-  std::vector<int> vars, invariants;
-  for (size_t k = 0; k < shape.vars.size(); ++k) {
-    if (IsFloat(g.node(shape.vars[k].enter).output_type(0))) vars.push_back(int(k));
-  }
-  for (int e : shape.invariants) {
-    if (wanted.count(e) && IsFloat(g.node(e).output_type(0))) invariants.push_back(e);
-  }
-  if (vars.empty()) return Status();
 
   Level body_level;
   body_level.frame = frame;
@@ -248,13 +248,16 @@ Status WhileLoopGrad(GradState* st, const Scope& gs, const Level& outer, int fra
     for (const Output& k : bwd_keys) key_names.push_back(k.name());
     // Keeps forward tensor `tensor` per iteration; returns the pop's name.
     auto keep = [&](const std::string& tensor, DataType dtype, const PartialShape& static_shape) {
-      const std::string stack = shape.name + "/grad/stack_" + std::to_string(st->next_stack++);
       std::vector<std::string> push_inputs;
       for (const Output& k : fwd_keys) push_inputs.push_back(k.name());
       push_inputs.push_back(tensor);
       const std::string push = AddForward(st, fwd, frame, dtype, device, [&](const Scope& fs) {
-        return fs.AddNode("push", "StackPush", push_inputs, {{"stack_name", AttrValue(stack)}});
+        return fs.AddNode("push", "StackPush", push_inputs, {});
       });
+      // The stack is named after its push: unique in the graph, whatever
+      // AddGradients calls came before.
+      const std::string stack = push;
+      st->FindPending(push)->attrs["stack_name"] = AttrValue(stack);
       st->FindPending(counter.increment)->inputs.push_back("^" + push);
       return s.AddNode("pop", "StackPop", key_names,
                        {{"stack_name", AttrValue(stack)},

@@ -112,6 +112,42 @@ TEST(WhileGradients, ProductLoop) {
   }
 }
 
+// Two AddGradients calls through one loop (two losses), both fetched in one
+// step: each call's kept values are its own.
+TEST(WhileGradients, TwoGradientsOfOneLoopInOneStep) {
+  Scope root;
+  Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat64, PartialShape({2}));
+  Output w = ops::Placeholder(root.WithOpName("w"), DataType::kFloat64, PartialShape({2}));
+  auto r = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& s, const Vars& v) -> StatusOr<Output> {
+        return ops::Less(s, v[0], ops::Const(s, int32_t(3)));
+      },
+      [&](const Scope& s, const Vars& v) -> StatusOr<Vars> {
+        return Vars{ops::Add(s, v[0], ops::Const(s, int32_t(1))), Tanh(s, ops::Mul(s, v[1], w))};
+      },
+      {ops::Const(root, int32_t(0)), x});
+  ASSERT_TRUE(r.ok());
+  Output loss1 = ScalarSum(root.WithOpName("loss1"), (*r)[1]);
+  Output loss2 = ScalarSum(root.WithOpName("loss2"), ops::Square(root, ops::Sin(root, (*r)[1])));
+  std::vector<Gradient> g1, g2;
+  ASSERT_TRUE(AddGradients(root, loss1, {w}, &g1).ok());
+  GradientOptions second;
+  second.prefix = "gradients_2";
+  ASSERT_TRUE(AddGradients(root, loss2, {w}, &g2, second).ok());
+  auto session = NewSession(root.graph_def(), 4);
+  const Feeds feeds = {{"x", RandomF64(TensorShape({2}), 20)}, {"w", RandomF64(TensorShape({2}), 21)}};
+  std::vector<Tensor> both, alone1, alone2;
+  ASSERT_TRUE(session->Run(feeds, {g1[0].dense.name(), g2[0].dense.name()}, {}, &both).ok());
+  ASSERT_TRUE(session->Run(feeds, {g1[0].dense.name()}, {}, &alone1).ok());
+  ASSERT_TRUE(session->Run(feeds, {g2[0].dense.name()}, {}, &alone2).ok());
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(both[0].data<double>()[k], alone1[0].data<double>()[k]);
+    EXPECT_EQ(both[1].data<double>()[k], alone2[0].data<double>()[k]);
+  }
+  ExpectGradientsMatch(root, loss2, feeds, {"w"});
+}
+
 // An RNN over a fed sequence X [T, B, D]: h <- tanh(X[t] Wx + h Wh + b).
 TEST(WhileGradients, RnnOverAFedSequence) {
   constexpr int T = 4, B = 2, D = 3, H = 2;
