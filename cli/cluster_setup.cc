@@ -12,6 +12,7 @@
 #include "distributed/registry.h"
 #include "distributed/worker_service.h"
 #include "server/grpc/grpc_server.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -64,7 +65,10 @@ StatusOr<std::unique_ptr<ClusterRuntime>> ClusterRuntime::Prepare(const ClusterS
                                                                   const config::ServerConfig& cfg,
                                                                   GrpcServerOptions* go) {
   std::unique_ptr<ClusterRuntime> rt(new ClusterRuntime());
-  rt->spec_ = spec;
+  {
+    MutexLock l(rt->mu_);
+    rt->spec_ = spec;
+  }
   rt->cfg_ = cfg;
   if (!spec.registry.empty() && spec.self.index == 0) {
     // Task 0 of a MASTER_* cluster: the registry, also at MASTER_PORT on the
@@ -104,7 +108,7 @@ ClusterRuntime::~ClusterRuntime() {
 }
 
 ClusterSpec ClusterRuntime::spec() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return spec_;
 }
 
@@ -121,7 +125,7 @@ Status ClusterRuntime::Start(int grpc_port, DevicePool* devices, const std::atom
     const auto timeout = std::chrono::milliseconds(int64_t(cfg_.cluster_options.join_timeout_seconds * 1000));
     FS_ASSIGN_OR_RETURN(spec, JoinCluster(spec, advertise, registry_.get(), timeout,
                                           std::chrono::milliseconds(100), cancel));
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     spec_ = spec;
   }
   ClusterOptions co;
@@ -178,7 +182,7 @@ ClusterInfo ClusterRuntime::View() const {
   }
   // Before Start (a MASTER_* world still assembling): the other tasks with
   // their addresses and no state learnt: UNREACHABLE, never heard from.
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (const TaskId& t : spec_.tasks()) {
     TaskInfo i;
     i.job = t.job;

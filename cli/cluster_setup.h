@@ -31,6 +31,7 @@
 #include "config/config.h"
 #include "distributed/cluster_spec.h"
 #include "graph/status.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -81,8 +82,8 @@ class ClusterRuntime {
 
  private:
   ClusterRuntime() = default;
-  mutable std::mutex mu_;
-  ClusterSpec spec_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  ClusterSpec spec_ ABSL_GUARDED_BY(mu_);
   config::ServerConfig cfg_;
   std::unique_ptr<ClusterRegistry> registry_;  // task 0 of a MASTER_* cluster
   // The worker service is on the gRPC server from Prepare (answering

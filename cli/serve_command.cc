@@ -30,6 +30,7 @@
 #include "server/rest/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -412,16 +413,20 @@ int RunServer(int argc, char** argv, Mode mode) {
   }
 
   // Idle sessions are closed in the background.
-  std::mutex reaper_mu;
-  std::condition_variable reaper_cv;
+  Mutex reaper_mu;
+  CondVar reaper_cv;
   bool stopping = false;
   std::thread reaper([&] {
-    std::unique_lock<std::mutex> l(reaper_mu);
-    while (!reaper_cv.wait_for(l, std::chrono::seconds(5), [&] { return stopping; })) {
-      l.unlock();
+    MutexLock l(reaper_mu);
+    for (;;) {
+      const auto next = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!stopping && reaper_cv.WaitUntil(reaper_mu, next)) {
+      }
+      if (stopping) break;
+      l.Unlock();
       service.Reap();
       service.jobs().EnforceRetention();  // jobs.retention_seconds
-      l.lock();
+      l.Lock();
     }
   });
 
@@ -431,9 +436,9 @@ int RunServer(int argc, char** argv, Mode mode) {
   if (*http != nullptr) (*http)->Stop();
   (*grpc)->Stop();
   {
-    std::lock_guard<std::mutex> l(reaper_mu);
+    MutexLock l(reaper_mu);
     stopping = true;
-    reaper_cv.notify_all();
+    reaper_cv.NotifyAll();
   }
   reaper.join();
   service.Shutdown();  // running steps finish; jobs stop between steps and are checkpointed

@@ -1,4 +1,5 @@
 #include "devices/caching_allocator.h"
+#include "graph/mutex.h"
 
 #include <algorithm>
 #include <bit>
@@ -67,7 +68,7 @@ void* CachingAllocator::Allocate(size_t bytes, size_t alignment) {
   SizeClass& sc = classes_[size_t(c.index)];
   void* p = nullptr;
   {
-    std::lock_guard<std::mutex> l(sc.mu);
+    MutexLock l(sc.mu);
     if (!sc.free.empty()) {
       p = sc.free.back();
       sc.free.pop_back();
@@ -102,7 +103,7 @@ void CachingAllocator::Deallocate(void* ptr, size_t bytes) {
   }
   SizeClass& sc = classes_[size_t(c.index)];
   {
-    std::lock_guard<std::mutex> l(sc.mu);
+    MutexLock l(sc.mu);
     sc.free.push_back(ptr);
   }
   cached_blocks_.fetch_add(1, std::memory_order_relaxed);
@@ -115,7 +116,7 @@ void CachingAllocator::ReleaseCached() {
   for (int i = 0; i < n; ++i) {
     SizeClass& sc = classes_[size_t(i)];
     {
-      std::lock_guard<std::mutex> l(sc.mu);
+      MutexLock l(sc.mu);
       if (sc.free.empty()) continue;
       blocks.swap(sc.free);
     }

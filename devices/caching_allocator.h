@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "graph/allocator.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -79,8 +80,8 @@ class CachingAllocator final : public Allocator {
 
  private:
   struct alignas(64) SizeClass {
-    std::mutex mu;
-    std::vector<void*> free;  // GUARDED_BY(mu)
+    Mutex mu;
+    std::vector<void*> free ABSL_GUARDED_BY(mu);
   };
 
   // Whether blocks of `bytes` go through the free lists.

@@ -5,13 +5,14 @@
 #include <mutex>
 
 #include "devices/device_factory.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
 
 struct FactoryRegistry {
-  std::mutex mu;
-  std::vector<std::pair<std::string, std::unique_ptr<DeviceFactory>>> factories;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<std::pair<std::string, std::unique_ptr<DeviceFactory>>> factories ABSL_GUARDED_BY(mu);
 };
 
 FactoryRegistry* Factories() {
@@ -20,6 +21,7 @@ FactoryRegistry* Factories() {
   // linker from dropping it out of the static library.
   static FactoryRegistry* r = [] {
     auto* reg = new FactoryRegistry();
+    MutexLock l(reg->mu);
     reg->factories.emplace_back("CPU", internal::NewCpuDeviceFactory());
     return reg;
   }();
@@ -43,7 +45,7 @@ Status RegisterDeviceFactory(const std::string& type, std::unique_ptr<DeviceFact
                            "' must be upper-case letters, digits and '_', starting with a letter");
   }
   FactoryRegistry* r = Factories();
-  std::lock_guard<std::mutex> l(r->mu);
+  MutexLock l(r->mu);
   for (const auto& [t, f] : r->factories) {
     if (t == type) return AlreadyExists("a device factory for " + type + " is already registered");
   }
@@ -54,7 +56,7 @@ Status RegisterDeviceFactory(const std::string& type, std::unique_ptr<DeviceFact
 
 DeviceFactory* FindDeviceFactory(const std::string& type) {
   FactoryRegistry* r = Factories();
-  std::lock_guard<std::mutex> l(r->mu);
+  MutexLock l(r->mu);
   for (const auto& [t, f] : r->factories) {
     if (t == type) return f.get();
   }
@@ -63,7 +65,7 @@ DeviceFactory* FindDeviceFactory(const std::string& type) {
 
 std::vector<std::string> RegisteredDeviceTypes() {
   FactoryRegistry* r = Factories();
-  std::lock_guard<std::mutex> l(r->mu);
+  MutexLock l(r->mu);
   std::vector<std::string> out;
   for (const auto& [t, f] : r->factories) {
     if (t == "CPU") out.insert(out.begin(), t);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "devices/cpu/register_kernels.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -72,7 +73,7 @@ Status KernelRegistry::Register(const KernelDef& def, KernelFactory factory) {
       }
     }
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto range = kernels_.equal_range(def.op);
   for (auto it = range.first; it != range.second; ++it) {
     const KernelDef& o = it->second.def;
@@ -86,7 +87,7 @@ Status KernelRegistry::Register(const KernelDef& def, KernelFactory factory) {
 
 const KernelRegistry::Entry* KernelRegistry::Find(const NodeDef& node,
                                                   const std::string& device_type) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto range = kernels_.equal_range(node.op);
   for (auto it = range.first; it != range.second; ++it) {
     const KernelDef& d = it->second.def;
@@ -162,7 +163,7 @@ MemoryTypes KernelRegistry::MemoryTypesFor(const NodeDef& node, const OpDef& op,
 }
 
 std::vector<KernelDef> KernelRegistry::ListKernels() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<KernelDef> out;
   for (const auto& [op, e] : kernels_) out.push_back(e.def);
   std::stable_sort(out.begin(), out.end(), [](const KernelDef& a, const KernelDef& b) {
@@ -172,7 +173,7 @@ std::vector<KernelDef> KernelRegistry::ListKernels() const {
 }
 
 std::vector<std::string> KernelRegistry::DeviceTypesFor(const std::string& op) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::set<std::string> types;
   auto range = kernels_.equal_range(op);
   for (auto it = range.first; it != range.second; ++it) types.insert(it->second.def.device_type);

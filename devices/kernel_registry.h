@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "devices/op_kernel.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -110,7 +111,7 @@ class KernelRegistry {
   };
   const Entry* Find(const NodeDef& node, const std::string& device_type) const;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::multimap<std::string, Entry> kernels_;  // by op name
 };
 

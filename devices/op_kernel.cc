@@ -1,11 +1,12 @@
 #include "devices/op_kernel.h"
+#include "graph/mutex.h"
 
 #include <condition_variable>
 
 namespace flowstate {
 
 CancellationManager::Token CancellationManager::Register(std::function<void()> callback) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (cancelled_.load(std::memory_order_relaxed)) return kInvalidToken;
   Token t = next_++;
   callbacks_.emplace_back(t, std::move(callback));
@@ -13,7 +14,7 @@ CancellationManager::Token CancellationManager::Register(std::function<void()> c
 }
 
 bool CancellationManager::Deregister(Token token) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto it = callbacks_.begin(); it != callbacks_.end(); ++it) {
     if (it->first == token) {
       callbacks_.erase(it);
@@ -26,7 +27,7 @@ bool CancellationManager::Deregister(Token token) {
 void CancellationManager::StartCancel() {
   std::vector<std::pair<Token, std::function<void()>>> run;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (cancelled_.exchange(true)) return;
     run.swap(callbacks_);
   }
@@ -91,16 +92,16 @@ Status OpKernel::RestoreState(const std::string& state) {
 }
 
 void AsyncOpKernel::Compute(OpKernelContext* ctx) {
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   bool finished = false;
   ComputeAsync(ctx, [&] {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     finished = true;
-    cv.notify_all();
+    cv.NotifyAll();
   });
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return finished; });
+  MutexLock l(mu);
+  while (!(finished)) cv.Wait(mu);
 }
 
 Status OpKernelContext::allocate_output(int i, const TensorShape& shape, Tensor** out) {

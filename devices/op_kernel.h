@@ -38,6 +38,7 @@
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "graph/tensor_ref.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -72,7 +73,7 @@ class CancellationManager {
   bool IsCancelled() const { return cancelled_.load(std::memory_order_acquire); }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::atomic<bool> cancelled_{false};
   Token next_ = 0;
   std::vector<std::pair<Token, std::function<void()>>> callbacks_;

@@ -20,6 +20,7 @@
 #include "scheduler/step_id.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -69,16 +70,19 @@ class Cluster::Impl {
   std::unique_ptr<ThreadPool> delivery;
   std::unique_ptr<RendezvousMgr> rendezvous;
 
-  mutable std::mutex mu;
-  std::vector<Task> tasks;                // GUARDED_BY(mu) (channels are immutable)
+  mutable Mutex mu;
+  // The list, and each Task's channel, stub and tracker, are fixed once
+  // Create returns; a Task's info, last and remote_devices are guarded by
+  // mu (not said to the compiler: a nested struct cannot name it).
+  std::vector<Task> tasks;
   std::map<std::string, size_t> by_name;  // immutable after Create
   std::atomic<uint64_t> generation{1};
   std::atomic<bool> stale{true};
 
-  std::mutex round_mu;  // one heartbeat round at a time
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
-  bool stop = false;  // GUARDED_BY(stop_mu)
+  Mutex round_mu;  // one heartbeat round at a time
+  Mutex stop_mu;
+  CondVar stop_cv;
+  bool stop ABSL_GUARDED_BY(stop_mu) = false;
   std::thread heartbeat;
 
   TaskConnection ConnectionTo(const std::string& task) const {
@@ -92,14 +96,17 @@ class Cluster::Impl {
     const auto interval = std::chrono::microseconds(int64_t(options.heartbeat_interval_s * 1e6));
     for (;;) {
       Round();
-      std::unique_lock<std::mutex> l(stop_mu);
-      if (stop_cv.wait_for(l, interval, [&] { return stop; })) return;
+      MutexLock l(stop_mu);
+      const auto next = std::chrono::steady_clock::now() + interval;
+      while (!stop && stop_cv.WaitUntil(stop_mu, next)) {
+      }
+      if (stop) return;
     }
   }
 };
 
 void Cluster::Impl::Round() {
-  std::lock_guard<std::mutex> round(round_mu);
+  MutexLock round(round_mu);
   struct Probe {
     size_t index;
     uint64_t mark;  // the calls to the task started before this round
@@ -119,26 +126,26 @@ void Cluster::Impl::Round() {
     p->ctx.set_wait_for_ready(true);
     probes.push_back(std::move(p));
   }
-  std::mutex done_mu;
-  std::condition_variable done_cv;
+  Mutex done_mu;
+  CondVar done_cv;
   size_t remaining = probes.size();
   for (auto& p : probes) {
     Probe* raw = p.get();
     tasks[raw->index].stub->async()->GetStatus(&raw->ctx, &raw->req, &raw->resp,
                                                [&, raw](::grpc::Status s) {
                                                  raw->status = std::move(s);
-                                                 std::lock_guard<std::mutex> l(done_mu);
-                                                 if (--remaining == 0) done_cv.notify_all();
+                                                 MutexLock l(done_mu);
+                                                 if (--remaining == 0) done_cv.NotifyAll();
                                                });
   }
   {
     // Every call has its deadline, so this ends; the extra second covers
     // gRPC's own lateness in reporting it.
-    std::unique_lock<std::mutex> l(done_mu);
-    done_cv.wait(l, [&] { return remaining == 0; });
+    MutexLock l(done_mu);
+    while (!(remaining == 0)) done_cv.Wait(done_mu);
   }
   const auto now = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(mu);
   for (auto& p : probes) {
     Task& t = tasks[p->index];
     if (!p->status.ok()) {
@@ -187,10 +194,10 @@ Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Cluster::~Cluster() {
   {
-    std::lock_guard<std::mutex> l(impl_->stop_mu);
+    MutexLock l(impl_->stop_mu);
     impl_->stop = true;
   }
-  impl_->stop_cv.notify_all();
+  impl_->stop_cv.NotifyAll();
   if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
 }
 
@@ -276,7 +283,7 @@ DevicePool* Cluster::devices() const { return impl_->options.devices; }
 std::vector<ClusterTaskInfo> Cluster::Snapshot() const {
   const auto now = std::chrono::steady_clock::now();
   std::vector<ClusterTaskInfo> out;
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   for (const Impl::Task& t : impl_->tasks) {
     ClusterTaskInfo info = t.info;
     if (t.info.is_self) {
@@ -307,7 +314,7 @@ std::vector<std::string> Cluster::Tasks() const {
 std::string Cluster::TaskHost(const std::string& task) const {
   auto it = impl_->by_name.find(task);
   if (it == impl_->by_name.end()) return "";
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return TaskAddressHost(impl_->tasks[it->second].info.address);
 }
 uint64_t Cluster::local_incarnation() const { return impl_->incarnation; }
@@ -315,12 +322,12 @@ uint64_t Cluster::local_incarnation() const { return impl_->incarnation; }
 std::vector<std::shared_ptr<RemoteDevice>> Cluster::RemoteDevices(uint64_t* generation) {
   bool never = false;
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     for (const Impl::Task& t : impl_->tasks) never = never || t.info.incarnation == 0;
   }
   if (impl_->stale.exchange(false) || never) HeartbeatNow();
   std::vector<std::shared_ptr<RemoteDevice>> out;
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   *generation = impl_->generation.load();  // bumped under mu with the devices
   for (const Impl::Task& t : impl_->tasks) {
     out.insert(out.end(), t.remote_devices.begin(), t.remote_devices.end());
@@ -330,7 +337,7 @@ std::vector<std::shared_ptr<RemoteDevice>> Cluster::RemoteDevices(uint64_t* gene
 
 std::vector<std::string> Cluster::UnreachableTasks() const {
   std::vector<std::string> out;
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   for (const Impl::Task& t : impl_->tasks) {
     if (t.info.incarnation == 0) out.push_back(t.info.name + " at " + t.info.address);
   }
@@ -338,7 +345,7 @@ std::vector<std::string> Cluster::UnreachableTasks() const {
 }
 
 bool Cluster::TaskUp(const std::string& task, uint64_t* incarnation, std::string* why) const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   for (const Impl::Task& t : impl_->tasks) {
     if (t.info.name != task) continue;
     if (incarnation != nullptr) *incarnation = t.info.incarnation;

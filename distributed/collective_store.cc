@@ -11,6 +11,7 @@
 
 #include "api/proto_convert.h"
 #include "api/worker.grpc.pb.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -65,7 +66,7 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     void OnCancel() override {
       std::vector<Answer> answers;
       {
-        std::lock_guard<std::mutex> l(impl_->mu_);
+        MutexLock l(impl_->mu_);
         if (!w_->done) {
           w_->done = true;
           answers.emplace_back(w_, ::grpc::Status(::grpc::StatusCode::CANCELLED, "cancelled"));
@@ -85,8 +86,8 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     answers.clear();
   }
 
-  // The keys of `w` not set now. REQUIRES: mu_ held.
-  std::vector<std::string> MissingLocked(const Waiter& w) const {
+  // The keys of `w` not set now.
+  std::vector<std::string> MissingLocked(const Waiter& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<std::string> missing;
     auto it = prefixes_.find(w.prefix);
     for (const std::string& k : w.keys) {
@@ -113,7 +114,7 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     std::vector<Answer> answers;
     ::grpc::Status s;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       int64_t value = 0;
       auto it = prefixes_.find(req->prefix());
       if (it != prefixes_.end()) {
@@ -141,13 +142,13 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
 
   ::grpc::Status DoSet(const std::string& prefix, const std::string& key, const std::string& value,
                        std::vector<Answer>* answers) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return DoSetLocked(prefix, key, value, answers);
   }
 
-  // REQUIRES: mu_ held.
   ::grpc::Status DoSetLocked(const std::string& prefix, const std::string& key,
-                             const std::string& value, std::vector<Answer>* answers) {
+                             const std::string& value, std::vector<Answer>* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (shutdown_) return ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the store is stopping");
     if (prefix.empty()) {
       return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "collective store: empty prefix");
@@ -204,7 +205,7 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
                                   const wpb::StoreGetRequest* req,
                                   wpb::StoreGetResponse* resp) override {
     auto* r = ctx->DefaultReactor();
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = prefixes_.find(req->prefix());
     if (it != prefixes_.end()) {
       auto k = it->second.kv.find(req->key());
@@ -231,7 +232,7 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     w->ctx = ctx;
     auto* r = new WaitReactor(this, w);
     w->reactor = r;
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (shutdown_) {
       r->Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the store is stopping"));
     } else if (MissingLocked(*w).empty()) {
@@ -246,13 +247,13 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
       waiting_[w->prefix].push_back(w);
       ++num_waits_;
       by_deadline_.emplace(w->deadline, w);
-      timer_cv_.notify_one();
+      timer_cv_.NotifyOne();
     }
     return r;
   }
 
-  // DEADLINE_EXCEEDED naming the missing keys. REQUIRES: mu_ held.
-  ::grpc::Status Expired(const Waiter& w) {
+  // DEADLINE_EXCEEDED naming the missing keys.
+  ::grpc::Status Expired(const Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<std::string> missing = MissingLocked(w);
     std::string joined;
     for (const std::string& k : missing) joined += k + '\0';
@@ -276,7 +277,7 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     std::vector<Answer> answers;
     int dropped = 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       for (auto it = prefixes_.lower_bound(prefix); it != prefixes_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
         if (Under(prefix, it->first)) {
           it = prefixes_.erase(it);
@@ -306,15 +307,15 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
   }
 
   void TimerLoop() {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     while (!shutdown_) {
       if (by_deadline_.empty()) {
-        timer_cv_.wait(l);
+        timer_cv_.Wait(mu_);
         continue;
       }
       auto first = by_deadline_.begin();
       if (first->first > std::chrono::steady_clock::now()) {
-        timer_cv_.wait_until(l, first->first);
+        timer_cv_.WaitUntil(mu_, first->first);
         continue;
       }
       std::shared_ptr<Waiter> w = first->second.lock();
@@ -338,16 +339,16 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
         }
         if (list.empty()) waiting_.erase(wit);
       }
-      l.unlock();
+      l.Unlock();
       Send(answers);
-      l.lock();
+      l.Lock();
     }
   }
 
   void Shutdown() {
     std::vector<Answer> answers;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (shutdown_) return;
       shutdown_ = true;
       for (auto& [p, list] : waiting_) {
@@ -360,7 +361,7 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
       }
       waiting_.clear();
       num_waits_ = 0;
-      timer_cv_.notify_all();
+      timer_cv_.NotifyAll();
     }
     Send(answers);
     if (timer_.joinable()) timer_.join();
@@ -368,13 +369,13 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
   }
 
   const CollectiveStoreOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable timer_cv_;
-  bool shutdown_ = false;                                            // GUARDED_BY(mu_)
-  std::map<std::string, Prefix> prefixes_;                           // GUARDED_BY(mu_)
-  std::map<std::string, std::vector<std::shared_ptr<Waiter>>> waiting_;  // GUARDED_BY(mu_)
-  std::multimap<std::chrono::steady_clock::time_point, std::weak_ptr<Waiter>> by_deadline_;  // GUARDED_BY(mu_)
-  int num_waits_ = 0;                                                // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar timer_cv_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, Prefix> prefixes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::shared_ptr<Waiter>>> waiting_ ABSL_GUARDED_BY(mu_);
+  std::multimap<std::chrono::steady_clock::time_point, std::weak_ptr<Waiter>> by_deadline_ ABSL_GUARDED_BY(mu_);
+  int num_waits_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread timer_;
   std::unique_ptr<::grpc::Server> server_;
 };
@@ -406,18 +407,18 @@ void CollectiveStoreService::Shutdown() { impl_->Shutdown(); }
 int CollectiveStoreService::DropPrefix(const std::string& prefix) { return impl_->Drop(prefix); }
 
 int CollectiveStoreService::num_prefixes() const {
-  std::lock_guard<std::mutex> l(impl_->mu_);
+  MutexLock l(impl_->mu_);
   return int(impl_->prefixes_.size());
 }
 
 int CollectiveStoreService::num_keys(const std::string& prefix) const {
-  std::lock_guard<std::mutex> l(impl_->mu_);
+  MutexLock l(impl_->mu_);
   auto it = impl_->prefixes_.find(prefix);
   return it == impl_->prefixes_.end() ? 0 : int(it->second.kv.size());
 }
 
 int64_t CollectiveStoreService::num_bytes(const std::string& prefix) const {
-  std::lock_guard<std::mutex> l(impl_->mu_);
+  MutexLock l(impl_->mu_);
   auto it = impl_->prefixes_.find(prefix);
   return it == impl_->prefixes_.end() ? 0 : it->second.bytes;
 }

@@ -16,6 +16,7 @@
 
 #include "distributed/gloo_collective_internal.h"
 #include "distributed/store_step_race.h"
+#include "graph/mutex.h"
 
 // --- The one thing this file needs from Gloo that Gloo does not expose.
 //
@@ -65,10 +66,10 @@ using Clock = std::chrono::steady_clock;
 
 GlooCollective::Impl::~Impl() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stop_watch_ = true;
   }
-  watch_cv_.notify_all();
+  watch_cv_.NotifyAll();
   if (watchdog_.joinable()) watchdog_.join();
 }
 
@@ -100,7 +101,10 @@ Status GlooCollective::Impl::Connect(Clock::time_point deadline) {
   if (s.code() == Code::kDeadlineExceeded && !missing.empty()) {
     std::vector<int> ranks;
     for (const std::string& k : missing) ranks.push_back(std::atoi(k.c_str() + 5));
-    failed_ = ranks;
+    {
+      MutexLock l(mu_);
+      failed_ = ranks;
+    }
     return DeadlineExceeded("collective " + prefix_ + ": rank(s) " + RankList(ranks) +
                             " did not join the group of " + std::to_string(size_) +
                             " by the deadline");
@@ -134,24 +138,27 @@ Status GlooCollective::Impl::Connect(Clock::time_point deadline) {
 
 void GlooCollective::Impl::Watch() {
   const auto every = std::max(std::chrono::milliseconds(10), ep_->options.failure_poll);
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (;;) {
-    watch_cv_.wait(l, [&] { return stop_watch_ || round_active_; });
+    while (!(stop_watch_ || round_active_)) watch_cv_.Wait(mu_);
     if (stop_watch_) return;
     const int64_t round = active_round_;
-    const bool ended = watch_cv_.wait_for(l, every, [&] {
+    const auto poll = std::chrono::steady_clock::now() + every;
+    auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stop_watch_ || !round_active_ || active_round_ != round || !broken_.ok();
-    });
-    if (ended) {
+    };
+    while (!ended() && watch_cv_.WaitUntil(mu_, poll)) {
+    }
+    if (ended()) {
       // A broken group's round ends by itself (its waits were woken).
-      watch_cv_.wait(l, [&] { return stop_watch_ || !round_active_ || active_round_ != round; });
+      while (!(stop_watch_ || !round_active_ || active_round_ != round)) watch_cv_.Wait(mu_);
       continue;
     }
-    l.unlock();
+    l.Unlock();
     std::vector<int> failed;
     Status peer = PeerFailure(&failed);
     if (!peer.ok()) Abort(peer, failed);
-    l.lock();
+    l.Lock();
   }
 }
 
@@ -190,7 +197,7 @@ void GlooCollective::Impl::NamePeers(::gloo::transport::Context* tc) {
 
 void GlooCollective::Impl::Abort(const Status& status, const std::vector<int>& failed) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!broken_.ok()) return;
     broken_ = status.ok() ? Cancelled("the collective was aborted") : status;
     failed_ = failed;
@@ -198,7 +205,7 @@ void GlooCollective::Impl::Abort(const Status& status, const std::vector<int>& f
   CloseGroup();
   // Gloo does not signal every pending operation when a connection fails
   // (a send it queued after a failed write): wake the round's waits here.
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (::gloo::transport::UnboundBuffer* b : live_) {
     b->abortWaitSend();
     b->abortWaitRecv();
@@ -209,7 +216,7 @@ void GlooCollective::Impl::CloseGroup() {
   Status s;
   std::vector<int> failed;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (closed_) return;
     closed_ = true;
     s = broken_;
@@ -219,10 +226,10 @@ void GlooCollective::Impl::CloseGroup() {
   // close waits `failure_grace` for the record.
   if (size_ > 1 && ctx_ != nullptr) ctx_->Signal(kClosedByUs);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     signalled_ = true;
   }
-  signalled_cv_.notify_all();
+  signalled_cv_.NotifyAll();
   if (size_ > 1) {
     (void)ep_->store->Set(prefix_, "fail/" + std::to_string(rank_), EncodeRecord(s, failed),
                           Clock::now() + std::chrono::milliseconds(500));
@@ -230,7 +237,7 @@ void GlooCollective::Impl::CloseGroup() {
 }
 
 void GlooCollective::Impl::AddLive(::gloo::transport::UnboundBuffer* b) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   live_.insert(b);
   if (!broken_.ok()) {
     b->abortWaitSend();
@@ -247,19 +254,19 @@ GlooCollective::Impl::LiveBuffer::~LiveBuffer() { impl->RemoveLive(buf.get()); }
 
 GlooCollective::Impl::ActiveRound::ActiveRound(Impl* self, int64_t round) : self(self) {
   {
-    std::lock_guard<std::mutex> l(self->mu_);
+    MutexLock l(self->mu_);
     self->round_active_ = true;
     self->active_round_ = round;
   }
-  self->watch_cv_.notify_all();
+  self->watch_cv_.NotifyAll();
 }
 
 GlooCollective::Impl::ActiveRound::~ActiveRound() {
   {
-    std::lock_guard<std::mutex> l(self->mu_);
+    MutexLock l(self->mu_);
     self->round_active_ = false;
   }
-  self->watch_cv_.notify_all();
+  self->watch_cv_.NotifyAll();
 }
 
 std::string GlooCollective::Impl::RankList(const std::vector<int>& ranks) {
@@ -397,8 +404,8 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
       "all-reduce round " + std::to_string(round) + " of " + prefix_ + " (rank " +
       std::to_string(rank_) + "): ";
   {
-    std::unique_lock<std::mutex> l(mu_);
-    if (!broken_.ok()) return Closed(&l);  // aborted: the abort's status
+    MutexLock l(mu_);
+    if (!broken_.ok()) return Closed();  // aborted: the abort's status
   }
   Status s;
   std::vector<int> failed;
@@ -452,8 +459,8 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
   }
   if (s.ok()) s = Unavailable(where + e.message);
   {
-    std::unique_lock<std::mutex> l(mu_);
-    if (!broken_.ok()) return Closed(&l);
+    MutexLock l(mu_);
+    if (!broken_.ok()) return Closed();
     broken_ = s;
     failed_ = failed;
   }
@@ -463,7 +470,7 @@ Status GlooCollective::Impl::Fail(int64_t round, const RoundError& e,
 Status GlooCollective::Impl::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
                                        Clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!broken_.ok()) return broken_;
   }
   const int64_t round = next_round_++;
@@ -631,7 +638,7 @@ int GlooCollective::size() const { return impl_->size_; }
 const std::string& GlooCollective::prefix() const { return impl_->prefix_; }
 
 std::vector<int> GlooCollective::failed_ranks() const {
-  std::lock_guard<std::mutex> l(impl_->mu_);
+  MutexLock l(impl_->mu_);
   return impl_->failed_;
 }
 

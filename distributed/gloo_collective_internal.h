@@ -24,6 +24,7 @@
 #include "distributed/collective_signature.h"
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
+#include "graph/mutex.h"
 
 
 // Gloo's types, only by name: the files that implement GlooCollective
@@ -105,7 +106,7 @@ class GlooCollective::Impl {
   // buffer is destroyed.
   void AddLive(::gloo::transport::UnboundBuffer* b);
   void RemoveLive(::gloo::transport::UnboundBuffer* b) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     live_.erase(b);
   }
   // An unbound buffer of this round over [ptr, ptr + bytes), live while it is.
@@ -134,10 +135,10 @@ class GlooCollective::Impl {
   void CloseGroup();
 
   // The group's failure, once whoever broke it has closed every connection
-  // (`l` holds mu_). Until then Gloo may still signal this round's pending
-  // buffers, which the caller frees when the round returns.
-  Status Closed(std::unique_lock<std::mutex>* l) {
-    signalled_cv_.wait(*l, [&] { return signalled_; });
+  // Until then Gloo may still signal this round's pending buffers, which the
+  // caller frees when the round returns.
+  Status Closed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!signalled_) signalled_cv_.Wait(mu_);
     return broken_;
   }
 
@@ -225,17 +226,17 @@ class GlooCollective::Impl {
   std::array<int64_t, 4> last_totals_{};
   std::map<std::pair<DataType, int64_t>, Tensor> spare_;  // the caller's thread only
 
-  mutable std::mutex mu_;
-  Status broken_;             // GUARDED_BY(mu_): sticky once set
-  std::vector<int> failed_;   // GUARDED_BY(mu_)
-  bool closed_ = false;       // GUARDED_BY(mu_)
-  bool signalled_ = false;    // GUARDED_BY(mu_): CloseGroup closed the connections
-  std::condition_variable signalled_cv_;
-  std::set<::gloo::transport::UnboundBuffer*> live_;  // GUARDED_BY(mu_): the round's buffers
-  bool round_active_ = false;  // GUARDED_BY(mu_): a round is in progress
-  int64_t active_round_ = -1;  // GUARDED_BY(mu_): its number
-  bool stop_watch_ = false;    // GUARDED_BY(mu_)
-  std::condition_variable watch_cv_;  // round_active_, active_round_, stop_watch_, broken_
+  mutable Mutex mu_;
+  Status broken_ ABSL_GUARDED_BY(mu_);             // sticky once set
+  std::vector<int> failed_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool signalled_ ABSL_GUARDED_BY(mu_) = false;    // CloseGroup closed the connections
+  CondVar signalled_cv_;
+  std::set<::gloo::transport::UnboundBuffer*> live_ ABSL_GUARDED_BY(mu_);  // the round's buffers
+  bool round_active_ ABSL_GUARDED_BY(mu_) = false;  // a round is in progress
+  int64_t active_round_ ABSL_GUARDED_BY(mu_) = -1;  // its number
+  bool stop_watch_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar watch_cv_;  // round_active_, active_round_, stop_watch_, broken_
   std::thread watchdog_;       // Watch(); started by Connect (groups of more than one)
   std::vector<char> ring_tmp_;  // Ring's receive segments; the caller's thread only
 };

@@ -13,6 +13,7 @@
 
 #include "distributed/gloo_collective_internal.h"
 #include "scheduler/reduce_loops.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -210,7 +211,7 @@ Status GlooCollective::Impl::AllReduceAmong(std::vector<Tensor>* tensors,
                                             const std::vector<int>& members, uint32_t tag,
                                             Clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!broken_.ok()) return broken_;
   }
   bool valid = !members.empty() && members.front() >= 0 && members.back() < size_ &&
@@ -237,7 +238,7 @@ Status GlooCollective::Impl::AllReduceAmong(std::vector<Tensor>* tensors,
 Status GlooCollective::Impl::Send(const std::vector<Tensor>& tensors, int to, uint32_t tag,
                                   Clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!broken_.ok()) return broken_;
   }
   if (to < 0 || to >= size_ || to == rank_) {
@@ -267,7 +268,7 @@ Status GlooCollective::Impl::Send(const std::vector<Tensor>& tensors, int to, ui
 Status GlooCollective::Impl::Recv(std::vector<Tensor>* tensors, int from, uint32_t tag,
                                   Clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!broken_.ok()) return broken_;
   }
   if (from < 0 || from >= size_ || from == rank_) {

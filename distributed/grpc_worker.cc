@@ -15,17 +15,18 @@
 #include "distributed/tensor_wire_internal.h"
 #include "distributed/wire_internal.h"
 #include "scheduler/call_frame.h"
+#include "graph/mutex.h"
 
 namespace flowstate::distributed_internal {
 
 uint64_t CallTracker::Add(::grpc::ClientContext* ctx) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   calls_[next_] = ctx;
   return next_++;
 }
 
 std::string CallTracker::Remove(uint64_t token) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   calls_.erase(token);
   auto it = cancelled_.find(token);
   if (it == cancelled_.end()) return "";
@@ -35,12 +36,12 @@ std::string CallTracker::Remove(uint64_t token) {
 }
 
 uint64_t CallTracker::Mark() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return next_;
 }
 
 void CallTracker::CancelBefore(uint64_t mark, const std::string& reason) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto it = calls_.begin(); it != calls_.end() && it->first < mark;) {
     it->second->TryCancel();  // under the lock: Remove comes before the context goes
     cancelled_[it->first] = reason;
@@ -114,7 +115,7 @@ class GrpcRemoteWorker final : public Worker {
     g->handle = resp.graph_handle();
     std::map<std::string, std::string> pending;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (!registered_) pending.swap(pending_states_);
       registered_ = true;
     }
@@ -150,7 +151,7 @@ class GrpcRemoteWorker final : public Worker {
     call->req.set_step_id(args.step_id);
     if (args.iterations > 1) call->req.set_iterations(args.iterations);
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       for (int64_t s : to_clean_) call->req.add_cleanup_step_ids(s);
       to_clean_.clear();
     }
@@ -208,7 +209,7 @@ class GrpcRemoteWorker final : public Worker {
 
   void CleanupStep(int64_t step_id) override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       to_clean_.push_back(step_id);
       if (to_clean_.size() < kMaxDeferredCleanups) return;
     }
@@ -223,7 +224,7 @@ class GrpcRemoteWorker final : public Worker {
     {
       // The task makes this session's worker there at its first
       // RegisterGraph: until then the states wait here.
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (!registered_) {
         for (const auto& [node, state] : states) pending_states_[node] = state;
         return Status();
@@ -254,7 +255,7 @@ class GrpcRemoteWorker final : public Worker {
   void FlushCleanups() {
     std::vector<int64_t> steps;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       steps.swap(to_clean_);
     }
     if (steps.empty()) return;
@@ -270,12 +271,12 @@ class GrpcRemoteWorker final : public Worker {
   static constexpr size_t kMaxDeferredCleanups = 64;
   RemoteWorkerOptions o_;
   std::unique_ptr<wpb::Worker::Stub> stub_;  // on o_.channel
-  std::mutex mu_;
-  std::vector<int64_t> to_clean_;  // GUARDED_BY(mu_): steps ended, not yet forgotten there
+  Mutex mu_;
+  std::vector<int64_t> to_clean_ ABSL_GUARDED_BY(mu_);  // steps ended, not yet forgotten there
   // Kernel states imported before the first RegisterGraph (the task has no
   // worker of this session until then).
-  bool registered_ = false;                             // GUARDED_BY(mu_)
-  std::map<std::string, std::string> pending_states_;   // GUARDED_BY(mu_)
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::string> pending_states_ ABSL_GUARDED_BY(mu_);
 };
 
 // --- The rendezvous.
@@ -328,7 +329,7 @@ class DistributedRendezvous final : public Rendezvous {
     }
     Status aborted;
     {
-      std::lock_guard<std::mutex> l(core_->mu);
+      MutexLock l(core_->mu);
       if (!core_->aborted.ok()) {
         aborted = core_->aborted;
       } else {
@@ -347,7 +348,7 @@ class DistributedRendezvous final : public Rendezvous {
     core_->local.StartAbort(abort);
     std::unordered_map<Pull*, std::shared_ptr<Pull>> pending;
     {
-      std::lock_guard<std::mutex> l(core_->mu);
+      MutexLock l(core_->mu);
       if (!core_->aborted.ok()) return;
       core_->aborted = abort;
       pending.swap(core_->pending);
@@ -396,7 +397,7 @@ class DistributedRendezvous final : public Rendezvous {
       std::shared_ptr<Core> c = core.lock();
       if (c == nullptr) return;  // the rendezvous aborted it when it went away
       {
-        std::lock_guard<std::mutex> l(c->mu);
+        MutexLock l(c->mu);
         if (c->pending.erase(this) == 0) return;
       }
       Status result;
@@ -443,9 +444,9 @@ class DistributedRendezvous final : public Rendezvous {
     ThreadPool* delivery = nullptr;
     double timeout_s = 0;
     LocalRendezvous local;
-    std::mutex mu;
-    Status aborted;                                             // GUARDED_BY(mu)
-    std::unordered_map<Pull*, std::shared_ptr<Pull>> pending;   // GUARDED_BY(mu)
+    Mutex mu;
+    Status aborted ABSL_GUARDED_BY(mu);
+    std::unordered_map<Pull*, std::shared_ptr<Pull>> pending ABSL_GUARDED_BY(mu);
   };
   std::shared_ptr<Core> core_;
 };

@@ -34,6 +34,7 @@
 #include "scheduler/rendezvous.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
+#include "graph/mutex.h"
 
 // gRPC's types are only declared here; grpc_worker.cc and cluster.cc include
 // gRPC (which stays inside .cc files).
@@ -63,10 +64,10 @@ class CallTracker {
   void CancelBefore(uint64_t mark, const std::string& reason);
 
  private:
-  std::mutex mu_;
-  uint64_t next_ = 1;                                      // GUARDED_BY(mu_)
-  std::map<uint64_t, ::grpc::ClientContext*> calls_;       // GUARDED_BY(mu_)
-  std::map<uint64_t, std::string> cancelled_;              // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, ::grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::string> cancelled_ ABSL_GUARDED_BY(mu_);
 };
 
 // The failure of a call tracked as `token`: UNAVAILABLE naming the task and,

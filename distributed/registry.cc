@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "api/registry.grpc.pb.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -45,8 +46,8 @@ struct ClusterRegistry::Impl {
   }
   Service service;
   const int world_size;
-  mutable std::mutex mu;
-  std::vector<std::string> addresses;  // GUARDED_BY(mu)
+  mutable Mutex mu;
+  std::vector<std::string> addresses ABSL_GUARDED_BY(mu);
 };
 
 ClusterRegistry::ClusterRegistry(int world_size) : impl_(std::make_unique<Impl>(this, world_size)) {}
@@ -55,7 +56,7 @@ ClusterRegistry::~ClusterRegistry() = default;
 grpc::Service* ClusterRegistry::service() { return &impl_->service; }
 
 ClusterRegistry::Members ClusterRegistry::members() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   Members m;
   m.addresses = impl_->addresses;
   m.complete = true;
@@ -76,7 +77,7 @@ StatusOr<ClusterRegistry::Members> ClusterRegistry::Join(int world_size, int ran
   }
   FS_RETURN_IF_ERROR(CheckTaskAddress(address, "address"));
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     const std::string canonical = CanonicalTaskAddress(address);
     for (int r = 0; r < world_size; ++r) {
       const std::string& other = impl_->addresses[size_t(r)];

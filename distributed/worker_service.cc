@@ -25,6 +25,7 @@
 #include "state/kernels.h"
 #include "state/replica_input.h"
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -43,8 +44,8 @@ struct Waiting {
 // cancellation or by Shutdown, whichever comes first.
 struct Pending final : Waiting {
   void Abandon(const ::grpc::Status& s) override;
-  std::mutex mu;
-  bool finished = false;  // GUARDED_BY(mu)
+  Mutex mu;
+  bool finished ABSL_GUARDED_BY(mu) = false;
   ::grpc::ServerUnaryReactor* reactor = nullptr;
   std::function<void()> on_cancel;  // set before the work starts
 };
@@ -53,7 +54,7 @@ struct Pending final : Waiting {
 // was finished already; false then.
 bool Answer(const std::shared_ptr<Pending>& p, const ::grpc::Status& s,
             const std::function<void()>& fill = nullptr) {
-  std::lock_guard<std::mutex> l(p->mu);
+  MutexLock l(p->mu);
   if (p->finished) return false;
   p->finished = true;
   if (fill && s.ok()) fill();
@@ -62,7 +63,7 @@ bool Answer(const std::shared_ptr<Pending>& p, const ::grpc::Status& s,
 }
 
 void Pending::Abandon(const ::grpc::Status& s) {
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(mu);
   if (finished) return;
   finished = true;
   reactor->Finish(s);
@@ -74,11 +75,11 @@ void Pending::Abandon(const ::grpc::Status& s) {
 class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer> {
  public:
   struct State final : Waiting {
-    std::mutex mu;
-    bool finished = false;  // GUARDED_BY(mu): waiting is over (Finish called or writing)
+    Mutex mu;
+    bool finished ABSL_GUARDED_BY(mu) = false;  // waiting is over (Finish called or writing)
     StreamSender* reactor = nullptr;
     void Abandon(const ::grpc::Status& s) override {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       if (finished) return;
       finished = true;
       reactor->Finish(s);
@@ -90,7 +91,7 @@ class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer>
   // The rendezvous answered: write the tensor (or the error) unless the call
   // ended while it waited.
   static void Begin(const std::shared_ptr<State>& st, const Status& s, const Tensor& t) {
-    std::lock_guard<std::mutex> l(st->mu);
+    MutexLock l(st->mu);
     if (st->finished) return;
     st->finished = true;
     StreamSender* self = st->reactor;
@@ -156,10 +157,10 @@ struct WorkerSession {
   std::chrono::steady_clock::time_point master_seen = std::chrono::steady_clock::now();
   std::shared_ptr<ResourceMgr> resources;
   std::unique_ptr<LocalWorker> worker;
-  std::mutex mu;
-  std::map<std::string, RegisteredGraph*> graphs;  // GUARDED_BY(mu)
-  std::multiset<int64_t> running;                  // GUARDED_BY(mu): step ids
-  int next_graph = 0;                              // GUARDED_BY(mu)
+  Mutex mu;
+  std::map<std::string, RegisteredGraph*> graphs ABSL_GUARDED_BY(mu);
+  std::multiset<int64_t> running ABSL_GUARDED_BY(mu);                  // step ids
+  int next_graph ABSL_GUARDED_BY(mu) = 0;
 
   ~WorkerSession() {
     for (auto& [h, g] : graphs) worker->DeregisterGraph(g);
@@ -194,27 +195,31 @@ class WorkerService::Impl final : public WorkerBase {
     scheduler::RegisterRuntimeKernels();
     state::RegisterKernels();
     sweeper_ = std::thread([this] {
-      std::unique_lock<std::mutex> l(sweep_mu_);
-      while (!sweep_cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_sweeping_; })) {
-        l.unlock();
+      MutexLock l(sweep_mu_);
+      for (;;) {
+        const auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (!stop_sweeping_ && sweep_cv_.WaitUntil(sweep_mu_, next)) {
+        }
+        if (stop_sweeping_) break;
+        l.Unlock();
         ReclaimOrphans();
-        l.lock();
+        l.Lock();
       }
     });
   }
   void StopSweeping() {
     {
-      std::lock_guard<std::mutex> l(sweep_mu_);
+      MutexLock l(sweep_mu_);
       stop_sweeping_ = true;
     }
-    sweep_cv_.notify_all();
+    sweep_cv_.NotifyAll();
     if (sweeper_.joinable()) sweeper_.join();
   }
 
   // The background ReclaimOrphans, once a second until Shutdown.
-  std::mutex sweep_mu_;
-  std::condition_variable sweep_cv_;
-  bool stop_sweeping_ = false;  // GUARDED_BY(sweep_mu_)
+  Mutex sweep_mu_;
+  CondVar sweep_cv_;
+  bool stop_sweeping_ ABSL_GUARDED_BY(sweep_mu_) = false;
   std::thread sweeper_;
 
   std::atomic<Cluster*> cluster_;
@@ -227,14 +232,14 @@ class WorkerService::Impl final : public WorkerBase {
   // one that comes late (a rendezvous aborted when the cluster goes away)
   // finds it alive.
   struct Shared {
-    std::mutex mu;
-    bool shutdown = false;                                 // GUARDED_BY(mu)
-    std::unordered_set<std::shared_ptr<Waiting>> pending;  // GUARDED_BY(mu): calls waiting
-    int partitions_running = 0;                            // GUARDED_BY(mu)
-    std::condition_variable idle_cv;
+    Mutex mu;
+    bool shutdown ABSL_GUARDED_BY(mu) = false;
+    std::unordered_set<std::shared_ptr<Waiting>> pending ABSL_GUARDED_BY(mu);  // calls waiting
+    int partitions_running ABSL_GUARDED_BY(mu) = 0;
+    CondVar idle_cv;
   };
   std::shared_ptr<Shared> sh_ = std::make_shared<Shared>();
-  std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;  // GUARDED_BY(sh_->mu)
+  std::map<std::string, std::shared_ptr<WorkerSession>> sessions_ ABSL_GUARDED_BY(sh_->mu);
 
   // A reactor for `ctx`'s call, tracked until answered (Shutdown answers it).
   std::pair<Reactor*, std::shared_ptr<Pending>> NewCall() {
@@ -243,20 +248,20 @@ class WorkerService::Impl final : public WorkerBase {
     return {r, p};
   }
   static bool Track(Shared& sh, const std::shared_ptr<Waiting>& p) {
-    std::lock_guard<std::mutex> l(sh.mu);
+    MutexLock l(sh.mu);
     if (sh.shutdown) return false;
     sh.pending.insert(p);
     return true;
   }
   static void Untrack(Shared& sh, const std::shared_ptr<Waiting>& p) {
-    std::lock_guard<std::mutex> l(sh.mu);
+    MutexLock l(sh.mu);
     sh.pending.erase(p);
   }
   // Answers and forgets a tracked call; after Shutdown, UNAVAILABLE.
   static void Reply(Shared& sh, const std::shared_ptr<Pending>& p, const std::function<void()>& fill) {
     bool down;
     {
-      std::lock_guard<std::mutex> l(sh.mu);
+      MutexLock l(sh.mu);
       down = sh.shutdown;
       sh.pending.erase(p);
     }
@@ -270,7 +275,7 @@ class WorkerService::Impl final : public WorkerBase {
   }
 
   std::shared_ptr<WorkerSession> FindSession(const std::string& handle) {
-    std::lock_guard<std::mutex> l(sh_->mu);
+    MutexLock l(sh_->mu);
     auto it = sessions_.find(handle);
     return it == sessions_.end() ? nullptr : it->second;
   }
@@ -278,7 +283,7 @@ class WorkerService::Impl final : public WorkerBase {
   std::shared_ptr<WorkerSession> GetOrCreateSession(Cluster* c, const std::string& handle,
                                                     const std::string& master_task,
                                                     uint64_t master_incarnation) {
-    std::lock_guard<std::mutex> l(sh_->mu);
+    MutexLock l(sh_->mu);
     std::shared_ptr<WorkerSession>& s = sessions_[handle];
     if (s == nullptr) {
       s = std::make_shared<WorkerSession>();
@@ -313,7 +318,7 @@ class WorkerService::Impl final : public WorkerBase {
       return r;
     }
     {
-      std::lock_guard<std::mutex> l(sh_->mu);
+      MutexLock l(sh_->mu);
       if (sh_->shutdown) {
         r->Finish(ShuttingDown());
         return r;
@@ -336,7 +341,7 @@ class WorkerService::Impl final : public WorkerBase {
       r.graph = std::move(graph);
       r.session = req->session_handle();
       FS_ASSIGN_OR_RETURN(RegisteredGraph * g, s->worker->RegisterGraph(std::move(r)));
-      std::lock_guard<std::mutex> l(s->mu);
+      MutexLock l(s->mu);
       std::string handle = "graph-" + std::to_string(s->next_graph++);
       s->graphs[handle] = g;
       resp->set_graph_handle(handle);
@@ -354,7 +359,7 @@ class WorkerService::Impl final : public WorkerBase {
     if (std::shared_ptr<WorkerSession> s = FindSession(req->session_handle())) {
       RegisteredGraph* g = nullptr;
       {
-        std::lock_guard<std::mutex> l(s->mu);
+        MutexLock l(s->mu);
         auto it = s->graphs.find(req->graph_handle());
         if (it != s->graphs.end()) {
           g = it->second;
@@ -384,7 +389,7 @@ class WorkerService::Impl final : public WorkerBase {
     for (int64_t done_step : req->cleanup_step_ids()) Cleanup(c, s.get(), done_step);
     RegisteredGraph* g = nullptr;
     if (s != nullptr) {
-      std::lock_guard<std::mutex> l(s->mu);
+      MutexLock l(s->mu);
       auto it = s->graphs.find(req->graph_handle());
       if (it != s->graphs.end()) g = it->second;
     }
@@ -420,7 +425,7 @@ class WorkerService::Impl final : public WorkerBase {
     auto frame = std::make_shared<CallFrame>(std::move(args), req->num_rets());
     const int64_t step = req->step_id();
     {
-      std::lock_guard<std::mutex> l(sh_->mu);
+      MutexLock l(sh_->mu);
       if (sh_->shutdown) {
         Answer(p, ShuttingDown());
         return r;
@@ -429,12 +434,12 @@ class WorkerService::Impl final : public WorkerBase {
       ++sh_->partitions_running;
     }
     {
-      std::lock_guard<std::mutex> l(s->mu);
+      MutexLock l(s->mu);
       s->running.insert(step);
     }
     {
       // The master went away or gave up: fail the step here.
-      std::lock_guard<std::mutex> l(p->mu);
+      MutexLock l(p->mu);
       std::weak_ptr<WorkerSession> weak = s;
       p->on_cancel = [weak, step] {
         if (auto ws = weak.lock()) ws->worker->AbortStep(step, Cancelled("the master cancelled the step"));
@@ -460,11 +465,11 @@ class WorkerService::Impl final : public WorkerBase {
         }
       });
       {
-        std::lock_guard<std::mutex> l(s->mu);
+        MutexLock l(s->mu);
         s->running.erase(s->running.find(step));
       }
-      std::lock_guard<std::mutex> l(sh->mu);
-      if (--sh->partitions_running == 0) sh->idle_cv.notify_all();
+      MutexLock l(sh->mu);
+      if (--sh->partitions_running == 0) sh->idle_cv.NotifyAll();
     });
     return r;
   }
@@ -581,7 +586,7 @@ class WorkerService::Impl final : public WorkerBase {
     auto* r = ctx->DefaultReactor();
     std::shared_ptr<WorkerSession> s;  // destroyed outside the lock (its last step may hold it)
     {
-      std::lock_guard<std::mutex> l(sh_->mu);
+      MutexLock l(sh_->mu);
       auto it = sessions_.find(req->session_handle());
       if (it != sessions_.end()) {
         s = std::move(it->second);
@@ -616,7 +621,7 @@ class WorkerService::Impl final : public WorkerBase {
     Cluster* c = cluster_.load();
     bool down;
     {
-      std::lock_guard<std::mutex> l(sh_->mu);
+      MutexLock l(sh_->mu);
       down = sh_->shutdown;
     }
     if (c == nullptr || down) return c == nullptr ? NotReady() : ShuttingDown();
@@ -648,7 +653,7 @@ class WorkerService::Impl final : public WorkerBase {
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::pair<std::shared_ptr<WorkerSession>, std::string>> orphans;
     {
-      std::lock_guard<std::mutex> l(sh_->mu);
+      MutexLock l(sh_->mu);
       if (sh_->shutdown) return 0;
       for (auto it = sessions_.begin(); it != sessions_.end();) {
         WorkerSession& s = *it->second;
@@ -676,7 +681,7 @@ class WorkerService::Impl final : public WorkerBase {
     for (auto& [s, why] : orphans) {
       std::vector<int64_t> steps;
       {
-        std::lock_guard<std::mutex> l(s->mu);
+        MutexLock l(s->mu);
         steps.assign(s->running.begin(), s->running.end());
       }
       const Status abort = Aborted("the session's state on " + c->local_task() + " was dropped: " + why);
@@ -690,7 +695,7 @@ class WorkerService::Impl final : public WorkerBase {
     std::unordered_set<std::shared_ptr<Waiting>> pending;
     std::vector<std::shared_ptr<WorkerSession>> sessions;
     {
-      std::lock_guard<std::mutex> l(sh_->mu);
+      MutexLock l(sh_->mu);
       if (sh_->shutdown) return;
       sh_->shutdown = true;
       pending.swap(sh_->pending);
@@ -703,7 +708,7 @@ class WorkerService::Impl final : public WorkerBase {
     for (auto& s : sessions) {
       std::vector<int64_t> steps;
       {
-        std::lock_guard<std::mutex> l(s->mu);
+        MutexLock l(s->mu);
         steps.assign(s->running.begin(), s->running.end());
       }
       for (int64_t step : steps) s->worker->AbortStep(step, abort);
@@ -714,8 +719,10 @@ class WorkerService::Impl final : public WorkerBase {
     {
       // Kernels that ignore cancellation may run on; give up waiting after
       // a while rather than hang the shutdown (they hold what they use).
-      std::unique_lock<std::mutex> l(sh_->mu);
-      sh_->idle_cv.wait_for(l, std::chrono::seconds(10), [&] { return sh_->partitions_running == 0; });
+      MutexLock l(sh_->mu);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (sh_->partitions_running != 0 && sh_->idle_cv.WaitUntil(sh_->mu, give_up)) {
+      }
     }
     if (server_ != nullptr) server_->Wait();
   }
@@ -728,7 +735,7 @@ WorkerService::~WorkerService() {
   Shutdown();
   std::map<std::string, std::shared_ptr<WorkerSession>> sessions;
   {
-    std::lock_guard<std::mutex> l(impl_->sh_->mu);
+    MutexLock l(impl_->sh_->mu);
     sessions.swap(impl_->sessions_);
   }
   sessions.clear();
@@ -771,7 +778,7 @@ void WorkerService::Shutdown() { impl_->Shutdown(); }
 int WorkerService::ReclaimOrphanSessions() { return impl_->ReclaimOrphans(); }
 
 int WorkerService::num_sessions() const {
-  std::lock_guard<std::mutex> l(impl_->sh_->mu);
+  MutexLock l(impl_->sh_->mu);
   return int(impl_->sessions_.size());
 }
 

@@ -5,6 +5,7 @@
 
 #include "graph/gradients/backprop.h"
 #include "graph/op_builders.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -46,7 +47,7 @@ GradientRegistry* GradientRegistry::Global() {
 }
 
 Status GradientRegistry::Register(const std::string& op, GradFunc fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (funcs_.count(op) || non_differentiable_.count(op)) {
     return AlreadyExists("op " + op + " already has a gradient");
   }
@@ -55,29 +56,29 @@ Status GradientRegistry::Register(const std::string& op, GradFunc fn) {
 }
 
 void GradientRegistry::RegisterNonDifferentiable(const std::string& op) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   non_differentiable_[op] = true;
 }
 
 void GradientRegistry::Override(const std::string& op, GradFunc fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   non_differentiable_.erase(op);
   funcs_[op] = std::move(fn);
 }
 
 const GradFunc* GradientRegistry::Find(const std::string& op) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = funcs_.find(op);
   return it == funcs_.end() ? nullptr : &it->second;
 }
 
 bool GradientRegistry::IsNonDifferentiable(const std::string& op) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return non_differentiable_.count(op) > 0;
 }
 
 std::vector<std::string> GradientRegistry::Ops() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<std::string> out;
   for (const auto& [op, f] : funcs_) out.push_back(op);
   return out;

@@ -30,6 +30,7 @@
 #include "graph/graph.h"
 #include "graph/scope.h"
 #include "graph/status.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -98,7 +99,7 @@ class GradientRegistry {
   std::vector<std::string> Ops() const;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, GradFunc> funcs_;
   std::map<std::string, bool> non_differentiable_;
 };

@@ -10,6 +10,7 @@
 #include "scheduler/thread_pool.h"
 #include "jobs/fault_points.h"
 #include "jobs/job_manager_internal.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -29,14 +30,14 @@ JobManager::~JobManager() { Shutdown(); }
 
 void JobManager::Shutdown() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopping_) return;
     stopping_ = true;
-    work_cv_.notify_all();
+    work_cv_.NotifyAll();
   }
   for (auto& t : workers_) t.join();
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     // Every started, unfinished job gets a checkpoint of where it stopped.
     for (const std::string& id : order_) {
       std::shared_ptr<Job> job = jobs_.at(id);
@@ -45,10 +46,10 @@ void JobManager::Shutdown() {
       }
     }
     writer_stopping_ = true;
-    writer_cv_.notify_all();
+    writer_cv_.NotifyAll();
   }
   writer_.join();  // after the queued writes
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (const auto& [id, job] : jobs_) {
     if (!IsTerminal(job->info.state)) PersistLocked(*job, true);
   }
@@ -187,7 +188,7 @@ void JobManager::AdmitLocked() {
     for (int d : job->devices) ++devices_[d].holding;
     ready_.push_back(id);
     TransitionLocked(job, JobAction::kAdmit);
-    work_cv_.notify_one();
+    work_cv_.NotifyOne();
   }
   admitting_ = false;
 }
@@ -226,7 +227,7 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
     runner->SetInitialValues(std::move(values));
     init_values_set = true;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (stopping_) return Unavailable("the server is shutting down");
   auto job = std::make_shared<Job>();
   job->info.id = "job-" + std::to_string(next_id_++);
@@ -250,21 +251,21 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
 }
 
 StatusOr<JobInfo> JobManager::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   return InfoLocked(*it->second);
 }
 
 std::vector<JobInfo> JobManager::List() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<JobInfo> out;
   for (const std::string& id : order_) out.push_back(InfoLocked(*jobs_.at(id)));
   return out;
 }
 
 std::map<std::string, std::vector<std::string>> JobManager::RunningJobsByDevice() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::map<std::string, std::vector<std::string>> out;
   for (const std::string& id : order_) {
     const Job& j = *jobs_.at(id);
@@ -275,14 +276,14 @@ std::map<std::string, std::vector<std::string>> JobManager::RunningJobsByDevice(
 }
 
 int JobManager::queue_depth() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   int n = 0;
   for (const auto& [id, j] : jobs_) n += j->info.state == JobState::kQueued;
   return n;
 }
 
 std::map<JobState, int> JobManager::CountByState() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::map<JobState, int> out;
   for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kPaused,
                      JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
@@ -293,7 +294,7 @@ std::map<JobState, int> JobManager::CountByState() const {
 }
 
 Status JobManager::Cancel(const std::string& id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
@@ -310,7 +311,7 @@ Status JobManager::Cancel(const std::string& id) {
 }
 
 Status JobManager::Pause(const std::string& id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
@@ -327,7 +328,7 @@ Status JobManager::Pause(const std::string& id) {
 }
 
 Status JobManager::Resume(const std::string& id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
@@ -344,7 +345,7 @@ Status JobManager::Resume(const std::string& id) {
 
 std::optional<DataType> JobManager::InputDtype(const std::string& id,
                                               const std::string& name) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return std::nullopt;
   return PlaceholderDtype(it->second->spec.graph, name);
@@ -357,7 +358,7 @@ Status JobManager::Predict(const std::string& id,
   std::shared_ptr<TrainingJob> runner;
   bool lazy_start = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFound("no job '" + id + "'");
     job = it->second;
@@ -378,12 +379,12 @@ Status JobManager::Predict(const std::string& id,
 }
 
 Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner) {
-  std::lock_guard<std::mutex> s(job->start_mu);
+  MutexLock s(job->start_mu);
   std::vector<std::pair<std::string, Tensor>> values;
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     // Its final checkpoint may still be being written (a cancel's).
-    checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+    while (!(job->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
     if (job->inference_ready) return Status();
     if (!job->restore_on_start) values = job->final_values;
   }
@@ -395,13 +396,13 @@ Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shar
   if (restored < 0 && !kept) {
     return FailedPrecondition("job '" + job->info.id + "' has no checkpoint to predict with");
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   job->inference_ready = true;
   return Status();
 }
 
 StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& id, bool history) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   Job* job = it->second.get();
@@ -433,9 +434,9 @@ StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& i
 }
 
 void JobManager::WorkerLoop() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   while (true) {
-    work_cv_.wait(l, [&] { return stopping_ || !ready_.empty(); });
+    while (!(stopping_ || !ready_.empty())) work_cv_.Wait(mu_);
     if (stopping_) return;
     auto pick = PickReadyLocked();
     std::string id = std::move(*pick);
@@ -445,17 +446,17 @@ void JobManager::WorkerLoop() {
     job->busy = true;
     for (int d : job->devices) ++devices_[d].stepping;  // fixed since its admission
     ++slices_in_flight_;
-    l.unlock();
+    l.Unlock();
     RunSlice(job);
-    l.lock();
+    l.Lock();
     job->busy = false;
     for (int d : job->devices) --devices_[d].stepping;
     --slices_in_flight_;
-    checkpoint_cv_.notify_all();  // an on-demand request may wait for the job to be idle
+    checkpoint_cv_.NotifyAll();  // an on-demand request may wait for the job to be idle
     if (job->info.state == JobState::kRunning && job->mid_chunk) {
       // Its replicas on other tasks wait for its next step: it goes first.
       ready_.push_front(id);
-      work_cv_.notify_one();
+      work_cv_.NotifyOne();
     } else if (job->info.state == JobState::kRunning) {
       if (std::optional<JobAction> a = std::exchange(job->requested, std::nullopt)) {
         FaultPointLocked(*job, a == JobAction::kCancel ? fault_points::kCancelPending
@@ -466,15 +467,15 @@ void JobManager::WorkerLoop() {
         TransitionLocked(job.get(), *a);
       } else {
         ready_.push_back(id);  // round-robin: to the back of the line
-        work_cv_.notify_one();
+        work_cv_.NotifyOne();
       }
     }
   }
 }
 
-void JobManager::SucceedLocked(Job* j, const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& l) {
+void JobManager::SucceedLocked(Job* j, const std::shared_ptr<Job>& job) {
   if (j->started && j->snapshot_step != j->info.step) {  // not checkpointed after its last step yet
-    if (uint64_t seq = SnapshotLocked(j, job, "final"); seq != 0) WaitForWriteLocked(l, j, seq);
+    if (uint64_t seq = SnapshotLocked(j, job, "final"); seq != 0) WaitForWriteLocked(j, seq);
   }
   TransitionLocked(j, JobAction::kSucceed);
 }
@@ -487,7 +488,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     if (AcrossTasks(j->spec) && !PrepareMembership(job)) return;
     int64_t restored = -1;
     Status s = StartRunner(j, /*load_data=*/true, &restored);
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!s.ok()) {
       if (OnReplicaFailureLocked(j, s, "starting the replicas")) return;
       TransitionLocked(j, JobAction::kFail, s.ToString());
@@ -535,7 +536,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   }
   if (j->loop.next() == TrainingLoop::Next::kEvaluate) {
     StatusOr<std::map<std::string, double>> m = j->runner->Evaluate();
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!m.ok()) {
       TransitionLocked(j, JobAction::kFail, "evaluation: " + m.status().ToString());
       return;
@@ -548,20 +549,20 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     PersistLocked(*j, true);
     if (last) {
       FaultPointLocked(*j, fault_points::kFinalEvaluationRecorded);
-      SucceedLocked(j, job, l);
+      SucceedLocked(j, job);
     }
     return;
   }
   if (j->loop.next() == TrainingLoop::Next::kFinish) {  // resumed with its training complete
-    std::unique_lock<std::mutex> l(mu_);
-    SucceedLocked(j, job, l);
+    MutexLock l(mu_);
+    SucceedLocked(j, job);
     return;
   }
   auto t0 = std::chrono::steady_clock::now();
   StatusOr<StepResult> r = j->runner->Step();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool mid_chunk = j->runner->mid_chunk();
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   j->mid_chunk = mid_chunk;
   if (!r.ok()) {
     if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
@@ -617,12 +618,12 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
     // Training is complete: the last step's checkpoint comes first, so that
     // neither a long final evaluation nor a crash during it loses training.
     if (uint64_t seq = SnapshotLocked(j, job, "final"); seq != 0) {
-      WaitForWriteLocked(l, j, seq);
+      WaitForWriteLocked(j, seq);
       if (j->info.checkpoint_step == j->info.step) {
         FaultPointLocked(*j, fault_points::kFinalCheckpointWritten);
       }
     }
-    if (next == TrainingLoop::Next::kFinish) SucceedLocked(j, job, l);
+    if (next == TrainingLoop::Next::kFinish) SucceedLocked(j, job);
     return;
   }
   if (options_.store == nullptr) return;

@@ -138,6 +138,7 @@
 #include "api/views.h"
 #include "jobs/fault_points.h"
 #include "jobs/job_state.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -361,30 +362,30 @@ class JobManager {
   // Takes a snapshot of `job` (REQUIRES: nobody steps it) and queues its
   // write; returns the write's sequence number, 0 when no snapshot could be
   // taken (the failure is recorded as a checkpoint event).
-  uint64_t SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, const std::string& reason);
+  uint64_t SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until write `seq` of `job` has finished (ok or not).
-  void WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq);
-  void PersistLocked(Job& job, bool sync);
+  void WaitForWriteLocked(Job* job, uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(Job& job, bool sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // History and traces (job_manager_history.cc): a step's point and trace,
   // an evaluation's metrics, the history's write (when it changed), its
   // reload by Recover (before the job is shared), and the removal of both
   // from the store (Delete; nothing else is removed when it fails).
-  void RecordStepLocked(Job* job, StepResult* r, double seconds);
-  void RecordEvalLocked(Job* job);
-  void PersistHistoryLocked(Job& job);
+  void RecordStepLocked(Job* job, StepResult* r, double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordEvalLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistHistoryLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoadHistory(Job* job);
-  Status DeleteHistoryLocked(const Job& job);
+  Status DeleteHistoryLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the sessions, data and variables of a job that reached a
   // terminal state (keeping its model values when no checkpoint holds them).
-  void ReleaseLocked(Job* job);
+  void ReleaseLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes a finished job without writes in flight from the store and
   // from memory.
-  Status DeleteLocked(const std::string& id);
-  int EnforceRetentionLocked();
-  void RememberLocked(Job* job, const JobEvent& e);
+  Status DeleteLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int EnforceRetentionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberLocked(Job* job, const JobEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls options_.fault_point, when set, with `point` and the job's step.
-  void FaultPointLocked(const Job& job, std::string_view point) const;
-  bool CheckpointDueLocked(const Job& job) const;
+  void FaultPointLocked(const Job& job, std::string_view point) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CheckpointDueLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a finished, released job's runner without data, with its final
   // checkpoint or the model values it kept (Predict, Checkpoint). Without
   // the lock; idempotent.
@@ -393,27 +394,26 @@ class JobManager {
   // checkpoint when it has one (or init_from values). Without the lock.
   Status StartRunner(Job* job, bool load_data, int64_t* restored_step);
   // Admits queued jobs into free slots on their devices (the rule above).
-  void AdmitLocked();
+  void AdmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index in devices_ of each of the job's devices.
-  std::vector<int> DeviceSlotsLocked(const Job& job);
+  std::vector<int> DeviceSlotsLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next job of ready_ for a free worker (REQUIRES: ready_ not empty).
-  std::deque<std::string>::iterator PickReadyLocked();
+  std::deque<std::string>::iterator PickReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves `job` along the transition table (jobs/job_state.h): publishes,
   // persists and observes the change, frees its slot when it leaves
   // RUNNING, releases it when it finishes, then admits queued jobs.
   // REQUIRES: the table allows `action` (JobStateMachine::Check); a refused
   // one changes nothing.
-  void TransitionLocked(Job* job, JobAction action, const std::string& error = "");
-  void PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message = "");
-  JobInfo InfoLocked(const Job& job) const;
+  void TransitionLocked(Job* job, JobAction action, const std::string& error = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishLocked(Job* job, JobEvent::Kind kind, const std::string& message = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobInfo InfoLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one unit of work (start, a step, an evaluation) of `job`, without
   // the lock; returns false when the job left the running set.
   void RunSlice(const std::shared_ptr<Job>& job);
   // A job whose training and final evaluation are done: checkpoints its
   // last step when no checkpoint holds it yet (waiting for the write, `l`
   // holds mu_), then SUCCEEDED.
-  void SucceedLocked(Job* j, const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& l);
-
+  void SucceedLocked(Job* j, const std::shared_ptr<Job>& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The options every runner of this manager's jobs gets.
   TrainingJobOptions RunnerOptions() const;
 
@@ -432,27 +432,26 @@ class JobManager {
   // the replicas whose task answers a heartbeat now. false: not now (it
   // waits for min_replicas, or it was FAILED).
   bool PrepareMembership(const std::shared_ptr<Job>& job);
-  // A start or step of such a job failed with `s` (REQUIRES: mu_ held):
+  // A start or step of such a job failed with `s`:
   // true when it is rebuilt instead of failing.
-  bool OnReplicaFailureLocked(Job* job, const Status& s, const std::string& what);
+  bool OnReplicaFailureLocked(Job* job, const Status& s, const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a checkpoint snapshot of such a job: rebuilds it at that
   // checkpoint when a lost replica's task answers again.
-  void MaybeRejoinLocked(Job* job);
-
+  void MaybeRejoinLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobManagerOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable checkpoint_cv_;  // a snapshot was taken or a write finished
-  std::condition_variable writer_cv_;      // writes_ got an item, or the writer must stop
-  std::deque<WriteRequest> writes_;        // GUARDED_BY(mu_)
-  bool writer_stopping_ = false;           // GUARDED_BY(mu_)
-  uint64_t next_write_ = 1;                // GUARDED_BY(mu_)
-  int64_t next_import_ = 1;                // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar work_cv_;
+  CondVar checkpoint_cv_;  // a snapshot was taken or a write finished
+  CondVar writer_cv_;      // writes_ got an item, or the writer must stop
+  std::deque<WriteRequest> writes_ ABSL_GUARDED_BY(mu_);
+  bool writer_stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_write_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_import_ ABSL_GUARDED_BY(mu_) = 1;
   std::thread writer_;
-  std::map<std::string, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
-  std::vector<std::string> order_;                    // GUARDED_BY(mu_)
-  std::deque<std::string> queued_;                    // GUARDED_BY(mu_): waiting for a slot
-  std::deque<std::string> ready_;                     // GUARDED_BY(mu_): running, round-robin
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> queued_ ABSL_GUARDED_BY(mu_);                    // waiting for a slot
+  std::deque<std::string> ready_ ABSL_GUARDED_BY(mu_);                     // running, round-robin
   // Occupancy of each device jobs have asked for (Job::devices indexes it).
   struct DeviceLoad {
     std::string name;
@@ -460,11 +459,11 @@ class JobManager {
     int stepping = 0;       // slices in flight on it
     bool reserved = false;  // during AdmitLocked: an earlier queued job waits for it
   };
-  std::vector<DeviceLoad> devices_;                   // GUARDED_BY(mu_)
-  int slices_in_flight_ = 0;                          // GUARDED_BY(mu_)
-  bool admitting_ = false;                            // GUARDED_BY(mu_)
-  int64_t next_id_ = 1;                               // GUARDED_BY(mu_)
-  bool stopping_ = false;                             // GUARDED_BY(mu_)
+  std::vector<DeviceLoad> devices_ ABSL_GUARDED_BY(mu_);
+  int slices_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool admitting_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<ThreadPool> inter_op_pool_;
   std::vector<std::thread> workers_;
 };

@@ -17,6 +17,7 @@
 #include "jobs/fault_points.h"
 #include "jobs/job_manager_internal.h"
 #include "jobs/job_state.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -64,13 +65,13 @@ uint64_t JobManager::SnapshotLocked(Job* job, const std::shared_ptr<Job>& ref, c
   job->served_step = s->step;
   uint64_t seq = w.seq;
   writes_.push_back(std::move(w));
-  writer_cv_.notify_all();
-  checkpoint_cv_.notify_all();
+  writer_cv_.NotifyAll();
+  checkpoint_cv_.NotifyAll();
   return seq;
 }
 
-void JobManager::WaitForWriteLocked(std::unique_lock<std::mutex>& l, Job* job, uint64_t seq) {
-  checkpoint_cv_.wait(l, [&] { return job->last_write_done >= seq; });
+void JobManager::WaitForWriteLocked(Job* job, uint64_t seq) {
+  while (job->last_write_done < seq) checkpoint_cv_.Wait(mu_);
 }
 
 void LowerThisThreadsPriority() {
@@ -82,9 +83,9 @@ void LowerThisThreadsPriority() {
 
 void JobManager::WriterLoop() {
   LowerThisThreadsPriority();  // training steps come first
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (;;) {
-    writer_cv_.wait(l, [&] { return writer_stopping_ || !writes_.empty(); });
+    while (!(writer_stopping_ || !writes_.empty())) writer_cv_.Wait(mu_);
     if (writes_.empty()) {
       if (writer_stopping_) return;
       continue;
@@ -96,7 +97,7 @@ void JobManager::WriterLoop() {
     if (options_.fault_point) {
       FaultPointLocked(*job, std::string(fault_points::kCheckpointWritePrefix) + w.reason);
     }
-    l.unlock();
+    l.Unlock();
     int64_t bytes = 0;
     for (const auto& t : w.snapshot.tensors) bytes += int64_t(t.value.TotalBytes());
     auto t0 = std::chrono::steady_clock::now();
@@ -108,7 +109,7 @@ void JobManager::WriterLoop() {
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     w.snapshot = checkpoints::Snapshot();  // drop the tensors outside the lock
-    l.lock();
+    l.Lock();
     --job->pending_writes;
     job->last_write_done = w.seq;
     std::string what = "checkpoint at step " + std::to_string(w.step) + " (" + w.reason + ")";
@@ -133,7 +134,7 @@ void JobManager::WriterLoop() {
     PersistLocked(*job, true);
     if (options_.observer) options_.observer->OnCheckpoint(InfoLocked(*job), secs, bytes, st.ok());
     if (job->pending_writes == 0 && IsTerminal(job->info.state)) EnforceRetentionLocked();
-    checkpoint_cv_.notify_all();
+    checkpoint_cv_.NotifyAll();
   }
 }
 
@@ -142,7 +143,7 @@ Status JobManager::StartRunner(Job* job, bool load_data, int64_t* restored_step)
   std::optional<checkpoints::Snapshot> ckpt;
   bool restore, need_init;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     restore = job->restore_on_start && options_.store != nullptr;
     need_init = job->spec.init_from.has_value() && !job->init_values_set;
   }
@@ -155,7 +156,7 @@ Status JobManager::StartRunner(Job* job, bool load_data, int64_t* restored_step)
       StatusOr<checkpoints::Snapshot> s = options_.store->ReadCheckpoint(job->info.id, it->step);
       if (s.ok()) {
         ckpt = std::move(s).value();
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(mu_);
         if (it->step > job->info.checkpoint_step) {
           // Written just before the server died, before its record said so.
           job->info.checkpoint_step = it->step;
@@ -261,34 +262,38 @@ Status JobManager::Recover() {
       job->info.error = "the job could not be reloaded after a restart: " + problem;
       job->info.finished = Now();
     }
-    // The history, as far as it was stored, each event with the job's
-    // values of its own moment (those of an older record without them: the
-    // job's name and size from its document).
-    if (record.ok()) {
-      JobInfo base = InfoLocked(*job);
-      for (JobEvent& e : record->history) {
-        e.info.id = id;
-        if (e.info.name.empty()) e.info.name = base.name;
-        if (e.info.epochs == 0) e.info.epochs = base.epochs;
-        job->history.push_back(std::move(e));
+    {
+      // The job is not shared yet; the lock is what InfoLocked/RememberLocked ask for.
+      MutexLock l(mu_);
+      // The history, as far as it was stored, each event with the job's
+      // values of its own moment (those of an older record without them: the
+      // job's name and size from its document).
+      if (record.ok()) {
+        JobInfo base = InfoLocked(*job);
+        for (JobEvent& e : record->history) {
+          e.info.id = id;
+          if (e.info.name.empty()) e.info.name = base.name;
+          if (e.info.epochs == 0) e.info.epochs = base.epochs;
+          job->history.push_back(std::move(e));
+        }
       }
-    }
-    // A pause or cancel asked during a step that the server did not live
-    // to finish: applied now, as at the end of that step.
-    if (record.ok() && problem.empty() && job->info.state == JobState::kRunning) {
-      std::optional<JobAction> pending;
-      if (record->pending_action == JobActionName(JobAction::kPause)) pending = JobAction::kPause;
-      if (record->pending_action == JobActionName(JobAction::kCancel)) pending = JobAction::kCancel;
-      if (std::optional<JobState> to = pending ? JobStateMachine::Next(job->info.state, *pending) : std::nullopt) {
-        job->info.state = *to;
-        if (IsTerminal(*to)) job->info.finished = Now();
-        JobEvent e;
-        e.kind = JobEvent::Kind::kState;
-        e.info = InfoLocked(*job);
-        e.time = Now();
-        e.message = std::string(*pending == JobAction::kCancel ? "cancelled" : "paused") +
-                    " as asked before the server stopped (the step it was asked during did not end)";
-        RememberLocked(job.get(), e);
+      // A pause or cancel asked during a step that the server did not live
+      // to finish: applied now, as at the end of that step.
+      if (record.ok() && problem.empty() && job->info.state == JobState::kRunning) {
+        std::optional<JobAction> pending;
+        if (record->pending_action == JobActionName(JobAction::kPause)) pending = JobAction::kPause;
+        if (record->pending_action == JobActionName(JobAction::kCancel)) pending = JobAction::kCancel;
+        if (std::optional<JobState> to = pending ? JobStateMachine::Next(job->info.state, *pending) : std::nullopt) {
+          job->info.state = *to;
+          if (IsTerminal(*to)) job->info.finished = Now();
+          JobEvent e;
+          e.kind = JobEvent::Kind::kState;
+          e.info = InfoLocked(*job);
+          e.time = Now();
+          e.message = std::string(*pending == JobAction::kCancel ? "cancelled" : "paused") +
+                      " as asked before the server stopped (the step it was asked during did not end)";
+          RememberLocked(job.get(), e);
+        }
       }
     }
     LoadHistory(job.get());
@@ -300,7 +305,7 @@ Status JobManager::Recover() {
   });
   StatusOr<std::string> imports = options_.store->GetRecord(Store::Kind::kMeta, kImportCounterKey);
   StatusOr<std::string> job_ids = options_.store->GetRecord(Store::Kind::kMeta, kJobCounterKey);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto [text, counter] : {std::pair{&imports, &next_import_}, std::pair{&job_ids, &next_id_}}) {
     if (!text->ok()) continue;
     try {
@@ -382,7 +387,7 @@ Status JobManager::DeleteLocked(const std::string& id) {
 }
 
 Status JobManager::Delete(const std::string& id) {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   std::shared_ptr<Job> job = it->second;
@@ -390,13 +395,13 @@ Status JobManager::Delete(const std::string& id) {
     return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->info.state)) +
                               "; only finished jobs can be deleted (cancel it first)");
   }
-  checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+  while (!(job->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
   if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
   return DeleteLocked(id);
 }
 
 int JobManager::EnforceRetention() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return EnforceRetentionLocked();
 }
 
@@ -424,22 +429,22 @@ int JobManager::EnforceRetentionLocked() {
 
 StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) {
   if (options_.store == nullptr) return NoStore();
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   std::shared_ptr<Job> job = it->second;
   if (!job->started && !job->inference_ready && IsTerminal(job->info.state) && job->runner) {
     // A finished job released its variables: its final checkpoint is the
     // one asked for; without one, its kept values are loaded to take it.
-    checkpoint_cv_.wait(l, [&] { return job->pending_writes == 0; });
+    while (!(job->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
     if (job->restore_on_start && job->info.checkpoint_step == job->info.step && job->info.checkpoint_step >= 0) {
       return CheckpointRequestResult{job->info.step, true};
     }
     if (!job->final_values.empty()) {
       std::shared_ptr<TrainingJob> runner = job->runner;
-      l.unlock();
+      l.Unlock();
       FS_RETURN_IF_ERROR(LoadFinished(job, runner));
-      l.lock();
+      l.Lock();
       if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
     }
   }
@@ -450,11 +455,12 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
   if (job->busy) {
     // Taken by the worker right after the step it is running.
     uint64_t ticket = ++job->checkpoint_ticket;
-    bool served = checkpoint_cv_.wait_for(l, std::chrono::seconds(120), [&] {
-      return job->served_ticket >= ticket || (!job->busy && job->info.state != JobState::kRunning);
-    });
+    auto served = [&] { return job->served_ticket >= ticket || (!job->busy && job->info.state != JobState::kRunning); };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!served() && checkpoint_cv_.WaitUntil(mu_, deadline)) {
+    }
     if (job->served_ticket >= ticket) return CheckpointRequestResult{job->served_step, false};
-    if (!served) return DeadlineExceeded("job '" + id + "' did not reach the end of its step in time");
+    if (!served()) return DeadlineExceeded("job '" + id + "' did not reach the end of its step in time");
     if (!job->busy && job->info.state != JobState::kRunning && job->checkpoint_ticket > job->served_ticket) {
       job->checkpoint_ticket = job->served_ticket;  // withdrawn: handled below, the job is idle
     }
@@ -464,7 +470,7 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
   if (seq == 0) return Internal("the snapshot failed: " + job->info.checkpoint_error);
   int64_t step = job->snapshot_step;
   if (job->info.state == JobState::kRunning) return CheckpointRequestResult{step, false};
-  WaitForWriteLocked(l, job.get(), seq);
+  WaitForWriteLocked(job.get(), seq);
   if (job->info.checkpoint_step != step || !job->info.checkpoint_error.empty()) {
     return Unavailable("the checkpoint at step " + std::to_string(step) +
                        " could not be written: " + job->info.checkpoint_error);
@@ -475,7 +481,7 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
 StatusOr<std::vector<JobCheckpointInfo>> JobManager::ListCheckpoints(const std::string& id) {
   if (options_.store == nullptr) return NoStore();
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!jobs_.count(id) && id.rfind("import-", 0) != 0) return NotFound("no job '" + id + "'");
   }
   if (options_.store == nullptr) {
@@ -487,7 +493,7 @@ StatusOr<std::vector<JobCheckpointInfo>> JobManager::ListCheckpoints(const std::
     out.push_back({c.step, double(c.unix_micros) / 1e6, c.bytes, c.num_tensors});
   }
   if (out.empty() && id.rfind("import-", 0) == 0) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!jobs_.count(id)) return NotFound("no job or imported checkpoint '" + id + "'");
   }
   return out;
@@ -523,7 +529,7 @@ StatusOr<std::pair<std::string, int64_t>> JobManager::ImportCheckpoint(const std
                       checkpoints::ImportSnapshot(path, "the uploaded checkpoint"));
   std::string id;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     id = "import-" + std::to_string(next_import_++);
     FS_RETURN_IF_ERROR(options_.store->PutRecord(Store::Kind::kMeta, kImportCounterKey,
                                                  std::to_string(next_import_)));

@@ -7,6 +7,7 @@
 
 #include "api/views_json.h"
 #include "jobs/job_manager_internal.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -81,21 +82,21 @@ Status JobManager::DeleteHistoryLocked(const Job& job) {
 }
 
 StatusOr<JobHistory> JobManager::History(const std::string& id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   return it->second->curves.View(id);
 }
 
 StatusOr<std::string> JobManager::Document(const std::string& id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   return it->second->spec_json;
 }
 
 StatusOr<std::vector<int64_t>> JobManager::TracedSteps(const std::string& id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job '" + id + "'");
   std::vector<int64_t> steps;
@@ -105,7 +106,7 @@ StatusOr<std::vector<int64_t>> JobManager::TracedSteps(const std::string& id) co
 
 StatusOr<std::string> JobManager::Trace(const std::string& id, int64_t step) const {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFound("no job '" + id + "'");
     const Job& job = *it->second;

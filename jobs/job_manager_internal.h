@@ -28,6 +28,7 @@
 #include "jobs/step_history.h"
 #include "jobs/training_loop.h"
 #include "jobs/training_job.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace job_manager_internal {
@@ -121,7 +122,7 @@ struct JobManager::Job {
   bool was_running = false;       // recovered from RUNNING or PAUSED: a resume
   bool init_values_set = false;   // init_from values handed to the runner
   bool inference_ready = false;   // started without data to serve predictions
-  std::mutex start_mu;            // serializes that lazy start
+  Mutex start_mu;            // serializes that lazy start
   int64_t snapshot_step = -1;  // of the newest snapshot taken (written or not)
   std::chrono::steady_clock::time_point snapshot_at{};
   int pending_writes = 0;      // snapshots queued or being written
@@ -161,9 +162,12 @@ struct JobManager::WriteRequest {
 class JobManager::Stream final : public JobEventStream {
  public:
   std::optional<JobEvent> Next(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     timed_out_ = false;
-    bool ready = cv_.wait_for(l, timeout, [&] { return !events_.empty() || closed_ || ended_; });
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (events_.empty() && !closed_ && !ended_ && cv_.WaitUntil(mu_, deadline)) {
+    }
+    const bool ready = !events_.empty() || closed_ || ended_;
     if (!events_.empty()) {
       JobEvent e = std::move(events_.front());
       events_.pop_front();
@@ -173,46 +177,46 @@ class JobManager::Stream final : public JobEventStream {
     return std::nullopt;
   }
   bool timed_out() const override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return timed_out_;
   }
   void Close() override {
     std::function<void()> wake;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       closed_ = true;
-      cv_.notify_all();
+      cv_.NotifyAll();
       wake = waker_;
     }
     if (wake) wake();
   }
   void SetWaker(std::function<void()> wake) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     waker_ = std::move(wake);
   }
   void Push(JobEvent e, bool terminal) {
     std::function<void()> wake;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (closed_) return;
       events_.push_back(std::move(e));
       if (terminal) ended_ = true;
-      cv_.notify_all();
+      cv_.NotifyAll();
       wake = waker_;
     }
     if (wake) wake();  // without the stream's lock: it may read at once
   }
   bool closed() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return closed_;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
   std::deque<JobEvent> events_;
   bool closed_ = false, ended_ = false, timed_out_ = false;
-  std::function<void()> waker_;  // GUARDED_BY(mu_)
+  std::function<void()> waker_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace flowstate

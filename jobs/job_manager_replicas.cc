@@ -9,6 +9,7 @@
 #include "jobs/replica_placement.h"
 #include "jobs/job_manager_internal.h"
 #include "scheduler/cluster_view.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -88,7 +89,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
   ClusterView* remote = options_.remote ? options_.remote() : nullptr;
   bool waiting;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     waiting = j->membership.wait_until.has_value();
   }
   if (!waiting && remote != nullptr) {
@@ -112,7 +113,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
     }
   }
   if (int(alive.size()) < spec.min_replicas) {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (j->info.state != JobState::kRunning) return false;
     const auto now = Clock::now();
     j->membership.alive_while_waiting = int(alive.size());
@@ -139,7 +140,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
       return false;
     }
     const auto until = std::min(now + kWaitPoll, *j->membership.wait_until);
-    l.unlock();
+    l.Unlock();
     std::this_thread::sleep_until(until);
     return false;
   }
@@ -152,7 +153,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
   m.min_replicas = std::min(m.min_replicas, m.replicas);
   int number;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     number = j->membership.number;
   }
   TrainingJobOptions o = RunnerOptions();
@@ -163,13 +164,13 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
   StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(m, o);
   std::shared_ptr<TrainingJob> old;
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!runner.ok()) {
       TransitionLocked(j, JobAction::kFail, "replicas: " + runner.status().ToString());
       return false;
     }
     // It resumes from the newest checkpoint: the one being written first.
-    checkpoint_cv_.wait(l, [&] { return j->pending_writes == 0; });
+    while (!(j->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
     if (j->info.state != JobState::kRunning) return false;
     old = std::move(j->runner);
     j->runner = std::move(runner).value();

@@ -434,12 +434,12 @@ int64_t TrainingJob::steps_per_epoch() const {
   return (batches + batches_per_step() - 1) / batches_per_step();
 }
 
-bool TrainingJob::Finished() const {
-  if (!pipeline_) return step_ >= total_steps();
+bool TrainingJob::FinishedAfter(int64_t steps) const {
+  if (!pipeline_) return steps >= total_steps();
   // By the input's position, so that a job restored from a checkpoint of
   // another number of replicas (other steps per epoch) ends at the end of
   // its data.
-  if (spec_.max_steps && step_ >= *spec_.max_steps) return true;
+  if (spec_.max_steps && steps >= *spec_.max_steps) return true;
   return spec_.input.epochs > 0 && pipeline_->position().epoch >= spec_.input.epochs;
 }
 

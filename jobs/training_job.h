@@ -106,6 +106,7 @@
 #include "state/data_source.h"
 #include "state/dataset.h"
 #include "state/input_pipeline.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -377,7 +378,10 @@ class TrainingJob {
   // Replica i's values of graph().variables (Replica::ReadVariables), once
   // it is done with any earlier chunk.
   StatusOr<std::vector<Tensor>> ReadReplicaVariables(int i);
-  bool Finished() const;
+  bool Finished() const { return FinishedAfter(step_); }
+  // Whether the job is over once `steps` steps are done (the input's
+  // position is read as it is now).
+  bool FinishedAfter(int64_t steps) const;
 
   JobSpec spec_;
   TrainingJobOptions options_;
@@ -411,14 +415,14 @@ class TrainingJob {
   // What the chunks' threads report, by replica: the race steps it is done
   // with, its chunks not yet ended, its first error.
   struct RemoteProgress {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<int64_t> done_through;  // GUARDED_BY(mu)
-    std::vector<int> outstanding;       // GUARDED_BY(mu)
-    std::vector<Status> failed;         // GUARDED_BY(mu)
+    Mutex mu;
+    CondVar cv;
+    std::vector<int64_t> done_through ABSL_GUARDED_BY(mu);
+    std::vector<int> outstanding ABSL_GUARDED_BY(mu);
+    std::vector<Status> failed ABSL_GUARDED_BY(mu);
     // Checksums of each variable after a replica check's step, read by the
     // chunk's thread: step -> checksums, by replica.
-    std::vector<std::map<int64_t, std::vector<uint64_t>>> sums;  // GUARDED_BY(mu)
+    std::vector<std::map<int64_t, std::vector<uint64_t>>> sums ABSL_GUARDED_BY(mu);
   };
   // Replica checks waiting for a laggard's checksums: the step, the replica,
   // replica 0's checksums then.

@@ -23,6 +23,7 @@
 #include "scheduler/step_trace.h"
 #include "state/replica_input.h"
 #include "state/variable.h"
+#include "graph/mutex.h"
 
 
 namespace flowstate {
@@ -204,6 +205,12 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
     status[0] = RunReplica(0, &batches[0], &stats[0]);
     if (!status[0].ok() || step_ + 1 == chunk_->end_step) {
       FinishChunk(&status, &stats);
+      // The job's last step: no backup replica runs on past the job, and
+      // the steps it was dropped from are all counted.
+      if (status[0].ok() && FinishedAfter(step_ + 1)) {
+        Status joined = JoinLaggards();
+        if (!joined.ok()) status[0] = joined;
+      }
       race_steps_done = true;
     }
     for (int i = 1; i < n; ++i) stats[i].loss = stats[0].loss;
@@ -334,12 +341,12 @@ Status TrainingJob::CheckReplicasAgree() {
     if (progress_ != nullptr && replicas_[i]->on_task()) {
       // A replica on another task whose chunk ended at this step read its
       // own (or will: a laggard's are checked when they come).
-      std::unique_lock<std::mutex> l(progress_->mu);
+      MutexLock l(progress_->mu);
       auto it = progress_->sums[i].find(step_);
       if (it != progress_->sums[i].end()) {
         std::vector<uint64_t> got = std::move(it->second);
         progress_->sums[i].erase(it);
-        l.unlock();
+        l.Unlock();
         FS_RETURN_IF_ERROR(CompareChecksums(step_, i, got, expected));
         continue;
       }
@@ -361,7 +368,7 @@ Status TrainingJob::CheckPendingReplicas() {
   for (auto p = pending_checks_.begin(); p != pending_checks_.end();) {
     std::vector<uint64_t> got;
     {
-      std::lock_guard<std::mutex> l(progress_->mu);
+      MutexLock l(progress_->mu);
       auto it = progress_->sums[p->replica].find(p->step);
       if (it == progress_->sums[p->replica].end()) {
         ++p;

@@ -24,6 +24,7 @@
 #include "scheduler/step_trace.h"
 #include "state/replica_input.h"
 #include "state/variable.h"
+#include "graph/mutex.h"
 
 
 namespace flowstate {
@@ -398,6 +399,7 @@ void TrainingJob::StartChunk(int64_t steps) {
   const int n = spec_.replicas;
   if (progress_ == nullptr) {
     progress_ = std::make_shared<RemoteProgress>();
+    MutexLock l(progress_->mu);
     progress_->done_through.assign(n, 0);
     progress_->outstanding.assign(n, 0);
     progress_->failed.assign(n, Status());
@@ -420,7 +422,7 @@ void TrainingJob::StartChunk(int64_t steps) {
                                  ? c->end_step
                                  : -1;
   {
-    std::lock_guard<std::mutex> l(progress_->mu);
+    MutexLock l(progress_->mu);
     for (int i = 1; i < n; ++i) ++progress_->outstanding[i];
   }
   for (int i = 1; i < n; ++i) {
@@ -444,14 +446,14 @@ void TrainingJob::StartChunk(int64_t steps) {
         s = session->Run({}, graph_.variables, {}, &values);
         for (const Tensor& t : values) sums.push_back(VariableChecksum(t));
       }
-      std::lock_guard<std::mutex> l(progress->mu);
+      MutexLock l(progress->mu);
       if (!sums.empty()) progress->sums[i][check_step] = std::move(sums);
       --progress->outstanding[i];
       if (s.ok() || IsNanError(s)) progress->done_through[i] = race_end;
       if (!s.ok() && progress->failed[i].ok()) {
         progress->failed[i] = s.WithPrefix("replica " + std::to_string(i));
       }
-      progress->cv.notify_all();
+      progress->cv.NotifyAll();
     });
   }
   chunk_ = std::move(c);
@@ -464,8 +466,8 @@ void TrainingJob::FinishChunk(std::vector<Status>* status, std::vector<ReplicaSt
   // (each at most kMaxLagChunks behind); the others end it with replica 0.
   std::vector<bool> ended(n, true);
   {
-    std::unique_lock<std::mutex> l(progress_->mu);
-    auto lagging = [&] {
+    MutexLock l(progress_->mu);
+    auto lagging = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress_->mu) {
       int behind = 0;
       bool too_far = false;
       for (int i = 1; i < n; ++i) {
@@ -475,14 +477,17 @@ void TrainingJob::FinishChunk(std::vector<Status>* status, std::vector<ReplicaSt
       }
       return behind > spec_.backup_replicas || too_far;
     };
-    progress_->cv.wait(l, [&] { return !lagging(); });
+    while (lagging()) progress_->cv.Wait(progress_->mu);
     // The others' answers are on their way: a moment for them.
-    progress_->cv.wait_for(l, std::chrono::milliseconds(20), [&] {
+    auto all_in = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress_->mu) {
       for (int i = 1; i < n; ++i) {
         if (progress_->outstanding[i] > 0) return false;
       }
       return true;
-    });
+    };
+    const auto moment = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (!all_in() && progress_->cv.WaitUntil(progress_->mu, moment)) {
+    }
     for (int i = 1; i < n; ++i) {
       ended[i] = progress_->outstanding[i] == 0;
       (*status)[i] = progress_->failed[i];
@@ -522,7 +527,7 @@ Status TrainingJob::JoinLaggards(int replica) {
     if ((replica < 0 || int(i) == replica) && laggards_[i].joinable()) laggards_[i].join();
   }
   if (progress_ == nullptr) return Status();
-  std::lock_guard<std::mutex> l(progress_->mu);
+  MutexLock l(progress_->mu);
   for (const Status& s : progress_->failed) {
     if (!s.ok()) return s;
   }
@@ -533,7 +538,7 @@ Status TrainingJob::EndRaceSteps(int64_t through, std::vector<ReplicaStepStats>*
                                  bool one_step) {
   if (progress_ != nullptr) {
     // Not past a replica still in an earlier chunk.
-    std::lock_guard<std::mutex> l(progress_->mu);
+    MutexLock l(progress_->mu);
     for (int i = 1; i < spec_.replicas; ++i) {
       if (progress_->outstanding[i] > 0) through = std::min(through, progress_->done_through[i]);
     }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "scheduler/reduce_loops.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -90,11 +91,11 @@ void ReduceSliceInPlace(const std::vector<std::vector<Tensor>*>& inputs, size_t 
 struct InProcessCollective::Group {
   explicit Group(int n) : size(n), next_round(n, 0) {}
   const int size;
-  std::mutex mu;
-  std::condition_variable cv;  // any change of a round or of `aborted`
-  Status aborted;                                   // GUARDED_BY(mu)
-  std::vector<int64_t> next_round;                  // GUARDED_BY(mu): per rank
-  std::map<int64_t, std::shared_ptr<Round>> rounds;  // GUARDED_BY(mu): not yet joined by all
+  Mutex mu;
+  CondVar cv;  // any change of a round or of `aborted`
+  Status aborted ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> next_round ABSL_GUARDED_BY(mu);                  // per rank
+  std::map<int64_t, std::shared_ptr<Round>> rounds ABSL_GUARDED_BY(mu);  // not yet joined by all
 };
 
 std::vector<std::unique_ptr<InProcessCollective>> InProcessCollective::Create(int size) {
@@ -121,10 +122,10 @@ Status Collective::Recv(std::vector<Tensor>*, int, uint32_t, Deadline) {
 
 void InProcessCollective::Abort(const Status& status) {
   Group& g = *group_;
-  std::lock_guard<std::mutex> l(g.mu);
+  MutexLock l(g.mu);
   if (!g.aborted.ok()) return;
   g.aborted = status.ok() ? Cancelled("the collective was aborted") : status;
-  g.cv.notify_all();
+  g.cv.NotifyAll();
 }
 
 Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
@@ -133,7 +134,7 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
   std::shared_ptr<Round> round;
   int64_t round_id = 0;
   {
-    std::unique_lock<std::mutex> l(g.mu);
+    MutexLock l(g.mu);
     if (!g.aborted.ok()) return g.aborted;
     round_id = g.next_round[rank_]++;
     std::shared_ptr<Round>& slot = g.rounds[round_id];
@@ -157,17 +158,19 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
     if (r.arrived == g.size) {
       r.error = Check(r);
       if (r.error.ok()) r.ready = true;
-      g.cv.notify_all();
+      g.cv.NotifyAll();
     } else {
-      auto done = [&] { return r.ready || !r.error.ok() || !g.aborted.ok(); };
-      if (!g.cv.wait_until(l, deadline, done)) {
+      auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g.mu) { return r.ready || !r.error.ok() || !g.aborted.ok(); };
+      while (!done() && g.cv.WaitUntil(g.mu, deadline)) {
+      }
+      if (!done()) {
         std::string missing;
         for (int k = 0; k < g.size; ++k) {
           if (r.inputs[k] == nullptr) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
         }
         r.error = DeadlineExceeded("all-reduce round " + std::to_string(round_id) +
                                    ": rank(s) " + missing + " did not join by the deadline");
-        g.cv.notify_all();
+        g.cv.NotifyAll();
       }
     }
     // Once phase 2 runs, every rank takes part: the others read our inputs.
@@ -192,25 +195,25 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
     });
   }
   {
-    std::unique_lock<std::mutex> l(g.mu);
-    if (++r.reduced == g.size) g.cv.notify_all();
+    MutexLock l(g.mu);
+    if (++r.reduced == g.size) g.cv.NotifyAll();
     // Bounded without a deadline: every rank is here and only computes.
-    g.cv.wait(l, [&] { return r.reduced == g.size; });
+    while (!(r.reduced == g.size)) g.cv.Wait(g.mu);
   }
   return Status();
 }
 
 namespace {
-std::mutex& FactoryMu() {
-  static std::mutex mu;
+Mutex& FactoryMu() {
+  static Mutex mu;
   return mu;
 }
 std::map<std::string, CollectiveFactory>& Factories() {
   static auto* f = new std::map<std::string, CollectiveFactory>();
   return *f;
 }
-std::mutex& RaceFactoryMu() {
-  static std::mutex mu;
+Mutex& RaceFactoryMu() {
+  static Mutex mu;
   return mu;
 }
 std::map<std::string, StepRaceFactory>& RaceFactories() {
@@ -221,14 +224,14 @@ std::map<std::string, StepRaceFactory>& RaceFactories() {
 }  // namespace
 
 void RegisterCollectiveFactory(const std::string& kind, CollectiveFactory factory) {
-  std::lock_guard<std::mutex> l(FactoryMu());
+  MutexLock l(FactoryMu());
   Factories()[kind] = std::move(factory);
 }
 
 StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec& spec) {
   CollectiveFactory f;
   {
-    std::lock_guard<std::mutex> l(FactoryMu());
+    MutexLock l(FactoryMu());
     auto it = Factories().find(spec.kind);
     if (it == Factories().end()) {
       return NotFound("no collective of kind '" + spec.kind +
@@ -245,7 +248,7 @@ StatusOr<std::unique_ptr<Collective>> CreateCollective(const CollectiveGroupSpec
 }
 
 void RegisterStepRaceFactory(const std::string& kind, StepRaceFactory factory) {
-  std::lock_guard<std::mutex> l(RaceFactoryMu());
+  MutexLock l(RaceFactoryMu());
   RaceFactories()[kind] = std::move(factory);
 }
 
@@ -253,7 +256,7 @@ StatusOr<std::shared_ptr<StepRace>> CreateStepRace(const CollectiveGroupSpec& sp
                                                    int contributors) {
   StepRaceFactory f;
   {
-    std::lock_guard<std::mutex> l(RaceFactoryMu());
+    MutexLock l(RaceFactoryMu());
     auto it = RaceFactories().find(spec.kind);
     if (it == RaceFactories().end()) {
       return NotFound("no backup-replica race for collectives of kind '" + spec.kind +

@@ -9,13 +9,14 @@
 #include "scheduler/executor_state.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/wait.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
 StatusOr<std::shared_ptr<OpKernel>> KernelCache::GetOrCreate(
     const std::string& device, const std::string& node,
     const std::function<StatusOr<std::unique_ptr<OpKernel>>()>& make) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto key = std::make_pair(device, node);
   auto it = kernels_.find(key);
   if (it != kernels_.end()) return it->second;
@@ -31,13 +32,13 @@ StatusOr<std::shared_ptr<OpKernel>> KernelCache::GetOrCreate(
 }
 
 void KernelCache::Clear() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   kernels_.clear();
   pending_states_.clear();
 }
 
 StatusOr<std::map<std::string, std::string>> KernelCache::SaveStates() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::map<std::string, std::string> out = pending_states_;
   for (const auto& [key, kernel] : kernels_) {
     if (!kernel->HasState()) continue;
@@ -49,7 +50,7 @@ StatusOr<std::map<std::string, std::string>> KernelCache::SaveStates() {
 }
 
 Status KernelCache::RestoreStates(const std::map<std::string, std::string>& states) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (const auto& [node, state] : states) {
     bool cached = false;
     for (auto& [key, kernel] : kernels_) {

@@ -42,6 +42,7 @@
 #include "devices/device.h"
 #include "devices/op_kernel.h"
 #include "graph/graph.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -71,9 +72,9 @@ class KernelCache {
   Status RestoreStates(const std::map<std::string, std::string>& states);
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<OpKernel>> kernels_;
-  std::map<std::string, std::string> pending_states_;  // GUARDED_BY(mu_): by node name
+  std::map<std::string, std::string> pending_states_ ABSL_GUARDED_BY(mu_);  // by node name
 };
 
 class Executor {

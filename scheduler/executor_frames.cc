@@ -15,6 +15,7 @@
 
 #include "scheduler/executor_state.h"
 #include "scheduler/thread_pool.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -61,7 +62,8 @@ FrameLayout BuildFrameLayout(const Graph& graph, const ControlFlowInfo& info) {
 
 namespace {
 
-// The state below lives in one step and is GUARDED_BY(the step's cf_mu_),
+// The state below lives in one step and is guarded by the step's cf_mu_
+// (said to the compiler on the functions that change it),
 // except what a running node reads of its own iteration: its input slots,
 // which only it touches once it is ready.
 
@@ -194,9 +196,9 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
   // Delivers the outputs of node `id` (all dead when is_dead; a missing
   // output is dead too) to its successors in iteration `iter` of `frame`,
   // appending those made ready. May move the outputs when allow_move.
-  // REQUIRES: cf_mu_ held.
   void ActivateNodes(int id, bool is_dead, FrameState* frame, IterationState* iter,
-                     TensorValue* outputs, bool allow_move, std::vector<TaggedNode>* ready) {
+                     TensorValue* outputs, bool allow_move, std::vector<TaggedNode>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cf_mu_) {
     const Executor::NodeItem& item = exec_->items_[id];
     const bool from_enter = layout_.items[id].kind == FrameLayout::kEnter;
     const Executor::EdgeInfo* e = exec_->edges_.data() + item.edge_start;
@@ -251,8 +253,9 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
   }
 
   // A new newest iteration of `frame`, with the deferred NextIteration
-  // values and the loop invariants delivered to it. REQUIRES: cf_mu_ held.
-  IterationState* IncrementIteration(FrameState* frame, std::vector<TaggedNode>* ready) {
+  // values and the loop invariants delivered to it.
+  IterationState* IncrementIteration(FrameState* frame, std::vector<TaggedNode>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cf_mu_) {
     const int64_t num = ++frame->iteration_count;
     auto& slot = frame->iterations[size_t(num % int64_t(frame->iterations.size()))];
     slot = NewIteration(frame, num);
@@ -277,8 +280,8 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
   // Frees the finished iterations of `frame` from iteration n on, starting
   // deferred ones; returns whether the whole frame is done. The root frame
   // is never done: the step's end is the count of work in flight.
-  // REQUIRES: cf_mu_ held.
-  bool CleanupIterations(FrameState* frame, int64_t n, std::vector<TaggedNode>* ready) {
+  bool CleanupIterations(FrameState* frame, int64_t n, std::vector<TaggedNode>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cf_mu_) {
     if (frame->parent == nullptr) return false;
     while (n <= frame->iteration_count && IsIterationDone(frame, n)) {
       auto& slot = frame->iterations[size_t(n % int64_t(frame->iterations.size()))];
@@ -293,8 +296,8 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
 
   // Deletes the finished frame instances from `frame` up: each delivers a
   // dead value from every Exit that gave none, and may finish the
-  // iteration (and so the frame) around it. REQUIRES: cf_mu_ held.
-  void FinishFrames(FrameState* frame, std::vector<TaggedNode>* ready) {
+  // iteration (and so the frame) around it.
+  void FinishFrames(FrameState* frame, std::vector<TaggedNode>* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cf_mu_) {
     while (frame != nullptr) {
       FrameState* parent = frame->parent;
       IterationState* parent_iter = frame->parent_iter;
@@ -320,7 +323,7 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
   // Returns an error for a malformed loop found while running.
   Status Propagate(const TaggedNode& t, TensorValue* outputs, std::vector<TaggedNode>* ready) {
     const FrameLayout::Item& item = layout_.items[t.id];
-    std::lock_guard<std::mutex> l(cf_mu_);
+    MutexLock l(cf_mu_);
     FrameState* frame = t.frame;
     IterationState* iter = t.iter;
     switch (item.kind) {
@@ -495,9 +498,9 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
   }
 
   const FrameLayout& layout_;
-  std::mutex cf_mu_;
+  Mutex cf_mu_;
   // The root frame; the frames under it hang off their parent iterations.
-  // GUARDED_BY(cf_mu_) once Start() has made it (counts, iterations, children).
+  // Guarded by cf_mu_ once Start() has made it (counts, iterations, children).
   std::unique_ptr<FrameState> root_;
 };
 

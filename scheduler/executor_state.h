@@ -22,6 +22,7 @@
 #include "scheduler/executor.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/step_trace.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -146,7 +147,7 @@ class ExecutorStateBase {
     }
     bool first = false;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (status_.ok()) {
         status_ = named;
         first = true;
@@ -170,7 +171,7 @@ class ExecutorStateBase {
   void Finish() {
     Status s;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       s = status_;
     }
     auto done = std::move(done_);
@@ -185,8 +186,8 @@ class ExecutorStateBase {
   // one per async kernel waiting; the step ends when it drops to zero.
   std::atomic<int> outstanding_{0};
   std::atomic<bool> aborted_{false};
-  std::mutex mu_;
-  Status status_;  // GUARDED_BY(mu_): the first error
+  Mutex mu_;
+  Status status_ ABSL_GUARDED_BY(mu_);  // the first error
 };
 
 }  // namespace flowstate

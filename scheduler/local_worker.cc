@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "scheduler/wait.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -39,14 +40,14 @@ StatusOr<RegisteredGraph*> LocalWorker::RegisterGraph(RegisterGraphRequest reque
   o.kernel_cache = &kernel_cache_;
   FS_ASSIGN_OR_RETURN(g->executor, Executor::Create(std::move(graph), o));
   Graph* handle = g.get();
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   graphs_.emplace(handle, std::move(g));
   return handle;
 }
 
 void LocalWorker::DeregisterGraph(RegisteredGraph* graph) {
   std::unique_ptr<Graph> g;  // destroyed outside the lock
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = graphs_.find(static_cast<Graph*>(graph));
   if (it == graphs_.end()) return;
   g = std::move(it->second);
@@ -81,7 +82,7 @@ void LocalWorker::RunGraph(RegisteredGraph* graph, const RunGraphArgs& args,
   std::shared_ptr<Rendezvous> rendezvous;
   bool aborted = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = steps_.try_emplace(step_id);
     if (inserted) num_steps_.fetch_add(1, std::memory_order_relaxed);
     Step& step = it->second;
@@ -108,7 +109,7 @@ void LocalWorker::RunGraph(RegisteredGraph* graph, const RunGraphArgs& args,
                             done = std::move(done)](const Status& s) {
     Status result = s;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       auto it = steps_.find(step_id);
       if (it != steps_.end()) {
         auto& running = it->second.running;
@@ -139,7 +140,7 @@ void LocalWorker::AbortStep(int64_t step_id, const Status& status) {
   const Status abort = status.ok() ? Cancelled("the step was aborted") : status;
   std::vector<std::shared_ptr<CancellationManager>> running;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = steps_.try_emplace(step_id);
     if (inserted) num_steps_.fetch_add(1, std::memory_order_relaxed);
     Step& step = it->second;
@@ -156,7 +157,7 @@ void LocalWorker::CleanupStep(int64_t step_id) {
   if (num_steps_.load(std::memory_order_relaxed) == 0) return;
   std::shared_ptr<Rendezvous> rendezvous;  // released outside the lock
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = steps_.find(step_id);
     if (it == steps_.end()) return;
     rendezvous = std::move(it->second.rendezvous);
@@ -177,7 +178,7 @@ Status LocalWorker::ImportKernelStates(const std::map<std::string, std::string>&
 void LocalWorker::ClearKernelStates() { kernel_cache_.Clear(); }
 
 int LocalWorker::num_steps() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return int(steps_.size());
 }
 

@@ -25,6 +25,7 @@
 #include "scheduler/executor.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/worker.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -72,9 +73,9 @@ class LocalWorker final : public Worker {
   RendezvousMgr* rendezvous_ = nullptr;
   KernelCache kernel_cache_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs_;  // GUARDED_BY(mu_)
-  std::unordered_map<int64_t, Step> steps_;                    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<int64_t, Step> steps_ ABSL_GUARDED_BY(mu_);
   // steps_.size(), read without the lock: CleanupStep skips the lock when 0.
   std::atomic<int> num_steps_{0};
 };

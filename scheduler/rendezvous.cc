@@ -1,4 +1,5 @@
 #include "scheduler/rendezvous.h"
+#include "graph/mutex.h"
 
 #include <cstdio>
 #include <random>
@@ -11,7 +12,7 @@ LocalRendezvous::~LocalRendezvous() { StartAbort(Cancelled("the step ended")); }
 Status LocalRendezvous::Send(const std::string& key, const Tensor& value) {
   DoneCallback waiter;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!aborted_.ok()) return aborted_;
     Item& item = table_[key];
     if (item.has_value) return AlreadyExists("tensor '" + key + "' was sent twice in one step");
@@ -31,7 +32,7 @@ void LocalRendezvous::RecvAsync(const std::string& key, DoneCallback done) {
   Tensor value;
   Status status;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!aborted_.ok()) {
       status = aborted_;
     } else {
@@ -57,7 +58,7 @@ void LocalRendezvous::StartAbort(const Status& status) {
   std::vector<DoneCallback> waiters;
   Status aborted;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!aborted_.ok()) return;
     aborted_ = status.ok() ? Cancelled("aborted") : status;
     aborted = aborted_;
@@ -95,14 +96,14 @@ RendezvousMgr::RendezvousMgr(Factory factory) : factory_(std::move(factory)) {}
 RendezvousMgr::~RendezvousMgr() {
   std::unordered_map<int64_t, std::shared_ptr<Rendezvous>> steps;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     steps.swap(steps_);
   }
   for (auto& [id, r] : steps) r->StartAbort(Cancelled("the rendezvous manager is gone"));
 }
 
 std::shared_ptr<Rendezvous> RendezvousMgr::Find(int64_t step_id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::shared_ptr<Rendezvous>& r = steps_[step_id];
   if (r == nullptr) r = factory_ ? factory_(step_id) : std::make_shared<LocalRendezvous>();
   return r;
@@ -110,7 +111,7 @@ std::shared_ptr<Rendezvous> RendezvousMgr::Find(int64_t step_id) {
 
 void RendezvousMgr::Cleanup(int64_t step_id) {
   std::shared_ptr<Rendezvous> r;  // released outside the lock
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = steps_.find(step_id);
   if (it == steps_.end()) return;
   r = std::move(it->second);
@@ -123,7 +124,7 @@ void RendezvousMgr::AbortStep(int64_t step_id, const Status& status) {
 }
 
 int RendezvousMgr::num_steps() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return int(steps_.size());
 }
 

@@ -28,6 +28,7 @@
 
 #include "graph/status.h"
 #include "graph/tensor.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -65,9 +66,9 @@ class LocalRendezvous final : public Rendezvous {
     Tensor value;
     DoneCallback waiter;
   };
-  std::mutex mu_;
-  Status aborted_;                               // GUARDED_BY(mu_)
-  std::unordered_map<std::string, Item> table_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  Status aborted_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Item> table_ ABSL_GUARDED_BY(mu_);
 };
 
 // The key under which the _Send of tensor (or control edge) `name` on
@@ -107,8 +108,8 @@ class RendezvousMgr {
 
  private:
   Factory factory_;
-  mutable std::mutex mu_;
-  std::unordered_map<int64_t, std::shared_ptr<Rendezvous>> steps_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<int64_t, std::shared_ptr<Rendezvous>> steps_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace flowstate

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "scheduler/reduce_loops.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -87,7 +88,7 @@ LocalStepRace::LocalStepRace(int replicas, int contributors)
 
 StatusOr<StepRace::Decision> LocalStepRace::Decide(int64_t step, int rank, bool has_examples,
                                                    std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   StepState& s = steps_[step];
   ++s.arrived;
   if (has_examples) s.with.push_back(rank);
@@ -96,9 +97,11 @@ StatusOr<StepRace::Decision> LocalStepRace::Decide(int64_t step, int rank, bool 
     s.decided = true;
     s.members = s.with;
     std::sort(s.members.begin(), s.members.end());
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
-  if (!cv_.wait_until(l, deadline, [&] { return s.decided; })) {
+  while (!s.decided && cv_.WaitUntil(mu_, deadline)) {
+  }
+  if (!s.decided) {
     return DeadlineExceeded("backup replicas: step " + std::to_string(step) +
                             " was not decided by the deadline (rank " + std::to_string(rank) + ")");
   }
@@ -110,28 +113,31 @@ StatusOr<StepRace::Decision> LocalStepRace::Decide(int64_t step, int rank, bool 
 }
 
 StatusOr<bool> LocalStepRace::Decided(int64_t step) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = steps_.find(step);
   return it != steps_.end() && it->second.decided;
 }
 
 StatusOr<bool> LocalStepRace::WaitDecidedWithout(int64_t step, int rank,
                                                  std::chrono::milliseconds delay) {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   StepState& s = steps_[step];
-  if (!cv_.wait_for(l, delay, [&] { return s.decided; })) return false;
+  const auto until = std::chrono::steady_clock::now() + delay;
+  while (!s.decided && cv_.WaitUntil(mu_, until)) {
+  }
+  if (!s.decided) return false;
   ++dropped_[rank];
   return true;
 }
 
 Status LocalStepRace::End(int64_t step) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   steps_.erase(step);
   return Status();
 }
 
 StatusOr<std::vector<int64_t>> LocalStepRace::Dropped() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return dropped_;
 }
 
@@ -144,11 +150,11 @@ struct ReplicaComm::State {
   std::atomic<int64_t> wait_ns{0};
   // The last step this replica had examples for went on without it.
   std::atomic<bool> dropped_last{false};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<int, Request> pending;  // GUARDED_BY(mu): by bucket
-  int next_bucket = 0;             // GUARDED_BY(mu)
-  bool stop = false;               // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::map<int, Request> pending ABSL_GUARDED_BY(mu);  // by bucket
+  int next_bucket ABSL_GUARDED_BY(mu) = 0;
+  bool stop ABSL_GUARDED_BY(mu) = false;
   // Results this rank sends to the ranks a step went on without, in order
   // (ForwardLoop); at most kMaxForwards.
   struct Forward {
@@ -156,7 +162,7 @@ struct ReplicaComm::State {
     int to = 0;
     uint32_t tag = 0;
   };
-  std::deque<Forward> forwards;  // GUARDED_BY(mu)
+  std::deque<Forward> forwards ABSL_GUARDED_BY(mu);
 };
 
 ReplicaComm::ReplicaComm(Options options)
@@ -171,9 +177,9 @@ ReplicaComm::~ReplicaComm() {
   options_.collective->Abort(Cancelled("the replica's collective was closed"));
   std::map<int, Request> pending;
   {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     state_->stop = true;
-    state_->cv.notify_all();
+    state_->cv.NotifyAll();
     pending.swap(state_->pending);
   }
   for (std::thread* t : {&thread_, &forward_thread_}) {
@@ -231,7 +237,7 @@ std::vector<Tensor> ReplicaComm::FusedBucket::Split(const Tensor& flat) const {
 void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
                          std::shared_ptr<const FusedBucket> fused) {
   weighted.push_back(Tensor::Scalar<double>(count));
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   if (bucket == 0) state_->steps_begun.fetch_add(1);
   if (state_->stop || bucket >= options_.num_buckets || state_->pending.count(bucket)) {
     done(Internal("_AllReduce: bucket " + std::to_string(bucket) +
@@ -241,7 +247,7 @@ void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count,
     return;
   }
   state_->pending.emplace(bucket, Request{std::move(weighted), std::move(done), std::move(fused)});
-  state_->cv.notify_all();
+  state_->cv.NotifyAll();
 }
 
 StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
@@ -325,8 +331,8 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     Request req;
     int bucket = 0;
     {
-      std::unique_lock<std::mutex> l(state->mu);
-      state->cv.wait(l, [&] { return state->stop || state->pending.count(state->next_bucket) > 0; });
+      MutexLock l(state->mu);
+      while (!(state->stop || state->pending.count(state->next_bucket) > 0)) state->cv.Wait(state->mu);
       if (state->stop) return;
       bucket = state->next_bucket;
       auto it = state->pending.find(bucket);
@@ -397,16 +403,16 @@ void ReplicaComm::Forward(State* state, const std::vector<int>& members,
                           const std::vector<Tensor>& result, uint32_t tag) {
   const int rank = state->options.collective->rank();
   const int size = state->options.collective->size();
-  std::unique_lock<std::mutex> l(state->mu);
+  MutexLock l(state->mu);
   for (int r = 0; r < size; ++r) {
     if (std::binary_search(members.begin(), members.end(), r) || SenderFor(r, members) != rank) {
       continue;
     }
     // A receiver far behind holds the contributors back here, not the memory.
-    state->cv.wait(l, [&] { return state->stop || state->forwards.size() < kMaxForwards; });
+    while (!(state->stop || state->forwards.size() < kMaxForwards)) state->cv.Wait(state->mu);
     if (state->stop) return;
     state->forwards.push_back(State::Forward{result, r, tag});
-    state->cv.notify_all();
+    state->cv.NotifyAll();
   }
 }
 
@@ -415,12 +421,12 @@ void ReplicaComm::ForwardLoop(std::shared_ptr<State> state) {
   for (;;) {
     State::Forward f;
     {
-      std::unique_lock<std::mutex> l(state->mu);
-      state->cv.wait(l, [&] { return state->stop || !state->forwards.empty(); });
+      MutexLock l(state->mu);
+      while (!(state->stop || !state->forwards.empty())) state->cv.Wait(state->mu);
       if (state->stop) return;
       f = std::move(state->forwards.front());
       state->forwards.pop_front();
-      state->cv.notify_all();
+      state->cv.NotifyAll();
     }
     Status s = options.collective->Send(f.tensors, f.to, f.tag,
                                         std::chrono::steady_clock::now() + options.timeout);

@@ -59,6 +59,7 @@
 #include "graph/tensor.h"
 #include "scheduler/collective.h"
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -106,10 +107,10 @@ class LocalStepRace final : public StepRace {
 
   const int replicas_;
   const int quota_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int64_t, StepState> steps_;  // GUARDED_BY(mu_)
-  std::vector<int64_t> dropped_;        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::map<int64_t, StepState> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> dropped_ ABSL_GUARDED_BY(mu_);
 };
 
 class ReplicaComm final : public ResourceBase {

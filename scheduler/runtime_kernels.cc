@@ -21,6 +21,7 @@
 #include "scheduler/control_flow_kernels.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/runtime_kernels.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -179,9 +180,9 @@ namespace scheduler {
 void RegisterRuntimeKernels() {
   // Once per device type; a type registered after an earlier call gets its
   // kernels on the next one.
-  static std::mutex mu;
+  static Mutex mu;
   static std::set<std::string>* done = new std::set<std::string>();
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(mu);
   for (const std::string& type : RegisteredDeviceTypes()) {
     if (!done->insert(type).second) continue;
     RegisterCollectiveKernels(type);

@@ -15,6 +15,7 @@
 #include "scheduler/thread_pool.h"
 #include "state/kernels.h"
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -46,28 +47,28 @@ struct Session::Executable {
 // Run's stack (a step allocates nothing for it) in the session's list of
 // running steps.
 struct Session::StepControl {
-  std::mutex mu;
-  bool started = false;           // GUARDED_BY(mu): step and workers are set
-  bool finished = false;          // GUARDED_BY(mu): no abort reaches the workers any more
-  Status abort;                   // GUARDED_BY(mu): the first reason
-  int64_t step = 0;               // GUARDED_BY(mu)
-  const std::vector<Worker*>* workers = nullptr;  // GUARDED_BY(mu): the executable's
+  Mutex mu;
+  bool started ABSL_GUARDED_BY(mu) = false;           // step and workers are set
+  bool finished ABSL_GUARDED_BY(mu) = false;          // no abort reaches the workers any more
+  Status abort ABSL_GUARDED_BY(mu);                   // the first reason
+  int64_t step ABSL_GUARDED_BY(mu) = 0;
+  const std::vector<Worker*>* workers ABSL_GUARDED_BY(mu) = nullptr;  // the executable's
   CancellationManager sync_cancel;  // RunGraphArgs::cancellation of a RunGraphSync
-  StepControl* prev = nullptr;    // GUARDED_BY(Session::run_mu_): the running steps
-  StepControl* next = nullptr;    // GUARDED_BY(Session::run_mu_)
+  StepControl* prev = nullptr;  // guarded by Session::run_mu_: the running steps
+  StepControl* next = nullptr;  // guarded by Session::run_mu_
 };
 
 // What the caller's cancellation callback reaches: the step while Run runs
 // it, null after (the callback may run late, once Deregister failed).
 struct Session::CallerCancel {
-  std::mutex mu;
-  StepControl* step = nullptr;  // GUARDED_BY(mu)
+  Mutex mu;
+  StepControl* step ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 void Session::AbortRun(StepControl* c, const Status& status) {
   // Held while the workers are told, so that Run's `finished` (set before
   // CleanupStep) waits for it: no abort reaches a worker after the cleanup.
-  std::lock_guard<std::mutex> l(c->mu);
+  MutexLock l(c->mu);
   if (c->finished || !c->abort.ok()) return;
   c->abort = status;
   if (!c->started) return;  // Run sees `abort` before it starts the step
@@ -126,17 +127,20 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const GraphDef& graph,
   s->local_worker_ = std::make_unique<LocalWorker>(w);
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph));
   FS_RETURN_IF_ERROR(CheckStaticTensorBytes(g, options.max_shape_bytes));
-  s->graph_def_ = graph;
-  s->graph_ = std::make_shared<const Graph>(std::move(g));
+  {
+    MutexLock l(s->graph_mu_);
+    s->graph_def_ = graph;
+    s->graph_ = std::make_shared<const Graph>(std::move(g));
+  }
   return s;
 }
 
 Status Session::Extend(const GraphDef& nodes) {
   {
-    std::lock_guard<std::mutex> l(run_mu_);
+    MutexLock l(run_mu_);
     if (closed_) return FailedPrecondition("the session is closed");
   }
-  std::lock_guard<std::mutex> l(graph_mu_);
+  MutexLock l(graph_mu_);
   GraphDef combined = graph_def_;
   combined.nodes.insert(combined.nodes.end(), nodes.nodes.begin(), nodes.nodes.end());
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(combined));
@@ -147,12 +151,12 @@ Status Session::Extend(const GraphDef& nodes) {
 }
 
 std::shared_ptr<const Graph> Session::graph() const {
-  std::lock_guard<std::mutex> l(graph_mu_);
+  MutexLock l(graph_mu_);
   return graph_;
 }
 
 int Session::num_cached_executables() const {
-  std::shared_lock<std::shared_mutex> l(cache_mu_);
+  ReaderMutexLock l(cache_mu_);
   return int(cache_.size());
 }
 
@@ -239,7 +243,7 @@ StatusOr<Worker*> Session::WorkerFor(const Device* device) {
     return Internal("device '" + device->name() + "' is on another task, and the session has no cluster");
   }
   const std::string task = rd->task();
-  std::lock_guard<std::mutex> l(remote_mu_);
+  MutexLock l(remote_mu_);
   auto it = remote_workers_.find(task);
   if (it != remote_workers_.end()) return it->second.get();
   FS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> w, options_.remote->NewWorker(task, session_handle_));
@@ -253,7 +257,7 @@ StatusOr<Worker*> Session::WorkerFor(const Device* device) {
 
 void Session::EvictRemoteExecutables() {
   std::vector<std::shared_ptr<Executable>> evicted;  // deregistered outside the lock
-  std::unique_lock<std::shared_mutex> l(cache_mu_);
+  WriterMutexLock l(cache_mu_);
   for (auto it = cache_.begin(); it != cache_.end();) {
     if (it->second->remote) {
       evicted.push_back(std::move(it->second));
@@ -262,7 +266,6 @@ void Session::EvictRemoteExecutables() {
       ++it;
     }
   }
-  l.unlock();
 }
 
 StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
@@ -275,7 +278,7 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
   key += '\x1e';
   for (const auto& t : targets) (key += t) += '\x1f';
   {
-    std::shared_lock<std::shared_mutex> l(cache_mu_);
+    ReaderMutexLock l(cache_mu_);
     auto it = cache_.find(key);
     if (it != cache_.end() &&
         (options_.remote == nullptr || it->second->generation == options_.remote->generation())) {
@@ -287,7 +290,7 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
   FS_ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe,
                       BuildExecutable(*graph(), feeds, fetches, targets));
   std::shared_ptr<Executable> replaced;  // released outside the lock
-  std::unique_lock<std::shared_mutex> l(cache_mu_);
+  WriterMutexLock l(cache_mu_);
   auto [it, inserted] = cache_.emplace(key, exe);
   if (!inserted && it->second->generation < exe->generation) {
     replaced = std::move(it->second);  // built at an older generation
@@ -303,7 +306,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   StepControl control_storage;
   StepControl* const control = &control_storage;
   {
-    std::lock_guard<std::mutex> l(run_mu_);
+    MutexLock l(run_mu_);
     if (closed_) return FailedPrecondition("the session is closed");
     ++running_;
     control->next = steps_;
@@ -314,10 +317,10 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     Session* s;
     StepControl* control;
     ~Leave() {
-      std::lock_guard<std::mutex> l(s->run_mu_);
+      MutexLock l(s->run_mu_);
       (control->prev != nullptr ? control->prev->next : s->steps_) = control->next;
       if (control->next != nullptr) control->next->prev = control->prev;
-      if (--s->running_ == 0) s->run_cv_.notify_all();
+      if (--s->running_ == 0) s->run_cv_.NotifyAll();
     }
   } leave{this, control};
   // The caller's cancellation: its callback reaches the step through a
@@ -326,9 +329,12 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   CancellationManager::Token caller_token = CancellationManager::kInvalidToken;
   if (options.cancellation != nullptr) {
     caller = std::make_shared<CallerCancel>();
-    caller->step = control;
+    {
+      MutexLock l(caller->mu);
+      caller->step = control;
+    }
     caller_token = options.cancellation->Register([caller] {
-      std::lock_guard<std::mutex> l(caller->mu);
+      MutexLock l(caller->mu);
       if (caller->step != nullptr) {
         AbortRun(caller->step, Cancelled("the step was cancelled by its caller"));
       }
@@ -344,7 +350,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     ~Deregister() {
       if (caller == nullptr) return;
       cancellation->Deregister(token);
-      std::lock_guard<std::mutex> l(caller->mu);  // waits for a callback running now
+      MutexLock l(caller->mu);  // waits for a callback running now
       caller->step = nullptr;
     }
   } deregister{options.cancellation, caller_token, caller.get()};
@@ -393,7 +399,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   }
   const int64_t step = step_ids_->Next();
   {
-    std::lock_guard<std::mutex> l(control->mu);
+    MutexLock l(control->mu);
     if (!control->abort.ok()) return control->abort;  // Close() or a cancel came first
     control->started = true;
     control->step = step;
@@ -410,7 +416,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   // Marks the step finished (no abort reaches a worker after this) and
   // returns why it was aborted, if it was.
   auto finish = [&] {
-    std::lock_guard<std::mutex> l(control->mu);
+    MutexLock l(control->mu);
     control->finished = true;
     return control->abort;
   };
@@ -425,8 +431,8 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     part.worker->CleanupStep(step);
   } else {
     // Every partition at once; the first error aborts the step everywhere.
-    std::mutex mu;
-    std::condition_variable cv;
+    Mutex mu;
+    CondVar cv;
     int remaining = int(exe->parts.size());
     Status first_error;
     for (const Executable::Part& part : exe->parts) {
@@ -434,7 +440,7 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
         const Status s = result.ok() ? result : Attribute(result, worker);
         bool first = false;
         if (!s.ok()) {
-          std::lock_guard<std::mutex> l(mu);
+          MutexLock l(mu);
           first = first_error.ok();
           if (first) first_error = s;
         }
@@ -442,18 +448,22 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
           for (Worker* w : exe->workers) w->AbortStep(step, s);
         }
         // Last: the waiter may return (and `mu` vanish) once remaining is 0.
-        std::lock_guard<std::mutex> l(mu);
-        if (--remaining == 0) cv.notify_one();
+        MutexLock l(mu);
+        if (--remaining == 0) cv.NotifyOne();
       });
     }
     {
-      std::unique_lock<std::mutex> l(mu);
-      if (timed && !cv.wait_until(l, deadline, [&] { return remaining == 0; })) {
-        l.unlock();
-        AbortRun(control, deadline_error());
-        l.lock();
+      MutexLock l(mu);
+      if (timed) {
+        while (remaining != 0 && cv.WaitUntil(mu, deadline)) {
+        }
       }
-      cv.wait(l, [&] { return remaining == 0; });
+      if (timed && remaining != 0) {
+        l.Unlock();
+        AbortRun(control, deadline_error());
+        l.Lock();
+      }
+      while (remaining != 0) cv.Wait(mu);
     }
     aborted = finish();
     for (Worker* w : exe->workers) w->CleanupStep(step);
@@ -508,14 +518,14 @@ Status Session::ImportKernelStates(const std::map<std::string, std::string>& sta
   // Every task's worker gets them (a node's kernel is built by the task it
   // is placed on; the others never use the state), and so will workers of
   // tasks this session has not used yet.
-  std::lock_guard<std::mutex> l(remote_mu_);
+  MutexLock l(remote_mu_);
   for (const auto& [node, state] : states) remote_kernel_states_[node] = state;
   for (auto& [task, w] : remote_workers_) FS_RETURN_IF_ERROR(w->ImportKernelStates(states));
   return Status();
 }
 
 Status Session::Close() {
-  std::unique_lock<std::mutex> l(run_mu_);
+  MutexLock l(run_mu_);
   closed_ = true;
   // Steps that wait (on a queue, a Recv) would never end by themselves.
   // Told with run_mu_ held, which keeps them listed (they leave under it);
@@ -523,16 +533,16 @@ Status Session::Close() {
   for (StepControl* c = steps_; c != nullptr; c = c->next) {
     AbortRun(c, Cancelled("the session was closed"));
   }
-  run_cv_.wait(l, [&] { return running_ == 0; });
-  l.unlock();
+  while (!(running_ == 0)) run_cv_.Wait(run_mu_);
+  l.Unlock();
   {
-    std::unique_lock<std::shared_mutex> c(cache_mu_);
+    WriterMutexLock c(cache_mu_);
     cache_.clear();
   }
   {
     // After the executables, which deregister from them; each closes its
     // task's session (variables there go).
-    std::lock_guard<std::mutex> r(remote_mu_);
+    MutexLock r(remote_mu_);
     remote_workers_.clear();
   }
   if (local_worker_) local_worker_->ClearKernelStates();

@@ -38,6 +38,7 @@
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "scheduler/step_id.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -204,27 +205,27 @@ class Session {
   // workers of other tasks, by task name; created on first use, kept until
   // Close (after the executables that use them).
   std::string session_handle_;
-  std::mutex remote_mu_;
-  std::map<std::string, std::unique_ptr<Worker>> remote_workers_;  // GUARDED_BY(remote_mu_)
+  Mutex remote_mu_;
+  std::map<std::string, std::unique_ptr<Worker>> remote_workers_ ABSL_GUARDED_BY(remote_mu_);
   // Imported kernel states, for the workers of tasks created later.
-  std::map<std::string, std::string> remote_kernel_states_;  // GUARDED_BY(remote_mu_)
+  std::map<std::string, std::string> remote_kernel_states_ ABSL_GUARDED_BY(remote_mu_);
 
-  mutable std::mutex graph_mu_;
-  GraphDef graph_def_;                  // GUARDED_BY(graph_mu_)
-  std::shared_ptr<const Graph> graph_;  // GUARDED_BY(graph_mu_)
+  mutable Mutex graph_mu_;
+  GraphDef graph_def_ ABSL_GUARDED_BY(graph_mu_);
+  std::shared_ptr<const Graph> graph_ ABSL_GUARDED_BY(graph_mu_);
 
-  mutable std::shared_mutex cache_mu_;
-  std::unordered_map<std::string, std::shared_ptr<Executable>> cache_;  // GUARDED_BY(cache_mu_)
+  mutable SharedMutex cache_mu_;
+  std::unordered_map<std::string, std::shared_ptr<Executable>> cache_ ABSL_GUARDED_BY(cache_mu_);
 
   LocalStepIdSource own_step_ids_;
   StepIdSource* step_ids_ = nullptr;  // options_.step_ids or &own_step_ids_
-  std::mutex run_mu_;
-  std::condition_variable run_cv_;
-  int running_ = 0;      // GUARDED_BY(run_mu_)
-  bool closed_ = false;  // GUARDED_BY(run_mu_)
+  Mutex run_mu_;
+  CondVar run_cv_;
+  int running_ ABSL_GUARDED_BY(run_mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(run_mu_) = false;
   // The running steps (a list through their StepControls, which live on
   // Run's stack), for Close() to abort.
-  StepControl* steps_ = nullptr;  // GUARDED_BY(run_mu_)
+  StepControl* steps_ ABSL_GUARDED_BY(run_mu_) = nullptr;
 };
 
 }  // namespace flowstate

@@ -8,6 +8,7 @@
 #endif
 
 #include "devices/op_kernel.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -43,7 +44,7 @@ void StepTraceCollector::Record(const std::string& device, const OpKernel& kerne
   e.duration_ns = std::max<int64_t>(0, end_ns - start_ns);
   e.output_bytes = output_bytes;
   e.allocated_bytes = allocated_bytes;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = std::find(devices_.begin(), devices_.end(), device);
   if (it == devices_.end()) it = devices_.insert(devices_.end(), device);
   e.device = int(it - devices_.begin());
@@ -52,22 +53,22 @@ void StepTraceCollector::Record(const std::string& device, const OpKernel& kerne
 
 void StepTraceCollector::Finish() {
   const int64_t now = NowNs();
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (wall_ns_ == 0) wall_ns_ = std::max<int64_t>(1, now);
 }
 
 std::vector<StepTraceCollector::Event> StepTraceCollector::events() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return events_;
 }
 
 std::vector<std::string> StepTraceCollector::devices() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return devices_;
 }
 
 int64_t StepTraceCollector::wall_ns() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return wall_ns_;
 }
 

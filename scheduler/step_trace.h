@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <vector>
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -65,10 +66,10 @@ class StepTraceCollector {
  private:
   const std::chrono::steady_clock::time_point origin_;
   const double start_time_;
-  mutable std::mutex mu_;
-  std::vector<Event> events_;         // GUARDED_BY(mu_)
-  std::vector<std::string> devices_;  // GUARDED_BY(mu_)
-  int64_t wall_ns_ = 0;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> devices_ ABSL_GUARDED_BY(mu_);
+  int64_t wall_ns_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace flowstate

@@ -1,4 +1,5 @@
 #include "scheduler/wait.h"
+#include "graph/mutex.h"
 
 #include <condition_variable>
 #include <mutex>
@@ -9,19 +10,19 @@ Status RunAndWait(const std::function<void(std::function<void(const Status&)> do
   // `done` touches the waiter only under its mutex, so the waiter cannot
   // vanish under it; it captures one pointer, so it needs no allocation.
   struct Waiter {
-    std::mutex mu;
-    std::condition_variable cv;
+    Mutex mu;
+    CondVar cv;
     bool finished = false;
     Status status;
   } w;
   start([&w](const Status& s) {
-    std::lock_guard<std::mutex> l(w.mu);
+    MutexLock l(w.mu);
     w.status = s;
     w.finished = true;
-    w.cv.notify_one();
+    w.cv.NotifyOne();
   });
-  std::unique_lock<std::mutex> l(w.mu);
-  w.cv.wait(l, [&] { return w.finished; });
+  MutexLock l(w.mu);
+  while (!(w.finished)) w.cv.Wait(w.mu);
   return w.status;
 }
 

@@ -1,10 +1,11 @@
 #include "server/inline_policy.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
 bool InlinePolicy::BeginInline(const std::string& key, size_t body_bytes) {
   if (options_.threshold.count() <= 0 || options_.max_inline <= 0) return false;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (inline_now_ >= options_.max_inline) return false;
   auto it = last_.find(key);
   if (it == last_.end() || it->second.took >= options_.threshold) return false;
@@ -15,7 +16,7 @@ bool InlinePolicy::BeginInline(const std::string& key, size_t body_bytes) {
 
 void InlinePolicy::Finish(const std::string& key, size_t body_bytes,
                           std::chrono::nanoseconds took, bool inlined) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (inlined) --inline_now_;
   auto it = last_.find(key);
   if (it != last_.end()) {
@@ -27,7 +28,7 @@ void InlinePolicy::Finish(const std::string& key, size_t body_bytes,
 }
 
 int InlinePolicy::inline_now() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return inline_now_;
 }
 

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -53,13 +54,13 @@ class InlinePolicy {
 
  private:
   const Options options_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   struct Last {
     std::chrono::nanoseconds took;
     size_t body_bytes;
   };
-  std::unordered_map<std::string, Last> last_;  // GUARDED_BY(mu_)
-  int inline_now_ = 0;                                              // GUARDED_BY(mu_)
+  std::unordered_map<std::string, Last> last_ ABSL_GUARDED_BY(mu_);
+  int inline_now_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace flowstate

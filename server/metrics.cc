@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "jobs/training_job.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -124,10 +125,10 @@ struct Metrics::Impl : public JobObserver {
     Counter* allreduce_seconds = nullptr;
     bool finished = false;
   };
-  JobSeries& JobLocked(const std::string& id);  // creates steps/examples/step_seconds
-  void MarkFinishedLocked(const std::string& id, JobSeries* s);
-  void RemoveJobLocked(const std::string& id);
-  void EvictLocked();
+  JobSeries& JobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(jobs_mu);  // creates steps/examples/step_seconds
+  void MarkFinishedLocked(const std::string& id, JobSeries* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(jobs_mu);
+  void RemoveJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(jobs_mu);
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(jobs_mu);
 
   // `value`, or "other" once `seen` holds kMaxLabelValues other values.
   static std::string Bounded(std::set<std::string>* seen, const std::string& value);
@@ -166,28 +167,30 @@ struct Metrics::Impl : public JobObserver {
 
   // Cached children of the request families: Family::Add builds (and drops)
   // a new metric on every call, which the request path should not pay.
-  std::mutex requests_mu;
-  std::set<std::string> http_routes, grpc_methods;                  // GUARDED_BY(requests_mu)
-  std::map<std::pair<std::string, int>, Counter*> http_counters;      // GUARDED_BY(requests_mu)
-  std::map<std::string, Histogram*> http_histograms;                  // GUARDED_BY(requests_mu)
-  std::map<std::pair<std::string, std::string>, Counter*> grpc_counters;  // GUARDED_BY(requests_mu)
-  std::map<std::string, Histogram*> grpc_histograms;                  // GUARDED_BY(requests_mu)
+  Mutex requests_mu;
+  std::set<std::string> http_routes ABSL_GUARDED_BY(requests_mu);
+  std::set<std::string> grpc_methods ABSL_GUARDED_BY(requests_mu);
+  std::map<std::pair<std::string, int>, Counter*> http_counters ABSL_GUARDED_BY(requests_mu);
+  std::map<std::string, Histogram*> http_histograms ABSL_GUARDED_BY(requests_mu);
+  std::map<std::pair<std::string, std::string>, Counter*> grpc_counters ABSL_GUARDED_BY(requests_mu);
+  std::map<std::string, Histogram*> grpc_histograms ABSL_GUARDED_BY(requests_mu);
 
-  std::mutex gauges_mu;
-  std::set<std::string> states, devices;               // GUARDED_BY(gauges_mu)
-  std::map<std::string, Gauge*> state_gauges;          // GUARDED_BY(gauges_mu)
-  std::map<std::string, Gauge*> device_gauges;         // GUARDED_BY(gauges_mu)
-  std::map<std::string, Gauge*> device_cached_gauges;  // GUARDED_BY(gauges_mu)
+  Mutex gauges_mu;
+  std::set<std::string> states ABSL_GUARDED_BY(gauges_mu);
+  std::set<std::string> devices ABSL_GUARDED_BY(gauges_mu);
+  std::map<std::string, Gauge*> state_gauges ABSL_GUARDED_BY(gauges_mu);
+  std::map<std::string, Gauge*> device_gauges ABSL_GUARDED_BY(gauges_mu);
+  std::map<std::string, Gauge*> device_cached_gauges ABSL_GUARDED_BY(gauges_mu);
 
   // Job series. Observer calls arrive with the job manager's lock held, so
   // nothing under jobs_mu may call back into the manager.
-  std::mutex jobs_mu;
-  std::map<std::string, JobSeries> job_series;         // GUARDED_BY(jobs_mu)
-  std::deque<std::string> finished;                    // GUARDED_BY(jobs_mu): oldest first
-  size_t finished_retention = kDefaultFinishedJobRetention;  // GUARDED_BY(jobs_mu)
+  Mutex jobs_mu;
+  std::map<std::string, JobSeries> job_series ABSL_GUARDED_BY(jobs_mu);
+  std::deque<std::string> finished ABSL_GUARDED_BY(jobs_mu);                    // oldest first
+  size_t finished_retention ABSL_GUARDED_BY(jobs_mu) = kDefaultFinishedJobRetention;
 
-  std::mutex hook_mu;
-  std::function<void(Metrics*)> hook;                  // GUARDED_BY(hook_mu)
+  Mutex hook_mu;
+  std::function<void(Metrics*)> hook ABSL_GUARDED_BY(hook_mu);
 };
 
 Metrics::Impl::Impl()
@@ -343,7 +346,7 @@ Metrics::Impl::JobSeries& Metrics::Impl::JobLocked(const std::string& id) {
 }
 
 void Metrics::Impl::OnStep(const JobInfo& job, double step_seconds, int64_t examples) {
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   JobSeries& s = JobLocked(job.id);
   prometheus::Labels labels{{"job_id", job.id}};
   s.steps->Increment();
@@ -358,7 +361,7 @@ void Metrics::Impl::OnStep(const JobInfo& job, double step_seconds, int64_t exam
 }
 
 void Metrics::Impl::OnStateChange(const JobInfo& job, JobState from) {
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   auto it = job_series.find(job.id);
   if (job.state == JobState::kRunning) {
     // Series exist (at 0) from the moment the job runs, so rate() sees the
@@ -438,7 +441,7 @@ void Metrics::Impl::RemoveJobLocked(const std::string& id) {
 }
 
 void Metrics::Impl::OnReplicaStep(const JobInfo& job, const std::vector<ReplicaStepStats>& replicas) {
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   JobSeries& s = JobLocked(job.id);
   prometheus::Labels labels{{"job_id", job.id}};
   if (!s.allreduce_bytes) s.allreduce_bytes = &allreduce_bytes.Add(labels);
@@ -468,7 +471,7 @@ void Metrics::Impl::OnReplicaStep(const JobInfo& job, const std::vector<ReplicaS
 }
 
 void Metrics::Impl::OnRestart(const JobInfo& job) {
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   JobSeries& s = JobLocked(job.id);
   if (!s.restarts) s.restarts = &job_restarts.Add({{"job_id", job.id}});
   s.restarts->Increment();
@@ -481,7 +484,7 @@ void Metrics::ObserveHttpRequest(const std::string& route, int status, double se
   Counter* counter;
   Histogram* histogram;
   {
-    std::lock_guard<std::mutex> l(impl_->requests_mu);
+    MutexLock l(impl_->requests_mu);
     const std::string r = Impl::Bounded(&impl_->http_routes, route.empty() ? kOverflowLabel : route);
     if (status < 100 || status > 599) status = 0;  // "0": not an HTTP status
     Counter*& c = impl_->http_counters[{r, status}];
@@ -500,7 +503,7 @@ void Metrics::ObserveGrpcRequest(const std::string& method, const std::string& c
   Counter* counter;
   Histogram* histogram;
   {
-    std::lock_guard<std::mutex> l(impl_->requests_mu);
+    MutexLock l(impl_->requests_mu);
     const std::string m = Impl::Bounded(&impl_->grpc_methods, method.empty() ? kOverflowLabel : method);
     Counter*& c = impl_->grpc_counters[{m, code}];
     if (!c) c = &impl_->grpc_requests.Add({{"method", m}, {"code", code}});
@@ -514,7 +517,7 @@ void Metrics::ObserveGrpcRequest(const std::string& method, const std::string& c
 }
 
 void Metrics::Impl::Checkpoint(const std::string& job, double seconds, int64_t bytes, bool ok) {
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   auto [it, inserted] = job_series.try_emplace(job);
   JobSeries& s = it->second;
   if (inserted) {
@@ -546,14 +549,14 @@ void Metrics::ObserveCheckpoint(const std::string& job, double seconds, int64_t 
 
 void Metrics::Impl::OnNan(const JobInfo& job, bool skipped) {
   if (!skipped) return;
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   JobSeries& s = JobLocked(job.id);
   if (!s.skipped_steps) s.skipped_steps = &job_skipped_steps.Add({{"job_id", job.id}});
   s.skipped_steps->Increment();
 }
 
 void Metrics::Impl::OnDelete(const std::string& job_id) {
-  std::lock_guard<std::mutex> l(jobs_mu);
+  MutexLock l(jobs_mu);
   finished.erase(std::remove(finished.begin(), finished.end(), job_id), finished.end());
   RemoveJobLocked(job_id);
 }
@@ -561,12 +564,12 @@ void Metrics::Impl::OnDelete(const std::string& job_id) {
 JobObserver* Metrics::job_observer() { return impl_.get(); }
 
 void Metrics::SetScrapeHook(std::function<void(Metrics*)> hook) {
-  std::lock_guard<std::mutex> l(impl_->hook_mu);
+  MutexLock l(impl_->hook_mu);
   impl_->hook = std::move(hook);
 }
 
 void Metrics::SetJobsByState(const std::string& state, double n) {
-  std::lock_guard<std::mutex> l(impl_->gauges_mu);
+  MutexLock l(impl_->gauges_mu);
   const std::string s = Impl::Bounded(&impl_->states, state);
   Gauge*& g = impl_->state_gauges[s];
   if (!g) g = &impl_->jobs.Add({{"state", s}});
@@ -582,7 +585,7 @@ void Metrics::CountRefusedHttpConnection() { impl_->http_connections_refused.Inc
 void Metrics::SetEventStreams(double n) { impl_->event_streams.Set(n); }
 
 void Metrics::SetDeviceMemory(const std::string& device, double bytes, double cached_bytes) {
-  std::lock_guard<std::mutex> l(impl_->gauges_mu);
+  MutexLock l(impl_->gauges_mu);
   const std::string d = Impl::Bounded(&impl_->devices, device);
   Gauge*& g = impl_->device_gauges[d];
   if (!g) g = &impl_->device_memory.Add({{"device", d}});
@@ -593,7 +596,7 @@ void Metrics::SetDeviceMemory(const std::string& device, double bytes, double ca
 }
 
 void Metrics::SetFinishedJobRetention(size_t jobs) {
-  std::lock_guard<std::mutex> l(impl_->jobs_mu);
+  MutexLock l(impl_->jobs_mu);
   impl_->finished_retention = jobs;
   impl_->EvictLocked();
 }
@@ -603,7 +606,7 @@ std::string Metrics::Render() {
   // lock the observer calls come in with.
   std::function<void(Metrics*)> hook;
   {
-    std::lock_guard<std::mutex> l(impl_->hook_mu);
+    MutexLock l(impl_->hook_mu);
     hook = impl_->hook;
   }
   if (hook) hook(this);

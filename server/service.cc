@@ -16,6 +16,7 @@
 #include "scheduler/step_trace.h"
 #include "scheduler/thread_pool.h"
 #include "state/tensor_store.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -59,7 +60,7 @@ void Service::Shutdown() {
   jobs_->Shutdown();
   std::map<std::string, SessionEntry> sessions;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     shut_down_ = true;
     sessions.swap(sessions_);
   }
@@ -67,13 +68,13 @@ void Service::Shutdown() {
 }
 
 bool Service::Ready() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return !shut_down_;
 }
 
 StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (shut_down_) return Unavailable("the server is shutting down");
     if (int(sessions_.size()) >= options_.max_sessions) {
       return ResourceExhausted("the server has its maximum of " +
@@ -91,7 +92,7 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
   // Save/Restore: every session shares the server's store (prefixes are
   // server-wide and survive restarts).
   if (tensor_store_ != nullptr) FS_RETURN_IF_ERROR(SetTensorStore(s->resource_manager(), tensor_store_));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   // Unguessable ids: sessions hold a client's state.
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[32];
@@ -102,7 +103,7 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
 }
 
 StatusOr<std::shared_ptr<Session>> Service::FindSession(const std::string& id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return NotFound("no session '" + id + "'");
   it->second.last_used = std::chrono::steady_clock::now();
@@ -144,7 +145,7 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
 Status Service::CloseSession(const std::string& id) {
   std::shared_ptr<Session> s;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return NotFound("no session '" + id + "'");
     s = it->second.session;
@@ -156,7 +157,7 @@ Status Service::CloseSession(const std::string& id) {
 int Service::Reap() {
   std::vector<std::shared_ptr<Session>> idle;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto now = std::chrono::steady_clock::now();
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (now - it->second.last_used > options_.session_idle_timeout) {
@@ -259,7 +260,7 @@ StatusOr<std::unique_ptr<JobEventStream>> Service::WatchJob(const std::string& i
 }
 
 int Service::num_sessions() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return int(sessions_.size());
 }
 

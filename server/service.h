@@ -34,6 +34,7 @@
 #include "graph/tensor.h"
 #include "api/views.h"
 #include "jobs/job_manager.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -174,10 +175,10 @@ class Service {
   // Open event streams; shared with the streams, which may outlive us.
   std::shared_ptr<std::atomic<int>> open_streams_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<TensorStore> tensor_store_;  // on jobs.store; null without one
-  mutable std::mutex mu_;
-  std::map<std::string, SessionEntry> sessions_;  // GUARDED_BY(mu_)
-  int64_t next_session_ = 1;                       // GUARDED_BY(mu_)
-  bool shut_down_ = false;                         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, SessionEntry> sessions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace flowstate

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "graph/allocator.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -94,8 +95,13 @@ StatusOr<std::unique_ptr<InputPipeline>> InputPipeline::Create(Dataset dataset,
                            " examples in batches of " + std::to_string(o.batch_size));
   }
   auto p = std::unique_ptr<InputPipeline>(new InputPipeline(std::move(dataset), o, start));
-  if (o.epochs > 0 && (p->consumer_.epoch > o.epochs ||
-                       (p->consumer_.epoch == o.epochs && p->consumer_.offset != 0))) {
+  bool past_end = false;
+  {
+    MutexLock l(p->mu_);
+    past_end = o.epochs > 0 && (p->consumer_.epoch > o.epochs ||
+                                (p->consumer_.epoch == o.epochs && p->consumer_.offset != 0));
+  }
+  if (past_end) {
     return InvalidArgument("input pipeline: cannot start at " + start.ToString() +
                            ", past the last of " + std::to_string(o.epochs) + " epochs");
   }
@@ -125,8 +131,8 @@ InputPipeline::InputPipeline(Dataset dataset, const InputPipelineOptions& option
 InputPipeline::~InputPipeline() {
   Cancel();
   {
-    std::unique_lock<std::mutex> l(mu_);
-    idle_.wait(l, [this] { return consumers_ == 0; });
+    MutexLock l(mu_);
+    while (!(consumers_ == 0)) idle_.Wait(mu_);
   }
   if (producer_.joinable()) producer_.join();
 }
@@ -183,32 +189,32 @@ void InputPipeline::ProducerLoop() {
   const size_t depth = size_t(options_.prefetch);
   while (true) {
     {
-      std::unique_lock<std::mutex> l(mu_);
-      space_.wait(l, [&] { return cancelled_ || queue_.size() < depth; });
+      MutexLock l(mu_);
+      while (!(cancelled_ || queue_.size() < depth)) space_.Wait(mu_);
       if (cancelled_) return;
     }
     StatusOr<Batch> item = Produce();
     const bool last = !item.ok();
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (cancelled_) return;
       queue_.push_back(std::move(item));
-      ready_.notify_one();
+      ready_.NotifyOne();
     }
     if (last) return;
   }
 }
 
 StatusOr<Batch> InputPipeline::Next() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   ++consumers_;
   if (options_.prefetch == 0 && !cancelled_ && queue_.empty()) {
-    l.unlock();
+    l.Unlock();
     StatusOr<Batch> item = Produce();
-    l.lock();
+    l.Lock();
     queue_.push_back(std::move(item));
   }
-  ready_.wait(l, [this] { return cancelled_ || !queue_.empty(); });
+  while (!(cancelled_ || !queue_.empty())) ready_.Wait(mu_);
 
   StatusOr<Batch> result = Cancelled("input pipeline was cancelled");
   if (!cancelled_) {
@@ -218,31 +224,31 @@ StatusOr<Batch> InputPipeline::Next() {
       result = std::move(queue_.front());
       queue_.pop_front();
       consumer_ = Normalize({result->epoch, result->offset + result->size});
-      space_.notify_one();
+      space_.NotifyOne();
     }
   }
   // Notify with the lock held: once consumers_ is 0 the destructor may run.
-  if (--consumers_ == 0 && cancelled_) idle_.notify_all();
+  if (--consumers_ == 0 && cancelled_) idle_.NotifyAll();
   return result;
 }
 
 PipelinePosition InputPipeline::position() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return consumer_;
 }
 
 int InputPipeline::ready_batches() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   int n = 0;
   for (const StatusOr<Batch>& item : queue_) n += item.ok() ? 1 : 0;
   return n;
 }
 
 void InputPipeline::Cancel() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   cancelled_ = true;
-  ready_.notify_all();
-  space_.notify_all();
+  ready_.NotifyAll();
+  space_.NotifyAll();
 }
 
 std::string InputPipeline::DebugString() const {

@@ -62,6 +62,7 @@
 #include "graph/tensor.h"
 #include "state/dataset.h"
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -159,16 +160,16 @@ class InputPipeline final : public ResourceBase {
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;  // the permutation of epoch order_epoch_
 
-  mutable std::mutex mu_;
-  std::condition_variable ready_;  // the queue got an item, or cancelled
-  std::condition_variable space_;  // the queue lost an item, or cancelled
-  std::condition_variable idle_;   // the consumer left Next()
+  mutable Mutex mu_;
+  CondVar ready_;  // the queue got an item, or cancelled
+  CondVar space_;  // the queue lost an item, or cancelled
+  CondVar idle_;   // the consumer left Next()
   // Batches, then possibly one final error (OUT_OF_RANGE or a failure) that
   // stays at the front once reached.
-  std::deque<StatusOr<Batch>> queue_;  // GUARDED_BY(mu_)
-  PipelinePosition consumer_;          // GUARDED_BY(mu_)
-  bool cancelled_ = false;             // GUARDED_BY(mu_)
-  int consumers_ = 0;                  // GUARDED_BY(mu_): callers inside Next()
+  std::deque<StatusOr<Batch>> queue_ ABSL_GUARDED_BY(mu_);
+  PipelinePosition consumer_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int consumers_ ABSL_GUARDED_BY(mu_) = 0;                  // callers inside Next()
   std::thread producer_;
 };
 

@@ -1,6 +1,7 @@
 // The queue's attempts: how enqueues and dequeues wait, progress, complete
 // and are cancelled. Tuples, batches and padding are in queue_batch.cc.
 #include "state/queue.h"
+#include "graph/mutex.h"
 
 #include <utility>
 
@@ -24,7 +25,7 @@ Queue::~Queue() {
   // if their steps were never cancelled; they must not hang.
   Completions done;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (std::list<Attempt>* line : {&enqueues_, &dequeues_}) {
       for (Attempt& a : *line) {
         done.push_back(Complete(&a, Cancelled(DebugString() + " was destroyed")));
@@ -44,22 +45,22 @@ StatusOr<Tensor> Queue::Read() {
 Status Queue::Mutate(const std::function<Status(Tensor* value)>&) { return Read().status(); }
 
 int64_t Queue::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return int64_t(elements_.size());
 }
 
 bool Queue::is_closed() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return closed_;
 }
 
 int Queue::num_waiting_enqueues() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return int(enqueues_.size());
 }
 
 int Queue::num_waiting_dequeues() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return int(dequeues_.size());
 }
 
@@ -128,7 +129,7 @@ void Queue::TryDequeueMany(int64_t n, bool allow_smaller, CancellationManager* c
 void Queue::Close(bool cancel_pending_enqueues) {
   Completions done;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     closed_ = true;
     if (cancel_pending_enqueues) {
       for (Attempt& a : enqueues_) {
@@ -149,7 +150,7 @@ void Queue::Start(std::list<Attempt>* line, Attempt attempt) {
   bool waiting = false;
   Completions done;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     id = attempt.id = next_id_++;
     if (line == &enqueues_ && closed_) {
       done.push_back(Complete(&attempt, Cancelled(DebugString() + " is closed")));
@@ -171,7 +172,7 @@ void Queue::Start(std::list<Attempt>* line, Attempt attempt) {
   }
   bool found = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (Attempt& a : *line) {
       if (a.id == id) {
         a.token = token;
@@ -185,7 +186,7 @@ void Queue::Start(std::list<Attempt>* line, Attempt attempt) {
 void Queue::Cancel(int64_t id) {
   Completions done;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (std::list<Attempt>* line : {&enqueues_, &dequeues_}) {
       for (auto it = line->begin(); it != line->end(); ++it) {
         if (it->id != id) continue;

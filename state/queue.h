@@ -48,6 +48,7 @@
 #include "graph/tensor_ref.h"
 #include "graph/tensor_shape.h"
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -143,14 +144,14 @@ class Queue final : public ResourceBase,
   void Cancel(int64_t id);
 
   // Moves elements while attempts can progress; finished attempts go to
-  // `done` as completions. REQUIRES: mu_ held.
-  void Flush(Completions* done);
-  bool HasRoom() const;     // REQUIRES: mu_
-  bool CanTakeOne() const;  // REQUIRES: mu_
-  Tuple TakeOne();          // REQUIRES: mu_, CanTakeOne()
-  // Puts a failed dequeue's elements back at the front. REQUIRES: mu_
-  void PutBack(std::vector<Tuple>* taken);
-  std::function<void()> Complete(Attempt* a, const Status& s);  // REQUIRES: mu_
+  // `done` as completions.
+  void Flush(Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CanTakeOne() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Tuple TakeOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // REQUIRES: CanTakeOne()
+  // Puts a failed dequeue's elements back at the front.
+  void PutBack(std::vector<Tuple>* taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::function<void()> Complete(Attempt* a, const Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions* done);
 
   // The batch of a DequeueMany from its elements (padded for kPaddingFIFO).
@@ -159,13 +160,13 @@ class Queue final : public ResourceBase,
   const char* KindName() const;
 
   const Options options_;
-  mutable std::mutex mu_;
-  std::deque<Tuple> elements_;           // GUARDED_BY(mu_)
-  std::list<Attempt> enqueues_;          // GUARDED_BY(mu_): waiting, in order
-  std::list<Attempt> dequeues_;          // GUARDED_BY(mu_): waiting, in order
-  bool closed_ = false;                  // GUARDED_BY(mu_)
-  int64_t next_id_ = 0;                  // GUARDED_BY(mu_)
-  std::mt19937_64 rng_;                  // GUARDED_BY(mu_): kRandomShuffle's picks
+  mutable Mutex mu_;
+  std::deque<Tuple> elements_ ABSL_GUARDED_BY(mu_);
+  std::list<Attempt> enqueues_ ABSL_GUARDED_BY(mu_);          // waiting, in order
+  std::list<Attempt> dequeues_ ABSL_GUARDED_BY(mu_);          // waiting, in order
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);                  // kRandomShuffle's picks
 };
 
 }  // namespace flowstate

@@ -11,6 +11,7 @@
 #include "state/data_source.h"
 #include "state/dataset.h"
 #include "state/input_pipeline.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -26,10 +27,10 @@ class ReplicaInputState final : public ResourceBase {
   }
 
   const Dataset dataset;
-  std::mutex mu;
-  std::unique_ptr<InputPipeline> pipeline;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::unique_ptr<InputPipeline> pipeline ABSL_GUARDED_BY(mu);
   // The step id of the run that last asked (-1: none yet).
-  int64_t last_step_id = -1;  // GUARDED_BY(mu)
+  int64_t last_step_id ABSL_GUARDED_BY(mu) = -1;
 };
 
 class ReplicaInputOp final : public OpKernel {
@@ -83,7 +84,7 @@ class ReplicaInputOp final : public OpKernel {
         });
     FS_OP_REQUIRES_OK(ctx, state.status());
     ReplicaInputState& s = **state;
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     // A later iteration of the same run (RunOptions::iterations: the same
     // step id) goes on where the last one left off; a new run starts at its
     // position.

@@ -1,9 +1,10 @@
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
 Status ResourceMgr::Delete(const std::string& container, const std::string& name) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (resources_.erase(std::make_pair(Container(container), name)) == 0) {
     return NotFound("no resource '" + name + "' in container '" + Container(container) + "'");
   }
@@ -11,7 +12,7 @@ Status ResourceMgr::Delete(const std::string& container, const std::string& name
 }
 
 void ResourceMgr::Cleanup(const std::string& container) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::string c = Container(container);
   for (auto it = resources_.begin(); it != resources_.end();) {
     it = it->first.first == c ? resources_.erase(it) : std::next(it);
@@ -19,7 +20,7 @@ void ResourceMgr::Cleanup(const std::string& container) {
 }
 
 std::vector<ResourceMgr::Item> ResourceMgr::List() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<Item> out;
   for (const auto& [key, r] : resources_) out.push_back(Item{key.first, key.second, r});
   return out;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "graph/status.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -42,7 +43,7 @@ class ResourceMgr {
   StatusOr<std::shared_ptr<T>> LookupOrCreate(
       const std::string& container, const std::string& name,
       const std::function<StatusOr<std::shared_ptr<T>>()>& create) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto key = std::make_pair(Container(container), name);
     auto it = resources_.find(key);
     if (it != resources_.end()) return Cast<T>(it->second, name);
@@ -55,7 +56,7 @@ class ResourceMgr {
   // NOT_FOUND when absent; INVALID_ARGUMENT for another type.
   template <typename T>
   StatusOr<std::shared_ptr<T>> Lookup(const std::string& container, const std::string& name) const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = resources_.find(std::make_pair(Container(container), name));
     if (it == resources_.end()) {
       return NotFound("no resource '" + name + "' in container '" + Container(container) + "'");
@@ -89,7 +90,7 @@ class ResourceMgr {
     return t;
   }
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<ResourceBase>> resources_;
 };
 

@@ -1,4 +1,5 @@
 #include "state/variable.h"
+#include "graph/mutex.h"
 
 #include <cstring>
 
@@ -30,13 +31,13 @@ Status Variable::UninitializedError() const {
 }
 
 StatusOr<Tensor> Variable::Read() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (!value_.IsInitialized()) return UninitializedError();
   return value_;
 }
 
 bool Variable::IsInitialized() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return value_.IsInitialized();
 }
 
@@ -52,7 +53,7 @@ Status Variable::Assign(const Tensor& value, bool validate_shape) {
                                " to variable '" + name_ + "' of shape " + shape_.ToString(),
                            name_);
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (value_.IsInitialized() && value_.shape() == value.shape() && value_.RefCountIsOne() &&
       !value_.SharesBufferWith(value)) {
     if (value.TotalBytes()) std::memcpy(value_.raw_data(), value.raw_data(), value.TotalBytes());
@@ -64,7 +65,7 @@ Status Variable::Assign(const Tensor& value, bool validate_shape) {
 }
 
 Status Variable::Mutate(const std::function<Status(Tensor* value)>& fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (!value_.IsInitialized()) return UninitializedError();
   if (!value_.RefCountIsOne()) {
     FS_ASSIGN_OR_RETURN(Tensor copy, CopyTo(allocator_, value_));

@@ -20,6 +20,7 @@
 #include "graph/tensor_ref.h"
 #include "graph/tensor_shape.h"
 #include "state/resource_mgr.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 
@@ -57,8 +58,8 @@ class Variable final : public ResourceBase, public TensorRef {
   const DataType dtype_;
   const PartialShape shape_;
   Allocator* const allocator_;
-  std::mutex mu_;
-  Tensor value_;  // GUARDED_BY(mu_); uninitialized until the first Assign
+  Mutex mu_;
+  Tensor value_ ABSL_GUARDED_BY(mu_);  // uninitialized until the first Assign
 };
 
 }  // namespace flowstate

@@ -3,6 +3,7 @@
 #ifdef FLOWSTATE_HAVE_ONEDNN
 
 #include "devices/cpu/conv_dnnl.h"
+#include "graph/mutex.h"
 
 #include <omp.h>
 
@@ -61,7 +62,7 @@ std::shared_ptr<const DnnlConvCache::Entry> DnnlConvCache::Get(Kind kind,
   const Key key = {int64_t(kind), g.n,        g.h,        g.w,          g.c,        g.kh,
                    g.kw,          g.o,        g.stride_h, g.stride_w,   g.dilation_h,
                    g.dilation_w,  g.pad_top,  g.pad_left, g.pad_bottom, g.pad_right};
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = entries_.find(key);
   if (it != entries_.end()) return it->second;
   if (entries_.size() >= kMaxEntries) entries_.clear();

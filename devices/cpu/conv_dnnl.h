@@ -34,6 +34,7 @@
 
 #include "devices/cpu/nn_kernels_common.h"
 #include "devices/device.h"
+#include "graph/mutex.h"
 
 namespace flowstate::internal {
 
@@ -67,8 +68,8 @@ class DnnlConvCache {
   // oneDNN cannot do it.
   std::shared_ptr<const Entry> Get(Kind kind, const Conv2DGeometry& g);
 
-  std::mutex mu_;
-  std::map<Key, std::shared_ptr<const Entry>> entries_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<Key, std::shared_ptr<const Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace flowstate::internal

@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "devices/cpu/conv_gemm.h"
+#include "graph/mutex.h"
 
 #include <algorithm>
 #include <cstring>
@@ -117,11 +118,11 @@ Status Conv2DForwardGemm(Device* device, const Conv2DGeometry& g, const T* x, co
   const int64_t block = BlockPixels(g);
   const int64_t blocks = (pixels + block - 1) / block;
   Status status;
-  std::mutex mu;
+  Mutex mu;
   device->ParallelFor(blocks, block * PixelCost(g), [&](int64_t b0, int64_t b1) {
     StatusOr<Tensor> col = Scratch<T>(device, block * k);
     if (!col.ok()) {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       status = col.status();
       return;
     }
@@ -154,11 +155,11 @@ Status Conv2DBackpropInputGemm(Device* device, const Conv2DGeometry& g, const T*
   }
   const int64_t block = std::min(BlockPixels(g), image_pixels);
   Status status;
-  std::mutex mu;
+  Mutex mu;
   device->ParallelFor(g.n, image_pixels * PixelCost(g), [&](int64_t n0, int64_t n1) {
     StatusOr<Tensor> col = Scratch<T>(device, block * k);
     if (!col.ok()) {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       status = col.status();
       return;
     }
@@ -191,14 +192,14 @@ Status Conv2DBackpropFilterGemm(Device* device, const Conv2DGeometry& g, const T
     std::fill_n(t.data<T>(), g.filter_size(), T(0));
   }
   Status status;
-  std::mutex mu;
+  Mutex mu;
   const int64_t shard_cost = blocks / shards * block * PixelCost(g);
   device->ParallelFor(shards, shard_cost, [&](int64_t s0, int64_t s1) {
     Tensor col;
     if (!pointwise) {
       StatusOr<Tensor> t = Scratch<T>(device, block * k);
       if (!t.ok()) {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(mu);
         status = t.status();
         return;
       }

@@ -28,6 +28,7 @@
 #include "server/inline_policy.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "graph/mutex.h"
 
 namespace flowstate::grpc_internal {
 
@@ -55,17 +56,17 @@ class WatchPump {
   WatchPump() : thread_([this] { Loop(); }) {}
   ~WatchPump() { Stop(); }
   void Wake(std::weak_ptr<WatchCall> call) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopped_) return;
     queue_.push_back(std::move(call));
-    cv_.notify_one();
+    cv_.NotifyOne();
   }
   // Runs what is queued, then ends the thread. Idempotent.
   void Stop() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       stopped_ = true;
-      cv_.notify_one();
+      cv_.NotifyOne();
     }
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   }
@@ -73,10 +74,10 @@ class WatchPump {
  private:
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::weak_ptr<WatchCall>> queue_;  // GUARDED_BY(mu_)
-  bool stopped_ = false;                        // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::weak_ptr<WatchCall>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;                          // last: starts once the rest is built
 };
 
@@ -144,7 +145,7 @@ class Frontend {
                             /*inlined=*/true);
       return;
     }
-    std::lock_guard<std::mutex> l(pool_mu_);
+    MutexLock l(pool_mu_);
     if (pool_ == nullptr) {
       refuse();
       return;
@@ -161,7 +162,7 @@ class Frontend {
   void StopPool() {
     std::unique_ptr<ThreadPool> pool;
     {
-      std::lock_guard<std::mutex> l(pool_mu_);
+      MutexLock l(pool_mu_);
       pool = std::move(pool_);
     }
     pool.reset();  // waits for queued calls
@@ -169,21 +170,21 @@ class Frontend {
 
   // Watch streams: registered while open so that Stop() can end them.
   bool AddStream(JobEventStream* s) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopping_) return false;
     streams_.insert(s);
     return true;
   }
   void RemoveStream(JobEventStream* s) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     streams_.erase(s);
   }
   bool stopping() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return stopping_;
   }
   void BeginStop() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stopping_ = true;
     for (JobEventStream* s : streams_) s->Close();
   }
@@ -195,11 +196,11 @@ class Frontend {
   GrpcServerOptions options_;
   GraphOptions graph_options_;
   InlinePolicy inline_policy_;
-  std::mutex pool_mu_;
-  std::unique_ptr<ThreadPool> pool_;  // GUARDED_BY(pool_mu_); null once stopped
-  mutable std::mutex mu_;
-  bool stopping_ = false;                // GUARDED_BY(mu_)
-  std::set<JobEventStream*> streams_;    // GUARDED_BY(mu_)
+  Mutex pool_mu_;
+  std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(pool_mu_);  // null once stopped
+  mutable Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<JobEventStream*> streams_ ABSL_GUARDED_BY(mu_);
 };
 
 

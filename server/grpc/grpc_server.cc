@@ -71,6 +71,7 @@
 #include "server/metrics.h"
 #include "server/server_timing.h"
 #include "server/service.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -587,7 +588,7 @@ class GrpcServerImpl final : public GrpcServer {
   int port() const override { return port_; }
 
   void Stop() override {
-    std::lock_guard<std::mutex> l(stop_mu_);
+    MutexLock l(stop_mu_);
     if (server_ == nullptr) return;
     frontend_.BeginStop();
     if (::grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
@@ -631,7 +632,7 @@ class GrpcServerImpl final : public GrpcServer {
   DevicesService devices_;
   ClusterService cluster_;
   OpsService ops_;
-  std::mutex stop_mu_;
+  Mutex stop_mu_;
   ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes
   std::unique_ptr<::grpc::Server> server_;
   std::unique_ptr<::grpc::ServerCompletionQueue> cq_;  // Run and Predict

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "server/grpc/grpc_frontend.h"
+#include "graph/mutex.h"
 
 namespace flowstate::grpc_internal {
 
@@ -37,13 +38,16 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
     }
     if (s.ok() && !f->AddStream(stream.get())) s = Unavailable("the server is shutting down");
     if (!s.ok()) {
-      call->finished_ = true;
+      {
+        MutexLock l(call->mu_);
+        call->finished_ = true;
+      }
       call->FinishWith(s);
       return call.get();
     }
     JobEventStream* raw = stream.get();
     {
-      std::lock_guard<std::mutex> l(call->mu_);
+      MutexLock l(call->mu_);
       call->stream_ = std::move(stream);
     }
     std::weak_ptr<WatchCall> weak = call;
@@ -61,13 +65,13 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
   // its end. Any thread; does nothing while a write is under way.
   void Pump() {
     queued_ = false;
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (writing_ || finished_ || stream_ == nullptr) return;
     std::optional<JobEvent> event = stream_->Next(std::chrono::milliseconds(0));
     if (event) {
       proto_convert::JobEventToProto(*event, &event_);
       writing_ = true;
-      l.unlock();
+      l.Unlock();
       StartWrite(&event_);
       return;
     }
@@ -81,13 +85,13 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
     } else if (f_->stopping()) {
       s = Unavailable("the server is shutting down");
     }
-    l.unlock();
+    l.Unlock();
     FinishWith(s);
   }
 
   void OnWriteDone(bool ok) override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       writing_ = false;
       if (!ok) {
         if (finished_) return;
@@ -101,7 +105,7 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
   void OnCancel() override {
     JobEventStream* stream = nullptr;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       cancelled_ = true;
       stream = stream_.get();
     }
@@ -111,7 +115,7 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
   void OnDone() override {
     std::unique_ptr<JobEventStream> stream;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       stream = std::move(stream_);
     }
     if (stream != nullptr) f_->RemoveStream(stream.get());
@@ -126,23 +130,25 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
   ::grpc::CallbackServerContext* const ctx_;
   const std::chrono::steady_clock::time_point start_;
   std::atomic<bool> queued_{false};  // on the pump's queue
-  std::mutex mu_;
-  std::unique_ptr<JobEventStream> stream_;  // GUARDED_BY(mu_); until OnDone
+  Mutex mu_;
+  std::unique_ptr<JobEventStream> stream_ ABSL_GUARDED_BY(mu_);  // until OnDone
   pb::JobEvent event_;                      // being written
-  bool writing_ = false, finished_ = false, cancelled_ = false;  // GUARDED_BY(mu_)
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<WatchCall> self_;         // until OnDone
 };
 
 void WatchPump::Loop() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (;;) {
-    cv_.wait(l, [&] { return stopped_ || !queue_.empty(); });
+    while (!(stopped_ || !queue_.empty())) cv_.Wait(mu_);
     if (queue_.empty()) return;  // stopped, and nothing left
     std::weak_ptr<WatchCall> next = std::move(queue_.front());
     queue_.pop_front();
-    l.unlock();
+    l.Unlock();
     if (std::shared_ptr<WatchCall> call = next.lock()) call->Pump();
-    l.lock();
+    l.Lock();
   }
 }
 

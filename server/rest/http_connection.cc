@@ -1,13 +1,14 @@
 // The REST frontend's connections (http_connection.h; the design is in
 // http_server.cc's top comment).
 #include "server/rest/http_connection.h"
+#include "graph/mutex.h"
 
 namespace flowstate::rest_internal {
 
 // --- Connection.
 
 void StreamWake::Fire() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (pending_ || conn_.expired()) return;
   pending_ = true;
   net::post(executor_, [w = conn_] {

@@ -32,6 +32,7 @@
 #include "server/inline_policy.h"
 #include "server/metrics.h"
 #include "server/server_timing.h"
+#include "graph/mutex.h"
 
 namespace flowstate::rest_internal {
 
@@ -72,19 +73,19 @@ class StreamWake {
   void Fire();
   // On the strand, before the connection pulls the source.
   void Clear() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     pending_ = false;
   }
   void Detach() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     conn_.reset();
   }
 
  private:
-  std::mutex mu_;
-  std::weak_ptr<Connection> conn_;  // GUARDED_BY(mu_); empty once detached
+  Mutex mu_;
+  std::weak_ptr<Connection> conn_ ABSL_GUARDED_BY(mu_);  // empty once detached
   net::any_io_executor executor_;
-  bool pending_ = false;  // GUARDED_BY(mu_)
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The request's method, target and headers (no body).
@@ -225,14 +226,15 @@ class HttpServerImpl final : public HttpServer {
   Clock::duration read_timeout_{}, idle_timeout_{}, write_timeout_{};
   // Declared before the io_context: connections still queued in it when it
   // is destroyed unregister themselves.
-  std::mutex mu_;
+  Mutex mu_;
   struct Entry {
     std::weak_ptr<Connection> connection;
     bool served = false;  // else being refused
   };
-  std::map<Connection*, Entry> connections_;  // GUARDED_BY(mu_)
-  int served_ = 0, refusing_ = 0;             // GUARDED_BY(mu_)
-  bool stopped_ = false;                      // GUARDED_BY(mu_)
+  std::map<Connection*, Entry> connections_ ABSL_GUARDED_BY(mu_);
+  int served_ ABSL_GUARDED_BY(mu_) = 0;
+  int refusing_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // One io_context per I/O thread (concurrency hint 1): the thread that
   // epoll reports a socket to runs its handlers itself.
   std::vector<std::unique_ptr<net::io_context>> iocs_;

@@ -64,6 +64,7 @@
 #include "server/rest/http_server.h"
 
 #include "server/rest/http_connection.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace rest_internal {
@@ -184,7 +185,7 @@ void HttpServerImpl::Accept() {
 }
 
 HttpServerImpl::Admission HttpServerImpl::Register(const std::shared_ptr<Connection>& c) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (stopped_) return Admission::kClose;
   Metrics* m = ctx_.metrics;
   if (served_ < std::max(1, options_.max_connections)) {
@@ -201,7 +202,7 @@ HttpServerImpl::Admission HttpServerImpl::Register(const std::shared_ptr<Connect
 }
 
 void HttpServerImpl::Unregister(Connection* c) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = connections_.find(c);
   if (it == connections_.end()) return;
   if (it->second.served) {
@@ -216,7 +217,7 @@ void HttpServerImpl::Unregister(Connection* c) {
 void HttpServerImpl::Stop() {
   std::vector<std::shared_ptr<Connection>> open;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopped_) return;
     stopped_ = true;
     for (auto& [p, e] : connections_) {

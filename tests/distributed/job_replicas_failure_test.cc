@@ -22,6 +22,7 @@
 #include "jobs/job_manager.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/server/server_test_util.h"
+#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
@@ -79,7 +80,7 @@ class ReplicaFailures : public ::testing::Test {
     o.remote = [cluster] { return static_cast<ClusterView*>(cluster->task(0).cluster.get()); };
     o.collective_store = [this] { return store_address_; };
     o.drop_collective_prefix = [this](const std::string& p) {
-      std::lock_guard<std::mutex> l(dropped_mu_);
+      MutexLock l(dropped_mu_);
       dropped_.push_back(p);
       store_.DropPrefix(p);
     };
@@ -132,8 +133,8 @@ class ReplicaFailures : public ::testing::Test {
   std::string store_address_;
   std::unique_ptr<checkpoints::Store> checkpoints_;
   std::unique_ptr<JobManager> jobs_;
-  std::mutex dropped_mu_;
-  std::vector<std::string> dropped_;  // GUARDED_BY(dropped_mu_)
+  Mutex dropped_mu_;
+  std::vector<std::string> dropped_ ABSL_GUARDED_BY(dropped_mu_);
 };
 
 TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins) {
@@ -171,7 +172,7 @@ TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins
   // The lost step was announced, and the first membership's keys dropped.
   EXPECT_TRUE(Contains(Events(id, JobEvent::Kind::kState), "the replicas are rebuilt"));
   {
-    std::lock_guard<std::mutex> l(dropped_mu_);
+    MutexLock l(dropped_mu_);
     ASSERT_FALSE(dropped_.empty());
     EXPECT_EQ(dropped_.front(), id + "/m0");
   }

@@ -4,20 +4,21 @@
 #include <mutex>
 
 #include "devices/device_factory.h"
+#include "graph/mutex.h"
 
 namespace flowstate::testing {
 
 void* AccelMemory::Allocate(size_t bytes, size_t alignment) {
   void* p = HostAllocator()->Allocate(bytes, alignment);
   if (p == nullptr) return nullptr;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   blocks_[reinterpret_cast<uintptr_t>(p)] = bytes;
   return p;
 }
 
 void AccelMemory::Deallocate(void* ptr, size_t bytes) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     blocks_.erase(reinterpret_cast<uintptr_t>(ptr));
   }
   HostAllocator()->Deallocate(ptr, bytes);
@@ -25,7 +26,7 @@ void AccelMemory::Deallocate(void* ptr, size_t bytes) {
 
 bool AccelMemory::Holds(const void* p) const {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = blocks_.upper_bound(a);
   if (it == blocks_.begin()) return false;
   --it;

@@ -26,6 +26,7 @@
 #include "devices/device.h"
 #include "devices/device_context.h"
 #include "devices/kernel_registry.h"
+#include "graph/mutex.h"
 
 namespace flowstate::testing {
 
@@ -41,8 +42,8 @@ class AccelMemory final : public Allocator {
   bool Holds(const void* p) const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<uintptr_t, size_t> blocks_;  // GUARDED_BY(mu_): start -> bytes
+  mutable Mutex mu_;
+  std::map<uintptr_t, size_t> blocks_ ABSL_GUARDED_BY(mu_);  // start -> bytes
 };
 
 class AccelDevice;
