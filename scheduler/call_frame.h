@@ -11,11 +11,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 
@@ -33,29 +33,25 @@ class CallFrame {
   // Keeps `value` under (stack, key) until popped or the step ends; a
   // second push of one key replaces the value.
   void StackPush(const std::string& stack, std::vector<int32_t> key, Tensor value) {
-    std::lock_guard<std::mutex> l(stacks_mu_);
+    MutexLock l(stacks_mu_);
     stacks_[{stack, std::move(key)}] = std::move(value);
   }
   // Removes and returns the value under (stack, key); NOT_FOUND when none.
   StatusOr<Tensor> StackPop(const std::string& stack, const std::vector<int32_t>& key) {
-    std::lock_guard<std::mutex> l(stacks_mu_);
+    MutexLock l(stacks_mu_);
     auto it = stacks_.find({stack, key});
     if (it == stacks_.end()) return NotFound("stack '" + stack + "' holds no value for this key");
     Tensor t = std::move(it->second);
     stacks_.erase(it);
     return t;
   }
-  // Values pushed and not yet popped (for tests).
-  size_t StackSize() const {
-    std::lock_guard<std::mutex> l(stacks_mu_);
-    return stacks_.size();
-  }
 
  private:
   std::vector<Tensor> args_;
   std::vector<Tensor> rets_;
-  mutable std::mutex stacks_mu_;
-  std::map<std::pair<std::string, std::vector<int32_t>>, Tensor> stacks_;  // GUARDED_BY(stacks_mu_)
+  Mutex stacks_mu_;
+  std::map<std::pair<std::string, std::vector<int32_t>>, Tensor> stacks_
+      ABSL_GUARDED_BY(stacks_mu_);
 };
 
 }  // namespace flowstate
