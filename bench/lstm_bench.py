@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Training throughput of the LSTM example (issue 26), Flowstate against
+"""Training throughput of the LSTM example, Flowstate against
 PyTorch's nn.LSTM on the same machine, run side by side.
 
 Flowstate: `flowstate train examples/jobs/fashion_lstm.json` (a compact
