@@ -2,8 +2,8 @@
 
 #include <deque>
 
-#include "graph/op_builders.h"
 #include "graph/mutex.h"
+#include "graph/op_builders.h"
 
 namespace flowstate {
 

@@ -13,16 +13,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 #include "checkpoints/store.h"
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
+#include "graph/mutex.h"
 #include "jobs/job_manager.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/server/server_test_util.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {
