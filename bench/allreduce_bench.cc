@@ -1,4 +1,4 @@
-// All-reduce across processes on loopback (issue 14): bus bandwidth,
+// All-reduce across processes on loopback: bus bandwidth,
 // 2(n-1)/n * bytes / time, of a float32 sum of 1, 16 and 64 MiB at n = 2, 3
 // and 4 processes, for
 //   flowstate: GlooCollective::AllReduce (distributed/gloo_collective.h),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Backup replicas against a real straggler (issue 30), as in the paper's
+"""Backup replicas against a real straggler, as in the paper's
 backup-worker experiment.
 
 A 3-task cluster on loopback (`flowstate serve` as task 0 and master, two

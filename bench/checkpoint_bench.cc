@@ -1,6 +1,6 @@
 // Checkpoint write and restore throughput of the RocksDB store
 // (checkpoints/store.h) against the same bytes written to one file with one
-// fsync and read back, side by side in the same run (issue 5 targets: write
+// fsync and read back, side by side in the same run (targets: write
 // >= 0.5x, restore >= 1.0x).
 //
 // For 10M and 100M float32 parameters split over five tensors like a model's

@@ -1,6 +1,6 @@
 // Step time of the Fashion-MNIST MLP (examples/jobs/fashion_mlp.json: 784-512-
 // 512-10, Adam, batch 128) while a checkpoint of it is being written, against
-// its step time without one, in the same run (issue 5 target: <= 10% more).
+// its step time without one, in the same run (target: <= 10% more).
 //
 // It does what the job manager does: the training thread takes a snapshot
 // between two steps (TrainingJob::Snapshot: no tensor data is copied) and a

@@ -1,4 +1,4 @@
-// A while loop against the same work unrolled (issue 26).
+// A while loop against the same work unrolled.
 //
 //   while/10000_scalar_adds/parallel_N   a While loop of 10,000 iterations
 //                                        whose body adds 1.0 to a float32

@@ -1,4 +1,4 @@
-// The distributed runtime on loopback (issue 13 targets):
+// The distributed runtime on loopback (targets in BENCHMARKS.md):
 //
 //  - null step: a step that runs one trivial node on each of 1, 2 and 4
 //    tasks (the master is task 0; the others are reached over gRPC), as the

@@ -9,10 +9,10 @@
 //                                  (scheduler/step_trace.h; a fresh collector
 //                                  per step)
 // all on one inter-op thread (the caller's: cheap nodes run inline), and the
-// last two also through a Session. Targets (issue 2): <= 5 µs, <= 10 µs,
+// last two also through a Session. Targets: <= 5 µs, <= 10 µs,
 // >= 5,000,000 ops/s (the paper's executor: ~2,000,000). Tracing off is a
 // null pointer the executor tests once per op: compare the untraced figures
-// with a build of the commit before tracing (BENCHMARKS.md, issue 15).
+// with a build of the commit before tracing (BENCHMARKS.md, "Step traces").
 #include <cstdio>
 #include <string>
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Probes a `flowstate serve` binary the way a hostile or careless client
-would (issue 11): resident memory under parallel big unauthenticated bodies
+would: resident memory under parallel big unauthenticated bodies
 (REST and gRPC), and /healthz latency and process CPU with many idle event
 streams. Prints its figures; gates nothing. Not run by `make bench`.
 

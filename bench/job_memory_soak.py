@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Memory over many finished jobs (issue 29): one `flowstate serve`, N small
+"""Memory over many finished jobs: one `flowstate serve`, N small
 jobs run one after the other through POST /v1/jobs, the server's resident
 memory (VmRSS of its /proc/PID/status) read after each. Prints the RSS after
 the warm-up (--warmup jobs) and after the last, and the growth per finished

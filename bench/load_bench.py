@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The server under load, with and without 1000 idle event streams (issue 11).
+"""The server under load, with and without 1000 idle event streams.
 
 Starts the real `flowstate serve` (embedded defaults, fresh data directory,
 free ports) and measures, in the same run:

@@ -1,4 +1,4 @@
-// The input pipeline in the graph (issue 26, "Queues"): the Fashion-MNIST
+// The input pipeline in the graph: the Fashion-MNIST
 // MLP of examples/jobs/fashion_mlp.json (Adam, batch 128) trained through a
 // Session with 2 inter-op threads, its batches made two ways:
 //

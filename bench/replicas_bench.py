@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The data-parallel step of the Fashion-MNIST MLP or CNN across processes (issues 14, 25).
+"""The data-parallel step of the Fashion-MNIST MLP or CNN across processes.
 
 Starts the real binaries on loopback and measures, interleaved in the same run:
 

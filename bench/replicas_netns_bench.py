@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Three hosts on a shaped network (issue 25): the data-parallel step of the
+"""Three hosts on a shaped network: the data-parallel step of the
 Fashion-MNIST MLP and CNN with 3 replicas, one per task, each task in its
 own network namespace on a bridge whose links are limited with `tc` (a token
 bucket on both ends of each host's veth, so each host sends and receives at

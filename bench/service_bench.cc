@@ -1,4 +1,4 @@
-// The service's overhead (issue 4): round-trip latency of a tiny session Run
+// The service's overhead: round-trip latency of a tiny session Run
 // (Add of two fed float32 scalars) over REST (one keep-alive connection,
 // Boost.Beast client) and over gRPC (a sync stub, and an async stub that
 // polls its queue), next to the same Run in-process (Service::RunSession);

@@ -11,8 +11,8 @@
 #include "distributed/gloo_collective.h"
 #include "distributed/registry.h"
 #include "distributed/worker_service.h"
-#include "server/grpc/grpc_server.h"
 #include "graph/mutex.h"
+#include "server/grpc/grpc_server.h"
 
 namespace flowstate {
 

@@ -24,14 +24,13 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "api/views.h"
 #include "config/config.h"
 #include "distributed/cluster_spec.h"
-#include "graph/status.h"
 #include "graph/mutex.h"
+#include "graph/status.h"
 
 namespace flowstate {
 

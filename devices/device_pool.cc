@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <mutex>
 
 #include "devices/device_factory.h"
 #include "graph/mutex.h"

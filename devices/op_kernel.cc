@@ -1,7 +1,6 @@
 #include "devices/op_kernel.h"
 #include "graph/mutex.h"
 
-#include <condition_variable>
 
 namespace flowstate {
 

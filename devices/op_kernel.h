@@ -27,18 +27,17 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "devices/device.h"
 #include "graph/attr_value.h"
+#include "graph/mutex.h"
 #include "graph/op_def.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "graph/tensor_ref.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

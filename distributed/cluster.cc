@@ -4,9 +4,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -16,11 +14,11 @@
 #include "api/worker.pb.h"
 #include "distributed/grpc_worker_internal.h"
 #include "distributed/wire_internal.h"
+#include "graph/mutex.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/step_id.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

@@ -3,9 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <charconv>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 

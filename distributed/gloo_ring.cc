@@ -12,8 +12,8 @@
 #include <type_traits>
 
 #include "distributed/gloo_collective_internal.h"
-#include "scheduler/reduce_loops.h"
 #include "graph/mutex.h"
+#include "scheduler/reduce_loops.h"
 
 namespace flowstate {
 

@@ -27,14 +27,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "graph/mutex.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/worker.h"
-#include "graph/mutex.h"
 
 // gRPC's types are only declared here; grpc_worker.cc and cluster.cc include
 // gRPC (which stays inside .cc files).

@@ -4,9 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 
 #include "api/registry.grpc.pb.h"

@@ -4,8 +4,8 @@
 #include <set>
 
 #include "graph/gradients/backprop.h"
-#include "graph/op_builders.h"
 #include "graph/mutex.h"
+#include "graph/op_builders.h"
 
 namespace flowstate {
 

@@ -23,14 +23,13 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/mutex.h"
 #include "graph/scope.h"
 #include "graph/status.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

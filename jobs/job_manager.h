@@ -119,12 +119,10 @@
 #define FLOWSTATE_JOBS_JOB_MANAGER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -14,10 +14,10 @@
 
 #include "api/views_json.h"
 #include "checkpoints/npz.h"
+#include "graph/mutex.h"
 #include "jobs/fault_points.h"
 #include "jobs/job_manager_internal.h"
 #include "jobs/job_state.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

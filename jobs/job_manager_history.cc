@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "api/views_json.h"
-#include "jobs/job_manager_internal.h"
 #include "graph/mutex.h"
+#include "jobs/job_manager_internal.h"
 
 namespace flowstate {
 

@@ -1,13 +1,11 @@
 #include "scheduler/collective.h"
 
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <string>
 
-#include "scheduler/reduce_loops.h"
 #include "graph/mutex.h"
+#include "scheduler/reduce_loops.h"
 
 namespace flowstate {
 namespace {

@@ -5,11 +5,11 @@
 
 #include "devices/kernel_registry.h"
 #include "graph/control_flow.h"
+#include "graph/mutex.h"
 #include "scheduler/executor_frames.h"
 #include "scheduler/executor_state.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/wait.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

@@ -13,9 +13,9 @@
 #include <memory>
 #include <unordered_map>
 
+#include "graph/mutex.h"
 #include "scheduler/executor_state.h"
 #include "scheduler/thread_pool.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

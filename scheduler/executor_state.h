@@ -14,15 +14,14 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "graph/mutex.h"
 #include "scheduler/executor.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/step_trace.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

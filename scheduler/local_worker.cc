@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <thread>
 
-#include "scheduler/wait.h"
 #include "graph/mutex.h"
+#include "scheduler/wait.h"
 
 namespace flowstate {
 

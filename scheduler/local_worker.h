@@ -17,15 +17,14 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "devices/device_pool.h"
+#include "graph/mutex.h"
 #include "scheduler/executor.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/worker.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

@@ -21,14 +21,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

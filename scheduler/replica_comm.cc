@@ -7,8 +7,8 @@
 #include <memory>
 #include <thread>
 
-#include "scheduler/reduce_loops.h"
 #include "graph/mutex.h"
+#include "scheduler/reduce_loops.h"
 
 namespace flowstate {
 namespace {

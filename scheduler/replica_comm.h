@@ -45,21 +45,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "graph/attr_value.h"
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "scheduler/collective.h"
 #include "state/resource_mgr.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

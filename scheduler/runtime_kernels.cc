@@ -10,18 +10,17 @@
 // convert between memories on one device; _HostConst is a host-memory
 // constant on any device. On host-memory devices (CPU) _Send and _Recv are
 // the plain kernels: no copy, no extra work.
-#include <mutex>
 #include <set>
 
 #include "devices/device_context.h"
 #include "devices/device_factory.h"
 #include "devices/kernel_registry.h"
+#include "graph/mutex.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/collective_kernels.h"
 #include "scheduler/control_flow_kernels.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/runtime_kernels.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {

@@ -22,11 +22,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -35,10 +32,10 @@
 #include "devices/device_pool.h"
 #include "graph/attr_value.h"
 #include "graph/graph.h"
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "scheduler/step_id.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 #include "graph/mutex.h"

@@ -1,8 +1,6 @@
 #include "scheduler/wait.h"
 #include "graph/mutex.h"
 
-#include <condition_variable>
-#include <mutex>
 
 namespace flowstate {
 

@@ -22,7 +22,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include "graph/mutex.h"

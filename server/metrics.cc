@@ -11,14 +11,13 @@
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
 
-#include "jobs/training_job.h"
 #include "graph/mutex.h"
+#include "jobs/training_job.h"
 
 namespace flowstate {
 

@@ -47,22 +47,20 @@
 #ifndef FLOWSTATE_STATE_INPUT_PIPELINE_H_
 #define FLOWSTATE_STATE_INPUT_PIPELINE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "state/dataset.h"
 #include "state/resource_mgr.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

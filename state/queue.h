@@ -36,19 +36,18 @@
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "devices/op_kernel.h"
 #include "graph/allocator.h"
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "graph/tensor_ref.h"
 #include "graph/tensor_shape.h"
 #include "state/resource_mgr.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

@@ -2,16 +2,15 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
+#include "graph/mutex.h"
 #include "state/data_source.h"
 #include "state/dataset.h"
 #include "state/input_pipeline.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {

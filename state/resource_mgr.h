@@ -11,13 +11,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "graph/status.h"
 #include "graph/mutex.h"
+#include "graph/status.h"
 
 namespace flowstate {
 

@@ -12,15 +12,14 @@
 #define FLOWSTATE_STATE_VARIABLE_H_
 
 #include <functional>
-#include <mutex>
 #include <string>
 
+#include "graph/mutex.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "graph/tensor_ref.h"
 #include "graph/tensor_shape.h"
 #include "state/resource_mgr.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 

@@ -30,7 +30,6 @@
 #include <array>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "devices/cpu/nn_kernels_common.h"
 #include "devices/device.h"

@@ -10,10 +10,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>

@@ -49,14 +49,12 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <string_view>
 #include <thread>

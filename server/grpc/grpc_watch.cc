@@ -3,8 +3,8 @@
 #include <atomic>
 #include <optional>
 
-#include "server/grpc/grpc_frontend.h"
 #include "graph/mutex.h"
+#include "server/grpc/grpc_frontend.h"
 
 namespace flowstate::grpc_internal {
 

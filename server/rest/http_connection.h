@@ -24,7 +24,6 @@
 #include <deque>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 

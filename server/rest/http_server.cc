@@ -63,8 +63,8 @@
 // connection (streams included), then joins the threads.
 #include "server/rest/http_server.h"
 
-#include "server/rest/http_connection.h"
 #include "graph/mutex.h"
+#include "server/rest/http_connection.h"
 
 namespace flowstate {
 namespace rest_internal {

@@ -1,4 +1,4 @@
-// The nesting limit of client JSON (issue 11, finding 1): CheckJsonDepth's
+// The nesting limit of client JSON: CheckJsonDepth's
 // scan, and every parser of the codec refusing a document deeper than
 // MaxJsonDepth() -- whether its fast reader or nlohmann's parser would have
 // read it -- with INVALID_ARGUMENT naming the limit and its configuration key.

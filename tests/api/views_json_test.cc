@@ -1,5 +1,5 @@
 // The one view of a job (api/views.h) in its JSON forms: the REST job, an
-// event's data line, and the stored record (issue 12).
+// event's data line, and the stored record.
 #include "api/views_json.h"
 
 #include <gtest/gtest.h>
@@ -90,8 +90,8 @@ TEST(JobView, RecordRoundTrips) {
   EXPECT_EQ(back->history[0].message, "resumed from step 500");
 }
 
-// A record as the server wrote it before issue 12 (and without the fields
-// added later) still reads; unknown history entries are skipped.
+// A record as the server wrote it before histories were stored (and
+// without the fields added later) still reads; unknown history entries are skipped.
 TEST(JobView, RecordsOfEarlierVersionsRead) {
   StatusOr<JobRecord> r = JobRecordFromJson(
       R"({"id":"job-1","state":"SUCCEEDED","error":"","epoch":2,"step":1407,"total_steps":1407,)"

@@ -1,4 +1,4 @@
-// The store on a full disk (issue 11): a write that fails for want of space
+// The store on a full disk: a write that fails for want of space
 // is RESOURCE_EXHAUSTED naming the full disk, never an abort; reads go on;
 // writes resume by themselves once there is room; a store opened on a full
 // disk is served read-only; and the write-ahead log neither is preallocated
@@ -7,8 +7,8 @@
 // Two kinds of full disk: an injected one (StoreOptions::disk_full, every
 // write fails with ENOSPC) and a real one, a 20 MiB tmpfs mounted for the
 // test (skipped, with the reason, where mounting is not permitted). The
-// tmpfs cases run in a child process (a death test), because before issue 11
-// the store aborted the process there: RocksDB's own info log hit the
+// tmpfs cases run in a child process (a death test), because before this was
+// fixed the store aborted the process there: RocksDB's own info log hit the
 // assertion `sync_without_flush_called_` on its next line after a write of
 // it had failed.
 #include <gtest/gtest.h>
@@ -188,7 +188,7 @@ TEST(StoreWal, SmallCheckpointsDoNotPileUpOnDisk) {
 }
 
 // The real thing: a 20 MiB tmpfs filled by checkpoints. In a child process
-// (before issue 11 this aborted).
+// (this once aborted).
 void FillRealDiskThenFreeIt(const std::string& data_dir, const std::string& filler) {
   StoreOptions o;
   o.reopen_interval_ms = 0;

@@ -240,8 +240,8 @@ TEST(ArrayRange, RejectsBadInputs) {
                             "too many elements"));
   EXPECT_FALSE(RunOp("Range", {s(0), s(1), s(0)}).ok());
   // 2^61 int64 elements: fewer than the kernel's 2^62, but 2^64 bytes, which
-  // wrapped to an empty buffer the kernel then wrote past (issue 11, found
-  // by the checkpoint import fuzzer's check of decoded tensors).
+  // wrapped to an empty buffer the kernel then wrote past (found by
+  // the checkpoint import fuzzer's check of decoded tensors).
   auto big = RunKernelOnly("Range", {Tensor::Scalar<int64_t>(0),
                                      Tensor::Scalar<int64_t>(int64_t{1} << 61),
                                      Tensor::Scalar<int64_t>(1)});

@@ -1,5 +1,4 @@
-// Replicas on the tasks of a cluster when a task goes away (issue 14,
-// "Failures and membership"): a JobManager job whose replicas run on the 3
+// Replicas on the tasks of a cluster when a task goes away: a JobManager job whose replicas run on the 3
 // tasks of a LocalCluster, with a checkpoint store; task 2 is stopped
 // mid-training. With min_replicas 2 the job resumes from its last
 // checkpoint with tasks 0 and 1 (a "resume" event names the step and the
@@ -13,16 +12,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 #include "checkpoints/store.h"
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
+#include "graph/mutex.h"
 #include "jobs/job_manager.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/server/server_test_util.h"
-#include "graph/mutex.h"
 
 namespace flowstate {
 namespace {

@@ -1,4 +1,4 @@
-// Data-parallel replicas on the tasks of a cluster (issue 14, phase 2): a
+// Data-parallel replicas on the tasks of a cluster: a
 // TrainingJob whose "devices" name /job:worker/task:i runs replica i's
 // graph on task i (a LocalCluster: 3 tasks in this process, each behind its
 // own gRPC server), joined by a GlooCollective meeting in a

@@ -1,4 +1,4 @@
-// Replicas on the tasks of a cluster (issue 14, phase 2): a master session
+// Replicas on the tasks of a cluster: a master session
 // runs a _CreateReplicaComm node on each task, which makes that task's Gloo
 // participant (meeting the others in a CollectiveStoreService) and puts it,
 // as a ReplicaComm, into the task's worker session; the _AllReduce nodes on

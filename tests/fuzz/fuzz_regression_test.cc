@@ -1,4 +1,4 @@
-// The fuzz targets' inputs with the normal build (issue 11): every input a
+// The fuzz targets' inputs with the normal build: every input a
 // fuzzer crashed on, kept in fuzz/regressions/<target>/, and every seed of
 // fuzz/corpus/<target>/, goes through the same entry (fuzz/entries.h) that
 // the libFuzzer target calls, and must come back with a clean Status -- OK

@@ -52,7 +52,7 @@ TEST(TensorShape, Basics) {
 
 TEST(Tensor, AllocateRefusesAByteSizeThatOverflows) {
   // 2^61 float64 elements are 2^64 bytes: the size wrapped to 0 and Allocate
-  // returned a tensor of 2^61 elements without a buffer (issue 11).
+  // returned a tensor of 2^61 elements without a buffer.
   StatusOr<Tensor> t =
       Tensor::Allocate(HostAllocator(), DataType::kFloat64, TensorShape({int64_t{1} << 61}));
   ASSERT_FALSE(t.ok());

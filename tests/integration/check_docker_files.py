@@ -38,7 +38,7 @@ except ImportError:
     sys.exit(2)
 
 # Metrics the dashboard may query before the server exports them: the
-# data-parallel replicas' (issue 14), {name: (type, labels)}. The job label
+# data-parallel replicas', {name: (type, labels)}. The job label
 # is `job_id`, as on every flowstate_job_* metric (server/metrics.h: `job`
 # is Prometheus's scrape job). While the dump lacks one, its entry here
 # stands in for it; once the server exports it, the dump is what queries are

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Backup replicas against a real straggler (issue 30), as users run a
+"""Backup replicas against a real straggler, as users run a
 cluster: `flowstate serve` as task 0 and two `flowstate worker`s as tasks 1
 and 2, each its own process on loopback. Task 2 is slowed from outside the
 process, with SIGSTOP/SIGCONT at a fixed duty cycle (stopped 50 ms of every

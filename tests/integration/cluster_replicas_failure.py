@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""A replica's task killed with SIGKILL mid-training (issue 14, "Failures and
-membership"), as users run a cluster: `flowstate serve` as task 0 and two
+"""A replica's task killed with SIGKILL mid-training, as users run a cluster: `flowstate serve` as task 0 and two
 `flowstate worker`s as tasks 1 and 2, each its own process on loopback.
 
 - The Fashion-MNIST MLP with "replicas": 3 on the three tasks and

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""A job's server killed with SIGKILL at each point of the job's life
-(issue 31), the point chosen deterministically: `flowstate serve` built with
+"""A job's server killed with SIGKILL at each point of the job's life,
+the point chosen deterministically: `flowstate serve` built with
 FLOWSTATE_FAULT_POINTS stops itself (SIGSTOP) the first time a job reaches
 the fault point named by FLOWSTATE_TEST_STOP_AT (jobs/fault_points.h); this
 test waits until the process is stopped there, kills it with SIGKILL and

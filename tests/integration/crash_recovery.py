@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Durability of the real `flowstate serve` (issue 5), one scenario per run:
+"""Durability of the real `flowstate serve`, one scenario per run:
 
   crash      kill -9 during steps and right after a checkpoint was handed to
              the writer (POST /v1/jobs/{id}/checkpoints answered 202: the
@@ -18,13 +18,13 @@
   two        a second server on the same data directory refuses to start
              (exit non-zero, the store's message), and the first one is
              unharmed.
-  diskfull   a real full disk (issue 11): the data directory on a 20 MiB
+  diskfull   a real full disk: the data directory on a 20 MiB
              tmpfs that checkpoints fill. The server stays up, the failed
              checkpoints are reported ("disk full", the metric), writes
              resume when space is freed; restarted on the full disk it
              starts (read-only), resumes the job from its last checkpoint,
-             and writes again once there is room. Before issue 11 the server
-             aborted there (a RocksDB assertion). Exits 77 (skipped) where a
+             and writes again once there is room. Before this was fixed the
+             server aborted there (a RocksDB assertion). Exits 77 (skipped) where a
              tmpfs cannot be mounted (not root).
 
 Each scenario runs on ephemeral ports with a temporary data directory and a

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots, history and traces as a user meets them (issue 15):
+"""Plots, history and traces as a user meets them:
 
   - `flowstate serve` on ephemeral ports trains a job with an eval loss and
     an eval accuracy-like metric in [0, 1], and "trace": {"steps": [3]};

@@ -1,4 +1,4 @@
-// What a finished job keeps (issue 11): its record and metrics, not its
+// What a finished job keeps: its record and metrics, not its
 // sessions and data (memory per finished job); Delete() and retention,
 // with and without a restart; NaN/Inf steps (on_nan "fail" and
 // "skip_step").

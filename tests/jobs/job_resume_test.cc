@@ -1,4 +1,4 @@
-// JobManager after a crash at each point of a job's life (issue 31), in
+// JobManager after a crash at each point of a job's life, in
 // process: a manager's fault_point hook (jobs/fault_points.h) copies the
 // job's stored records at the point -- what a SIGKILL there would have
 // left -- the run goes on to its end, then the records are put back as
@@ -157,7 +157,7 @@ TEST_F(JobResumeTest, TheFaultPointsComeInTheOrderOfTheJobsLife) {
   EXPECT_NE(std::find(points_.begin(), points_.end(), "checkpoint-write:final"), points_.end());
 }
 
-// The crash of issue 31: training complete, the job not marked finished.
+// The crash this guards against: training complete, the job not marked finished.
 // Before, the job resumed at its last step, tried one more and FAILED
 // ("the job has finished").
 TEST_F(JobResumeTest, AJobKilledAfterItsLastStepFinishesWithTheSameMetrics) {

@@ -1,4 +1,4 @@
-// Device memory limits (issue 11, finding 6): an allocation over a device's
+// Device memory limits: an allocation over a device's
 // limit names the node and the sizes, variables' buffers count on their
 // device, and graphs are refused for a tensor over max_shape_bytes before
 // anything is allocated.

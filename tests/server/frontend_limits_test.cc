@@ -1,5 +1,4 @@
-// The frontends under a hostile or careless client (issue 11, findings 4, 9
-// and 11), against real REST and gRPC servers over one Service: bodies are
+// The frontends under a hostile or careless client, against real REST and gRPC servers over one Service: bodies are
 // not buffered before auth, connections and event streams are capped, idle
 // event streams cost no threads and no wake-ups, both frontends answer every
 // Authorization form alike, and the session cap is a clear refusal.

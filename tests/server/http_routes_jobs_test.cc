@@ -251,7 +251,7 @@ TEST_F(HttpRoutesTest, EventsSendKeepAlivesAndEndOnClose) {
   ASSERT_EQ(Do("POST", "/v1/jobs/job-1/cancel").status, 200);
 }
 
-// GET /v1/devices names the RUNNING jobs on each device (issue 12:
+// GET /v1/devices names the RUNNING jobs on each device (once
 // DeviceInfo::running_jobs was never set).
 TEST_F(HttpRoutesTest, DevicesListTheirRunningJobs) {
   ASSERT_EQ(Do("POST", "/v1/jobs", JobJson(100000)).status, 201);

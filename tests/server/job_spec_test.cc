@@ -72,7 +72,7 @@ TEST(JobSpec, ParsesTheExampleJobs) {
 }
 
 // One default per optimizer kind, the same from C++ (OptimizerOptions) and
-// from a JSON job (issue 12: AdaGrad's epsilon was 1e-8 from C++ and 1e-7
+// from a JSON job (once, AdaGrad's epsilon was 1e-8 from C++ and 1e-7
 // from JSON; RMSProp's momentum 0.9 and 0).
 TEST(JobSpec, OptimizerDefaultsAreTheSameFromCppAndJson) {
   struct Case {

@@ -1,4 +1,4 @@
-// The service over a store, as clients see it (issue 11): a corrupt
+// The service over a store, as clients see it: a corrupt
 // checkpoint upload is a 400 saying what is wrong and naming no server path
 // (REST and gRPC alike); Save/Restore work in API sessions and what one
 // session saves another restores; dataset files are opened beneath the data

@@ -1,4 +1,4 @@
-// Files are opened beneath the data root (issue 11): symbolic links that
+// Files are opened beneath the data root: symbolic links that
 // lead out of the root are refused and nothing outside it is opened; links
 // that stay inside keep working; special files are refused without
 // blocking; readers read the opened descriptor and name the file by the
