@@ -409,6 +409,23 @@ void RegisterArrayOps(OpRegistry* r) {
                       .SetShapeFn(GatherShape)
                       .Doc("Slices of `params` along `axis` at `indices`; an index out of "
                            "range is an error."));
+  MustRegister(r, OpDefBuilder("Unique")
+                      .Input("x: T").Output("y: T").Output("idx: out_idx")
+                      .Attr("T: {int32, int64}").Attr("out_idx: {int32, int64} = int32")
+                      .SetShapeFn([](InferenceContext* c) {
+                        if (c->input(0).rank_known() && c->input(0).rank() != 1) {
+                          return c->Error("x must be a vector, got " + c->input(0).ToString());
+                        }
+                        c->set_output(0, PartialShape({-1}));
+                        c->set_output(1, c->input(0).rank_known() ? c->input(0)
+                                                                  : PartialShape({-1}));
+                        return Status();
+                      })
+                      .Doc("The distinct values of the vector x in the order of their first "
+                           "occurrence (y), and for each element of x the position of its "
+                           "value in y (idx): x[i] == y[idx[i]]. With UnsortedSegmentSum(values, "
+                           "idx, size(y)) it sums the rows of a sparse gradient that share an "
+                           "index."));
   MustRegister(r, OpDefBuilder("Tile")
                       .Input("input: T").Input("multiples: Tmultiples").Output("output: T")
                       .Attr("T: type").Attr("Tmultiples: {int32, int64} = int32")
