@@ -46,16 +46,11 @@ Tensor ToTensor(const Table& t) {
   return Tensor::FromVector<double>(t, TensorShape({kRows, kCols}));
 }
 
-struct Case {
-  std::vector<std::string> slots;   // after "var"
-  std::vector<double> scalars;      // the op's scalar inputs, in order
-  AttrMap attrs;
-};
 
 // Builds var and slots (start values: var from seed 1, slot k from seed
 // 2 + k, all in [0.1, 1) so that accumulators are positive), then
 // `update(root, refs)` and runs it once; returns var and the slots.
-std::vector<Table> Run(const std::vector<std::string>& names,
+std::vector<Table> RunUpdate(const std::vector<std::string>& names,
                        const std::function<std::string(const Scope&, const std::vector<Output>&)>& update,
                        Status* status = nullptr) {
   Scope root;
@@ -149,10 +144,10 @@ std::string Sparse(const Scope& root, const std::string& op, const std::vector<O
 TEST(SparseApply, GradientDescentMatchesTheDenseUpdateBitForBit) {
   const double lr = 0.3;
   std::vector<std::string> names = {"var"};
-  auto sparse = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+  auto sparse = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
     return Sparse(s, "SparseApplyGradientDescent", r, {lr});
   });
-  auto dense = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+  auto dense = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
     return ops::AssignSub(s.WithOpName("update"), r[0], ops::Mul(s, DenseGrad(s), ops::Const(s, lr))).node;
   });
   ExpectRowsMatch(sparse, dense, names, 0);
@@ -162,10 +157,10 @@ TEST(SparseApply, MomentumAndNesterovMatchTheDenseUpdateBitForBit) {
   for (bool nesterov : {false, true}) {
     const double lr = 0.3, mom = 0.9;
     std::vector<std::string> names = {"var", "accum"};
-    auto sparse = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+    auto sparse = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
       return Sparse(s, "SparseApplyMomentum", r, {lr, mom}, {{"use_nesterov", AttrValue(nesterov)}});
     });
-    auto dense = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+    auto dense = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
       Output g = DenseGrad(s), m = ops::Const(s, mom);
       Output a = ops::Assign(s, r[1], ops::Add(s, ops::Mul(s, r[1], m), g));
       Output dir = nesterov ? ops::Add(s, g, ops::Mul(s, a, m)) : a;
@@ -180,10 +175,10 @@ TEST(SparseApply, MomentumAndNesterovMatchTheDenseUpdateBitForBit) {
 TEST(SparseApply, AdagradMatchesTheDenseUpdateBitForBit) {
   const double lr = 0.3, eps = 1e-7;
   std::vector<std::string> names = {"var", "accum"};
-  auto sparse = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+  auto sparse = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
     return Sparse(s, "SparseApplyAdagrad", r, {lr, eps});
   });
-  auto dense = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+  auto dense = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
     Output g = DenseGrad(s);
     Output a = ops::AssignAdd(s, r[1], ops::Square(s, g));
     Output denom = ops::Add(s, ops::Sqrt(s, a), ops::Const(s, eps));
@@ -200,12 +195,12 @@ TEST(SparseApply, RmsPropWithAndWithoutMomentumMatchTheDenseUpdate) {
   for (double momentum : {0.0, 0.5}) {
     std::vector<std::string> names = {"var", "ms"};
     if (momentum > 0) names.push_back("mom");
-    auto sparse = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+    auto sparse = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
       return momentum > 0
                  ? Sparse(s, "SparseApplyRMSProp", r, {lr, rho, momentum, eps})
                  : Sparse(s, "SparseApplyRMSPropNoMomentum", r, {lr, rho, eps});
     });
-    auto dense = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+    auto dense = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
       Output g = DenseGrad(s);
       Output ms = ops::Assign(s, r[1], ops::Add(s, ops::Mul(s, r[1], ops::Const(s, rho)),
                                                 ops::Mul(s, ops::Square(s, g), ops::Const(s, 1 - rho))));
@@ -223,10 +218,10 @@ TEST(SparseApply, RmsPropWithAndWithoutMomentumMatchTheDenseUpdate) {
 TEST(SparseApply, LazyAdamMatchesApplyAdamOnTheTouchedRows) {
   const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, t = 3;
   std::vector<std::string> names = {"var", "m", "v"};
-  auto sparse = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+  auto sparse = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
     return Sparse(s, "SparseApplyAdam", r, {lr, b1, b2, eps, t});
   });
-  auto dense = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+  auto dense = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
     std::vector<Output> in = r;
     for (double x : {lr, b1, b2, eps, t}) in.push_back(ops::Const(s, x));
     in.push_back(DenseGrad(s));
@@ -276,7 +271,7 @@ TEST(SparseApply, AnIndexOutOfRangeNamesTheNodeAndTheIndexAndWritesNothing) {
         scalars.push_back(1e-7);
       }
       Status st;
-      auto after = Run(names, [&](const Scope& s, const std::vector<Output>& r) {
+      auto after = RunUpdate(names, [&](const Scope& s, const std::vector<Output>& r) {
         std::vector<Output> in = r;
         for (double x : scalars) in.push_back(ops::Const(s, x));
         in.push_back(ops::Const(s, Tensor::FromVector<double>(std::vector<double>(4 * kCols, 1.0),
