@@ -5,7 +5,7 @@
 // hyperparameters, the start values, the ids of each step (seeded, with
 // duplicates and rows left out) and the final e and w.
 //
-//   embedding_dump [--steps N] [--seed S]
+//   embedding_dump [--steps N] [--seed S] [--eps E]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,15 +27,17 @@ using namespace flowstate;
 int main(int argc, char** argv) {
   int steps = 6;
   uint32_t seed = 5;
+  double eps = 1e-8;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--seed") == 0) seed = uint32_t(std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--eps") == 0) eps = std::atof(argv[i + 1]);
   }
   const int64_t rows = 12, dim = 4, batch = 6;
-  const double lr = 0.05, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  const double lr = 0.05, beta1 = 0.9, beta2 = 0.999;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-0.5, 0.5);
-  std::vector<double> e0(size_t(rows * dim)), w0(size_t(dim));
+  std::vector<double> e0(static_cast<size_t>(rows * dim)), w0(static_cast<size_t>(dim));
   for (double& x : e0) x = u(rng);
   for (double& x : w0) x = u(rng);
   // Ids from the first 8 rows only (rows 8..11 never move), with repeats.
