@@ -89,7 +89,9 @@ class AssignOp final : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Variable* v = AsVariable(ctx, 0);
     if (v == nullptr) return;
-    FS_OP_REQUIRES_OK(ctx, v->Assign(ctx->input(1), validate_shape_));
+    // An input referenced by this kernel's slot only (an initializer's
+    // fresh output) becomes the variable's buffer: no copy of the table.
+    FS_OP_REQUIRES_OK(ctx, v->AssignTakingBuffer(ctx->input(1), validate_shape_));
     ctx->set_output_ref(0, v);
   }
 
