@@ -123,6 +123,14 @@ class SparseApplyOp : public OpKernel {
     for (int i = 0; i < kRefs; ++i) {
       Variable* v = AsVariable(ctx, i);
       if (v == nullptr) return;
+      // Each is locked once (a variable given twice would deadlock).
+      if (std::find(vars.begin(), vars.end(), v) != vars.end()) {
+        ctx->SetStatus(InvalidArgument(type_string() + " '" + name() + "': variable '" +
+                                           v->ref_name() + "' is given twice; var and its " +
+                                           "slots must be distinct variables",
+                                       name()));
+        return;
+      }
       vars.push_back(v);
     }
     T s[kScalars > 0 ? kScalars : 1];

@@ -286,9 +286,23 @@ TEST(SparseApply, AnIndexOutOfRangeNamesTheNodeAndTheIndexAndWritesNothing) {
       EXPECT_NE(st.message().find("indices[2] = " + std::to_string(bad)), std::string::npos)
           << st.ToString();
       EXPECT_EQ(after[0], RandomTable(1, -1, 1)) << op << ": var changed";
-      if (after.size() > 1) EXPECT_EQ(after[1], RandomTable(3, 0.1, 1)) << op << ": slot changed";
+      if (after.size() > 1) {
+        EXPECT_EQ(after[1], RandomTable(3, 0.1, 1)) << op << ": slot changed";
+      }
     }
   }
+}
+
+TEST(SparseApply, AVariableGivenAsItsOwnSlotIsRefused) {
+  Status st;
+  RunUpdate({"var"}, [&](const Scope& s, const std::vector<Output>& r) {
+    return ops::Generic(s.WithOpName("update"), "SparseApplyAdagrad",
+                        {r[0], r[0], ops::Const(s, 0.5), ops::Const(s, 1e-7),
+                         ops::Const(s, Tensor::FromVector<double>({1, 2, 3}, TensorShape({1, 3}))),
+                         ops::Const(s, Tensor::FromVector<int32_t>({0}))})[0].node;
+  }, &st);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("given twice"), std::string::npos) << st.ToString();
 }
 
 TEST(SparseApply, AGradientOfTheWrongShapeIsRefused) {
