@@ -1,11 +1,11 @@
-// One training step of an embedding model as its table grows (issue 27):
-// a float32 [rows, 64] table looked up by a batch of 512 ids (Gather), a
-// 64-16-1 MLP with ReLU on top, the mean squared error; Adam (lazy
-// SparseApplyAdam on the table, ApplyAdam on the MLP). Built by the job's
-// own BuildTrainingGraph (gradients, NaN guard, optimizer, initializers:
-// the table is "uniform"), run through a Session with one inter-op thread
-// and --threads intra-op threads. Fresh random ids every step (a pool of 64
-// batches, seeded).
+// One training step of an embedding model as its table grows (targets in
+// BENCHMARKS.md, "Sparse embeddings"): a float32 [rows, 64] table looked up
+// by a batch of 512 ids (Gather), a 64-16-1 MLP with ReLU on top, the mean
+// squared error; Adam (lazy SparseApplyAdam on the table, ApplyAdam on the
+// MLP). Built by the job's own BuildTrainingGraph (gradients, NaN guard,
+// optimizer, initializers: the table is "uniform"), run through a Session
+// with one inter-op thread and --threads intra-op threads. Fresh random ids
+// every step (a pool of 64 batches, seeded).
 //
 //   embedding_bench --rows N [--threads T] [--min-time=S] [--reps=R]
 //

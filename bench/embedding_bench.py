@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Sparse embeddings (issue 27): the training step of an embedding model as
-its table grows from 10^4 to 10^7 rows, Flowstate against PyTorch.
+"""Sparse embeddings: the training step of an embedding model as its table
+grows from 10^4 to 10^7 rows, Flowstate against PyTorch.
 
 The model: a float32 [rows, 64] table looked up by 512 ids per step, a
 64-16-1 MLP with ReLU, the mean squared error, Adam -- Flowstate's lazy

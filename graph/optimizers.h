@@ -19,10 +19,13 @@
 // of rows absent from a step do not decay and those rows do not move; a
 // row's update uses the optimizer's global step count (Adam's bias
 // correction), so a row used in every step follows the dense optimizer
-// exactly. `sparse_updates = false` densifies instead (the dense optimizer's
-// result, at the cost of the whole table every step). Clipping by global
-// norm sums a sparse gradient's duplicate rows first (Unique and
-// UnsortedSegmentSum), so that its norm is the dense gradient's.
+// (Momentum bit for bit; RMSProp and Adam to a few ulps: float32 RMSProp
+// takes 1 - rho in float32, and ApplyAdam's loop may be compiled with fused
+// multiply-adds where the sparse one is not). `sparse_updates = false`
+// densifies instead (the dense optimizer's result, at the cost of the whole
+// table every step). Clipping by global norm sums a sparse gradient's
+// duplicate rows first (Unique and UnsortedSegmentSum), so that its norm is
+// the dense gradient's.
 //
 // Deterministic: the same graph, options and data give the same numbers bit
 // for bit (on the same thread counts).
