@@ -261,6 +261,21 @@ Status GatherShape(InferenceContext* c) {
                     params.ToString());
   }
   if (a < 0) a += rank;
+  // Constant indices are checked here, so that a graph that would fail at
+  // run time is refused when it is built (a 400 over the API).
+  const Tensor* ct = c->input_tensor(1);
+  const int64_t limit = params.dim(int(a));
+  if (ct != nullptr && limit >= 0) {
+    for (int64_t i = 0; i < ct->num_elements(); ++i) {
+      const int64_t v = ct->dtype() == DataType::kInt32 ? int64_t(ct->data<int32_t>()[i])
+                                                        : ct->data<int64_t>()[i];
+      if (v < 0 || v >= limit) {
+        return c->Error("indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+                        " is not in [0, " + std::to_string(limit) + ") (dimension " +
+                        std::to_string(a) + " of params " + params.ToString() + ")");
+      }
+    }
+  }
   std::vector<int64_t> out(params.dims().begin(), params.dims().begin() + a);
   out.insert(out.end(), indices.dims().begin(), indices.dims().end());
   out.insert(out.end(), params.dims().begin() + a + 1, params.dims().end());
