@@ -137,7 +137,7 @@ Status ParseOptimizer(const Json& o, JobSpec* job) {
   FS_RETURN_IF_ERROR(CheckObject(o, p, "an optimizer",
                                  {"type", "learning_rate", "momentum", "nesterov", "beta1", "beta2",
                                   "epsilon", "rho", "initial_accumulator", "clip_global_norm",
-                                  "schedule"}));
+                                  "sparse_updates", "schedule"}));
   FS_RETURN_IF_ERROR(ReadStringField(o, p, "type", &job->optimizer_type, true));
   StatusOr<OptimizerOptions::Kind> kind = OptimizerKindFromString(job->optimizer_type);
   if (!kind.ok()) return PathError(p.Key("type"), kind.status().message());
@@ -152,6 +152,7 @@ Status ParseOptimizer(const Json& o, JobSpec* job) {
   FS_RETURN_IF_ERROR(ReadNumberField(o, p, "rho", &opt.rho));
   FS_RETURN_IF_ERROR(ReadNumberField(o, p, "initial_accumulator", &opt.initial_accumulator));
   FS_RETURN_IF_ERROR(ReadNumberField(o, p, "clip_global_norm", &opt.clip_global_norm));
+  FS_RETURN_IF_ERROR(ReadBoolField(o, p, "sparse_updates", &opt.sparse_updates));
   if (const Json* s = FindField(o, "schedule")) {
     FS_RETURN_IF_ERROR(ParseSchedule(*s, p.Key("schedule"), &opt.schedule));
   }

@@ -25,6 +25,16 @@ Output Scalar(const Scope& s, DataType t, double v) {
   return ops::Cast(s, ops::Const(s, float(v)), t);
 }
 
+// Sums the rows of a sparse gradient that share an index: unique indices
+// (in order of first occurrence) and one summed row each.
+Gradient SumDuplicates(const Scope& s, const Gradient& g) {
+  std::vector<Output> u = ops::Generic(s, "Unique", {g.indices}, {}, 2);
+  Gradient out = g;
+  out.indices = u[0];
+  out.values = ops::Generic(s, "UnsortedSegmentSum", {g.values, u[1], ops::Size(s, u[0])})[0];
+  return out;
+}
+
 std::vector<std::string> GradientNodes(const Gradient& g) {
   if (g.is_sparse) return {g.indices.node, g.values.node};
   return {g.dense.node};
@@ -116,6 +126,8 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
     std::vector<Output> squares;
     for (size_t i = 0; i < vars.size(); ++i) {
       if (grads[i].is_none()) continue;
+      // Duplicate rows summed first: the norm of the rows' sum, not of the rows.
+      if (grads[i].is_sparse) grads[i] = SumDuplicates(cs.NewSubScope("dedup"), grads[i]);
       Output t = grads[i].is_sparse ? grads[i].values : grads[i].dense;
       Output sq = ops::Sum(cs, ops::Square(cs, t), std::vector<int32_t>{});
       squares.push_back(vars[i].dtype == lr_type ? sq : ops::Cast(cs, sq, lr_type));
@@ -144,13 +156,16 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
     Scope vs = s.NewSubScope(v.variable.node).WithControlDependencies({ready});
     Output vlr = v.dtype == lr_type ? out.learning_rate : ops::Cast(vs, out.learning_rate, v.dtype);
     auto scalar = [&](double x) { return Scalar(vs, v.dtype, x); };
-    if (g.is_sparse && o.kind == K::kSgd) {
-      updates.push_back(ops::ScatterSub(vs.WithOpName("update"), v.variable, g.indices,
-                                        ops::Mul(vs, g.values, vlr)).node);
+    const bool sparse = g.is_sparse && o.sparse_updates;
+    if (sparse && o.kind == K::kSgd) {
+      updates.push_back(ops::Generic(vs.WithOpName("update"), "SparseApplyGradientDescent",
+                                     {v.variable, vlr, g.values, g.indices})[0].node);
       continue;
     }
     Output dense;
-    if (g.is_sparse) {
+    if (sparse) {
+      // Rows only: the SparseApply* ops below.
+    } else if (g.is_sparse) {
       Output rows = ops::StridedSlice(vs, g.dense_shape, std::vector<int32_t>{0},
                                       std::vector<int32_t>{1}, std::vector<int32_t>{1},
                                       ops::StridedSliceAttrs{0, 0, 0, 0, 1});
@@ -181,6 +196,12 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
         // accum = momentum * accum + g; var -= lr * (nesterov ? g + momentum * accum : accum)
         Output accum = slot("momentum", 0);
         Output mom = scalar(EffectiveMomentum(o));
+        if (sparse) {
+          updates.push_back(ops::Generic(vs.WithOpName("update"), "SparseApplyMomentum",
+                                         {v.variable, accum, vlr, mom, g.values, g.indices},
+                                         {{"use_nesterov", AttrValue(o.nesterov)}})[0].node);
+          break;
+        }
         Output new_accum = ops::Assign(vs.WithOpName("accum"), accum,
                                        ops::Add(vs, ops::Mul(vs, accum, mom), dense));
         Output step_dir = o.nesterov ? ops::Add(vs, dense, ops::Mul(vs, new_accum, mom)) : new_accum;
@@ -194,6 +215,13 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
         Output m = slot("adam_m", 0);
         Output vv = slot("adam_v", 0);
         Output t = ops::Add(vs, ops::Cast(vs, step, v.dtype), scalar(1));
+        if (sparse) {
+          updates.push_back(ops::Generic(vs.WithOpName("update"), "SparseApplyAdam",
+                                         {v.variable, m, vv, vlr, scalar(o.beta1), scalar(o.beta2),
+                                          scalar(EffectiveEpsilon(o)), t, g.values, g.indices})[0]
+                                .node);
+          break;
+        }
         updates.push_back(ops::Generic(vs.WithOpName("update"), "ApplyAdam",
                                        {v.variable, m, vv, vlr, scalar(o.beta1), scalar(o.beta2),
                                         scalar(EffectiveEpsilon(o)), t, dense})[0].node);
@@ -202,6 +230,12 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
       case K::kAdaGrad: {
         // accum += g²; var -= lr * g / (sqrt(accum) + eps)
         Output accum = slot("adagrad_accum", o.initial_accumulator);
+        if (sparse) {
+          updates.push_back(ops::Generic(vs.WithOpName("update"), "SparseApplyAdagrad",
+                                         {v.variable, accum, vlr, scalar(EffectiveEpsilon(o)),
+                                          g.values, g.indices})[0].node);
+          break;
+        }
         Output new_accum = ops::AssignAdd(vs.WithOpName("accum"), accum, ops::Square(vs, dense));
         Output denom = ops::Add(vs, ops::Sqrt(vs, new_accum), scalar(EffectiveEpsilon(o)));
         updates.push_back(ops::AssignSub(vs.WithOpName("update"), v.variable,
@@ -211,6 +245,21 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
       case K::kRmsProp: {
         // ms = rho * ms + (1 - rho) g²; mom = momentum * mom + lr g / sqrt(ms + eps); var -= mom
         Output ms = slot("rms", 0);
+        if (sparse) {
+          Output rho = scalar(o.rho), eps = scalar(EffectiveEpsilon(o));
+          if (EffectiveMomentum(o) > 0) {
+            Output mom = slot("rms_momentum", 0);
+            updates.push_back(ops::Generic(vs.WithOpName("update"), "SparseApplyRMSProp",
+                                           {v.variable, ms, mom, vlr, rho,
+                                            scalar(EffectiveMomentum(o)), eps, g.values,
+                                            g.indices})[0].node);
+          } else {
+            updates.push_back(ops::Generic(vs.WithOpName("update"), "SparseApplyRMSPropNoMomentum",
+                                           {v.variable, ms, vlr, rho, eps, g.values, g.indices})[0]
+                                  .node);
+          }
+          break;
+        }
         Output new_ms = ops::Assign(vs.WithOpName("ms"), ms,
                                     ops::Add(vs, ops::Mul(vs, ms, scalar(o.rho)),
                                              ops::Mul(vs, ops::Square(vs, dense), scalar(1 - o.rho))));

@@ -8,9 +8,24 @@
 //
 // Updates run after every gradient of the step is computed (a barrier of
 // control edges), so no gradient reads a variable another update already
-// changed. A sparse gradient (from Gather) updates only its rows under SGD;
-// the other optimizers decay their slots on every row each step, so they
-// apply it densified — exactly the dense result.
+// changed.
+//
+// Sparse gradients (Gather's rows: indices and values) are applied by the
+// SparseApply* ops, which touch only the rows named (duplicates summed
+// first), so a step costs in proportion to the rows used, not to the table.
+// SGD and AdaGrad leave an untouched row alone anyway: their sparse update
+// is the dense one, bit for bit. Momentum, Adam and RMSProp are *lazy* on
+// sparse gradients (TensorFlow's LazyAdam, PyTorch's SparseAdam): the slots
+// of rows absent from a step do not decay and those rows do not move; a
+// row's update uses the optimizer's global step count (Adam's bias
+// correction), so a row used in every step follows the dense optimizer
+// (Momentum bit for bit; RMSProp and Adam to a few ulps: float32 RMSProp
+// takes 1 - rho in float32, and ApplyAdam's loop may be compiled with fused
+// multiply-adds where the sparse one is not). `sparse_updates = false`
+// densifies instead (the dense optimizer's result, at the cost of the whole
+// table every step). Clipping by global norm sums a sparse gradient's
+// duplicate rows first (Unique and UnsortedSegmentSum), so that its norm is
+// the dense gradient's.
 //
 // Deterministic: the same graph, options and data give the same numbers bit
 // for bit (on the same thread counts).
@@ -53,6 +68,9 @@ struct OptimizerOptions {
   double rho = 0.9;            // rmsprop
   double initial_accumulator = 0.1;  // adagrad
   double clip_global_norm = 0;  // > 0: scale gradients so their global norm is at most this
+  // Sparse gradients by SparseApply* (lazy for momentum, adam and rmsprop);
+  // false: densified, then the dense update.
+  bool sparse_updates = true;
   LearningRateSchedule schedule;
 };
 

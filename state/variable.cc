@@ -42,6 +42,14 @@ bool Variable::IsInitialized() {
 }
 
 Status Variable::Assign(const Tensor& value, bool validate_shape) {
+  return AssignImpl(value, validate_shape, /*take_buffer=*/false);
+}
+
+Status Variable::AssignTakingBuffer(const Tensor& value, bool validate_shape) {
+  return AssignImpl(value, validate_shape, /*take_buffer=*/true);
+}
+
+Status Variable::AssignImpl(const Tensor& value, bool validate_shape, bool take_buffer) {
   if (value.dtype() != dtype_) {
     return InvalidArgument("cannot assign a " + std::string(DataTypeName(value.dtype())) +
                                " value to " + std::string(DataTypeName(dtype_)) + " variable '" +
@@ -54,6 +62,10 @@ Status Variable::Assign(const Tensor& value, bool validate_shape) {
                            name_);
   }
   MutexLock l(mu_);
+  if (take_buffer && value.RefCountIsOne()) {
+    value_ = value;  // shared with the caller's handle until it drops it
+    return Status();
+  }
   if (value_.IsInitialized() && value_.shape() == value.shape() && value_.RefCountIsOne() &&
       !value_.SharesBufferWith(value)) {
     if (value.TotalBytes()) std::memcpy(value_.raw_data(), value.raw_data(), value.TotalBytes());

@@ -45,6 +45,15 @@ class Variable final : public ResourceBase, public TensorRef {
   // current shape. Copies `value` unless it can be written in place;
   // RESOURCE_EXHAUSTED when the allocator refuses the copy.
   Status Assign(const Tensor& value, bool validate_shape = true);
+  // Assign that takes value's buffer instead of copying it when nothing but
+  // the caller's handle references it (value.RefCountIsOne(); otherwise it
+  // copies as Assign does). The Assign kernel passes its input this way, so
+  // an initializer's fresh output (Fill, RandomUniform: the executor drops
+  // its slot after the kernel) becomes the variable without a second copy
+  // of the table. REQUIRES: the caller writes the buffer no more; it is
+  // memory of the variable's device (it stays counted by the allocator that
+  // made it).
+  Status AssignTakingBuffer(const Tensor& value, bool validate_shape = true);
 
   // Runs fn on the value with the mutex held, after making the buffer
   // exclusive (copy-on-write). FAILED_PRECONDITION if never assigned.
@@ -52,6 +61,7 @@ class Variable final : public ResourceBase, public TensorRef {
 
  private:
   Status UninitializedError() const;
+  Status AssignImpl(const Tensor& value, bool validate_shape, bool take_buffer);
 
   const std::string name_;
   const DataType dtype_;

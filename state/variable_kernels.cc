@@ -7,19 +7,38 @@
 #include <cstring>
 #include <mutex>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include "devices/kernel_registry.h"
 #include "devices/op_kernel.h"
+#include "state/apply_util.h"
 #include "state/kernels.h"
 #include "state/replica_input.h"
 #include "state/resource_mgr.h"
 #include "state/variable.h"
 
 namespace flowstate {
+
+namespace internal {
+
+Variable* AsVariable(OpKernelContext* ctx, int i) {
+  TensorRef* ref = ctx->input_ref(i);
+  auto* v = dynamic_cast<Variable*>(ref);
+  if (v == nullptr) {
+    ctx->SetStatus(InvalidArgument("input " + std::to_string(i) + " of " +
+                                       ctx->kernel().type_string() + " '" + ctx->kernel().name() +
+                                       "' must be a variable, got '" +
+                                       (ref != nullptr ? ref->ref_name() : std::string()) + "'",
+                                   ctx->kernel().name()));
+  }
+  return v;
+}
+
+}  // namespace internal
+
 namespace {
+
+using internal::AdamUpdate;
+using internal::AsVariable;
+using internal::ScopedFlushSubnormals;
 
 class VariableOp final : public OpKernel {
  public:
@@ -62,21 +81,6 @@ class VariableOp final : public OpKernel {
   std::shared_ptr<Variable> var_;
 };
 
-// The variable behind Ref input i; null, with INVALID_ARGUMENT naming the
-// node recorded on ctx, when the Ref is another resource (a queue handle).
-Variable* AsVariable(OpKernelContext* ctx, int i) {
-  TensorRef* ref = ctx->input_ref(i);
-  auto* v = dynamic_cast<Variable*>(ref);
-  if (v == nullptr) {
-    ctx->SetStatus(InvalidArgument("input " + std::to_string(i) + " of " +
-                                       ctx->kernel().type_string() + " '" + ctx->kernel().name() +
-                                       "' must be a variable, got '" +
-                                       (ref != nullptr ? ref->ref_name() : std::string()) + "'",
-                                   ctx->kernel().name()));
-  }
-  return v;
-}
-
 class AssignOp final : public OpKernel {
  public:
   explicit AssignOp(OpKernelConstruction* c) : OpKernel(c) {
@@ -85,7 +89,9 @@ class AssignOp final : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Variable* v = AsVariable(ctx, 0);
     if (v == nullptr) return;
-    FS_OP_REQUIRES_OK(ctx, v->Assign(ctx->input(1), validate_shape_));
+    // An input referenced by this kernel's slot only (an initializer's
+    // fresh output) becomes the variable's buffer: no copy of the table.
+    FS_OP_REQUIRES_OK(ctx, v->AssignTakingBuffer(ctx->input(1), validate_shape_));
     ctx->set_output_ref(0, v);
   }
 
@@ -168,46 +174,6 @@ class ScatterOp final : public OpKernel {
     ctx->set_output_ref(0, v);
   }
 };
-
-// Flushes subnormal inputs and results to zero while it lives (x86's FTZ
-// and DAZ bits; elsewhere nothing). In Adam, m of an element whose gradient
-// stays 0 (a dead unit) decays by beta1 each step and is subnormal after
-// ~800 steps at 0.9, and every operation on a subnormal costs a microcode
-// assist (~100 cycles): without this, the MLP's ApplyAdam took about twice
-// as long per step over 1500 steps as over the first 300. What is flushed
-// (|x| below 1.2e-38 in float32) moves a variable by less than that, so the
-// update is the same in any sense that matters; TensorFlow flushes on all
-// its kernel threads.
-class ScopedFlushSubnormals {
- public:
-#if defined(__SSE2__)
-  ScopedFlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }
-  ~ScopedFlushSubnormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#endif
-};
-
-// The Adam update of n elements. The pointers do not alias: var, m and v
-// are three variables' exclusive buffers (Mutate copies a shared buffer
-// first), and grad, which holds a reference to its own buffer, can share
-// none of them. Built with -O3 -fno-math-errno (state/CMakeLists.txt) so
-// that the loop vectorizes, sqrt and division included; each element's
-// result is the same however the range is split.
-template <typename T>
-void AdamUpdate(T* __restrict w, T* __restrict m, T* __restrict v, const T* __restrict g,
-                int64_t n, T b1, T b2, T eps, T step, T inv_c2) {
-  const T one_b1 = T(1) - b1, one_b2 = T(1) - b2;
-  for (int64_t i = 0; i < n; ++i) {
-    const T gi = g[i];
-    const T mi = m[i] * b1 + gi * one_b1;
-    const T vi = v[i] * b2 + gi * gi * one_b2;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] -= mi * step / (std::sqrt(vi * inv_c2) + eps);
-  }
-}
 
 // ApplyAdam: the Adam update of var and its two slots in one pass, under
 // the three variables' locks (taken in input order; nothing else takes more
@@ -309,6 +275,7 @@ void RegisterNumeric() {
 namespace state {
 
 void RegisterSaveRestoreKernels();  // save_restore_kernels.cc
+void RegisterSparseApplyKernels();  // sparse_apply_kernels.cc
 void RegisterQueueKernels();        // queue_kernels.cc
 
 void RegisterKernels() {
@@ -329,6 +296,7 @@ void RegisterKernels() {
     RegisterNumeric<int32_t>();
     RegisterNumeric<int64_t>();
     RegisterNumeric<uint8_t>();
+    RegisterSparseApplyKernels();
     RegisterSaveRestoreKernels();
     RegisterReplicaInputKernels();
     RegisterQueueKernels();

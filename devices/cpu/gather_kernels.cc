@@ -1,9 +1,13 @@
 // Gather (rows of params along an axis, at int32/int64 indices, checked
 // before anything is copied) and Tile (an input repeated along each
 // dimension). Both copy contiguous runs with memcpy and split big outputs
-// across the device's intra-op threads.
+// across the device's intra-op threads. Unique (the distinct values of an
+// index vector in order of first occurrence, and where each element went).
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <unordered_map>
+#include <vector>
 
 #include "devices/cpu/array_kernel_util.h"
 
@@ -168,6 +172,38 @@ class TileOp final : public OpKernel {
   }
 };
 
+
+template <typename T, typename I>
+class UniqueOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    FS_OP_REQUIRES(ctx, x.rank() == 1,
+                   KernelError(*this, "x must be a vector, got shape " + x.shape().ToString()));
+    const int64_t n = x.num_elements();
+    FS_OP_REQUIRES(ctx, n <= int64_t(std::numeric_limits<I>::max()),
+                   KernelError(*this, "x has " + std::to_string(n) +
+                                          " elements, too many for out_idx"));
+    const T* v = x.data<T>();
+    Tensor* idx = nullptr;
+    FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(1, x.shape(), &idx));
+    I* where = idx->data<I>();
+    std::unordered_map<T, I> seen;
+    seen.reserve(size_t(n));
+    std::vector<T> distinct;
+    for (int64_t i = 0; i < n; ++i) {
+      auto [it, fresh] = seen.emplace(v[i], I(distinct.size()));
+      if (fresh) distinct.push_back(v[i]);
+      where[i] = it->second;
+    }
+    Tensor* y = nullptr;
+    FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({int64_t(distinct.size())}), &y));
+    std::copy(distinct.begin(), distinct.end(), y->data<T>());
+  }
+};
+
 }  // namespace
 
 void RegisterGatherKernels(KernelRegistry* r) {
@@ -175,6 +211,17 @@ void RegisterGatherKernels(KernelRegistry* r) {
     MustRegister(r, KernelDef("Gather").TypeConstraint("Tparams", t), MakeKernel<GatherOp>);
     MustRegister(r, KernelDef("Tile").TypeConstraint("T", t), MakeKernel<TileOp>);
   }
+  auto unique = [&]<typename T, typename I>() {
+    MustRegister(r,
+                 KernelDef("Unique")
+                     .TypeConstraint("T", kDataTypeOf<T>)
+                     .TypeConstraint("out_idx", kDataTypeOf<I>),
+                 MakeKernel<UniqueOp<T, I>>);
+  };
+  unique.operator()<int32_t, int32_t>();
+  unique.operator()<int32_t, int64_t>();
+  unique.operator()<int64_t, int32_t>();
+  unique.operator()<int64_t, int64_t>();
 }
 
 }  // namespace flowstate::internal

@@ -7,8 +7,10 @@ namespace {
 
 using G = std::vector<Gradient>;
 
+// A sparse gradient passes through as it is (a variable read through an
+// Identity and then gathered keeps sparse updates).
 Status IdentityGrad(GradContext* c, G* in) {
-  (*in)[0] = Gradient::Dense(c->grad(0));
+  (*in)[0] = c->raw_grad(0).is_sparse ? c->raw_grad(0) : Gradient::Dense(c->grad(0));
   return Status();
 }
 

@@ -261,6 +261,21 @@ Status GatherShape(InferenceContext* c) {
                     params.ToString());
   }
   if (a < 0) a += rank;
+  // Constant indices are checked here, so that a graph that would fail at
+  // run time is refused when it is built (a 400 over the API).
+  const Tensor* ct = c->input_tensor(1);
+  const int64_t limit = params.dim(int(a));
+  if (ct != nullptr && limit >= 0) {
+    for (int64_t i = 0; i < ct->num_elements(); ++i) {
+      const int64_t v = ct->dtype() == DataType::kInt32 ? int64_t(ct->data<int32_t>()[i])
+                                                        : ct->data<int64_t>()[i];
+      if (v < 0 || v >= limit) {
+        return c->Error("indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+                        " is not in [0, " + std::to_string(limit) + ") (dimension " +
+                        std::to_string(a) + " of params " + params.ToString() + ")");
+      }
+    }
+  }
   std::vector<int64_t> out(params.dims().begin(), params.dims().begin() + a);
   out.insert(out.end(), indices.dims().begin(), indices.dims().end());
   out.insert(out.end(), params.dims().begin() + a + 1, params.dims().end());
@@ -409,6 +424,23 @@ void RegisterArrayOps(OpRegistry* r) {
                       .SetShapeFn(GatherShape)
                       .Doc("Slices of `params` along `axis` at `indices`; an index out of "
                            "range is an error."));
+  MustRegister(r, OpDefBuilder("Unique")
+                      .Input("x: T").Output("y: T").Output("idx: out_idx")
+                      .Attr("T: {int32, int64}").Attr("out_idx: {int32, int64} = int32")
+                      .SetShapeFn([](InferenceContext* c) {
+                        if (c->input(0).rank_known() && c->input(0).rank() != 1) {
+                          return c->Error("x must be a vector, got " + c->input(0).ToString());
+                        }
+                        c->set_output(0, PartialShape({-1}));
+                        c->set_output(1, c->input(0).rank_known() ? c->input(0)
+                                                                  : PartialShape({-1}));
+                        return Status();
+                      })
+                      .Doc("The distinct values of the vector x in the order of their first "
+                           "occurrence (y), and for each element of x the position of its "
+                           "value in y (idx): x[i] == y[idx[i]]. With UnsortedSegmentSum(values, "
+                           "idx, size(y)) it sums the rows of a sparse gradient that share an "
+                           "index."));
   MustRegister(r, OpDefBuilder("Tile")
                       .Input("input: T").Input("multiples: Tmultiples").Output("output: T")
                       .Attr("T: type").Attr("Tmultiples: {int32, int64} = int32")

@@ -54,6 +54,60 @@ void Scatter(OpRegistry* r, const char* name, const char* doc) {
                       .Doc(doc));
 }
 
+// SparseApply*: var (and its slots, all of var's shape) updated at the rows
+// `indices` with the rows `grad` ([len(indices)] + var.shape[1:]).
+Status SparseApplyShape(InferenceContext* c, int num_refs) {
+  const int grad = c->num_inputs() - 2, indices = c->num_inputs() - 1;
+  const PartialShape& var = c->input(0);
+  for (int i = 1; i < num_refs; ++i) {
+    if (!var.IsCompatibleWith(c->input(i))) {
+      return c->Error("var " + var.ToString() + " and its slot " + c->input(i).ToString() +
+                      " must have the same shape");
+    }
+  }
+  for (int i = num_refs; i < grad; ++i) {
+    if (c->input(i).rank_known() && c->input(i).num_elements() != 1) {
+      return c->Error("the hyperparameters must be scalars, input " + std::to_string(i) +
+                      " has shape " + c->input(i).ToString());
+    }
+  }
+  const PartialShape& ind = c->input(indices);
+  if (ind.rank_known() && ind.rank() != 1) {
+    return c->Error("indices must be a vector, got " + ind.ToString());
+  }
+  if (var.rank_known() && ind.rank_known()) {
+    if (var.rank() < 1) return c->Error("var must have rank >= 1, got a scalar");
+    std::vector<int64_t> want = ind.dims();
+    want.insert(want.end(), var.dims().begin() + 1, var.dims().end());
+    if (!PartialShape(want).IsCompatibleWith(c->input(grad))) {
+      return c->Error("grad must have shape [len(indices)] + var.shape[1:] = " +
+                      PartialShape(want).ToString() + ", got " + c->input(grad).ToString());
+    }
+  }
+  c->set_output(0, var);
+  return Status();
+}
+
+// Registers a SparseApply op: `refs` (var first) and `scalars`, then grad
+// and indices.
+void SparseApply(OpRegistry* r, const char* name, std::vector<const char*> refs,
+                 std::vector<const char*> scalars, const char* doc, bool nesterov = false) {
+  OpDefBuilder b(name);
+  for (const char* x : refs) b.Input(std::string(x) + ": Ref(T)");
+  for (const char* x : scalars) b.Input(std::string(x) + ": T");
+  b.Input("grad: T").Input("indices: Tindices").Output("output_ref: Ref(T)");
+  b.Attr("T: {float32, float64}").Attr("Tindices: {int32, int64}");
+  if (nesterov) b.Attr("use_nesterov: bool = false");
+  const int n = int(refs.size());
+  b.SetShapeFn([n](InferenceContext* c) { return SparseApplyShape(c, n); });
+  b.Doc(std::string(doc) +
+        " Only the rows in `indices` are read or written; duplicate indices are summed "
+        "first (in their order), then each row is updated once. An index outside "
+        "[0, rows) is INVALID_ARGUMENT naming the node and the first bad position, "
+        "before anything is written.");
+  MustRegister(r, b);
+}
+
 // One non-empty, distinct name per saved tensor.
 Status SaveShape(InferenceContext* c) {
   const std::vector<std::string>& names = c->GetAttr("tensor_names").strings();
@@ -180,6 +234,29 @@ void RegisterStateOps(OpRegistry* r) {
                            "m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad²; "
                            "var -= lr / (1 - beta1^t) · m / (sqrt(v / (1 - beta2^t)) + epsilon), "
                            "t counting steps from 1. The scalars are inputs."));
+  SparseApply(r, "SparseApplyGradientDescent", {"var"}, {"alpha"},
+              "var[i] -= alpha * grad_i for each row i of indices.");
+  SparseApply(r, "SparseApplyMomentum", {"var", "accum"}, {"lr", "momentum"},
+              "accum[i] = momentum * accum[i] + g; var[i] -= lr * (use_nesterov ? g + "
+              "momentum * accum[i] : accum[i]). Lazy: rows not in indices keep their accum "
+              "and do not move.",
+              /*nesterov=*/true);
+  SparseApply(r, "SparseApplyAdam", {"var", "m", "v"},
+              {"lr", "beta1", "beta2", "epsilon", "t"},
+              "ApplyAdam's step on the rows in indices only (lazy Adam, as TensorFlow's "
+              "LazyAdam and PyTorch's SparseAdam): the other rows' moments do not decay; t "
+              "is the optimizer's step count (the same for every row).");
+  SparseApply(r, "SparseApplyAdagrad", {"var", "accum"}, {"lr", "epsilon"},
+              "accum[i] += g²; var[i] -= lr * g / (sqrt(accum[i]) + epsilon): exactly the "
+              "dense AdaGrad, whose other rows do not change either.");
+  SparseApply(r, "SparseApplyRMSProp", {"var", "ms", "mom"},
+              {"lr", "rho", "momentum", "epsilon"},
+              "ms[i] = rho ms[i] + (1 - rho) g²; mom[i] = momentum mom[i] + lr g / "
+              "sqrt(ms[i] + epsilon); var[i] -= mom[i]. Lazy: the other rows' slots do not "
+              "decay.");
+  SparseApply(r, "SparseApplyRMSPropNoMomentum", {"var", "ms"}, {"lr", "rho", "epsilon"},
+              "SparseApplyRMSProp with momentum 0 and no momentum slot: ms[i] = rho ms[i] + "
+              "(1 - rho) g²; var[i] -= lr g / sqrt(ms[i] + epsilon).");
   Scatter(r, "ScatterUpdate", "ref[indices[i], ...] = updates[i, ...] (rows of ref).");
   Scatter(r, "ScatterAdd", "ref[indices[i], ...] += updates[i, ...]; repeated indices add up.");
   Scatter(r, "ScatterSub", "ref[indices[i], ...] -= updates[i, ...]; repeated indices add up.");

@@ -1,5 +1,5 @@
-// Gather and Tile against plain-loop references, for every dtype the
-// kernels are registered for.
+// Gather, Tile and Unique against plain-loop references, for every dtype
+// the kernels are registered for.
 #include <gtest/gtest.h>
 
 #include "tests/devices/array_test_util.h"
@@ -111,6 +111,26 @@ void CheckTile(DataType t, DataType it, const TensorShape& s, const std::vector<
   Tensor y = RunOp1("Tile", {x, Ix(it, mult)}, {}, device);
   EXPECT_TRUE(TensorsEqual(y, TileRef(x, mult)))
       << DataTypeName(t) << " " << s.ToString() << " multiples " << Ix(it, mult).DebugString();
+}
+
+// Unique: distinct values in order of first occurrence; x[i] == y[idx[i]].
+TEST(ArrayUnique, FirstOccurrenceOrderAndPositions) {
+  for (DataType t : IndexTypes()) {
+    for (DataType out_idx : IndexTypes()) {
+      AttrMap attrs{{"out_idx", AttrValue(out_idx)}};
+      StatusOr<std::vector<Tensor>> r = RunOp("Unique", {Ix(t, {7, 3, 7, 0, 3, 7, -2})}, attrs);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_TRUE(TensorsEqual((*r)[0], Ix(t, {7, 3, 0, -2})));
+      EXPECT_TRUE(TensorsEqual((*r)[1], Ix(out_idx, {0, 1, 0, 2, 1, 0, 3})));
+      r = RunOp("Unique", {Ix(t, {})}, attrs);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ((*r)[0].num_elements(), 0);
+      EXPECT_EQ((*r)[1].num_elements(), 0);
+    }
+  }
+  EXPECT_TRUE(IsKernelError(
+      RunKernelOnly("Unique", {Ix(DataType::kInt32, {1, 2, 3, 4}).Reshaped({2, 2}).value()}),
+      "x must be a vector"));
 }
 
 TEST(ArrayTile, EveryDtypeAndIndexType) {

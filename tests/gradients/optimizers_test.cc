@@ -2,7 +2,8 @@
 // rules written out in double here, over several steps: SGD, Momentum and
 // Nesterov, Adam, AdaGrad, RMSProp (with and without momentum); the
 // learning-rate schedules on the global step; clipping by global norm;
-// sparse (Gather) gradients; and bit-for-bit determinism.
+// sparse (Gather) gradients through the SparseApply* updates against the
+// densified path; and bit-for-bit determinism.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -265,6 +266,121 @@ TEST(Optimizers, SparseGatherGradients) {
         EXPECT_EQ(finals[0][i], 0.1 * i - 0.3) << i;
       }
     }
+  }
+}
+
+// An embedding model: rows of a [6, 3] table through Gather, a [3, 1] dense
+// layer, a squared error; ids fed per step. Trained by BuildOptimizer with
+// the sparse updates (SparseApply*) or with the gradient densified.
+struct EmbeddingRun {
+  std::vector<double> table, w;
+  bool sparse_gradient = false;
+};
+
+EmbeddingRun TrainEmbedding(K kind, bool sparse_updates,
+                            const std::vector<std::vector<int32_t>>& steps, double clip = 0) {
+  Scope root;
+  Output e = ops::Variable(root.WithOpName("e"), TensorShape({6, 3}), DataType::kFloat64);
+  Output w = ops::Variable(root.WithOpName("w"), TensorShape({3, 1}), DataType::kFloat64);
+  Tensor e0(DataType::kFloat64, TensorShape({6, 3}));
+  for (int i = 0; i < 18; ++i) e0.data<double>()[i] = 0.1 * ((i * 7) % 11) - 0.4;
+  Output ie = ops::Assign(root.WithOpName("e/init"), e, ops::Const(root, e0));
+  Output iw = ops::Assign(root.WithOpName("w/init"), w,
+                          ops::Const(root, Tensor::FromVector<double>({0.5, -0.3, 0.8},
+                                                                      TensorShape({3, 1}))));
+  Output ids = ops::Placeholder(root.WithOpName("ids"), DataType::kInt32);
+  Output rows = ops::Generic(root, "Gather", {e, ids})[0];
+  Output pred = ops::MatMul(root, rows, w);
+  Output loss = ops::Sum(root.WithOpName("loss"),
+                         ops::Square(root, ops::Sub(root, pred, ops::Const(root, 1.0))),
+                         std::vector<int32_t>{});
+  std::vector<Gradient> g;
+  EXPECT_TRUE(AddGradients(root, loss, {e, w}, &g).ok());
+  OptimizerOptions o;
+  o.kind = kind;
+  o.learning_rate = 0.05;
+  o.sparse_updates = sparse_updates;
+  o.clip_global_norm = clip;
+  if (kind == K::kRmsProp) o.momentum = 0.5;
+  StatusOr<TrainOp> t = BuildOptimizer(root, "opt", o,
+                                       {{e, DataType::kFloat64, PartialShape({6, 3}), g[0]},
+                                        {w, DataType::kFloat64, PartialShape({3, 1}), g[1]}});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EmbeddingRun r;
+  r.sparse_gradient = g[0].is_sparse;
+  if (!t.ok()) return r;
+  SessionOptions so;
+  so.devices = Pool();
+  auto s = Session::Create(root.graph_def(), so);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return r;
+  std::vector<Tensor> out;
+  EXPECT_TRUE((*s)->Run({}, {}, {ie.node, iw.node, t->init}, &out).ok());
+  for (const auto& step : steps) {
+    Status st = (*s)->Run({{"ids", Tensor::FromVector<int32_t>(step)}}, {}, {t->train}, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_TRUE((*s)->Run({}, {"e", "w"}, {}, &out).ok());
+  r.table.assign(out[0].data<double>(), out[0].data<double>() + 18);
+  r.w.assign(out[1].data<double>(), out[1].data<double>() + 3);
+  return r;
+}
+
+// Rows change from step to step (with duplicates); rows 4 and 5 are never used.
+const std::vector<std::vector<int32_t>> kVaryingIds = {{0, 1, 1}, {2, 3, 0}, {1, 1, 1, 3}, {2}};
+
+// SGD and AdaGrad leave unused rows alone in the dense form too: the sparse
+// updates give the dense numbers bit for bit, whatever rows each step uses.
+TEST(Optimizers, SparseSgdAndAdagradEqualTheDensePathBitForBit) {
+  for (K kind : {K::kSgd, K::kAdaGrad}) {
+    EmbeddingRun sparse = TrainEmbedding(kind, true, kVaryingIds);
+    EmbeddingRun dense = TrainEmbedding(kind, false, kVaryingIds);
+    EXPECT_TRUE(sparse.sparse_gradient);
+    EXPECT_EQ(sparse.table, dense.table) << int(kind);
+    EXPECT_EQ(sparse.w, dense.w) << int(kind);
+    for (int i = 12; i < 18; ++i) {
+      EXPECT_EQ(sparse.table[size_t(i)], 0.1 * ((i * 7) % 11) - 0.4) << "unused row moved";
+    }
+  }
+}
+
+// Lazy Momentum, Adam and RMSProp: with the same rows in every step they are
+// the dense optimizer; when a row sits a step out, it does not move in that
+// step (the dense optimizer's slots would move it).
+TEST(Optimizers, LazySparseMomentumAdamRmsProp) {
+  const std::vector<std::vector<int32_t>> same = {{0, 2, 2}, {2, 0, 0}, {0, 2}};
+  for (K kind : {K::kMomentum, K::kAdam, K::kRmsProp}) {
+    EmbeddingRun sparse = TrainEmbedding(kind, true, same);
+    EmbeddingRun dense = TrainEmbedding(kind, false, same);
+    for (size_t i = 0; i < 18; ++i) {
+      EXPECT_NEAR(sparse.table[i], dense.table[i], 1e-13) << int(kind) << " element " << i;
+    }
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(sparse.w[i], dense.w[i], 1e-13) << int(kind);
+    // Row 1 is used in step 1 only; afterwards it stays where step 1 left it.
+    EmbeddingRun one = TrainEmbedding(kind, true, {{1, 3}});
+    EmbeddingRun three = TrainEmbedding(kind, true, {{1, 3}, {3}, {3, 0}});
+    EmbeddingRun dense3 = TrainEmbedding(kind, false, {{1, 3}, {3}, {3, 0}});
+    for (size_t c = 3; c < 6; ++c) {
+      EXPECT_EQ(three.table[c], one.table[c]) << int(kind) << ": a lazy row moved";
+      EXPECT_NE(dense3.table[c], one.table[c]) << int(kind) << ": the dense row should move";
+    }
+  }
+}
+
+// Clipping by global norm: duplicates are summed before the norm, so the
+// sparse gradient is clipped exactly as its dense form.
+TEST(Optimizers, ClippingASparseGradientUsesTheNormOfTheSummedRows) {
+  // Row 1 three times: the norm of the rows (sqrt 3 |g|) is not the dense one (3 |g|).
+  const std::vector<std::vector<int32_t>> ids = {{1, 1, 1, 2}, {1, 2, 2}};
+  for (K kind : {K::kSgd, K::kAdaGrad}) {
+    EmbeddingRun sparse = TrainEmbedding(kind, true, ids, 0.1);
+    EmbeddingRun dense = TrainEmbedding(kind, false, ids, 0.1);
+    EmbeddingRun unclipped = TrainEmbedding(kind, true, ids);
+    for (size_t i = 0; i < 18; ++i) {
+      EXPECT_NEAR(sparse.table[i], dense.table[i], 1e-14) << int(kind) << " element " << i;
+    }
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(sparse.w[i], dense.w[i], 1e-14) << int(kind);
+    EXPECT_NE(sparse.table[3], unclipped.table[3]);  // the clip did bite
   }
 }
 

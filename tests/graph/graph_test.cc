@@ -102,6 +102,22 @@ TEST(Graph, DtypeNotAllowedByOp) {
   ExpectError(g, Code::kInvalidArgument, "e", "does not support");
 }
 
+// Constant ids out of an embedding table are refused when the graph is
+// built (a 400 over the API), not when a step runs.
+TEST(Graph, GatherWithConstantIndicesOutOfRangeIsRefused) {
+  Scope root;
+  Output table = ops::Variable(root.WithOpName("table"), TensorShape({10, 4}), DataType::kFloat32);
+  ops::Generic(root.WithOpName("lookup"), "Gather",
+               {table, ops::Const(root, Tensor::FromVector<int64_t>({3, 9, 10, -1}))});
+  ExpectError(root.graph_def(), Code::kInvalidArgument, "lookup",
+              "indices[2] = 10 is not in [0, 10) (dimension 0 of params [10, 4])");
+  Scope ok;
+  Output t2 = ops::Variable(ok.WithOpName("table"), TensorShape({10, 4}), DataType::kFloat32);
+  ops::Generic(ok.WithOpName("lookup"), "Gather",
+               {t2, ops::Const(ok, Tensor::FromVector<int32_t>({0, 9}))});
+  EXPECT_TRUE(Graph::Create(ok.graph_def()).ok());
+}
+
 TEST(Graph, Cycle) {
   GraphDef g;
   g.nodes = {FloatConst("a", 1), N("b", "Add", {"a", "c"}), N("c", "Neg", {"b"}),

@@ -102,6 +102,95 @@ TEST_F(CsvRegression, SameSeedSameNumbersBitForBit) {
   }
 }
 
+// An embedding through the whole job: ids from a CSV column (int32), a
+// [50] table looked up by Gather, its sparse gradient applied by the
+// SparseApply* updates (lazy for momentum, adam, rmsprop). Every optimizer
+// must fit table[id] = target(id); rows 40..49 are never used and keep
+// their initial value.
+class CsvEmbedding : public ::testing::Test {
+ protected:
+  static double Target(int id) { return 0.1 * id - 2.0; }
+  void SetUp() override {
+    dir_ = server_test::FreshTestDir("flowstate_embedding");
+    std::ofstream f(dir_ / "ids.csv");
+    f << "id,target\n";
+    std::mt19937 rng(3);
+    for (int i = 0; i < 320; ++i) {
+      int id = int(rng() % 40);
+      f << id << "," << Target(id) << "\n";
+    }
+    std::ofstream bad(dir_ / "bad.csv");
+    bad << "id,target\n1,0.5\n2,0.5\n77,0.5\n3,0.5\n";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static std::string JobJson(const std::string& optimizer, const std::string& file = "ids.csv") {
+    return R"({
+      "graph": {"nodes": [
+        {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+        {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+        {"name": "table", "op": "Variable",
+         "attrs": {"dtype": "float32", "shape": [50], "init": "constant", "init_value": 0.25}},
+        {"name": "rows", "op": "Gather", "inputs": ["table", "ids"]},
+        {"name": "d", "op": "Sub", "inputs": ["rows", "y"]},
+        {"name": "sq", "op": "Square", "inputs": ["d"]},
+        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+      ]},
+      "loss": "loss",
+      "optimizer": )" + optimizer + R"(,
+      "input": {"format": "csv", "files": {"ids": ")" + file + R"(", "y": ")" + file + R"("},
+                "columns": {"ids": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
+                "batch_size": 16, "epochs": 40},
+      "seed": 5
+    })";
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CsvEmbedding, EveryOptimizerFitsTheTableWithSparseUpdates) {
+  for (const char* opt : {R"({"type": "sgd", "learning_rate": 2})",
+                          R"({"type": "momentum", "learning_rate": 0.5, "momentum": 0.5})",
+                          R"({"type": "adam", "learning_rate": 0.1})",
+                          R"({"type": "adagrad", "learning_rate": 1})",
+                          R"({"type": "rmsprop", "learning_rate": 0.05})",
+                          R"({"type": "sgd", "learning_rate": 2, "clip_global_norm": 1.0})"}) {
+    auto job = MakeJob(JobJson(opt), dir_.string());
+    ASSERT_NE(job, nullptr) << opt;
+    double last = 0;
+    for (;;) {
+      StatusOr<StepResult> r = job->Step();
+      ASSERT_TRUE(r.ok()) << opt << ": " << r.status().ToString();
+      last = r->loss;
+      if (r->done) break;
+    }
+    EXPECT_LT(last, 1e-3) << opt;
+    std::vector<Tensor> out;
+    ASSERT_TRUE(job->train_session()->Run({}, {"table"}, {}, &out).ok());
+    const float* t = out[0].data<float>();
+    for (int id = 0; id < 40; ++id) EXPECT_NEAR(t[id], Target(id), 0.05) << opt << " id " << id;
+    for (int id = 40; id < 50; ++id) EXPECT_EQ(t[id], 0.25f) << opt << ": unused row moved";
+  }
+}
+
+TEST_F(CsvEmbedding, AnIdOutsideTheTableFailsTheStepNamingTheNodeAndTheIndex) {
+  auto job = MakeJob(JobJson(R"({"type": "adam", "learning_rate": 0.1})", "bad.csv"),
+                     dir_.string());
+  ASSERT_NE(job, nullptr);
+  std::vector<Tensor> before;
+  ASSERT_TRUE(job->train_session()->Run({}, {"table"}, {}, &before).ok());
+  StatusOr<StepResult> r = job->Step();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  EXPECT_EQ(r.status().node(), "rows") << r.status().ToString();
+  EXPECT_NE(r.status().message().find("= 77 is not in [0, 50)"), std::string::npos)
+      << r.status().ToString();
+  std::vector<Tensor> after;
+  ASSERT_TRUE(job->train_session()->Run({}, {"table"}, {}, &after).ok());
+  EXPECT_TRUE(TensorsEqual(before[0], after[0])) << "nothing written";
+}
+
 // A short Fashion-MNIST run on a subset: the loss must fall and accuracy rise
 // far above chance (0.1); broken gradients cannot do that.
 TEST(FashionMnist, ShortTrainingLearns) {

@@ -65,12 +65,19 @@ TEST(MemoryLimit, VariablesHoldTheirBuffersOnTheirDevice) {
     ASSERT_TRUE(s->Run({}, {}, {"assign"}, &out).ok());
     EXPECT_EQ(pool->default_device()->allocator()->Stats().bytes_in_use, int64_t(4) << 20)
         << "the variable's 4 MiB, not 0";
-    // 12 MiB of Fill and 12 MiB more for w's copy: over the 16 MiB.
-    Status st = s->Run({}, {}, {"assign_w"}, &out);
+    // Fetching the Fill keeps its tensor referenced, so Assign copies it:
+    // 12 MiB of Fill and 12 MiB more for w's copy, over the 16 MiB.
+    Status st = s->Run({}, {"fill_w"}, {"assign_w"}, &out);
     ASSERT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
     EXPECT_EQ(st.node(), "assign_w") << st.ToString();
     EXPECT_NE(st.message().find("12582912 bytes"), std::string::npos) << st.ToString();
     EXPECT_EQ(pool->default_device()->allocator()->Stats().bytes_in_use, int64_t(4) << 20);
+    // Not fetched, the Fill's output is Assign's alone and becomes w's
+    // buffer (Variable::AssignTakingBuffer): 4 + 12 MiB fit.
+    out.clear();
+    st = s->Run({}, {}, {"assign_w"}, &out);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(pool->default_device()->allocator()->Stats().bytes_in_use, int64_t(16) << 20);
   }
   EXPECT_EQ(pool->default_device()->allocator()->Stats().bytes_in_use, 0) << "freed with the session";
 }

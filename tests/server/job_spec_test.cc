@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "jobs/training_job.h"
@@ -97,6 +98,51 @@ TEST(JobSpec, OptimizerDefaultsAreTheSameFromCppAndJson) {
   StatusOr<JobSpec> set = ParseJobSpec(Job(R"("type": "sgd")", R"("type": "adagrad", "epsilon": 0.001)"));
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   EXPECT_EQ(EffectiveEpsilon(set->optimizer), 0.001);
+}
+
+// An embedding lookup's sparse gradient goes to SparseApplyAdam unless the
+// job sets "sparse_updates": false (then densified into ApplyAdam).
+TEST(JobSpec, SparseUpdatesOfAnEmbedding) {
+  const std::string embedding = R"({
+    "name": "emb",
+    "graph": {"nodes": [
+      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 4]}},
+      {"name": "table", "op": "Variable",
+       "attrs": {"dtype": "float32", "shape": [1000, 4], "init": "uniform"}},
+      {"name": "rows", "op": "Gather", "inputs": ["table", "ids"]},
+      {"name": "d", "op": "Sub", "inputs": ["rows", "y"]},
+      {"name": "sq", "op": "Square", "inputs": ["d"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "adam", "learning_rate": 0.1OPTIONS},
+    "input": {"format": "csv", "files": {"ids": "t.csv", "y": "t.csv"},
+              "columns": {"ids": [0], "y": [1, 2, 3, 4]}, "batch_size": 4}
+  })";
+  auto ops_of = [&](const std::string& options) {
+    std::string j = embedding;
+    j.replace(j.find("OPTIONS"), 7, options);
+    StatusOr<JobSpec> spec = ParseJobSpec(j);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    std::multiset<std::string> ops;
+    if (!spec.ok()) return ops;
+    StatusOr<TrainingGraph> g = BuildTrainingGraph(*spec);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    if (!g.ok()) return ops;
+    for (const NodeDef& n : g->graph.nodes) ops.insert(n.op);
+    return ops;
+  };
+  std::multiset<std::string> sparse = ops_of("");
+  EXPECT_EQ(sparse.count("SparseApplyAdam"), 1u);
+  EXPECT_EQ(sparse.count("ApplyAdam"), 0u);
+  EXPECT_EQ(sparse.count("UnsortedSegmentSum"), 0u) << "nothing densified";
+  std::multiset<std::string> dense = ops_of(R"(, "sparse_updates": false)");
+  EXPECT_EQ(dense.count("SparseApplyAdam"), 0u);
+  EXPECT_EQ(dense.count("ApplyAdam"), 1u);
+  ExpectPathError(Job("\"learning_rate\": 0.1", "\"learning_rate\": 0.1, \"sparse_updates\": 1"),
+                  "optimizer.sparse_updates");
 }
 
 TEST(JobSpec, ErrorsNameTheJsonPath) {
