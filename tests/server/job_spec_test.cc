@@ -72,6 +72,28 @@ TEST(JobSpec, ParsesTheExampleJobs) {
   }
 }
 
+// The recommender example: its ids come from CSV columns as int32, and both
+// embedding tables are updated sparsely (lazy Adam), nothing densified.
+TEST(JobSpec, RecommenderExampleUpdatesItsTablesSparsely) {
+  StatusOr<JobSpec> j = ParseJobSpec(ExampleJob("recommender.json"));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->input.format, "csv");
+  for (const char* c : {"user", "item", "y"}) {
+    ASSERT_EQ(j->input.columns.count(c), 1u) << c;
+    EXPECT_EQ(j->input.columns.at(c).dtype, "int32") << c;
+  }
+  ASSERT_TRUE(j->eval.has_value());
+  EXPECT_EQ(j->eval->files.at("user"), "clicks/test.csv");
+  EXPECT_EQ(j->eval->columns.at("user").dtype, "int32") << "eval inherits the columns";
+  StatusOr<TrainingGraph> g = BuildTrainingGraph(*j);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::multiset<std::string> ops;
+  for (const NodeDef& n : g->graph.nodes) ops.insert(n.op);
+  EXPECT_EQ(ops.count("SparseApplyAdam"), 2u);
+  EXPECT_EQ(ops.count("ApplyAdam"), 4u) << "the MLP's weights and biases";
+  EXPECT_EQ(ops.count("UnsortedSegmentSum"), 0u) << "nothing densified";
+}
+
 // One default per optimizer kind, the same from C++ (OptimizerOptions) and
 // from a JSON job (once, AdaGrad's epsilon was 1e-8 from C++ and 1e-7
 // from JSON; RMSProp's momentum 0.9 and 0).
