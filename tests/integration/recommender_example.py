@@ -4,7 +4,11 @@ writes a small click dataset into a temporary data root (same seed twice:
 the same bytes), and `flowstate train examples/jobs/recommender.json`, cut
 to fewer epochs, learns the planted user/item groups: test accuracy well
 above chance (0.5) and the majority class, within reach of the Bayes rate
-the generator prints.
+the generator prints. Then the same job as 2 replicas on a cluster of two
+processes on loopback (`flowstate serve` as task 0, `flowstate worker` as
+task 1, each with its own copy of the data under its own data root),
+submitted with POST /v1/jobs: placed one replica per task, it trains to
+the end and reaches the same bar.
 
   tests/integration/recommender_example.py --flowstate build/flowstate --source .
 """
@@ -12,9 +16,69 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_failover import free_ports, print_logs, request, stop_processes  # noqa: E402
+
+
+def train_on_cluster(flowstate, root, job, failures):
+    """Runs `job` with 2 replicas on a serve + worker cluster; appends failures."""
+    http, g0, g1 = free_ports(3)
+    spec = json.dumps({"worker": ["127.0.0.1:%d" % g0, "127.0.0.1:%d" % g1]})
+    api = "http://127.0.0.1:%d" % http
+    shutil.copytree(os.path.join(root, "clicks"), os.path.join(root, "dr1", "clicks"))
+    procs = []
+    try:
+        for i, g in enumerate([g0, g1]):
+            log = open(os.path.join(root, "task-%d.log" % i), "ab")
+            if i == 0:
+                cmd = [flowstate, "serve", "--http", "127.0.0.1:%d" % http,
+                       "--data-dir", os.path.join(root, "data"), "--data-root", root]
+            else:
+                cmd = [flowstate, "worker", "--data-root", os.path.join(root, "dr1")]
+            cmd += ["--grpc", "127.0.0.1:%d" % g, "--cluster", spec, "--task", "worker:%d" % i]
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
+        deadline, up = time.monotonic() + 30, False
+        while not up and time.monotonic() < deadline:
+            try:
+                tasks = request("GET", api + "/v1/cluster", timeout=5)[1]["tasks"]
+                up = len(tasks) == 2 and all(t["state"] == "UP" for t in tasks)
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.1)
+        if not up:
+            failures.append("the two tasks were not UP within 30 s")
+            return
+        # No "devices": the replicas go one per task.
+        job = {k: v for k, v in job.items() if k != "devices"}
+        job["replicas"] = 2
+        code, sub = request("POST", api + "/v1/jobs", job)
+        if code != 201:
+            failures.append("POST /v1/jobs with 2 replicas: %d %s" % (code, json.dumps(sub)[:300]))
+            return
+        placed = [p.get("device") for p in sub.get("placement", [])]
+        if placed != ["/job:worker/task:0", "/job:worker/task:1"]:
+            failures.append("the replicas are not one per task: %s" % placed)
+        deadline, j = time.monotonic() + 180, {}
+        while time.monotonic() < deadline:
+            j = request("GET", api + "/v1/jobs/" + sub.get("job_id", ""))[1]
+            if j.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                break
+            time.sleep(0.2)
+        acc = j.get("metrics", {}).get("accuracy")
+        print("2 replicas on 2 tasks: %s, test accuracy %s" % (j.get("state"), acc))
+        if j.get("state") != "SUCCEEDED":
+            failures.append("the cluster job ended %s: %s" % (j.get("state"), j.get("error")))
+        elif acc is None or acc < 0.75:
+            failures.append("cluster test accuracy %s, expected >= 0.75" % acc)
+    finally:
+        stop_processes(procs)
+        if failures:
+            print_logs(root, 2)
 
 
 def main():
@@ -62,6 +126,8 @@ def main():
             print("test accuracy %.4f (Bayes rate %.4f)" % (acc or 0.0, bayes))
             if acc is None or acc < 0.75:
                 failures.append("test accuracy %s, expected >= 0.75" % acc)
+
+        train_on_cluster(a.flowstate, root, job, failures)
 
     for f in failures:
         print("FAIL " + f)
