@@ -116,7 +116,8 @@ NodeDef* GradState::FindPending(const std::string& name) {
 namespace {
 
 // Sums the gradients reaching one tensor. Sparse ones stay sparse when all
-// are; a mix is densified.
+// are (their indices as int64, so that lookups with int32 and int64 ids
+// concatenate); a mix is densified.
 Gradient Aggregate(const Scope& s, std::vector<Gradient>& parts) {
   std::vector<Gradient*> live;
   for (Gradient& g : parts) {
@@ -129,7 +130,7 @@ Gradient Aggregate(const Scope& s, std::vector<Gradient>& parts) {
   if (all_sparse) {
     std::vector<Output> idx, vals;
     for (Gradient* g : live) {
-      idx.push_back(g->indices);
+      idx.push_back(ops::Cast(s, g->indices, DataType::kInt64));
       vals.push_back(g->values);
     }
     Gradient out;

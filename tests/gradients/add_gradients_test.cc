@@ -83,6 +83,29 @@ TEST(AddGradients, GatherGradientStaysSparse) {
   EXPECT_EQ(out[2].ElementAsDouble(0), 1000);
 }
 
+// Two lookups of one table, one with int32 ids and one with int64: the
+// gradient stays sparse (the indices concatenated as int64) and equals the
+// dense one, a duplicate row counted twice.
+TEST(AddGradients, LookupsWithInt32AndInt64IdsConcatenate) {
+  Scope root;
+  Output table = ops::Placeholder(root.WithOpName("table"), DataType::kFloat32, PartialShape({10, 2}));
+  Output a = ops::Gather(root, table, ops::Const(root, Tensor::FromVector<int32_t>({1, 4})));
+  Output b = ops::Gather(root, table, ops::Const(root, Tensor::FromVector<int64_t>({4, 9})));
+  Output l = ops::Add(root.WithOpName("l"), ops::Sum(root, a, std::vector<int32_t>{}),
+                      ops::Sum(root, b, std::vector<int32_t>{}));
+  std::vector<Gradient> g;
+  ASSERT_TRUE(AddGradients(root, l, {table}, &g).ok());
+  ASSERT_TRUE(g[0].is_sparse);
+  Tensor t(DataType::kFloat32, TensorShape({10, 2}));
+  auto out = RunGraph(root, {g[0].indices.name(), g[0].values.name()}, {{"table", t}});
+  ASSERT_EQ(out[0].dtype(), DataType::kInt64);
+  std::vector<double> rows(10, 0.0);
+  for (int64_t i = 0; i < out[0].num_elements(); ++i) {
+    rows[size_t(out[0].ElementAsDouble(i))] += out[1].ElementAsDouble(2 * i);
+  }
+  EXPECT_EQ(rows, (std::vector<double>{0, 1, 0, 0, 2, 0, 0, 0, 0, 1}));
+}
+
 TEST(AddGradients, MissingGradientNamesTheOp) {
   Scope root;
   Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, PartialShape({4}));
