@@ -373,7 +373,12 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
                            std::chrono::steady_clock::now() - start)
                            .count());
     state->calls.fetch_add(1);
+    // Every buffer a request holds is released before its `done` runs:
+    // `done` may drop the last reference to this ReplicaComm (its thread is
+    // then detached) and the task's devices, whose allocators the buffers
+    // came from, may go right after.
     if (!s.ok()) {
+      req.tensors.clear();
       req.done(s, {});
       continue;
     }
@@ -382,6 +387,7 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       double total = req.tensors.back().scalar<double>();
       req.tensors.pop_back();
       if (total <= 0) {
+        req.tensors.clear();
         req.done(Internal("all-reduce: no replica contributed examples to this step"), {});
         continue;
       }
@@ -392,7 +398,9 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       if (among) Forward(state.get(), decision->members, req.tensors, tag);
     }
     if (req.fused != nullptr) {
-      req.done(Status(), req.fused->Split(req.tensors.front()));
+      std::vector<Tensor> views = req.fused->Split(req.tensors.front());
+      req.tensors.clear();  // the views hold the buffer
+      req.done(Status(), std::move(views));
       continue;
     }
     req.done(Status(), std::move(req.tensors));
