@@ -96,10 +96,28 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
 
   ::grpc::ServerUnaryReactor* Set(::grpc::CallbackServerContext* ctx,
                                   const wpb::StoreSetRequest* req,
-                                  wpb::StoreSetResponse*) override {
+                                  wpb::StoreSetResponse* resp) override {
     auto* r = ctx->DefaultReactor();
     std::vector<Answer> answers;
-    ::grpc::Status s = DoSet(req->prefix(), req->key(), req->value(), &answers);
+    ::grpc::Status s;
+    {
+      MutexLock l(mu_);
+      auto it = prefixes_.find(req->prefix());
+      const std::string* held = nullptr;
+      if (req->if_absent() && it != prefixes_.end()) {
+        auto k = it->second.kv.find(req->key());
+        if (k != it->second.kv.end()) held = &k->second;
+      }
+      if (held != nullptr) {
+        resp->set_value(*held);  // the first writer's
+      } else {
+        s = DoSetLocked(req->prefix(), req->key(), req->value(), &answers);
+        if (s.ok()) {
+          resp->set_value(req->value());
+          resp->set_set(true);
+        }
+      }
+    }
     Send(answers);
     r->Finish(s);
     return r;
@@ -136,12 +154,6 @@ class CollectiveStoreService::Impl final : public wpb::CollectiveStore::Callback
     Send(answers);
     r->Finish(s);
     return r;
-  }
-
-  ::grpc::Status DoSet(const std::string& prefix, const std::string& key, const std::string& value,
-                       std::vector<Answer>* answers) {
-    MutexLock l(mu_);
-    return DoSetLocked(prefix, key, value, answers);
   }
 
   ::grpc::Status DoSetLocked(const std::string& prefix, const std::string& key,
@@ -473,6 +485,22 @@ Status CollectiveStoreClient::Set(const std::string& prefix, const std::string& 
   req.set_value(value);
   wpb::StoreSetResponse resp;
   return impl_->Convert(impl_->stub_->Set(&ctx, req, &resp), "set " + key);
+}
+
+StatusOr<CollectiveStoreClient::Claim> CollectiveStoreClient::SetIfAbsent(
+    const std::string& prefix, const std::string& key, const std::string& value,
+    Deadline deadline) {
+  ::grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, deadline);
+  wpb::StoreSetRequest req;
+  req.set_prefix(prefix);
+  req.set_key(key);
+  req.set_value(value);
+  req.set_if_absent(true);
+  wpb::StoreSetResponse resp;
+  Status s = impl_->Convert(impl_->stub_->Set(&ctx, req, &resp), "set " + key + " if absent");
+  if (!s.ok()) return s;
+  return Claim{resp.value(), resp.set()};
 }
 
 StatusOr<std::string> CollectiveStoreClient::Get(const std::string& prefix, const std::string& key,

@@ -1,8 +1,10 @@
 // The collective store: the rendezvous of collective groups (api/worker.proto,
-// service CollectiveStore: Set, Get, Wait, Add, DropPrefix), through which
-// the ranks of a Gloo group publish their transport addresses and their
-// failure records (distributed/gloo_collective.h), and the replicas of a job
-// with backup replicas race for each step's places (store_step_race.h).
+// service CollectiveStore: Set (or set if absent), Get, Wait, Add,
+// DropPrefix), through which the ranks of a Gloo group publish their
+// transport addresses and their failure records
+// (distributed/gloo_collective.h), and the replicas of a job with backup
+// replicas race for each step's places and settle its outcome
+// (store_step_race.h).
 //
 // CollectiveStoreService is the server side. It holds keys per prefix (one
 // prefix per membership of a job) in memory, bounded: at most
@@ -88,6 +90,15 @@ class CollectiveStoreClient {
 
   Status Set(const std::string& prefix, const std::string& key, const std::string& value,
              Deadline deadline);
+  // Sets the key unless it is set already: the first writer wins. Answers
+  // the value the key holds (the first writer's) and whether this call set
+  // it.
+  struct Claim {
+    std::string value;
+    bool set = false;
+  };
+  StatusOr<Claim> SetIfAbsent(const std::string& prefix, const std::string& key,
+                              const std::string& value, Deadline deadline);
   // NOT_FOUND unless the key is set.
   StatusOr<std::string> Get(const std::string& prefix, const std::string& key, Deadline deadline);
   // OK once every key is set; DEADLINE_EXCEEDED at `deadline`, with the keys

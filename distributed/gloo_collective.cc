@@ -71,6 +71,11 @@ GlooCollective::Impl::~Impl() {
   }
   watch_cv_.NotifyAll();
   if (watchdog_.joinable()) watchdog_.join();
+  std::vector<Parked> parked;  // their buffers unregister themselves (mu_)
+  {
+    MutexLock l(mu_);
+    parked.swap(parked_);
+  }
 }
 
 Status GlooCollective::Impl::Connect(Clock::time_point deadline) {
@@ -206,9 +211,46 @@ void GlooCollective::Impl::Abort(const Status& status, const std::vector<int>& f
   // Gloo does not signal every pending operation when a connection fails
   // (a send it queued after a failed write): wake the round's waits here.
   MutexLock l(mu_);
-  for (::gloo::transport::UnboundBuffer* b : live_) {
+  for (const auto& [b, tag] : live_) {
     b->abortWaitSend();
     b->abortWaitRecv();
+  }
+}
+
+void GlooCollective::Impl::Abandon(uint32_t tag) {
+  MutexLock l(mu_);
+  if (!abandoned_.insert(tag).second) return;
+  if (abandoned_.size() > 4096) abandoned_.erase(abandoned_.begin());
+  for (const auto& [b, t] : live_) {
+    if (t != int64_t(tag)) continue;
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
+}
+
+void GlooCollective::Impl::Await(LiveBuffer& b, bool recv, Clock::time_point deadline,
+                                 int64_t tag) {
+  for (;;) {
+    if (recv ? b->waitRecv(nullptr, Left(deadline)) : b->waitSend(nullptr, Left(deadline))) return;
+    if (tag < 0) throw ::gloo::IoException("aborted");
+    MutexLock l(mu_);
+    if (!broken_.ok()) throw ::gloo::IoException("aborted");
+    if (abandoned_.count(uint32_t(tag))) throw Abandoned{};
+    // Woken for nothing of ours: wait on.
+  }
+}
+
+void GlooCollective::Impl::Park(Parked parked) {
+  size_t n = 0;
+  {
+    MutexLock l(mu_);
+    parked_.push_back(std::move(parked));
+    n = parked_.size();
+  }
+  if (n > kMaxParked) {
+    Abort(Unavailable("collective " + prefix_ + ": " + std::to_string(n) +
+                      " abandoned rounds hold buffers (at most " + std::to_string(kMaxParked) +
+                      "); the group must be rebuilt"));
   }
 }
 
@@ -236,18 +278,18 @@ void GlooCollective::Impl::CloseGroup() {
   }
 }
 
-void GlooCollective::Impl::AddLive(::gloo::transport::UnboundBuffer* b) {
+void GlooCollective::Impl::AddLive(::gloo::transport::UnboundBuffer* b, int64_t tag) {
   MutexLock l(mu_);
-  live_.insert(b);
-  if (!broken_.ok()) {
+  live_[b] = tag;
+  if (!broken_.ok() || (tag >= 0 && abandoned_.count(uint32_t(tag)))) {
     b->abortWaitSend();
     b->abortWaitRecv();
   }
 }
 
-GlooCollective::Impl::LiveBuffer::LiveBuffer(Impl* impl, void* ptr, size_t bytes)
+GlooCollective::Impl::LiveBuffer::LiveBuffer(Impl* impl, void* ptr, size_t bytes, int64_t tag)
     : impl(impl), buf(impl->ctx_->createUnboundBuffer(ptr, bytes)) {
-  impl->AddLive(buf.get());
+  impl->AddLive(buf.get(), tag);
 }
 
 GlooCollective::Impl::LiveBuffer::~LiveBuffer() { impl->RemoveLive(buf.get()); }
@@ -662,6 +704,8 @@ Status GlooCollective::Recv(std::vector<Tensor>* tensors, int from, uint32_t tag
                             Deadline deadline) {
   return impl_->Recv(tensors, from, tag, deadline);
 }
+
+void GlooCollective::Abandon(uint32_t tag) { impl_->Abandon(tag); }
 
 void RegisterGlooCollectiveFactory() {
   RegisterStoreStepRaceFactory();  // backup replicas of gloo groups race in their store

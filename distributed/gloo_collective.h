@@ -61,9 +61,18 @@
 // reduced while the next arrives. Owning the round's buffers lets Abort
 // wake every wait of the round, which Gloo's own allreduce cannot offer.
 //
+// Subgroup rounds and receives can be given up (Abandon, from any thread:
+// what backup replicas do with a step whose contributor stalls): the call
+// returns ABORTED and the group goes on. Those calls therefore reduce and
+// receive in buffers of the collective's (one copy in, none out), and an
+// abandoned call's buffers stay registered with Gloo, parked, until the
+// group goes (a late peer may still write into them); a group with more
+// than 64 parked calls fails, and the job rebuilds it. Tags are never
+// reused, so late data cannot meet a later call.
+//
 // Thread safety: AllReduce, AllReduceAmong and Recv are called by one
-// thread at a time; Send (on another thread), Abort and the accessors from
-// any thread. Abort closes the group's connections and wakes
+// thread at a time; Send (on another thread), Abandon, Abort and the
+// accessors from any thread. Abort closes the group's connections and wakes
 // every wait of the round in progress at once. A watchdog thread per group
 // (GlooCollectiveOptions::failure_poll) aborts a long round when a peer's
 // failure record appears. The destructor aborts and joins the watchdog (if
@@ -129,6 +138,7 @@ class GlooCollective final : public Collective {
                         uint32_t tag, Deadline deadline) override;
   Status Send(const std::vector<Tensor>& tensors, int to, uint32_t tag, Deadline deadline) override;
   Status Recv(std::vector<Tensor>* tensors, int from, uint32_t tag, Deadline deadline) override;
+  void Abandon(uint32_t tag) override;
 
   const std::string& prefix() const;
   // The ranks the group's failure blames (gone, unreachable or late); empty

@@ -54,6 +54,8 @@ class GlooCollective::Impl {
   // The dtypes a round reduces, one ring each, in this order.
   static constexpr DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64,
                                          DataType::kInt32, DataType::kInt64};
+  // What a wait of an abandoned round throws (Abandon): not a failure.
+  struct Abandoned {};
   // What a round threw: a timeout of ours or a failed connection.
   struct RoundError {
     bool timeout = false;
@@ -100,16 +102,18 @@ class GlooCollective::Impl {
   Status PeerFailure(std::vector<int>* failed);
 
   // The unbound buffers of the round in progress, registered for as long as
-  // they live: Abort wakes their waits. REQUIRES (remove): before the
-  // buffer is destroyed.
-  void AddLive(::gloo::transport::UnboundBuffer* b);
+  // they live, with the tag that abandons them (-1: none): Abort wakes their
+  // waits, Abandon those of its tag. REQUIRES (remove): before the buffer is
+  // destroyed.
+  void AddLive(::gloo::transport::UnboundBuffer* b, int64_t tag);
   void RemoveLive(::gloo::transport::UnboundBuffer* b) {
     MutexLock l(mu_);
     live_.erase(b);
   }
-  // An unbound buffer of this round over [ptr, ptr + bytes), live while it is.
+  // An unbound buffer of this round over [ptr, ptr + bytes), live while it
+  // is; `tag` >= 0: Abandon(tag) wakes its waits.
   struct LiveBuffer {
-    LiveBuffer(Impl* impl, void* ptr, size_t bytes);
+    LiveBuffer(Impl* impl, void* ptr, size_t bytes, int64_t tag = -1);
     ~LiveBuffer();
     LiveBuffer(const LiveBuffer&) = delete;
     LiveBuffer& operator=(const LiveBuffer&) = delete;
@@ -174,10 +178,14 @@ class GlooCollective::Impl {
   // dtype's only tensor is reduced in its own buffer when nobody else holds
   // it; the other tensors are left untouched, and Commit moves the results
   // into them.
+  // `in_place` false: every dtype is reduced in a buffer of the
+  // collective's (a subgroup round, which may be abandoned and parked).
   void Reduce(const std::vector<Tensor>& tensors, ReduceOp op, Clock::time_point deadline,
               uint64_t base, std::vector<Reduced>* out,
-              const std::vector<int>* members = nullptr);
-  void Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced);
+              const std::vector<int>* members = nullptr, bool in_place = true);
+  // `recycle` false: a tensor replaced by its result is dropped, not kept
+  // as scratch (it may come from a device's allocator).
+  void Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced, bool recycle = true);
   // Takes part in a ring over buffers of `totals` elements per dtype with
   // zeros, and drops the result: what a rank whose call differs does in a
   // round others started speculatively, so that theirs ends.
@@ -196,6 +204,27 @@ class GlooCollective::Impl {
                         uint32_t tag, Clock::time_point deadline);
   Status Send(const std::vector<Tensor>& tensors, int to, uint32_t tag, Clock::time_point deadline);
   Status Recv(std::vector<Tensor>* tensors, int from, uint32_t tag, Clock::time_point deadline);
+  // Gives up the calls of `tag` (gloo_collective.h).
+  void Abandon(uint32_t tag);
+  bool IsAbandoned(uint32_t tag) const;
+  // What an abandoned call returns: ABORTED naming it.
+  Status AbandonedStatus(const char* what, uint32_t tag) const;
+  // Waits for a receive (or send) of `b` to complete. A wait that is woken
+  // throws: Abandoned when `tag` >= 0 was abandoned, else the group's
+  // failure (gloo::IoException).
+  void Await(LiveBuffer& b, bool recv, Clock::time_point deadline, int64_t tag);
+  // What an abandoned call had posted (Gloo may still write into it, or
+  // read from it, when a late peer comes): kept until the group goes. The
+  // buffers go before the memory they cover.
+  struct Parked {
+    std::vector<Tensor> tensors;
+    std::vector<char> bytes;
+    std::vector<std::unique_ptr<LiveBuffer>> buffers;
+  };
+  // At most this many abandoned calls are parked; the next fails the group
+  // (the job rebuilds it, which frees them).
+  static constexpr size_t kMaxParked = 64;
+  void Park(Parked parked);
   // Marks a round in progress for the watchdog while it lives.
   struct ActiveRound {
     ActiveRound(Impl* self, int64_t round);
@@ -230,13 +259,19 @@ class GlooCollective::Impl {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool signalled_ ABSL_GUARDED_BY(mu_) = false;    // CloseGroup closed the connections
   CondVar signalled_cv_;
-  std::set<::gloo::transport::UnboundBuffer*> live_ ABSL_GUARDED_BY(mu_);  // the round's buffers
+  // The live buffers and the tags that abandon them.
+  std::map<::gloo::transport::UnboundBuffer*, int64_t> live_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> abandoned_ ABSL_GUARDED_BY(mu_);  // tags (the most recent 4096)
   bool round_active_ ABSL_GUARDED_BY(mu_) = false;  // a round is in progress
   int64_t active_round_ ABSL_GUARDED_BY(mu_) = -1;  // its number
   bool stop_watch_ ABSL_GUARDED_BY(mu_) = false;
   CondVar watch_cv_;  // round_active_, active_round_, stop_watch_, broken_
   std::thread watchdog_;       // Watch(); started by Connect (groups of more than one)
   std::vector<char> ring_tmp_;  // Ring's receive segments; the caller's thread only
+  // The tag of the AllReduceAmong in progress (-1: none); the caller's thread only.
+  int64_t among_tag_ = -1;
+  // Last: destroyed first, while the context and mu_ still are.
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace flowstate

@@ -81,50 +81,60 @@ void GlooCollective::Impl::RingSum(void* data, size_t n, size_t elem,
   const size_t seg = std::max<size_t>(1, (widest + segments - 1) / segments);
   const int right = rank_at((me + 1) % p), left = rank_at((me + p - 1) % p);
   const uint64_t slot = ::gloo::Slot::build(members != nullptr ? kAmongSlot : kRingSlot, tag);
+  // A subgroup round may be abandoned (its caller's tag).
+  const int64_t abandon_tag = members != nullptr ? among_tag_ : -1;
   char* base = static_cast<char*>(data);
   if (ring_tmp_.size() < widest * elem) ring_tmp_.resize(widest * elem);
-  LiveBuffer out(this, data, n * elem);
-  LiveBuffer tmp(this, ring_tmp_.data(), widest * elem);
-  auto wait_recv = [&](LiveBuffer& b) {
-    if (!b->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
-  };
-  auto wait_send = [&](LiveBuffer& b) {
-    if (!b->waitSend(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
-  };
+  auto out = std::make_unique<LiveBuffer>(this, data, n * elem, abandon_tag);
+  auto tmp = std::make_unique<LiveBuffer>(this, ring_tmp_.data(), widest * elem, abandon_tag);
+  auto wait_recv = [&](LiveBuffer& b) { Await(b, true, deadline, abandon_tag); };
+  auto wait_send = [&](LiveBuffer& b) { Await(b, false, deadline, abandon_tag); };
   // Posts the sends of chunk `c` to the right; returns how many.
   auto send_chunk = [&](int c) {
     const auto [lo, hi] = chunk(c);
     int k = 0;
-    for (size_t at = lo; at < hi; at += seg, ++k) out->send(right, slot, at * elem, std::min(seg, hi - at) * elem);
+    for (size_t at = lo; at < hi; at += seg, ++k) (*out)->send(right, slot, at * elem, std::min(seg, hi - at) * elem);
     return k;
   };
-  // Reduce-scatter: after step s rank r holds chunk r - s - 1 summed over
-  // s + 2 ranks; at the end chunk r + 1 over all of them.
-  for (int s = 0; s < p - 1; ++s) {
-    const auto [lo, hi] = chunk(me - s - 1);
-    for (size_t at = lo; at < hi; at += seg) tmp->recv(left, slot, (at - lo) * elem, std::min(seg, hi - at) * elem);
-    const int sends = send_chunk(me - s);
-    for (size_t at = lo; at < hi; at += seg) {
-      wait_recv(tmp);  // segments arrive in order (one connection, one slot)
-      const size_t len = std::min(seg, hi - at);
-      sum(base + at * elem, base + at * elem, ring_tmp_.data() + (at - lo) * elem, len);
+  try {
+    // Reduce-scatter: after step s rank r holds chunk r - s - 1 summed over
+    // s + 2 ranks; at the end chunk r + 1 over all of them.
+    for (int s = 0; s < p - 1; ++s) {
+      const auto [lo, hi] = chunk(me - s - 1);
+      for (size_t at = lo; at < hi; at += seg) (*tmp)->recv(left, slot, (at - lo) * elem, std::min(seg, hi - at) * elem);
+      const int sends = send_chunk(me - s);
+      for (size_t at = lo; at < hi; at += seg) {
+        wait_recv(*tmp);  // segments arrive in order (one connection, one slot)
+        const size_t len = std::min(seg, hi - at);
+        sum(base + at * elem, base + at * elem, ring_tmp_.data() + (at - lo) * elem, len);
+      }
+      for (int k = 0; k < sends; ++k) wait_send(*out);
     }
-    for (int k = 0; k < sends; ++k) wait_send(out);
-  }
-  // Allgather: the summed chunks go round, received in place.
-  for (int s = 0; s < p - 1; ++s) {
-    const auto [lo, hi] = chunk(me - s);
-    int recvs = 0;
-    for (size_t at = lo; at < hi; at += seg, ++recvs) out->recv(left, slot, at * elem, std::min(seg, hi - at) * elem);
-    const int sends = send_chunk(me + 1 - s);
-    for (int k = 0; k < recvs; ++k) wait_recv(out);
-    for (int k = 0; k < sends; ++k) wait_send(out);
+    // Allgather: the summed chunks go round, received in place.
+    for (int s = 0; s < p - 1; ++s) {
+      const auto [lo, hi] = chunk(me - s);
+      int recvs = 0;
+      for (size_t at = lo; at < hi; at += seg, ++recvs) (*out)->recv(left, slot, at * elem, std::min(seg, hi - at) * elem);
+      const int sends = send_chunk(me + 1 - s);
+      for (int k = 0; k < recvs; ++k) wait_recv(*out);
+      for (int k = 0; k < sends; ++k) wait_send(*out);
+    }
+  } catch (const Abandoned&) {
+    // A late peer may still reach these buffers (the caller parks `data`).
+    Parked parked;
+    parked.bytes = std::move(ring_tmp_);
+    ring_tmp_ = std::vector<char>();
+    parked.buffers.push_back(std::move(out));
+    parked.buffers.push_back(std::move(tmp));
+    Park(std::move(parked));
+    throw;
   }
 }
 
 void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp op,
                                   Clock::time_point deadline, uint64_t base,
-                                  std::vector<Reduced>* out, const std::vector<int>* members) {
+                                  std::vector<Reduced>* out, const std::vector<int>* members,
+                                  bool in_place) {
   out->clear();
   for (int d = 0; d < 4; ++d) {
     const DataType dtype = kDtypes[d];
@@ -139,7 +149,7 @@ void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp o
     if (total == 0) continue;
     const bool single = r.idx.size() == 1;
     const Tensor& first = tensors[r.idx[0]];
-    r.in_place = single && first.RefCountIsOne();
+    r.in_place = in_place && single && first.RefCountIsOne();
     r.out = r.in_place ? first
             : single   ? Scratch(dtype, first.shape())
                        : Scratch(dtype, TensorShape({total}));
@@ -150,19 +160,27 @@ void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp o
         at += tensors[i].TotalBytes();
       }
     }
-    Ring(dtype, single && !r.in_place ? first.raw_data() : nullptr, &r.out, op,
-         uint32_t(base + 2 + d), deadline, members);
+    try {
+      Ring(dtype, single && !r.in_place ? first.raw_data() : nullptr, &r.out, op,
+           uint32_t(base + 2 + d), deadline, members);
+    } catch (const Abandoned&) {
+      Parked parked;  // the ring's memory (never the caller's: not in place)
+      parked.tensors.push_back(std::move(r.out));
+      Park(std::move(parked));
+      throw;
+    }
     out->push_back(std::move(r));
   }
 }
 
-void GlooCollective::Impl::Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced) {
+void GlooCollective::Impl::Commit(std::vector<Tensor>* tensors, std::vector<Reduced>* reduced,
+                                  bool recycle) {
   for (Reduced& r : *reduced) {
     if (r.in_place) continue;  // the tensor holds the result
     if (r.idx.size() == 1) {
       Tensor old = std::move((*tensors)[r.idx[0]]);
       (*tensors)[r.idx[0]] = std::move(r.out);
-      Recycle(std::move(old));
+      if (recycle) Recycle(std::move(old));
       continue;
     }
     const char* at = static_cast<const char*>(r.out.raw_data());
@@ -223,16 +241,40 @@ Status GlooCollective::Impl::AllReduceAmong(std::vector<Tensor>* tensors,
                            ") and include this rank (" + std::to_string(rank_) + ")");
   }
   FS_RETURN_IF_ERROR(CheckDtypes(*tensors, "all-reduce among ranks"));
+  if (IsAbandoned(tag)) return AbandonedStatus("all-reduce among ranks", tag);
   ActiveRound active(this, -1 - int64_t(tag));  // the watchdog looks for failures meanwhile
   std::vector<Reduced> reduced;
+  among_tag_ = tag;
   try {
-    Reduce(*tensors, ReduceOp::kSum, deadline, uint64_t(tag) * 8, &reduced, &members);
+    // In buffers of the collective's: an abandoned round keeps them.
+    Reduce(*tensors, ReduceOp::kSum, deadline, uint64_t(tag) * 8, &reduced, &members,
+           /*in_place=*/false);
+  } catch (const Abandoned&) {
+    among_tag_ = -1;
+    for (Reduced& r : reduced) {  // dtypes done before: nobody writes there any more
+      Parked parked;
+      parked.tensors.push_back(std::move(r.out));
+      Park(std::move(parked));
+    }
+    return AbandonedStatus("all-reduce among ranks", tag);
   } catch (const std::exception& e) {
+    among_tag_ = -1;
     const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
     return Fail(int64_t(tag), {timeout, e.what()}, {});
   }
-  Commit(tensors, &reduced);
+  among_tag_ = -1;
+  Commit(tensors, &reduced, /*recycle=*/false);
   return Status();
+}
+
+bool GlooCollective::Impl::IsAbandoned(uint32_t tag) const {
+  MutexLock l(mu_);
+  return abandoned_.count(tag) > 0;
+}
+
+Status GlooCollective::Impl::AbandonedStatus(const char* what, uint32_t tag) const {
+  return Aborted(std::string(what) + " with tag " + std::to_string(tag) + " of " + prefix_ +
+                 " (rank " + std::to_string(rank_) + ") was abandoned");
 }
 
 Status GlooCollective::Impl::Send(const std::vector<Tensor>& tensors, int to, uint32_t tag,
@@ -276,22 +318,31 @@ Status GlooCollective::Impl::Recv(std::vector<Tensor>* tensors, int from, uint32
                            " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")");
   }
   FS_RETURN_IF_ERROR(CheckDtypes(*tensors, "receive"));
+  if (IsAbandoned(tag)) return AbandonedStatus("receive", tag);
   const uint64_t slot = ::gloo::Slot::build(kTransferSlot, tag);
+  // Into buffers of the collective's, which an abandoned receive keeps.
+  std::vector<Tensor> into;
+  into.reserve(tensors->size());
+  for (const Tensor& t : *tensors) into.emplace_back(t.dtype(), t.shape());
+  std::vector<std::unique_ptr<LiveBuffer>> posted;
   try {
-    std::vector<std::unique_ptr<LiveBuffer>> posted;
-    for (Tensor& t : *tensors) {
+    for (Tensor& t : into) {
       if (t.TotalBytes() == 0) continue;
-      if (!t.RefCountIsOne()) t = Tensor(t.dtype(), t.shape());  // never write a shared buffer
-      posted.push_back(std::make_unique<LiveBuffer>(this, t.raw_data(), t.TotalBytes()));
+      posted.push_back(std::make_unique<LiveBuffer>(this, t.raw_data(), t.TotalBytes(), int64_t(tag)));
       (*posted.back())->recv(from, slot);
     }
-    for (auto& b : posted) {
-      if (!(*b)->waitRecv(nullptr, Left(deadline))) throw ::gloo::IoException("aborted");
-    }
+    for (auto& b : posted) Await(*b, true, deadline, int64_t(tag));
+  } catch (const Abandoned&) {
+    Parked parked;
+    parked.tensors = std::move(into);
+    parked.buffers = std::move(posted);
+    Park(std::move(parked));
+    return AbandonedStatus("receive", tag);
   } catch (const std::exception& e) {
     const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
     return Fail(int64_t(tag), {timeout, e.what()}, timeout ? std::vector<int>{from} : std::vector<int>{});
   }
+  *tensors = std::move(into);
   return Status();
 }
 

@@ -97,6 +97,48 @@ StatusOr<bool> StoreStepRace::WaitDecidedWithout(int64_t step, int rank,
   return true;
 }
 
+namespace {
+
+constexpr const char* kDone = "done";
+constexpr const char* kAbandoned = "abandoned";
+
+StatusOr<StepRace::Outcome> ParseOutcome(const std::string& v) {
+  if (v == kDone) return StepRace::Outcome::kDone;
+  if (v == kAbandoned) return StepRace::Outcome::kAbandoned;
+  return Internal("the step's outcome in the store is neither done nor abandoned: \"" + v + "\"");
+}
+
+}  // namespace
+
+StatusOr<StepRace::Outcome> StoreStepRace::Settle(int64_t step, Outcome proposal,
+                                                  std::chrono::steady_clock::time_point deadline) {
+  auto failed = [&](const Status& s) {
+    return s.WithPrefix("backup replicas: settling step " + std::to_string(step));
+  };
+  StatusOr<CollectiveStoreClient::Claim> c = store_->SetIfAbsent(
+      StepPrefix(step), "outcome", proposal == Outcome::kDone ? kDone : kAbandoned, deadline);
+  if (!c.ok()) return failed(c.status());
+  StatusOr<Outcome> o = ParseOutcome(c->value);
+  if (!o.ok()) return failed(o.status());
+  return o;
+}
+
+StatusOr<StepRace::Outcome> StoreStepRace::OutcomeOf(int64_t step) {
+  StatusOr<std::string> v = store_->Get(StepPrefix(step), "outcome", Deadline());
+  if (v.status().code() == Code::kNotFound) return Outcome::kOpen;
+  if (!v.ok()) return v.status().WithPrefix("backup replicas, step " + std::to_string(step));
+  return ParseOutcome(*v);
+}
+
+Status StoreStepRace::RecordAbandoned(int64_t step, int rank) {
+  StatusOr<int64_t> n = store_->Add(prefix_, "dropped/" + std::to_string(rank), 1, Deadline());
+  if (!n.ok()) {
+    return n.status().WithPrefix("backup replicas: rank " + std::to_string(rank) + ", step " +
+                                 std::to_string(step));
+  }
+  return Status();
+}
+
 Status StoreStepRace::End(int64_t step) {
   return store_->DropPrefix(StepPrefix(step), Deadline());
 }

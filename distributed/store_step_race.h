@@ -7,6 +7,8 @@
 //                                      with examples, 2^(rank+32) without
 //                           decided    the contributors' bits, set by the
 //                                      one arrival that decides the step
+//                           outcome    "done" or "abandoned": the first
+//                                      proposal (Settle), set if absent
 //   "<prefix>/race"         dropped/<rank>  steps that rank was dropped from
 //
 // Each Add returns the arrivals so far, so exactly one rank sees the step
@@ -14,7 +16,8 @@
 // `contributors`, or (fewer ranks with examples: an epoch's last step) the
 // last of all `size` to arrive. It sets "decided"; the others wait for it
 // (a store Wait, bounded by the caller's deadline) and read it. So a rank
-// spends one round trip on a step it decides, three on the others. End
+// spends one round trip on a step it decides, three on the others; and a
+// contributor one more at the step's end, to settle its outcome. End
 // drops the step's prefix, once every rank is done with it. The store's
 // errors come back as Status naming the store. At most 31 ranks.
 //
@@ -45,6 +48,10 @@ class StoreStepRace final : public StepRace {
   StatusOr<bool> Decided(int64_t step) override;
   StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                     std::chrono::milliseconds delay) override;
+  StatusOr<Outcome> Settle(int64_t step, Outcome proposal,
+                           std::chrono::steady_clock::time_point deadline) override;
+  StatusOr<Outcome> OutcomeOf(int64_t step) override;
+  Status RecordAbandoned(int64_t step, int rank) override;
   Status End(int64_t step) override;
   StatusOr<std::vector<int64_t>> Dropped() override;
 

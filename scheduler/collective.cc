@@ -118,6 +118,8 @@ Status Collective::Recv(std::vector<Tensor>*, int, uint32_t, Deadline) {
   return Unimplemented("this collective has no transfers between two ranks");
 }
 
+void Collective::Abandon(uint32_t) {}  // no subgroup rounds to give up
+
 void InProcessCollective::Abort(const Status& status) {
   Group& g = *group_;
   MutexLock l(g.mu);

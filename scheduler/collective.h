@@ -96,6 +96,13 @@ class Collective {
   // Receives what rank `from` sent with `tag` into `tensors` (their own
   // buffers, which nobody else shares; the sizes the sender sent).
   virtual Status Recv(std::vector<Tensor>* tensors, int from, uint32_t tag, Deadline deadline);
+  // Gives up the subgroup round or receive of `tag` on this rank, whether it
+  // is in progress (another thread may call this) or comes later: it
+  // returns ABORTED at once with its tensors as they were, and the group
+  // stays usable for other tags. A peer may still be in that round; what
+  // this rank had posted for it stays with the collective until it is
+  // destroyed, so a late peer's data lands there and nowhere else.
+  virtual void Abandon(uint32_t tag);
 };
 
 // N participants in one process. Create() makes the whole group; rank i is
@@ -179,9 +186,27 @@ class StepRace {
   // without examples).
   virtual StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                             std::chrono::milliseconds delay) = 0;
+  // How a step whose reduction stalls ends the same way on every replica
+  // (a contributor stopped in the middle of it: across processes the
+  // contributors give the step up rather than wait for it). The first
+  // proposal for a step wins: kDone from a contributor whose reduction of
+  // the step's last bucket completed, kAbandoned from one that waited past
+  // its stall timeout. Every replica then applies the step's result
+  // (kDone) or a zero gradient (kAbandoned), so they stay identical.
+  enum class Outcome { kOpen, kDone, kAbandoned };
+  // Proposes `proposal` (kDone or kAbandoned) for `step`; returns the
+  // step's outcome (the first proposal's).
+  virtual StatusOr<Outcome> Settle(int64_t step, Outcome proposal,
+                                   std::chrono::steady_clock::time_point deadline) = 0;
+  // The step's outcome so far (kOpen: no proposal yet).
+  virtual StatusOr<Outcome> OutcomeOf(int64_t step) = 0;
+  // `rank` contributed to `step`, which was abandoned: it counts as
+  // dropped from it (Dropped). Once per rank and step.
+  virtual Status RecordAbandoned(int64_t step, int rank) = 0;
   // Every replica is done with `step`: its bookkeeping may go.
   virtual Status End(int64_t step) = 0;
-  // How many steps each replica was dropped from.
+  // How many steps each replica was dropped from (abandoned steps count
+  // for their contributors).
   virtual StatusOr<std::vector<int64_t>> Dropped() = 0;
 };
 

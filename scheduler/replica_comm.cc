@@ -5,6 +5,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "graph/mutex.h"
@@ -130,6 +131,26 @@ StatusOr<bool> LocalStepRace::WaitDecidedWithout(int64_t step, int rank,
   return true;
 }
 
+StatusOr<StepRace::Outcome> LocalStepRace::Settle(int64_t step, Outcome proposal,
+                                                  std::chrono::steady_clock::time_point) {
+  MutexLock l(mu_);
+  StepState& s = steps_[step];
+  if (s.outcome == Outcome::kOpen) s.outcome = proposal;
+  return s.outcome;
+}
+
+StatusOr<StepRace::Outcome> LocalStepRace::OutcomeOf(int64_t step) {
+  MutexLock l(mu_);
+  auto it = steps_.find(step);
+  return it == steps_.end() ? Outcome::kOpen : it->second.outcome;
+}
+
+Status LocalStepRace::RecordAbandoned(int64_t, int rank) {
+  MutexLock l(mu_);
+  ++dropped_[rank];
+  return Status();
+}
+
 Status LocalStepRace::End(int64_t step) {
   MutexLock l(mu_);
   steps_.erase(step);
@@ -163,6 +184,22 @@ struct ReplicaComm::State {
     uint32_t tag = 0;
   };
   std::deque<Forward> forwards ABSL_GUARDED_BY(mu);
+  // Backup replicas over subgroup rounds: the reduction or receive in
+  // progress, which the stall watch looks at (watch_cv: changes of it).
+  struct Call {
+    uint64_t seq = 0;  // calls begun
+    bool active = false;
+    int64_t step = 0;
+    bool member = false;  // a reduction (else a receive)
+    std::chrono::steady_clock::time_point since;
+  };
+  Call call ABSL_GUARDED_BY(mu);
+  CondVar watch_cv;
+  int64_t abandoned_through ABSL_GUARDED_BY(mu) = -1;  // the last step known abandoned
+  // The stall timeout (Options::min_stall, or 4x the median recent step
+  // period), in microseconds; 0 until a few steps have been timed.
+  std::atomic<int64_t> stall_us{0};
+  std::atomic<int64_t> abandoned{0};
 };
 
 ReplicaComm::ReplicaComm(Options options)
@@ -170,6 +207,7 @@ ReplicaComm::ReplicaComm(Options options)
   thread_ = std::thread([state = state_] { Loop(state); });
   if (options_.race != nullptr && options_.collective->supports_subgroups()) {
     forward_thread_ = std::thread([state = state_] { ForwardLoop(state); });
+    stall_thread_ = std::thread([state = state_] { StallWatch(state); });
   }
 }
 
@@ -180,9 +218,10 @@ ReplicaComm::~ReplicaComm() {
     MutexLock l(state_->mu);
     state_->stop = true;
     state_->cv.NotifyAll();
+    state_->watch_cv.NotifyAll();
     pending.swap(state_->pending);
   }
-  for (std::thread* t : {&thread_, &forward_thread_}) {
+  for (std::thread* t : {&thread_, &forward_thread_, &stall_thread_}) {
     if (!t->joinable()) continue;
     if (t->get_id() == std::this_thread::get_id()) {
       t->detach();  // our own thread, in a callback: it ends when that returns
@@ -196,6 +235,7 @@ ReplicaComm::~ReplicaComm() {
 int64_t ReplicaComm::steps_begun() const { return state_->steps_begun.load(); }
 int64_t ReplicaComm::bytes() const { return state_->bytes.load(); }
 int64_t ReplicaComm::calls() const { return state_->calls.load(); }
+int64_t ReplicaComm::abandoned_steps() const { return state_->abandoned.load(); }
 
 std::unique_ptr<ReplicaComm::FusedBucket> ReplicaComm::FusedBucket::For(
     const std::vector<std::pair<DataType, TensorShape>>& tensors) {
@@ -316,7 +356,32 @@ int SenderFor(int rank, const std::vector<int>& members) {
   return members[size_t(j) % members.size()];
 }
 
+Mutex test_stall_mu;
+std::shared_ptr<const ReplicaComm::TestStallHook> test_stall_hook ABSL_GUARDED_BY(test_stall_mu);
+
+std::shared_ptr<const ReplicaComm::TestStallHook> TestStall() {
+  MutexLock l(test_stall_mu);
+  return test_stall_hook;
+}
+
+// Hands a request its result: the tensors, or views of the flat one.
+void Deliver(ReplicaComm::Callback& done, std::vector<Tensor> tensors,
+             const std::shared_ptr<const ReplicaComm::FusedBucket>& fused) {
+  if (fused != nullptr) {
+    std::vector<Tensor> views = fused->Split(tensors.front());
+    tensors.clear();  // the views hold the buffer
+    done(Status(), std::move(views));
+    return;
+  }
+  done(Status(), std::move(tensors));
+}
+
 }  // namespace
+
+void ReplicaComm::SetTestStallHook(TestStallHook hook) {
+  MutexLock l(test_stall_mu);
+  test_stall_hook = hook ? std::make_shared<const TestStallHook>(std::move(hook)) : nullptr;
+}
 
 void ReplicaComm::Loop(std::shared_ptr<State> state) {
   const Options& options = state->options;
@@ -327,12 +392,34 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
   const bool among = options.race != nullptr && collective.supports_subgroups();
   int64_t step = 0;  // the step of the bucket in hand
   StatusOr<StepRace::Decision> decision = StepRace::Decision{};
+  // Among: a contributor's reduced buckets of this step (divided), held
+  // until the step is settled, with their tags.
+  std::vector<std::pair<Request, uint32_t>> held;
+  // Among: the periods of this rank's last steps (from the end of one to
+  // the end of the next), for the stall timeout.
+  std::deque<int64_t> periods_us;
+  std::optional<std::chrono::steady_clock::time_point> last_end;
+  auto step_ended = [&]() {
+    const auto now = std::chrono::steady_clock::now();
+    if (last_end.has_value()) {
+      periods_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(now - *last_end).count());
+    }
+    last_end = now;
+    if (periods_us.size() > 16) periods_us.pop_front();
+    if (periods_us.size() < 4) return;
+    std::vector<int64_t> sorted(periods_us.begin(), periods_us.end());
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    state->stall_us = std::max<int64_t>(
+        4 * sorted[sorted.size() / 2],
+        std::chrono::duration_cast<std::chrono::microseconds>(options.min_stall).count());
+  };
+  int64_t recorded_abandoned = -1;  // the last abandoned step counted
   for (;;) {
     Request req;
     int bucket = 0;
     {
       MutexLock l(state->mu);
-      while (!(state->stop || state->pending.count(state->next_bucket) > 0)) state->cv.Wait(state->mu);
+      while (!state->stop && state->pending.count(state->next_bucket) == 0) state->cv.Wait(state->mu);
       if (state->stop) return;
       bucket = state->next_bucket;
       auto it = state->pending.find(bucket);
@@ -341,7 +428,8 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       state->next_bucket = (state->next_bucket + 1) % options.num_buckets;
     }
     const int64_t this_step = step;
-    if (bucket == options.num_buckets - 1) ++step;
+    const bool last = bucket == options.num_buckets - 1;
+    if (last) ++step;
     // Every call of a step shares one tag per bucket.
     const uint32_t tag = uint32_t(this_step * options.num_buckets + bucket);
     int64_t nbytes = 0;
@@ -354,17 +442,133 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       decision = options.race->Decide(this_step, rank, has_examples, deadline);
       state->dropped_last = decision.ok() && has_examples && !decision->contributes;
     }
+    // Every buffer a request holds is released before its `done` runs:
+    // `done` may drop the last reference to this ReplicaComm (its thread is
+    // then detached) and the task's devices, whose allocators the buffers
+    // came from, may go right after.
+    auto fail = [](Request* r, const Status& s) {
+      r->tensors.clear();
+      r->done(s, {});
+    };
+    auto fail_held = [&](const Status& s) {
+      for (auto& [r, t] : held) fail(&r, s);
+      held.clear();
+    };
+    if (among) {
+      // A step given up: every replica applies zeros for each of its buckets.
+      auto abandoned = [&]() {
+        MutexLock l(state->mu);
+        return state->abandoned_through >= this_step;
+      };
+      // `current`: the request in hand, unless it is held already.
+      auto give_up = [&](bool member, Request* current) {
+        if (recorded_abandoned < this_step) {
+          recorded_abandoned = this_step;
+          state->abandoned.fetch_add(1);
+          state->dropped_last = true;
+          if (member) (void)options.race->RecordAbandoned(this_step, rank);
+        }
+        for (auto& [r, t] : held) {
+          ZeroAll(&r.tensors);
+          Deliver(r.done, std::move(r.tensors), r.fused);
+        }
+        held.clear();
+        if (current == nullptr) return;
+        current->tensors.pop_back();  // the count
+        ZeroAll(&current->tensors);
+        Deliver(current->done, std::move(current->tensors), current->fused);
+      };
+      if (!decision.ok()) {
+        fail_held(decision.status());
+        fail(&req, decision.status());
+        continue;
+      }
+      const bool member = decision->contributes;
+      if (member) {
+        if (auto hook = TestStall()) (*hook)(rank, this_step, bucket);
+      }
+      if (abandoned()) {
+        give_up(member, &req);
+        continue;
+      }
+      {
+        MutexLock l(state->mu);
+        state->call = State::Call{state->call.seq + 1, true, this_step, member,
+                                  std::chrono::steady_clock::now()};
+        state->watch_cv.NotifyAll();
+      }
+      Status s;
+      if (member) {
+        s = collective.AllReduceAmong(&req.tensors, decision->members, tag, deadline);
+      } else {
+        Tensor count = std::move(req.tensors.back());
+        req.tensors.pop_back();  // divided already by the sender
+        s = collective.Recv(&req.tensors, SenderFor(rank, decision->members), tag, deadline);
+        req.tensors.push_back(std::move(count));
+      }
+      {
+        MutexLock l(state->mu);
+        state->call.active = false;
+        state->watch_cv.NotifyAll();
+      }
+      state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+      state->calls.fetch_add(1);
+      if (!s.ok() || abandoned()) {
+        if (abandoned()) {
+          give_up(member, &req);
+        } else {
+          fail_held(s);
+          fail(&req, s);
+        }
+        continue;
+      }
+      state->bytes.fetch_add(nbytes);
+      const double total = req.tensors.back().scalar<double>();
+      req.tensors.pop_back();
+      if (!member) {
+        // Sent only once the step was settled done.
+        if (last) step_ended();
+        Deliver(req.done, std::move(req.tensors), req.fused);
+        continue;
+      }
+      if (total <= 0) {
+        fail_held(Internal("all-reduce: no replica contributed examples to this step"));
+        fail(&req, Internal("all-reduce: no replica contributed examples to this step"));
+        continue;
+      }
+      for (Tensor& t : req.tensors) {
+        if (!t.RefCountIsOne()) t = t.DeepCopy();  // never write a shared buffer
+        DivideInPlace(&t, total);
+      }
+      held.emplace_back(std::move(req), tag);
+      if (!last) continue;
+      StatusOr<StepRace::Outcome> outcome =
+          options.race->Settle(this_step, StepRace::Outcome::kDone, deadline);
+      if (!outcome.ok()) {
+        fail_held(outcome.status());
+        continue;
+      }
+      if (*outcome == StepRace::Outcome::kAbandoned) {
+        {
+          MutexLock l(state->mu);
+          state->abandoned_through = std::max(state->abandoned_through, this_step);
+        }
+        give_up(member, nullptr);  // `req` is held
+        continue;
+      }
+      step_ended();
+      for (auto& [r, t] : held) {
+        Forward(state.get(), decision->members, r.tensors, t);
+        Deliver(r.done, std::move(r.tensors), r.fused);
+      }
+      held.clear();
+      continue;
+    }
     Status s;
-    bool received = false;
     if (!decision.ok()) {
       s = decision.status();
-    } else if (among && decision->contributes) {
-      s = collective.AllReduceAmong(&req.tensors, decision->members, tag, deadline);
-    } else if (among) {
-      // Divided already by the sender.
-      req.tensors.pop_back();
-      s = collective.Recv(&req.tensors, SenderFor(rank, decision->members), tag, deadline);
-      received = true;
     } else {
       if (options.race != nullptr && !decision->contributes) ZeroAll(&req.tensors);
       s = collective.AllReduce(&req.tensors, ReduceOp::kSum, deadline);
@@ -373,37 +577,65 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
                            std::chrono::steady_clock::now() - start)
                            .count());
     state->calls.fetch_add(1);
-    // Every buffer a request holds is released before its `done` runs:
-    // `done` may drop the last reference to this ReplicaComm (its thread is
-    // then detached) and the task's devices, whose allocators the buffers
-    // came from, may go right after.
     if (!s.ok()) {
-      req.tensors.clear();
-      req.done(s, {});
+      fail(&req, s);
       continue;
     }
     state->bytes.fetch_add(nbytes);
-    if (!received) {
-      double total = req.tensors.back().scalar<double>();
-      req.tensors.pop_back();
-      if (total <= 0) {
-        req.tensors.clear();
-        req.done(Internal("all-reduce: no replica contributed examples to this step"), {});
-        continue;
-      }
-      for (Tensor& t : req.tensors) {
-        if (!t.RefCountIsOne()) t = t.DeepCopy();  // never write a shared buffer
-        DivideInPlace(&t, total);
-      }
-      if (among) Forward(state.get(), decision->members, req.tensors, tag);
-    }
-    if (req.fused != nullptr) {
-      std::vector<Tensor> views = req.fused->Split(req.tensors.front());
-      req.tensors.clear();  // the views hold the buffer
-      req.done(Status(), std::move(views));
+    double total = req.tensors.back().scalar<double>();
+    req.tensors.pop_back();
+    if (total <= 0) {
+      fail(&req, Internal("all-reduce: no replica contributed examples to this step"));
       continue;
     }
-    req.done(Status(), std::move(req.tensors));
+    for (Tensor& t : req.tensors) {
+      if (!t.RefCountIsOne()) t = t.DeepCopy();  // never write a shared buffer
+      DivideInPlace(&t, total);
+    }
+    Deliver(req.done, std::move(req.tensors), req.fused);
+  }
+}
+
+void ReplicaComm::StallWatch(std::shared_ptr<State> state) {
+  const Options& options = state->options;
+  MutexLock l(state->mu);
+  for (;;) {
+    while (!state->stop && !state->call.active) state->watch_cv.Wait(state->mu);
+    if (state->stop) return;
+    const State::Call call = state->call;
+    auto same = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) {
+      return !state->stop && state->call.active && state->call.seq == call.seq;
+    };
+    // Looks from the second poll on: most calls end before.
+    auto next = call.since + 2 * kStallPoll;
+    for (;;) {
+      while (same() && state->watch_cv.WaitUntil(state->mu, next)) {
+      }
+      if (!same() || state->abandoned_through >= call.step) break;
+      const auto now = std::chrono::steady_clock::now();
+      const int64_t stall_us = state->stall_us.load();
+      const bool stalled =
+          call.member && stall_us > 0 && now - call.since > std::chrono::microseconds(stall_us);
+      l.Unlock();
+      StatusOr<StepRace::Outcome> outcome =
+          stalled ? options.race->Settle(call.step, StepRace::Outcome::kAbandoned,
+                                         now + options.timeout)
+                  : options.race->OutcomeOf(call.step);
+      l.Lock();
+      if (outcome.ok() && *outcome == StepRace::Outcome::kDone) break;  // it will end
+      if (outcome.ok() && *outcome == StepRace::Outcome::kAbandoned) {
+        state->abandoned_through = std::max(state->abandoned_through, call.step);
+        l.Unlock();
+        for (int b = 0; b < options.num_buckets; ++b) {
+          options.collective->Abandon(uint32_t(call.step * options.num_buckets + b));
+        }
+        l.Lock();
+        break;
+      }
+      next = std::chrono::steady_clock::now() + kStallPoll;
+    }
+    // The call ends (or the step is settled): wait for the next.
+    while (same()) state->watch_cv.Wait(state->mu);
   }
 }
 

@@ -37,9 +37,23 @@
 // a collective of one process, a dropped replica joins a round of every
 // replica with zeros.
 //
+// A contributor that stops in the middle of a step (stopped, swapped out,
+// starved of CPU) would hold that step. So across processes a step can be
+// abandoned: a contributor holds its buckets' results until the step is
+// settled (StepRace::Settle: the first proposal wins); once its last
+// bucket is reduced it proposes "done", and a third thread, the stall
+// watch, proposes "abandoned" for it when one of its reductions has waited
+// longer than the stall timeout (Options::min_stall, or four times the
+// median of its recent step periods when that is longer). Waits of more
+// than kStallPoll also read the step's outcome, so that every replica,
+// the stalled one once it wakes, learns an abandoned step and gives up its
+// reductions and receives of it (Collective::Abandon). An abandoned step
+// applies a zero gradient on every replica (identical again); it counts as
+// dropped for its contributors, and its rows are not carried over.
+//
 // Thread safety: ReplicaComm and every StepRace are thread-safe. A ReplicaComm's
-// destructor aborts its collective and joins its thread (detaches it when
-// it runs on that thread: a callback dropped the last reference).
+// destructor aborts its collective and joins its threads (detaches one
+// when it runs on it: a callback dropped the last reference).
 #ifndef FLOWSTATE_SCHEDULER_REPLICA_COMM_H_
 #define FLOWSTATE_SCHEDULER_REPLICA_COMM_H_
 
@@ -92,6 +106,10 @@ class LocalStepRace final : public StepRace {
   StatusOr<bool> Decided(int64_t step) override;
   StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                     std::chrono::milliseconds delay) override;
+  StatusOr<Outcome> Settle(int64_t step, Outcome proposal,
+                           std::chrono::steady_clock::time_point deadline) override;
+  StatusOr<Outcome> OutcomeOf(int64_t step) override;
+  Status RecordAbandoned(int64_t step, int rank) override;
   Status End(int64_t step) override;
   StatusOr<std::vector<int64_t>> Dropped() override;
 
@@ -101,6 +119,7 @@ class LocalStepRace final : public StepRace {
     int arrived = 0;
     bool decided = false;
     std::vector<int> members;  // once decided, increasing
+    Outcome outcome = Outcome::kOpen;
   };
 
   const int replicas_;
@@ -118,6 +137,10 @@ class ReplicaComm final : public ResourceBase {
     int num_buckets = 1;
     std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per collective call
     std::shared_ptr<StepRace> race;  // null: every replica contributes
+    // Backup replicas over subgroup rounds: a reduction of a step that
+    // waits longer than this (or four times the recent step period) gives
+    // the step up.
+    std::chrono::milliseconds min_stall{250};
   };
   using Callback = std::function<void(const Status&, std::vector<Tensor>)>;
 
@@ -169,12 +192,22 @@ class ReplicaComm final : public ResourceBase {
   void Abort(const Status& s) { options_.collective->Abort(s); }
 
   // Totals since creation: seconds inside collective calls (waiting for the
-  // other replicas, and reducing), bytes reduced, calls.
+  // other replicas, and reducing), bytes reduced, calls, steps abandoned
+  // (that this replica took part in or received).
   double wait_seconds() const;
   int64_t bytes() const;
   int64_t calls() const;
+  int64_t abandoned_steps() const;
 
   std::string DebugString() const override;
+
+  // For tests only (no request reaches it): runs on the communication
+  // thread of every ReplicaComm of the process before each reduction it
+  // contributes to across processes, with its rank, step and bucket; it
+  // may block there, as a contributor stopped in the middle of a step
+  // would. Null: none.
+  using TestStallHook = std::function<void(int rank, int64_t step, int bucket)>;
+  static void SetTestStallHook(TestStallHook hook);
 
  private:
   struct Request {
@@ -192,13 +225,19 @@ class ReplicaComm final : public ResourceBase {
   static void Forward(State* state, const std::vector<int>& members,
                       const std::vector<Tensor>& result, uint32_t tag);
   static void ForwardLoop(std::shared_ptr<State> state);
+  // The stall watch (above): settles or reads the outcome of the step whose
+  // reduction or receive is waiting, and abandons it when it is abandoned.
+  static void StallWatch(std::shared_ptr<State> state);
   // Results queued for a slow receiver: beyond, the contributors wait.
   static constexpr size_t kMaxForwards = 1024;
+  // How often the stall watch looks at a waiting call (from its second look).
+  static constexpr std::chrono::milliseconds kStallPoll{50};
 
   const Options options_;
   std::shared_ptr<State> state_;
   std::thread thread_;
   std::thread forward_thread_;  // backup replicas over subgroup rounds only
+  std::thread stall_thread_;    // likewise
 };
 
 

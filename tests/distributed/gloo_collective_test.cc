@@ -554,6 +554,87 @@ TEST_F(GlooCollectiveTest, AbortWakesARankBlockedInRecv) {
   EXPECT_EQ(s.code(), Code::kCancelled) << s.ToString();
 }
 
+// Backup replicas give up a step whose contributor stalls: a subgroup
+// round or a receive of an abandoned tag returns ABORTED at once, with the
+// caller's tensors as they were, and the group goes on; the late peer's
+// data lands in the parked buffers, never in a later call's.
+TEST_F(GlooCollectiveTest, AnAbandonedRoundOrReceiveEndsAtOnceAndTheGroupGoesOn) {
+  Group g = MakeGroup("abandon", 3);
+  ASSERT_EQ(g.size(), 3u);
+  const Tensor big = Input(DataType::kFloat32, TensorShape({300000}), 0, 1);  // several segments
+  // Rank 0 waits in round 7 among {0, 1}; rank 1 does not come.
+  auto waiting = std::async(std::launch::async, [&] {
+    std::vector<Tensor> ts = {big.DeepCopy(), Tensor::FromVector<int64_t>({1, 2})};
+    Status s = g[0]->AllReduceAmong(&ts, {0, 1}, 7, In(30000));
+    const bool untouched = SameBytes(ts[0], big) && ts[1].data<int64_t>()[1] == 2;
+    return std::make_pair(s, untouched);
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout);
+  const auto abandoned_at = Clock::now();
+  g[0]->Abandon(7);
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto [s0, untouched] = waiting.get();
+  EXPECT_LT(Clock::now() - abandoned_at, std::chrono::seconds(2));
+  EXPECT_EQ(s0.code(), Code::kAborted) << s0.ToString();
+  EXPECT_NE(s0.message().find("abandoned"), std::string::npos) << s0.ToString();
+  EXPECT_TRUE(untouched);
+  // Rank 1 comes late to round 7: it gets part of rank 0's data and waits
+  // for the rest, until it gives the round up too.
+  auto late = std::async(std::launch::async, [&] {
+    std::vector<Tensor> ts = {Input(DataType::kFloat32, TensorShape({300000}), 1, 1),
+                              Tensor::FromVector<int64_t>({3, 4})};
+    return g[1]->AllReduceAmong(&ts, {0, 1}, 7, In(30000));
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  g[1]->Abandon(7);
+  ASSERT_EQ(late.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(late.get().code(), Code::kAborted);
+  // A tag abandoned before its call: ABORTED at once.
+  std::vector<Tensor> ts = {Tensor::FromVector<float>({1})};
+  g[2]->Abandon(8);
+  EXPECT_EQ(g[2]->AllReduceAmong(&ts, {1, 2}, 8, In(30000)).code(), Code::kAborted);
+  EXPECT_EQ(g[2]->Recv(&ts, 0, 8, In(30000)).code(), Code::kAborted);
+  // A receive nobody sends to, given up; its sender comes late and lands
+  // in the parked buffer.
+  auto recv = std::async(std::launch::async, [&] {
+    std::vector<Tensor> r = {Tensor::FromVector<float>({-1, -1, -1})};
+    Status s = g[2]->Recv(&r, 0, 9, In(30000));
+    return std::make_pair(s, r[0].data<float>()[0] == -1);
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  g[2]->Abandon(9);
+  ASSERT_EQ(recv.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto [sr, kept] = recv.get();
+  EXPECT_EQ(sr.code(), Code::kAborted) << sr.ToString();
+  EXPECT_TRUE(kept);
+  ASSERT_TRUE(g[0]->Send({Tensor::FromVector<float>({5, 5, 5})}, 2, 9, In(10000)).ok());
+  // The group goes on: rounds of every rank, of a subgroup, and transfers,
+  // with exact results.
+  auto st = OnEveryRank(3, [&](int r) -> Status {
+    FS_RETURN_IF_ERROR(SumOfRankIndices(g[r].get(), r));
+    std::vector<Tensor> x = {Input(DataType::kFloat32, TensorShape({300000}), r, 1)};
+    if (r < 2) {
+      FS_RETURN_IF_ERROR(g[r]->AllReduceAmong(&x, {0, 1}, 10, In(10000)));
+      const Tensor a = Input(DataType::kFloat32, TensorShape({300000}), 0, 1);
+      const Tensor b = Input(DataType::kFloat32, TensorShape({300000}), 1, 1);
+      for (int64_t e = 0; e < x[0].num_elements(); ++e) {
+        if (x[0].data<float>()[e] != a.data<float>()[e] + b.data<float>()[e]) {
+          return Internal("wrong sum at " + std::to_string(e));
+        }
+      }
+    }
+    if (r == 0) return g[0]->Send({Tensor::FromVector<float>({1, 2, 3})}, 2, 11, In(10000));
+    if (r == 2) {
+      std::vector<Tensor> y = {Tensor::FromVector<float>({0, 0, 0})};
+      FS_RETURN_IF_ERROR(g[2]->Recv(&y, 0, 11, In(10000)));
+      if (y[0].data<float>()[2] != 3) return Internal("wrong transfer " + y[0].DebugString());
+    }
+    return Status();
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST_F(GlooCollectiveTest, RendezvousNamesTheRanksThatDidNotCome) {
   const auto start = Clock::now();
   auto c = CreateRanks("absent", 3, {0, 1}, 500);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "distributed/gloo_collective.h"
 #include "jobs/job_manager.h"
 #include "jobs/training_job.h"
+#include "scheduler/replica_comm.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/server/server_test_util.h"
 
@@ -545,6 +547,68 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
     EXPECT_GT(r.replicas[1].allreduce_bytes, 0) << "step " << r.step;
     EXPECT_GT(r.replicas[2].allreduce_bytes, 0) << "step " << r.step;
   }
+}
+
+// A contributor that stops in the middle of a step (here: replica 2's
+// communication thread, held for 3 s before its reduction, as if its
+// process were stopped there) does not hold the others: the waiting
+// contributor gives the step up after its stall timeout, every replica
+// applies a zero gradient for it, the steps after go on without replica 2,
+// and when it comes back it catches up; the replicas stay identical.
+TEST_F(ReplicasAcrossTasks, AContributorStoppedMidStepIsGivenUpAndTheOthersGoOn) {
+  LocalCluster cluster(3, 1, 60, dir_.string());
+  std::string job = Job(3, OnTasks({0, 1, 2}) + R"(, "backup_replicas": 1)");
+  // Batches of 5: 20 an epoch, 7 steps (the last with two batches, as many
+  // as the places: no step waits for all three to arrive).
+  job.replace(job.find(R"("batch_size": 8)"), 15, R"("batch_size": 5)");
+  job.replace(job.find(R"("epochs": 3)"), 11, R"("epochs": 8)");
+  StatusOr<std::unique_ptr<TrainingJob>> j = Make(job, Across(cluster, "stalled/m0"));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int64_t> stalled_step{-1};
+  std::atomic<Clock::rep> stall_begin{0}, stall_end{0};
+  ReplicaComm::SetTestStallHook([&](int rank, int64_t step, int bucket) {
+    int64_t none = -1;
+    if (rank != 2 || step < 8 || bucket != 0 || !stalled_step.compare_exchange_strong(none, step)) {
+      return;
+    }
+    stall_begin = Clock::now().time_since_epoch().count();
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    stall_end = Clock::now().time_since_epoch().count();
+  });
+  struct HookReset {
+    ~HookReset() { ReplicaComm::SetTestStallHook(nullptr); }
+  } reset;
+  std::vector<Clock::rep> ended;
+  int64_t steps = 0, full = 0;
+  for (;;) {
+    StatusOr<StepResult> r = (*j)->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ended.push_back(Clock::now().time_since_epoch().count());
+    ++steps;
+    if (r->examples == 15) ++full;
+    EXPECT_TRUE(std::isfinite(r->loss));
+    if (r->done) break;
+    ASSERT_LT(steps, 200);
+  }
+  EXPECT_EQ(steps, 56);
+  EXPECT_EQ(full, 48);
+  ASSERT_GE(stalled_step.load(), 8) << "replica 2 never contributed after step 8";
+  ASSERT_GT(stall_end.load(), 0);
+  // Steps ended while replica 2 was held (the bounded lag stops the others
+  // some chunks later): without giving its step up, none would have.
+  int during = 0;
+  for (Clock::rep t : ended) during += t > stall_begin.load() && t < stall_end.load() ? 1 : 0;
+  EXPECT_GE(during, 3) << "replica 2 held at step " << stalled_step.load();
+  // The given-up step counts as dropped for its two contributors, besides
+  // the one replica dropped from every full step (an epoch's last step has
+  // two batches: the replica without one is not dropped).
+  std::vector<int64_t> dropped = (*j)->dropped_steps();
+  ASSERT_EQ(dropped.size(), 3u);
+  const int64_t extra = dropped[0] + dropped[1] + dropped[2] - full;
+  EXPECT_GE(extra, 2) << dropped[0] << " " << dropped[1] << " " << dropped[2] << " full " << full;
+  EXPECT_EQ(extra % 2, 0);
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(DiffFromReplicaZero(j->get(), r), 0.0) << "replica " << r;
 }
 
 // init_from's values (another job's checkpoint) start every replica, the
