@@ -22,9 +22,11 @@ and for C the steps task 2's replica was dropped from
 
   D. "backup_replicas": 1 and task 2 stopped once for 2 s a third of the
      way through, unslowed before and slowed before (--pause-reps runs of
-     each): every run must succeed; the median longest time without a step,
-     and in how many runs it exceeded 1 s (the stop caught task 2 among a
-     step's contributors, which then holds that step).
+     each): every run must succeed; the median longest time without a step
+     between the warm-up and the job's last step (which waits for a late
+     replica to end its last chunk), and in how many runs it exceeded 1 s
+     (a stop that caught task 2 among a step's contributors held that step
+     until it came back, before steps could be given up).
 
 Prints one JSON line per figure ({"name", "value", "unit"}).
 
@@ -79,10 +81,14 @@ def run_job(api, job, seconds=900, during=None):
             steps += [(t - last_t) / (s - last_s)] * (s - last_s)
         if last_t is None or s > last_s:
             last_t, last_s = t, s
+    # The longest time without a step, from the warm-up to the job's last
+    # step (which waits for late replicas to end their last chunks, so
+    # that every replica ends identical: not a stall of the run).
     longest = 0.0
+    last = max(s for _, s in samples)
     prev_t, prev_s = None, None
     for t, s in samples:
-        if prev_s is not None and s > prev_s:
+        if prev_s is not None and s > prev_s and prev_s >= WARMUP and s < last:
             longest = max(longest, t - prev_t)
         if prev_s is None or s > prev_s:
             prev_t, prev_s = t, s

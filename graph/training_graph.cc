@@ -27,6 +27,9 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
     int var = -1;  // -1: the loss
   };
   std::vector<Item> items;
+  // Sparse gradients that travel as rows (one _AllGather each, after the
+  // dense buckets): the variable's index.
+  std::vector<int> gathered;
   // A replica without data joins with zeros of these shapes: the loss's
   // static shape (a scalar unless the graph says e.g. [1]).
   items.push_back({loss, loss_type,
@@ -41,6 +44,10 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
                                  ps.ToString() +
                                  "; data-parallel replicas need fully known variable shapes",
                              var_nodes[i]->name());
+    }
+    if (g.is_sparse && spec.sparse_allgather) {
+      gathered.push_back(i);
+      continue;
     }
     if (g.is_sparse) {
       Scope ds = rs.NewSubScope("densify").WithOpName(var_nodes[i]->name());
@@ -64,6 +71,7 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
     buckets.back().push_back(int(k));
     bytes += b;
   }
+  const int64_t num_buckets = int64_t(buckets.size() + gathered.size());
   Output reduced_loss;
   for (size_t bi = 0; bi < buckets.size(); ++bi) {
     AllReduceBucket ab;
@@ -81,7 +89,7 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
                            {{"T", AttrValue(ab.dtypes)},
                             {"group", AttrValue(spec.allreduce_group)},
                             {"bucket", AttrValue(int64_t(bi))},
-                            {"num_buckets", AttrValue(int64_t(buckets.size()))}});
+                            {"num_buckets", AttrValue(num_buckets)}});
     for (size_t j = 0; j < buckets[bi].size(); ++j) {
       const Item& it = items[buckets[bi][j]];
       Output out(ab.node, int(j));
@@ -91,6 +99,28 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
         (*grads)[it.var] = Gradient::Dense(out);
       }
     }
+    tg->allreduce.push_back(std::move(ab));
+  }
+  for (size_t k = 0; k < gathered.size(); ++k) {
+    const int i = gathered[k];
+    Gradient& g = (*grads)[i];
+    const DataType dtype = var_nodes[i]->output_type(0);
+    // The rows' shape: the variable's without its first dimension.
+    TensorShape none = var_nodes[i]->output_shape(0).ToTensorShape();
+    none.set_dim(0, 0);
+    AllReduceBucket ab;
+    ab.gather = true;
+    ab.tensors = {g.indices.name(), g.values.name()};
+    ab.dtypes = {DataType::kInt64, dtype};
+    ab.shapes = {TensorShape({0}), none};
+    const std::string bucket = std::to_string(buckets.size() + k);
+    ab.node = rs.WithOpName("allgather_" + bucket)
+                  .AddNode("_AllGather", "_AllGather", {g.indices.name(), g.values.name(), count.name()},
+                           {{"group", AttrValue(spec.allreduce_group)},
+                            {"bucket", AttrValue(int64_t(buckets.size() + k))},
+                            {"num_buckets", AttrValue(num_buckets)}});
+    g.indices = Output(ab.node, 0);
+    g.values = Output(ab.node, 1);
     tg->allreduce.push_back(std::move(ab));
   }
   return reduced_loss;
@@ -188,6 +218,13 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
       Output& g = grads[i].is_sparse ? grads[i].values : grads[i].dense;
       g = check(gs.WithOpName(vars[i].node), g, "the gradient of '" + vars[i].node + "'");
       tg.numerics_checks.push_back(g.node);
+      if (grads[i].is_sparse && spec.replicas > 1) {
+        // Gathered indices reach the optimizer through a node of their own
+        // too: what depends on them (its control edges included) then
+        // waits for an output, which a replica without data feeds, not for
+        // the _AllGather itself.
+        grads[i].indices = ops::Identity(gs.WithOpName(vars[i].node + "/indices"), grads[i].indices);
+      }
     }
   }
   std::vector<VariableGradient> vg;

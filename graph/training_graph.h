@@ -18,9 +18,13 @@
 // placeholder "replicas/examples": the result is the gradient of the global
 // batch's mean loss whatever the split, and a replica without data (or a
 // dropped backup replica) contributes zeros with count 0. Sparse (Gather)
-// gradients are densified before the all-reduce (UnsortedSegmentSum), so
-// every bucket has static shapes; an all-gather of the rows would save
-// bandwidth for large embeddings and is left for later.
+// gradients travel as rows (spec.sparse_allgather): one _AllGather each
+// ("replicas/allgather_<k>", numbered after the dense buckets) gathers every
+// replica's indices and weighted values, so a step sends the rows it
+// touched, not the table; the optimizer sums the rows of equal indices,
+// which gives the dense sum. Without sparse_allgather (backup replicas
+// across processes, whose steps go on with some replicas only) they are
+// densified before the all-reduce (UnsortedSegmentSum).
 //
 // Every gradient reaches the optimizer through a CheckNumerics (after the
 // loss's), so a step with a NaN/Inf loss or gradient applies no update.
@@ -53,17 +57,21 @@ struct TrainingGraphSpec {
   // Data-parallel replicas (see above); 1: no all-reduce.
   int replicas = 1;
   int64_t bucket_bytes = 25 << 20;
+  bool sparse_allgather = true;  // sparse gradients travel as rows (above)
   std::string allreduce_group = "replicas";  // the _AllReduce nodes' `group`
 };
 
 // One _AllReduce node: its outputs, in order, replace the loss (bucket 0's
-// first output) and the gradients.
+// first output) and the gradients. Or (`gather`) one _AllGather node of a
+// sparse gradient: its outputs replace the gradient's indices and values;
+// `shapes` are theirs with no rows (a first dimension of 0), and `bytes` 0.
 struct AllReduceBucket {
   std::string node;
   std::vector<std::string> tensors;  // what it reduces (loss, gradients), inputs 0..n-1
   std::vector<DataType> dtypes;
   std::vector<TensorShape> shapes;
   int64_t bytes = 0;
+  bool gather = false;
 };
 
 struct TrainingGraph {

@@ -107,10 +107,11 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
   } else {
     // No data for this replica (or abandoned): join every bucket with zeros
     // and apply the others' average like everyone else.
-    std::vector<std::vector<std::pair<DataType, TensorShape>>> plan;
+    std::vector<ReplicaComm::BucketLayout> plan;
     for (const AllReduceBucket& b : graph_.allreduce) {
       plan.emplace_back();
-      for (size_t j = 0; j < b.dtypes.size(); ++j) plan.back().emplace_back(b.dtypes[j], b.shapes[j]);
+      plan.back().gather = b.gather;
+      for (size_t j = 0; j < b.dtypes.size(); ++j) plan.back().tensors.emplace_back(b.dtypes[j], b.shapes[j]);
     }
     StatusOr<std::vector<std::vector<Tensor>>> reduced = comm.JoinWithZeros(plan);
     if (!reduced.ok()) return reduced.status();

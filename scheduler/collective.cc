@@ -1,5 +1,6 @@
 #include "scheduler/collective.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -119,6 +120,51 @@ Status Collective::Recv(std::vector<Tensor>*, int, uint32_t, Deadline) {
 }
 
 void Collective::Abandon(uint32_t) {}  // no subgroup rounds to give up
+
+Status Collective::AllGather(std::vector<Tensor>* tensors, Deadline deadline) {
+  const int64_t p = size(), me = rank(), k = int64_t(tensors->size());
+  for (int64_t i = 0; i < k; ++i) {
+    const Tensor& t = (*tensors)[size_t(i)];
+    if (!t.IsInitialized() || t.shape().rank() == 0 || !Supported(t.dtype())) {
+      return InvalidArgument("all-gather: tensor " + std::to_string(i) + " is " + Describe(t) +
+                             "; all-gather takes tensors of rank 1 or more of float32, float64, "
+                             "int32 or int64");
+    }
+  }
+  // Round 1: every rank's row counts, rank r's k of them at r * k.
+  std::vector<Tensor> counts = {Tensor(DataType::kInt64, TensorShape({p * k}))};
+  int64_t* c = counts[0].data<int64_t>();
+  std::fill(c, c + p * k, int64_t(0));
+  for (int64_t i = 0; i < k; ++i) c[me * k + i] = (*tensors)[size_t(i)].shape().dim(0);
+  FS_RETURN_IF_ERROR(AllReduce(&counts, ReduceOp::kSum, deadline));
+  c = counts[0].data<int64_t>();
+  // Round 2: this rank's rows at their offset in zeros of every rank's.
+  std::vector<Tensor> placed;
+  placed.reserve(size_t(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const Tensor& t = (*tensors)[size_t(i)];
+    int64_t total = 0, offset = 0;
+    for (int64_t r = 0; r < p; ++r) {
+      if (r == me) offset = total;
+      total += c[r * k + i];
+    }
+    TensorShape shape = t.shape();
+    shape.set_dim(0, total);
+    Tensor all(t.dtype(), shape);
+    const size_t row = total > 0 ? all.TotalBytes() / size_t(total) : 0;
+    char* base = static_cast<char*>(all.raw_data());
+    if (all.TotalBytes() > 0) {
+      std::memset(base, 0, size_t(offset) * row);
+      if (t.TotalBytes() > 0) std::memcpy(base + size_t(offset) * row, t.raw_data(), t.TotalBytes());
+      const size_t end = size_t(offset) * row + t.TotalBytes();
+      std::memset(base + end, 0, all.TotalBytes() - end);
+    }
+    placed.push_back(std::move(all));
+  }
+  FS_RETURN_IF_ERROR(AllReduce(&placed, ReduceOp::kSum, deadline));
+  *tensors = std::move(placed);
+  return Status();
+}
 
 void InProcessCollective::Abort(const Status& status) {
   Group& g = *group_;

@@ -73,6 +73,17 @@ class Collective {
   // reduced (GlooCollective reduces those in place).
   virtual Status AllReduce(std::vector<Tensor>* tensors, ReduceOp op, Deadline deadline) = 0;
 
+  // Concatenates every rank's tensors along their first dimension, in rank
+  // order: on success (*tensors)[i] holds rank 0's rows of it, then rank
+  // 1's, ... (what sparse gradients travel by: their rows, not the dense
+  // tensor). The ranks' i-th tensors agree in dtype (as AllReduce takes)
+  // and in every dimension but the first; a rank may have no rows. Two
+  // rounds of AllReduce, matched by call order like the others: the ranks'
+  // row counts, then each rank's rows placed at its offset among zeros
+  // (x + 0 is x exactly, so the result is the concatenation, bit for bit).
+  // On error the tensors are unchanged.
+  virtual Status AllGather(std::vector<Tensor>* tensors, Deadline deadline);
+
   // Fails every pending and later call of the group with `status`
   // (CANCELLED when OK). The first call counts.
   virtual void Abort(const Status& status) = 0;

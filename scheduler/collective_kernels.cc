@@ -107,6 +107,60 @@ class AllReduceOp final : public AsyncOpKernel {
   int64_t bucket_ = 0;
 };
 
+// A sparse gradient's rows, gathered from every replica
+// (ReplicaComm::SubmitGather): the indices as int64, the values weighted by
+// the replica's examples here and divided by everyone's there.
+class AllGatherOp final : public AsyncOpKernel {
+ public:
+  explicit AllGatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    (void)c->GetAttr("group", &group_);  // an error is in c->status()
+    (void)c->GetAttr("bucket", &bucket_);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    FS_OP_REQUIRES_ASYNC(ctx, ctx->resource_manager() != nullptr,
+                         FailedPrecondition("_AllGather: the session has no ResourceMgr"), done);
+    StatusOr<std::shared_ptr<ReplicaComm>> comm =
+        ctx->resource_manager()->Lookup<ReplicaComm>(kReplicaContainer, group_);
+    FS_OP_REQUIRES_ASYNC(
+        ctx, comm.ok(),
+        FailedPrecondition("_AllGather: no collective group '" + group_ +
+                           "' in this session (an all-gather runs only in a job with replicas)"),
+        done);
+    const Tensor& indices = ctx->input(0);
+    const Tensor& values = ctx->input(1);
+    const double count = ctx->input(2).scalar<double>();
+    FS_OP_REQUIRES_ASYNC(
+        ctx, indices.shape().rank() == 1 && values.shape().rank() >= 1 &&
+                 values.shape().dim(0) == indices.shape().dim(0),
+        InvalidArgument("_AllGather: indices " + indices.shape().ToString() + " and values " +
+                        values.shape().ToString() + " must have one row per index"),
+        done);
+    Tensor idx(DataType::kInt64, indices.shape());
+    for (int64_t i = 0; i < indices.num_elements(); ++i) {
+      idx.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
+                                                                   : indices.data<int64_t>()[i];
+    }
+    Tensor weighted(values.dtype(), values.shape());
+    if (weighted.num_elements() > 0) ScaleInto(values, count, weighted.raw_data());
+    (*comm)->SubmitGather(int(bucket_), std::move(idx), std::move(weighted), count,
+                          [ctx, done](const Status& s, std::vector<Tensor> out) {
+                            if (!s.ok()) {
+                              ctx->SetStatus(s);
+                            } else {
+                              ctx->set_output(0, std::move(out[0]));
+                              ctx->set_output(1, std::move(out[1]));
+                            }
+                            done();
+                          });
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string group_;
+  int64_t bucket_ = 0;
+};
+
 // A ReplicaComm as its replica's input sees it (state/replica_input.h); it
 // does not keep the collective alive.
 class CommPace final : public ReplicaPace {
@@ -218,6 +272,16 @@ void RegisterCollectiveKernels(const std::string& device_type) {
   KernelDef d("_AllReduce");
   d.Device(device_type).HostMemory("input").HostMemory("count").HostMemory("output");
   KernelRegistry::Global()->Register(d, MakeKernel<AllReduceOp>).CheckOk();
+  KernelRegistry::Global()
+      ->Register(KernelDef("_AllGather")
+                     .Device(device_type)
+                     .HostMemory("indices")
+                     .HostMemory("values")
+                     .HostMemory("count")
+                     .HostMemory("all_indices")
+                     .HostMemory("all_values"),
+                 MakeKernel<AllGatherOp>)
+      .CheckOk();
   KernelRegistry::Global()
       ->Register(KernelDef("_CreateReplicaComm").Device(device_type),
                  MakeKernel<CreateReplicaCommOp>)

@@ -277,46 +277,69 @@ std::vector<Tensor> ReplicaComm::FusedBucket::Split(const Tensor& flat) const {
 void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
                          std::shared_ptr<const FusedBucket> fused) {
   weighted.push_back(Tensor::Scalar<double>(count));
+  Enqueue(bucket, Request{std::move(weighted), std::move(done), std::move(fused), false});
+}
+
+void ReplicaComm::SubmitGather(int bucket, Tensor indices, Tensor weighted_values, double count,
+                               Callback done) {
+  std::vector<Tensor> rows;
+  rows.push_back(std::move(indices));
+  rows.push_back(std::move(weighted_values));
+  rows.push_back(Tensor::Scalar<double>(count));
+  Enqueue(bucket, Request{std::move(rows), std::move(done), nullptr, true});
+}
+
+void ReplicaComm::Enqueue(int bucket, Request request) {
   MutexLock l(state_->mu);
   if (bucket == 0) state_->steps_begun.fetch_add(1);
   if (state_->stop || bucket >= options_.num_buckets || state_->pending.count(bucket)) {
-    done(Internal("_AllReduce: bucket " + std::to_string(bucket) +
-                  (state_->stop ? " after the collective was closed"
-                                : " handed in twice or out of range")),
-         {});
+    request.done(Internal("_AllReduce: bucket " + std::to_string(bucket) +
+                          (state_->stop ? " after the collective was closed"
+                                        : " handed in twice or out of range")),
+                 {});
     return;
   }
-  state_->pending.emplace(bucket, Request{std::move(weighted), std::move(done), std::move(fused)});
+  state_->pending.emplace(bucket, std::move(request));
   state_->cv.NotifyAll();
 }
 
 StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
-    const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets) {
-  std::vector<std::promise<StatusOr<std::vector<Tensor>>>> results(buckets.size());
-  for (size_t b = 0; b < buckets.size(); ++b) {
+    const std::vector<BucketLayout>& layouts) {
+  std::vector<std::promise<StatusOr<std::vector<Tensor>>>> results(layouts.size());
+  for (size_t b = 0; b < layouts.size(); ++b) {
+    auto deliver = [p = &results[b]](const Status& s, std::vector<Tensor> out) {
+      if (s.ok()) {
+        p->set_value(std::move(out));
+      } else {
+        p->set_value(s);
+      }
+    };
+    const auto& bucket = layouts[b].tensors;
+    if (layouts[b].gather) {
+      // No rows (the shapes say a first dimension of 0).
+      if (bucket.size() != 2) {
+        deliver(Internal("JoinWithZeros: a bucket of rows has indices and values"), {});
+        continue;
+      }
+      SubmitGather(int(b), Tensor(bucket[0].first, bucket[0].second),
+                   Tensor(bucket[1].first, bucket[1].second), 0.0, deliver);
+      continue;
+    }
     // The same layout as the other ranks' kernels hand in.
-    std::shared_ptr<const FusedBucket> fused = FusedBucket::For(buckets[b]);
+    std::shared_ptr<const FusedBucket> fused = FusedBucket::For(bucket);
     std::vector<Tensor> zeros;
     if (fused != nullptr) {
       Tensor flat(fused->dtype, TensorShape({fused->elements}));
       std::memset(flat.raw_data(), 0, flat.TotalBytes());
       zeros.push_back(std::move(flat));
     } else {
-      for (const auto& [dtype, shape] : buckets[b]) {
+      for (const auto& [dtype, shape] : bucket) {
         Tensor z(dtype, shape);
         std::memset(z.raw_data(), 0, z.TotalBytes());
         zeros.push_back(std::move(z));
       }
     }
-    Submit(int(b), std::move(zeros), 0.0,
-           [p = &results[b]](const Status& s, std::vector<Tensor> out) {
-             if (s.ok()) {
-               p->set_value(std::move(out));
-             } else {
-               p->set_value(s);
-             }
-           },
-           std::move(fused));
+    Submit(int(b), std::move(zeros), 0.0, deliver, std::move(fused));
   }
   std::vector<std::vector<Tensor>> out;
   Status first;
@@ -478,9 +501,12 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
         ZeroAll(&current->tensors);
         Deliver(current->done, std::move(current->tensors), current->fused);
       };
-      if (!decision.ok()) {
-        fail_held(decision.status());
-        fail(&req, decision.status());
+      if (!decision.ok() || req.gather) {
+        const Status s = !decision.ok() ? decision.status()
+                                        : Unimplemented("_AllGather: rows are not gathered with "
+                                                        "backup replicas across processes");
+        fail_held(s);
+        fail(&req, s);
         continue;
       }
       const bool member = decision->contributes;
@@ -569,6 +595,25 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     Status s;
     if (!decision.ok()) {
       s = decision.status();
+    } else if (req.gather) {
+      if (options.race != nullptr && !decision->contributes) {
+        // Dropped: no rows, count 0.
+        for (Tensor& t : req.tensors) {
+          TensorShape none = t.shape();
+          if (none.rank() > 0) none.set_dim(0, 0);
+          t = Tensor(t.dtype(), none);
+        }
+        req.tensors.back() = Tensor::Scalar<double>(0);
+      }
+      // The count travels as one row of its own: the sum is over the rows.
+      req.tensors.back() = Tensor::FromVector<double>({req.tensors.back().scalar<double>()}, TensorShape({1}));
+      s = collective.AllGather(&req.tensors, deadline);
+      if (s.ok()) {
+        const Tensor counts = std::move(req.tensors.back());
+        double total = 0;
+        for (int64_t r = 0; r < counts.num_elements(); ++r) total += counts.data<double>()[r];
+        req.tensors.back() = Tensor::Scalar<double>(total);
+      }
     } else {
       if (options.race != nullptr && !decision->contributes) ZeroAll(&req.tensors);
       s = collective.AllReduce(&req.tensors, ReduceOp::kSum, deadline);
@@ -588,7 +633,8 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       fail(&req, Internal("all-reduce: no replica contributed examples to this step"));
       continue;
     }
-    for (Tensor& t : req.tensors) {
+    for (size_t i = req.gather ? 1 : 0; i < req.tensors.size(); ++i) {  // not the indices
+      Tensor& t = req.tensors[i];
       if (!t.RefCountIsOne()) t = t.DeepCopy();  // never write a shared buffer
       DivideInPlace(&t, total);
     }

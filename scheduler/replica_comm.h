@@ -176,11 +176,22 @@ class ReplicaComm final : public ResourceBase {
   // bucket's own tensors, views of the flat one when fused) or an error.
   void Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
               std::shared_ptr<const FusedBucket> fused = nullptr);
+  // Hands in a bucket of rows to gather instead (a sparse gradient): the
+  // indices (int64) and the values, already count * values. `done` gets
+  // every replica's rows in replica order, the values divided by the sum of
+  // the counts (Collective::AllGather). Not with backup replicas across
+  // processes (the training graph reduces their gradients densely).
+  void SubmitGather(int bucket, Tensor indices, Tensor weighted_values, double count, Callback done);
+  // What one bucket holds, for JoinWithZeros: the tensors' dtypes and
+  // shapes, or for a bucket of rows (`gather`) their dtypes and shapes with
+  // no rows (a first dimension of 0).
+  struct BucketLayout {
+    std::vector<std::pair<DataType, TensorShape>> tensors;
+    bool gather = false;
+  };
   // Joins every bucket of one step with zeros of these dtypes and shapes
-  // (one list per bucket) and count 0; returns the reduced tensors per
-  // bucket.
-  StatusOr<std::vector<std::vector<Tensor>>> JoinWithZeros(
-      const std::vector<std::vector<std::pair<DataType, TensorShape>>>& buckets);
+  // (or no rows) and count 0; returns the results per bucket.
+  StatusOr<std::vector<std::vector<Tensor>>> JoinWithZeros(const std::vector<BucketLayout>& buckets);
 
   // Whether this replica is behind: the last step it had examples for went
   // on without it, and the next one is decided already. Then its next step
@@ -214,7 +225,9 @@ class ReplicaComm final : public ResourceBase {
     std::vector<Tensor> tensors;  // weighted, then the count
     Callback done;
     std::shared_ptr<const FusedBucket> fused;  // null: the tensors as they are
+    bool gather = false;  // rows to gather (SubmitGather), not tensors to reduce
   };
+  void Enqueue(int bucket, Request request);
   // What the communication thread uses, shared with it: a ReplicaComm
   // whose last reference is dropped on that thread (by a callback) detaches
   // it instead of joining itself, and the thread ends touching only this.

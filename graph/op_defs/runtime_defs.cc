@@ -90,6 +90,39 @@ void RegisterRuntimeOps(OpRegistry* r) {
                            "sum of the counts (the examples each replica trained on), through "
                            "the Collective of the replica's ResourceMgr named `group`. Buckets "
                            "0..num_buckets-1 of a step are reduced in that order."));
+  MustRegister(r, OpDefBuilder("_AllGather")
+                      .Input("indices: Tindices")
+                      .Input("values: T")
+                      .Input("count: double")
+                      .Output("all_indices: int64")
+                      .Output("all_values: T")
+                      .Attr("T: {float32, float64}")
+                      .Attr("Tindices: {int32, int64}")
+                      .Attr("group: string")
+                      .Attr("bucket: int >= 0")
+                      .Attr("num_buckets: int >= 1")
+                      .SetIsStateful()
+                      .SetShapeFn([](InferenceContext* c) {
+                        c->set_output(0, PartialShape({-1}));
+                        const PartialShape& v = c->input(1);
+                        if (!v.rank_known()) {
+                          c->set_output(1, PartialShape::Unknown());
+                          return Status();
+                        }
+                        if (v.rank() < 1) return c->Error("values must have rank 1 or more, got " + v.ToString());
+                        std::vector<int64_t> dims = v.dims();
+                        dims[0] = -1;
+                        c->set_output(1, PartialShape(std::move(dims)));
+                        return Status();
+                      })
+                      .Doc("One sparse gradient of a data-parallel step (the training-graph "
+                           "builder inserts it for a gradient that travels as rows): every "
+                           "replica's rows concatenated in replica order, all_indices the "
+                           "indices (as int64) and all_values the values, each replica's "
+                           "weighted by its count and divided by the sum of the counts; "
+                           "summing the rows of equal indices gives what the _AllReduce of "
+                           "the dense gradient would. Bucket `bucket` of the step's "
+                           "num_buckets, in the order of the _AllReduce ones."));
   MustRegister(r, OpDefBuilder("_CreateReplicaComm")
                       .Attr("group: string")
                       .Attr("kind: string")

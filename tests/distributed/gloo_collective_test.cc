@@ -635,6 +635,44 @@ TEST_F(GlooCollectiveTest, AnAbandonedRoundOrReceiveEndsAtOnceAndTheGroupGoesOn)
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// AllGather over Gloo: the same concatenation as in one process, rows of
+// several sizes (none on one rank), over many rounds of changing sizes.
+TEST_F(GlooCollectiveTest, AllGatherMatchesInProcessOverRoundsOfChangingRows) {
+  Group g = MakeGroup("allgather", 3);
+  ASSERT_EQ(g.size(), 3u);
+  auto rows = [](int round, int r) { return int64_t((round * 7 + r * 5) % 6); };  // 0..5
+  auto input = [&](int round, int r) {
+    const int64_t n = rows(round, r);
+    std::vector<Tensor> ts = {Input(DataType::kInt64, TensorShape({n}), r, round),
+                              Input(DataType::kFloat32, TensorShape({n, 64}), r, round + 100)};
+    return ts;
+  };
+  for (int round = 0; round < 6; ++round) {
+    std::vector<std::vector<Tensor>> got(3);
+    auto st = OnEveryRank(3, [&](int r) {
+      got[r] = input(round, r);
+      return g[r]->AllGather(&got[r], In(10000));
+    });
+    for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int k = 0; k < 2; ++k) {
+      // The reference: the ranks' tensors one after the other.
+      int64_t total = 0;
+      for (int r = 0; r < 3; ++r) total += rows(round, r);
+      ASSERT_EQ(got[0][k].shape().dim(0), total) << "round " << round;
+      size_t at = 0;
+      for (int r = 0; r < 3; ++r) {
+        const Tensor mine = input(round, r)[k];
+        EXPECT_EQ(std::memcmp(static_cast<const char*>(got[0][k].raw_data()) + at, mine.raw_data(),
+                              mine.TotalBytes()),
+                  0)
+            << "round " << round << " tensor " << k << " rank " << r;
+        at += mine.TotalBytes();
+      }
+      for (int r = 1; r < 3; ++r) EXPECT_TRUE(SameBytes(got[r][k], got[0][k])) << "round " << round;
+    }
+  }
+}
+
 TEST_F(GlooCollectiveTest, RendezvousNamesTheRanksThatDidNotCome) {
   const auto start = Clock::now();
   auto c = CreateRanks("absent", 3, {0, 1}, 500);

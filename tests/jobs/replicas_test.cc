@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <random>
+#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -500,29 +502,126 @@ TEST_F(Replicas, ReplicaDevicesOnAnotherTaskAreRefusedOutsideACluster) {
   EXPECT_NE(job.status().message().find("task:1"), std::string::npos) << job.status().ToString();
 }
 
-// A Gather's sparse gradient is densified before the all-reduce: the bucket
-// holds the embedding's whole shape.
-TEST(ReplicasGraph, SparseGradientsAreDensified) {
-  StatusOr<JobSpec> spec = ParseJobSpec(R"({
-    "graph": {"nodes": [
-      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
-      {"name": "emb", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10, 2], "init": "glorot_uniform"}},
-      {"name": "rows", "op": "Gather", "inputs": ["emb", "ids"]},
-      {"name": "sq", "op": "Square", "inputs": ["rows"]},
-      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
-    ]},
-    "loss": "loss",
-    "optimizer": {"type": "adam", "learning_rate": 0.1},
-    "input": {"format": "csv", "files": {"ids": "ids.csv"}, "batch_size": 4},
-    "replicas": 2
-  })");
+// A Gather's sparse gradient travels as rows: the dense bucket holds the
+// loss only, and an _AllGather (after it) the embedding's indices and
+// values; with backup replicas it is densified into the bucket instead.
+TEST(ReplicasGraph, SparseGradientsAreGatheredAsRowsOrDensifiedWithBackups) {
+  auto spec_with = [](const std::string& extra) {
+    return ParseJobSpec(R"({
+      "graph": {"nodes": [
+        {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+        {"name": "emb", "op": "Variable", "attrs": {"dtype": "float32", "shape": [10, 2], "init": "glorot_uniform"}},
+        {"name": "rows", "op": "Gather", "inputs": ["emb", "ids"]},
+        {"name": "sq", "op": "Square", "inputs": ["rows"]},
+        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+      ]},
+      "loss": "loss",
+      "optimizer": {"type": "adam", "learning_rate": 0.1},
+      "input": {"format": "csv", "files": {"ids": "ids.csv"}, "batch_size": 4},
+      "replicas": 3)" + extra + "}");
+  };
+  StatusOr<JobSpec> spec = spec_with("");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   StatusOr<TrainingGraph> g = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->allreduce.size(), 2u);
+  EXPECT_FALSE(g->allreduce[0].gather);
+  ASSERT_EQ(g->allreduce[0].shapes.size(), 1u);  // the loss
+  EXPECT_TRUE(g->allreduce[1].gather);
+  EXPECT_EQ(g->allreduce[1].shapes, (std::vector<TensorShape>{TensorShape({0}), TensorShape({0, 2})}));
+  int gathers = 0, densified = 0;
+  for (const NodeDef& n : g->graph.nodes) {
+    gathers += n.op == "_AllGather" ? 1 : 0;
+    densified += n.op == "UnsortedSegmentSum" ? 1 : 0;
+  }
+  EXPECT_EQ(gathers, 1);
+  EXPECT_EQ(densified, 0);
+
+  spec = spec_with(R"(, "backup_replicas": 1)");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  g = BuildTrainingGraph(*spec);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_EQ(g->allreduce.size(), 1u);
   ASSERT_EQ(g->allreduce[0].shapes.size(), 2u);  // the loss, emb's gradient
   EXPECT_EQ(g->allreduce[0].shapes[1], TensorShape({10, 2}));
+}
+
+// An embedding model: N replicas with batch b, whose sparse gradients are
+// gathered as rows, train like one replica with batch N*b (the rows of
+// equal ids summed by the sparse update), for SGD and (lazy) Adam, with a
+// last step where one replica has no batch; the replicas stay identical.
+TEST_F(Replicas, GatheredSparseGradientsTrainLikeOneReplicaWithTheGlobalBatch) {
+  {
+    std::ofstream f(dir_ / "ids.csv");
+    f << "id,target\n";
+    std::mt19937 rng(9);
+    for (int i = 0; i < 100; ++i) {
+      const int id = int(rng() % 12);
+      f << id << "," << (id % 3) - 1 << "\n";
+    }
+  }
+  auto job = [&](const std::string& opt, int replicas, int batch) {
+    return R"({
+      "graph": {"nodes": [
+        {"name": "id", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+        {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+        {"name": "emb", "op": "Variable", "attrs": {"dtype": "float32", "shape": [12, 3], "init": "glorot_uniform"}},
+        {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [3, 1], "init": "glorot_uniform"}},
+        {"name": "rows", "op": "Gather", "inputs": ["emb", "id"]},
+        {"name": "p", "op": "MatMul", "inputs": ["rows", "w"]},
+        {"name": "flat", "op": "Const", "attrs": {"dtype": "int32", "value": [-1]}},
+        {"name": "pred", "op": "Reshape", "inputs": ["p", "flat"]},
+        {"name": "sq", "op": "SquaredDifference", "inputs": ["pred", "y"]},
+        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+      ]},
+      "loss": "loss",
+      "optimizer": )" + opt + R"(,
+      "input": {"format": "csv", "files": {"id": "ids.csv", "y": "ids.csv"}, "header": true,
+                "columns": {"id": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
+                "batch_size": )" + std::to_string(batch) + R"(, "epochs": 2},
+      "replicas": )" + std::to_string(replicas) + R"(,
+      "seed": 3
+    })";
+  };
+  for (const char* opt : {R"({"type": "sgd", "learning_rate": 0.2})",
+                          R"({"type": "adam", "learning_rate": 0.05})"}) {
+    const int n = 3;
+    auto one = MakeJob(job(opt, 1, 6 * n), dir_.string());
+    auto many = MakeJob(job(opt, n, 6), dir_.string());
+    ASSERT_NE(one, nullptr);
+    ASSERT_NE(many, nullptr);
+    int steps = 0;
+    for (;; ++steps) {
+      StatusOr<StepResult> a = one->Step();
+      StatusOr<StepResult> b = many->Step();
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ASSERT_EQ(a->examples, b->examples) << opt << " step " << steps;
+      EXPECT_NEAR(a->loss, b->loss, 1e-5 * (1 + std::abs(a->loss))) << opt << " step " << steps;
+      ASSERT_EQ(a->done, b->done);
+      if (a->done) break;
+      ASSERT_LT(steps, 100);
+    }
+    // 100 rows in batches of 6: 17 batches an epoch, 6 steps of 3 (the
+    // last with 2 replicas' batches, 4 rows and 6).
+    EXPECT_EQ(steps + 1, 12) << opt;
+    const std::vector<std::string> names = {"emb", "w"};
+    std::vector<Tensor> want = Read(one->train_session(), names);
+    for (int r = 0; r < n; ++r) {
+      std::vector<Tensor> got = Read(many->replica_session(r), names);
+      for (size_t k = 0; k < names.size(); ++k) {
+        EXPECT_LT(MaxDiff(want[k], got[k]), 2e-6) << opt << " replica " << r << " " << names[k];
+      }
+    }
+    std::vector<std::string> all = many->graph().variables;
+    std::vector<Tensor> first = Read(many->replica_session(0), all);
+    for (int r = 1; r < n; ++r) {
+      std::vector<Tensor> other = Read(many->replica_session(r), all);
+      for (size_t k = 0; k < all.size(); ++k) EXPECT_EQ(MaxDiff(first[k], other[k]), 0.0) << all[k];
+    }
+  }
 }
 
 // The Fashion-MNIST MLP: 3 replicas with batch 32 reach the accuracy of one

@@ -282,6 +282,50 @@ TEST(InProcessCollective, OneRankIsTheIdentity) {
 
 // The one encoding of a replica's group in a graph: what ToNode writes,
 // FromNode reads back; a node without an attribute is refused naming it.
+// AllGather: every rank's rows in rank order, bit for bit, whatever each
+// rank has (none included); ranks whose rows differ in more than the first
+// dimension are refused.
+TEST(InProcessCollective, AllGatherConcatenatesTheRanksRowsInRankOrder) {
+  constexpr int kRanks = 3;
+  Group group = InProcessCollective::Create(kRanks);
+  const std::vector<int64_t> rows = {2, 0, 3};
+  std::vector<std::vector<Tensor>> data(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    for (int64_t i = 0; i < rows[r]; ++i) {
+      ids.push_back(100 * r + i);
+      values.push_back(float(r));
+      values.push_back(float(r) + 0.1f * float(i));
+    }
+    data[r] = {Tensor::FromVector<int64_t>(ids, TensorShape({rows[r]})),
+               Tensor::FromVector<float>(values, TensorShape({rows[r], 2}))};
+  }
+  auto st = RunRanks(group, [&](int r) { return group[r]->AllGather(&data[r], In(10s)); });
+  const Tensor want_ids = Tensor::FromVector<int64_t>({0, 1, 200, 201, 202}, TensorShape({5}));
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+    EXPECT_TRUE(TensorsEqual(data[r][0], want_ids)) << data[r][0].DebugString();
+    ASSERT_EQ(data[r][1].shape(), TensorShape({5, 2}));
+    const float* v = data[r][1].data<float>();
+    EXPECT_EQ(v[2], 0.0f);
+    EXPECT_EQ(v[3], 0.1f);
+    EXPECT_EQ(v[4], 2.0f);
+    EXPECT_EQ(v[9], 2.0f + 0.1f * 2.0f);
+  }
+  // Values of another width on rank 1: every rank fails, naming it.
+  for (int r = 0; r < kRanks; ++r) {
+    data[r] = {Tensor::FromVector<float>({1, 2}, r == 1 ? TensorShape({1, 2}) : TensorShape({2, 1}))};
+  }
+  st = RunRanks(group, [&](int r) { return group[r]->AllGather(&data[r], In(10s)); });
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(st[r].code(), Code::kInvalidArgument) << st[r].ToString();
+  }
+  // A scalar has no rows.
+  std::vector<Tensor> scalar = {Tensor::Scalar<float>(1)};
+  EXPECT_EQ(group[0]->AllGather(&scalar, In(1s)).code(), Code::kInvalidArgument);
+}
+
 TEST(ReplicaGroupSpec, RoundTripsThroughTheNodeAndNamesAMissingAttribute) {
   ReplicaGroupSpec s;
   s.group.kind = "gloo";
