@@ -265,7 +265,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   FS_RETURN_IF_ERROR(CheckObject(j, root, "a job",
                                  {"name", "graph", "loss", "optimizer", "input", "eval",
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
-                                  "init_from", "on_nan", "bucket_bytes", "backup_replicas",
+                                  "init_from", "on_nan", "bucket_bytes", "sparse_as_dense", "backup_replicas",
                                   "check_replicas_every", "deterministic", "min_replicas",
                                   "replica_wait_seconds", "replicas_per_task",
                                   "trace"}));
@@ -295,6 +295,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   }
   job.replicas_per_task = int(std::min<int64_t>(per_task, 1024));
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "bucket_bytes", &job.bucket_bytes, 1));
+  FS_RETURN_IF_ERROR(ReadBoolField(j, root, "sparse_as_dense", &job.sparse_as_dense));
   int64_t backup = 0;
   FS_RETURN_IF_ERROR(ReadIntField(j, root, "backup_replicas", &backup, 0));
   if (backup >= job.replicas && backup > 0) {

@@ -88,6 +88,11 @@ struct JobSpec {
   // are all-reduced in buckets of about this many bytes (a smaller first
   // one), in the order the backward pass produces them.
   int64_t bucket_bytes = 25 << 20;
+  // Sparse gradients (embedding lookups) travel between replicas as the
+  // rows they touch, by all-gather; true: densified into the buckets
+  // instead (cheaper only when a step touches most of a table). Backup
+  // replicas always densify them.
+  bool sparse_as_dense = false;
   // Backup replicas: each step uses the gradients of the first
   // replicas - backup_replicas replicas to finish their backward pass.
   int backup_replicas = 0;

@@ -86,7 +86,7 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const JobSpec& job) {
   spec.bucket_bytes = job.bucket_bytes;
   // Backup replicas across tasks reduce among a step's contributors only,
   // which gathers no rows: their sparse gradients are reduced densely.
-  spec.sparse_allgather = job.backup_replicas == 0;
+  spec.sparse_allgather = !job.sparse_as_dense && job.backup_replicas == 0;
   if (job.eval) spec.metrics = job.eval->metrics;
   return BuildTrainingGraph(spec);
 }

@@ -504,7 +504,8 @@ TEST_F(Replicas, ReplicaDevicesOnAnotherTaskAreRefusedOutsideACluster) {
 
 // A Gather's sparse gradient travels as rows: the dense bucket holds the
 // loss only, and an _AllGather (after it) the embedding's indices and
-// values; with backup replicas it is densified into the bucket instead.
+// values; with backup replicas, or "sparse_as_dense", it is densified into
+// the bucket instead.
 TEST(ReplicasGraph, SparseGradientsAreGatheredAsRowsOrDensifiedWithBackups) {
   auto spec_with = [](const std::string& extra) {
     return ParseJobSpec(R"({
@@ -538,13 +539,18 @@ TEST(ReplicasGraph, SparseGradientsAreGatheredAsRowsOrDensifiedWithBackups) {
   EXPECT_EQ(gathers, 1);
   EXPECT_EQ(densified, 0);
 
-  spec = spec_with(R"(, "backup_replicas": 1)");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  g = BuildTrainingGraph(*spec);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  ASSERT_EQ(g->allreduce.size(), 1u);
-  ASSERT_EQ(g->allreduce[0].shapes.size(), 2u);  // the loss, emb's gradient
-  EXPECT_EQ(g->allreduce[0].shapes[1], TensorShape({10, 2}));
+  for (const char* dense : {R"(, "backup_replicas": 1)", R"(, "sparse_as_dense": true)"}) {
+    spec = spec_with(dense);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    g = BuildTrainingGraph(*spec);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_EQ(g->allreduce.size(), 1u) << dense;
+    ASSERT_EQ(g->allreduce[0].shapes.size(), 2u);  // the loss, emb's gradient
+    EXPECT_EQ(g->allreduce[0].shapes[1], TensorShape({10, 2}));
+  }
+  spec = spec_with(R"(, "sparse_as_dense": "yes")");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("sparse_as_dense"), std::string::npos) << spec.status().ToString();
 }
 
 // An embedding model: N replicas with batch b, whose sparse gradients are
