@@ -443,7 +443,7 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     {
       MutexLock l(state->mu);
       while (!state->stop && state->pending.count(state->next_bucket) == 0) state->cv.Wait(state->mu);
-      if (state->stop) return;
+      if (state->stop) break;
       bucket = state->next_bucket;
       auto it = state->pending.find(bucket);
       req = std::move(it->second);
@@ -640,6 +640,11 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     }
     Deliver(req.done, std::move(req.tensors), req.fused);
   }
+  // Closed with buckets of a step held: their kernels must still end.
+  for (auto& [r, t] : held) {
+    r.tensors.clear();
+    r.done(Cancelled("the replica's collective was closed"), {});
+  }
 }
 
 void ReplicaComm::StallWatch(std::shared_ptr<State> state) {
@@ -663,9 +668,11 @@ void ReplicaComm::StallWatch(std::shared_ptr<State> state) {
       const bool stalled =
           call.member && stall_us > 0 && now - call.since > std::chrono::microseconds(stall_us);
       l.Unlock();
+      // Bounded: the destructor joins this thread.
       StatusOr<StepRace::Outcome> outcome =
           stalled ? options.race->Settle(call.step, StepRace::Outcome::kAbandoned,
-                                         now + options.timeout)
+                                         now + std::min<std::chrono::milliseconds>(
+                                                   options.timeout, std::chrono::seconds(10)))
                   : options.race->OutcomeOf(call.step);
       l.Lock();
       if (outcome.ok() && *outcome == StepRace::Outcome::kDone) break;  // it will end
