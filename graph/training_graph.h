@@ -35,6 +35,7 @@
 
 #include "graph/graph.h"
 #include "graph/optimizers.h"
+#include "graph/partitioned_variables.h"
 #include "graph/status.h"
 #include "graph/tensor_shape.h"
 #include "graph/types.h"
@@ -77,6 +78,10 @@ struct TrainingGraph {
   std::vector<std::string> variables;  // every Variable (model, slots, step)
   std::vector<std::string> trainable;  // model variables that get gradients
   std::vector<std::string> model_variables;  // the client's variables (no slots, no step)
+  // Partitioned variables and their slots (graph/partitioned_variables.h):
+  // `variables` and `model_variables` list their parts; checkpoints hold the
+  // logical tables (AssembleLogical, SplitLogical).
+  std::vector<PartitionedVariable> partitioned;
   // The CheckNumerics nodes that guard the update (the loss's, then one per
   // gradient): a step that fails in one of them had a NaN/Inf loss or
   // gradient and applied no update.
