@@ -326,9 +326,27 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
     pipeline = std::move(p).value();
   }
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
-  FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
+  // The random states of the initializers of a table taken with another
+  // partition count ("init/<table>/part_<p>/...", or "init/<table>/..." of
+  // a table partitioned here; they ran before the snapshot and never run
+  // again) do not carry over; any other unknown node is an error.
+  auto table_init = [&](const std::string& node) {
+    if (!node.starts_with("init/")) return false;
+    if (node.find("/part_") != std::string::npos) return true;
+    for (const PartitionedVariable& t : graph_.partitioned) {
+      if (node.starts_with("init/" + t.name + "/")) return true;
+    }
+    return false;
+  };
+  std::map<std::string, std::string> states = snapshot.kernel_states;
+  for (auto it = states.begin(); it != states.end();) {
+    const bool other_part_init =
+        table_init(it->first) && train_session_->graph()->FindNode(it->first) == nullptr;
+    it = other_part_init ? states.erase(it) : std::next(it);
+  }
+  FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(states));
   for (int i = 1; i < int(replicas_.size()); ++i) {
-    FS_RETURN_IF_ERROR(RestoreReplica(i, by_name, snapshot.kernel_states));
+    FS_RETURN_IF_ERROR(RestoreReplica(i, by_name, states));
   }
   if (pipeline) {
     pipeline_->Cancel();
