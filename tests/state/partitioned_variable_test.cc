@@ -341,7 +341,7 @@ TEST(PartitionedVariables, ExtendRoutesANewLookup) {
 // The training graph of an embedding model, with the table "T" in
 // `partitions` parts.
 TrainingGraph EmbeddingModel(int64_t partitions, const std::string& strategy,
-                             OptimizerOptions::Kind kind) {
+                             OptimizerOptions::Kind kind, int64_t w_partitions = 1) {
   Scope root;
   root.WithOpName("T").AddNode("T", "Variable", {},
                                {{"shape", AttrValue(PartialShape({11, 4}))},
@@ -353,7 +353,8 @@ TrainingGraph EmbeddingModel(int64_t partitions, const std::string& strategy,
   root.WithOpName("w").AddNode("w", "Variable", {},
                                {{"shape", AttrValue(PartialShape({4, 1}))},
                                 {"dtype", AttrValue(DataType::kFloat32)},
-                                {"init", AttrValue("glorot_uniform")}});
+                                {"init", AttrValue("glorot_uniform")},
+                                {"partitions", AttrValue(w_partitions)}});
   Output ids = ops::Placeholder(root.WithOpName("ids"), DataType::kInt32, PartialShape({-1}));
   Output y = ops::Placeholder(root.WithOpName("y"), DataType::kFloat32, PartialShape({-1, 1}));
   Output rows = ops::Gather(root.WithOpName("emb"), Output("T"), ids);
@@ -446,6 +447,29 @@ TEST(PartitionedVariables, TrainingEqualsTheUnpartitionedModel) {
           ASSERT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-5)
               << what << " " << want[i].first << "[" << k << "]";
         }
+      }
+    }
+  }
+}
+
+// A partitioned variable read whole (the MatMul's weights): its parts get
+// dense gradients through the logical read and train as the unpartitioned
+// variable does.
+TEST(PartitionedVariables, ADenseUseTrainsAlike) {
+  for (auto kind : {OptimizerOptions::Kind::kSgd, OptimizerOptions::Kind::kAdam}) {
+    TrainingGraph plain = EmbeddingModel(1, "mod", kind);
+    Named start;
+    Named want = Train(plain, {}, 8, &start);
+    TrainingGraph tg = EmbeddingModel(2, "div", kind, /*w_partitions=*/3);
+    ASSERT_EQ(tg.partitioned.at(1).name, "w");
+    Named got = Train(tg, start, 8);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i].first, want[i].first);
+      if (got[i].second.dtype() != DataType::kFloat32) continue;
+      for (int64_t k = 0; k < got[i].second.num_elements(); ++k) {
+        ASSERT_NEAR(got[i].second.data<float>()[k], want[i].second.data<float>()[k], 1e-5)
+            << want[i].first << "[" << k << "]";
       }
     }
   }
