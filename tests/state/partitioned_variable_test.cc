@@ -481,7 +481,9 @@ TEST(PartitionedVariables, EachPartHasItsOwnSparseUpdate) {
   std::map<std::string, int> sparse_updates;
   for (const NodeDef& n : tg.graph.nodes) {
     if (n.op == "SparseApplyAdam") ++sparse_updates[n.inputs[0]];
-    if (n.op == "ApplyAdam") EXPECT_EQ(n.inputs[0], "w") << "a part densified";
+    if (n.op == "ApplyAdam") {
+      EXPECT_EQ(n.inputs[0], "w") << "a part densified";
+    }
     EXPECT_NE(n.op, "UnsortedSegmentSum") << n.name << ": a gradient densified";
   }
   EXPECT_EQ(sparse_updates.size(), 3u);
