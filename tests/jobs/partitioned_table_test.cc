@@ -1,8 +1,10 @@
 // Jobs with partitioned embedding tables: a snapshot (what a checkpoint
 // stores) holds each table and its optimizer slots as one logical tensor,
 // so a job restores it with another partition count (or none) and goes on
-// as the job that took it; a recommender with partitioned tables learns;
-// bad partition counts are refused naming the field.
+// as the job that took it; the store's checkpoints hold the logical tables
+// and start jobs of other partition counts (init_from); a recommender with
+// partitioned tables learns; bad partition counts are refused naming the
+// field.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,10 @@
 #include <random>
 
 #include "api/job_spec.h"
+#include "checkpoints/store.h"
+#include "jobs/job_manager.h"
 #include "jobs/training_job.h"
+#include "tests/jobs/job_store_fixture.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -207,6 +212,67 @@ TEST(PartitionedTableSpec, BadPartitionCountsNameTheField) {
                                          "variable whose first dimension (its rows) is known"),
             std::string::npos)
       << spec.status().ToString();
+}
+
+class PartitionedTableStore : public server_test::JobStoreFixture {
+ protected:
+  PartitionedTableStore() : JobStoreFixture("flowstate_partitioned_store") {}
+  void SetUp() override {
+    JobStoreFixture::SetUp();
+    WriteClicks(dir_ / "data" / "clicks.csv", 1000, 12);
+    StatusOr<std::unique_ptr<checkpoints::Store>> s =
+        checkpoints::Store::Open((dir_ / "db").string(), {});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    JobManagerOptions o;
+    o.devices = server_test::TestPool(1);
+    o.data_root = (dir_ / "data").string();
+    o.store = store_.get();
+    managers_.push_back(std::make_unique<JobManager>(o));
+  }
+  JobManager* m() { return managers_.back().get(); }
+};
+
+std::string WithInitFrom(std::string json, const std::string& job, int64_t step) {
+  json.replace(json.find("\"seed\""), 0,
+               R"("init_from": {"job": ")" + job + R"(", "step": )" + std::to_string(step) + "}, ");
+  return json;
+}
+
+TEST_F(PartitionedTableStore, CheckpointsHoldLogicalTablesThatStartOtherPartitionCounts) {
+  JobInfo src = m()->Submit(JobJson(3, 3, 1)).value();
+  ASSERT_EQ(WaitFor(m(), src.id, [](const JobInfo& j) { return IsTerminal(j.state); }).state,
+            JobState::kSucceeded);
+  StatusOr<CheckpointRequestResult> c = m()->Checkpoint(src.id);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  StatusOr<checkpoints::Snapshot> snap = store_->ReadCheckpoint(src.id, c->step);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  std::map<std::string, Tensor> stored;
+  for (const checkpoints::NamedTensor& t : snap->tensors) {
+    EXPECT_EQ(t.name.find("/part_"), std::string::npos) << t.name;
+    stored.emplace(t.name, t.value);
+  }
+  ASSERT_TRUE(stored.count("item_emb/table"));
+  ASSERT_TRUE(stored.count("optimizer/user_emb/table/adam_m"));
+  EXPECT_TRUE(stored.at("user_emb/table").shape() == TensorShape({60, 8}));
+  // The stored table is the one the job predicts with, row for row.
+  std::vector<Tensor> out;
+  ASSERT_TRUE(m()->Predict(src.id, {}, {"item_emb/table"}, &out).ok());
+  ExpectClose({{"t", out[0]}}, {{"t", stored.at("item_emb/table")}}, 0, "stored table");
+
+  for (auto [users, items] : std::vector<std::pair<int, int>>{{2, 2}, {1, 1}, {1, 4}}) {
+    StatusOr<JobInfo> j = m()->Submit(WithInitFrom(JobJson(users, items, 1), src.id, c->step));
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    JobInfo done = WaitFor(m(), j->id, [](const JobInfo& j) { return IsTerminal(j.state); });
+    EXPECT_EQ(done.state, JobState::kSucceeded) << users << "/" << items << ": " << done.error;
+  }
+  // A table of another shape does not fit: refused naming it.
+  std::string other = WithInitFrom(JobJson(2, 2, 1), src.id, c->step);
+  other.replace(other.find("[40, 8]"), 7, "[41, 8]");
+  StatusOr<JobInfo> bad = m()->Submit(other);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("item_emb/table"), std::string::npos)
+      << bad.status().ToString();
 }
 
 }  // namespace
