@@ -3,7 +3,10 @@
 // training job runs -- the forward graph, its gradients (AddGradients), the
 // NaN/Inf guard, the optimizer's updates and slots (BuildOptimizer) and the
 // variables' initializers (AddVariableInitializers) -- plus the forward
-// graph in inference mode for evaluation and predictions.
+// graph in inference mode for evaluation and predictions. Partitioned
+// variables are expanded first (ExpandPartitionedVariables), so each part
+// gets its own sparse gradient, update and slots; both graphs hold the
+// parts, and TrainingGraph::partitioned says which tables they make up.
 //
 // Data-parallel replicas (spec.replicas > 1): every replica runs the same
 // graph, and the builder inserts the all-reduce between the gradients and
