@@ -71,12 +71,11 @@ GraphDef LookupGraph(int64_t rows, int64_t cols, int64_t partitions, const std::
                      DataType id_type, const PartialShape& ids_shape,
                      std::vector<std::string> devices = {}) {
   Scope root;
-  root.WithOpName("T").AddNode("T", "Variable", {},
-                               {{"shape", AttrValue(PartialShape({rows, cols}))},
-                                {"dtype", AttrValue(DataType::kFloat32)},
-                                {"partitions", AttrValue(partitions)},
-                                {"partition_strategy", AttrValue(strategy)},
-                                {"partition_devices", AttrValue(devices)}});
+  ops::PartitionAttrs pa;
+  pa.partitions = partitions;
+  pa.strategy = strategy;
+  pa.devices = std::move(devices);
+  ops::PartitionedVariable(root.WithOpName("T"), PartialShape({rows, cols}), DataType::kFloat32, pa);
   Output ids = ops::Placeholder(root.WithOpName("ids"), id_type, ids_shape);
   ops::Gather(root.WithOpName("emb"), Output("T"), ids);
   return root.graph_def();
