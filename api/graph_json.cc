@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "api/json_internal.h"
+#include "graph/partitioned_variables.h"
 
 namespace flowstate::api {
 namespace internal {
@@ -199,6 +200,15 @@ Status ReadNode(const Json& v, const JsonPath& path, const OpRegistry& registry,
   auto attrs = v.find("attrs");
   if (attrs != v.end()) {
     FS_RETURN_IF_ERROR(ReadAttrs(*attrs, path.Key("attrs"), *op, max_bytes, node));
+  }
+  if (node->op == "Variable") {
+    // "partitions: ..." -> graph.nodes[i].attrs.partitions: ...
+    Status st = CheckPartitionAttrs(node->attrs);
+    if (!st.ok()) {
+      const std::string& m = st.message();
+      const size_t colon = m.find(": ");
+      return PathError(path.Key("attrs").Key(m.substr(0, colon)), m.substr(colon + 2), node->name);
+    }
   }
 
   auto device = v.find("device");

@@ -12,6 +12,7 @@
 #include "api/json_internal.h"
 #include "api/views_json.h"
 #include "graph/graph.h"
+#include "graph/partitioned_variables.h"
 
 namespace flowstate::proto_convert {
 
@@ -258,6 +259,15 @@ Status ReadNode(const pb::NodeDef& proto, std::string_view path, const OpRegistr
     node->inputs.push_back(s);
   }
   FS_RETURN_IF_ERROR(ReadAttrs(proto, Key(path, "attrs"), *op, max_bytes, node));
+  if (node->op == "Variable") {
+    // "partitions: ..." -> graph.nodes[i].attrs.partitions: ... (as JSON).
+    Status st = CheckPartitionAttrs(node->attrs);
+    if (!st.ok()) {
+      const std::string& m = st.message();
+      const size_t colon = m.find(": ");
+      return PathError(Key(Key(path, "attrs"), m.substr(0, colon)), m.substr(colon + 2), node->name);
+    }
+  }
   node->device = proto.device();
   return Status();
 }

@@ -7,13 +7,20 @@
 // with one inter-op thread and --threads intra-op threads. Fresh random ids
 // every step (a pool of 64 batches, seeded).
 //
-//   embedding_bench --rows N [--threads T] [--min-time=S] [--reps=R]
+//   embedding_bench --rows N [--threads T] [--partitions P]
+//                   [--partition-devices D] [--min-time=S] [--reps=R]
+//
+// --partitions P splits the table over P variables (mod); with
+// --partition-devices D the pool has D CPU devices and part p lives on
+// CPU:(p % D) (graph/partitioned_variables.h).
 //
 // Prints JSON lines (bench_util.h):
 //   embedding/flowstate/rows_N/init    seconds to initialize the table, its
 //                                      Adam slots and the MLP
 //   embedding/flowstate/rows_N/step    ms per training step (best repetition)
+// (".../rows_N/partitions_P[_devices_D]/..." with --partitions P > 1)
 // bench/embedding_bench.py runs it per table size beside PyTorch.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,7 +43,7 @@ namespace {
 
 constexpr int64_t kDim = 64, kHidden = 16, kBatch = 512;
 
-GraphDef Model(int64_t rows) {
+GraphDef Model(int64_t rows, int64_t partitions, int devices) {
   Scope root;
   Output table = ops::Variable(root.WithOpName("table"), TensorShape({rows, kDim}), DataType::kFloat32);
   Output w1 = ops::Variable(root.WithOpName("w1"), TensorShape({kDim, kHidden}), DataType::kFloat32);
@@ -52,6 +59,12 @@ GraphDef Model(int64_t rows) {
   for (NodeDef& n : g.nodes) {
     if (n.op != "Variable") continue;
     n.attrs["init"] = AttrValue(std::string(n.name == "table" ? "uniform" : "glorot_uniform"));
+    if (n.name == "table" && partitions > 1) {
+      n.attrs["partitions"] = AttrValue(partitions);
+      std::vector<std::string> where;
+      for (int d = 0; d < devices && devices > 1; ++d) where.push_back("/device:CPU:" + std::to_string(d));
+      n.attrs["partition_devices"] = AttrValue(where);
+    }
   }
   return g;
 }
@@ -61,13 +74,17 @@ GraphDef Model(int64_t rows) {
 int main(int argc, char** argv) {
   int64_t rows = 10000;
   int threads = 1;
+  int64_t partitions = 1;
+  int devices = 1;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--rows") == 0) rows = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--partitions") == 0) partitions = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--partition-devices") == 0) devices = std::atoi(argv[i + 1]);
   }
   bench::TimingOptions timing = bench::ParseTimingOptions(argc, argv);
   TrainingGraphSpec spec;
-  spec.graph = Model(rows);
+  spec.graph = Model(rows, partitions, devices);
   spec.loss = "loss";
   spec.optimizer.kind = OptimizerOptions::Kind::kAdam;
   spec.optimizer.learning_rate = 0.001;
@@ -75,6 +92,7 @@ int main(int argc, char** argv) {
   TrainingGraph tg = BuildTrainingGraph(spec).value();
   DevicePoolOptions po;
   po.intra_op_threads = threads;
+  po.num_cpu_devices = std::max(devices, 1);
   auto pool = DevicePool::Create(po).value();
   auto session = bench::NewSession(pool.get(), tg.graph);
   std::vector<Tensor> out;
@@ -100,7 +118,11 @@ int main(int argc, char** argv) {
   const double step_s = bench::BestSecondsPerCall([&] {
     session->Run(feeds[k++ % feeds.size()], {}, {tg.train_op}, &out).CheckOk();
   }, timing);
-  const std::string name = "embedding/flowstate/rows_" + std::to_string(rows);
+  std::string name = "embedding/flowstate/rows_" + std::to_string(rows);
+  if (partitions > 1) {
+    name += "/partitions_" + std::to_string(partitions);
+    if (devices > 1) name += "_devices_" + std::to_string(devices);
+  }
   bench::PrintFigure(name + "/init", init_s, "s");
   bench::PrintFigure(name + "/step", step_s * 1e3, "ms");
   return 0;

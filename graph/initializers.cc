@@ -4,6 +4,7 @@
 
 #include "graph/graph.h"
 #include "graph/op_builders.h"
+#include "graph/partitioned_variables.h"
 
 namespace flowstate {
 
@@ -65,15 +66,21 @@ StatusOr<InitializerResult> AddVariableInitializers(const Scope& scope, uint64_t
     // An explicit seed replaces the graph's in both halves of the op's seed.
     ra.seed2 = DeriveSeed(seed != 0 ? uint64_t(seed) : graph_seed, n.name());
     bool floating = t == DataType::kFloat32 || t == DataType::kFloat64;
-    // Fans as Keras computes them.
+    // Fans as Keras computes them, of the logical table for a part of a
+    // partitioned variable.
+    std::vector<int64_t> fans(dims.begin(), dims.end());
+    auto logical = a.find(kLogicalShapeAttr);
+    if (logical != a.end() && logical->second.kind() == AttrKind::kIntList) {
+      fans = logical->second.ints();
+    }
     double fan_in = 1, fan_out = 1;
-    if (dims.size() == 1) {
-      fan_in = fan_out = dims[0];
-    } else if (dims.size() >= 2) {
+    if (fans.size() == 1) {
+      fan_in = fan_out = double(fans[0]);
+    } else if (fans.size() >= 2) {
       double receptive = 1;
-      for (size_t i = 0; i + 2 < dims.size(); ++i) receptive *= dims[i];
-      fan_in = dims[dims.size() - 2] * receptive;
-      fan_out = dims[dims.size() - 1] * receptive;
+      for (size_t i = 0; i + 2 < fans.size(); ++i) receptive *= double(fans[i]);
+      fan_in = double(fans[fans.size() - 2]) * receptive;
+      fan_out = double(fans[fans.size() - 1]) * receptive;
     }
     if (init == "zeros" || init == "ones" || init == "constant") {
       double v = init == "zeros" ? 0 : init == "ones" ? 1 : a.at("init_value").f();

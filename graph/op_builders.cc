@@ -235,6 +235,16 @@ Output Variable(const Scope& s, const PartialShape& shape, DataType dtype,
              {"container", AttrValue(container)},
              {"shared_name", AttrValue(shared_name)}});
 }
+Output PartitionedVariable(const Scope& s, const PartialShape& shape, DataType dtype,
+                           const PartitionAttrs& partition) {
+  return Op(s, "Variable", {},
+            {{"shape", AttrValue(shape)},
+             {"dtype", AttrValue(dtype)},
+             {"init", AttrValue(partition.init)},
+             {"partitions", AttrValue(partition.partitions)},
+             {"partition_strategy", AttrValue(partition.strategy)},
+             {"partition_devices", AttrValue(partition.devices)}});
+}
 std::string Save(const Scope& s, const std::string& prefix, const std::vector<std::string>& names,
                  const std::vector<Output>& data) {
   return s.AddNode("Save", "Save", Names(data),

@@ -140,6 +140,19 @@ Output TruncatedNormal(const Scope& s, const std::vector<int32_t>& shape, const 
 // Variables.
 Output Variable(const Scope& s, const PartialShape& shape, DataType dtype,
                 const std::string& container = "", const std::string& shared_name = "");
+// A Variable whose rows are split over `partitions` variables
+// "<name>/part_<p>" (strategy "mod" or "div"; part p on devices[p % size]
+// when devices is not empty) once the graph is expanded
+// (graph/partitioned_variables.h: sessions and BuildTrainingGraph do it).
+// `init` names its initializer as the attr of a JSON Variable ("" for none).
+struct PartitionAttrs {
+  int64_t partitions = 1;
+  std::string strategy = "mod";
+  std::vector<std::string> devices;
+  std::string init;
+};
+Output PartitionedVariable(const Scope& s, const PartialShape& shape, DataType dtype,
+                           const PartitionAttrs& partition);
 Output Assign(const Scope& s, const Output& ref, const Output& value, bool validate_shape = true);
 Output AssignAdd(const Scope& s, const Output& ref, const Output& value);
 Output AssignSub(const Scope& s, const Output& ref, const Output& value);

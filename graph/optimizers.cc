@@ -189,6 +189,7 @@ StatusOr<TrainOp> BuildOptimizer(const Scope& scope, const std::string& name,
       init_ops.push_back(ops::Assign(ss.WithOpName(slot_name + "/init"), var,
                                      ops::Fill(ss, dims, Scalar(ss, v.dtype, init))).node);
       out.slot_variables.push_back(var.node);
+      out.slots.push_back({var.node, v.variable.node, slot_name});
       return var;
     };
     switch (o.kind) {

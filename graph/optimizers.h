@@ -91,6 +91,14 @@ struct TrainOp {
   std::string global_step;  // an int64 Variable counting applied steps
   Output learning_rate;     // the scheduled learning rate (scalar)
   std::vector<std::string> slot_variables;
+  // Each slot variable: the variable it serves and the slot's name
+  // ("momentum", "adam_m", ...), in slot_variables' order.
+  struct Slot {
+    std::string node;
+    std::string variable;
+    std::string slot;
+  };
+  std::vector<Slot> slots;
 };
 
 struct VariableGradient {

@@ -1,12 +1,14 @@
 #include "graph/training_graph.h"
 
 #include <algorithm>
+#include <map>
 
 #include "graph/gradients.h"
 #include "graph/graph.h"
 #include "graph/initializers.h"
 #include "graph/modes.h"
 #include "graph/op_builders.h"
+#include "graph/partitioned_variables.h"
 
 namespace flowstate {
 namespace {
@@ -126,9 +128,46 @@ StatusOr<Output> AddAllReduce(const Scope& root, const TrainingGraphSpec& spec, 
   return reduced_loss;
 }
 
+// Marks the slots of the parts of a partitioned variable as the parts of
+// a logical slot, named as the unpartitioned variable's slot would be
+// ("optimizer/<table>/adam_m"), so that checkpoints hold slots as tables too.
+void PartitionSlots(const std::vector<PartitionedVariable>& tables,
+                    const std::vector<TrainOp::Slot>& slots, GraphDef* graph) {
+  std::map<std::string, std::pair<const PartitionedVariable*, int64_t>> part_of;
+  for (const PartitionedVariable& t : tables) {
+    for (size_t p = 0; p < t.parts.size(); ++p) part_of[t.parts[p]] = {&t, int64_t(p)};
+  }
+  std::map<std::string, AttrMap> marks;
+  for (const TrainOp::Slot& slot : slots) {
+    auto it = part_of.find(slot.variable);
+    if (it == part_of.end()) continue;
+    const PartitionedVariable& t = *it->second.first;
+    const std::string tail = slot.variable + "/" + slot.slot;
+    size_t pos = slot.node.rfind(tail);
+    if (pos == std::string::npos) continue;
+    std::string logical = slot.node.substr(0, pos) + t.name + "/" + slot.slot;
+    std::vector<int64_t> shape = t.shape.dim_vector();
+    marks[slot.node] = {{kPartitionOfAttr, AttrValue(logical)},
+                        {kPartitionIndexAttr, AttrValue(it->second.second)},
+                        {kPartitionsAttr, AttrValue(t.layout.partitions)},
+                        {kPartitionStrategyAttr,
+                         AttrValue(std::string(PartitionStrategyName(t.layout.strategy)))},
+                        {kLogicalShapeAttr, AttrValue(shape)}};
+  }
+  for (NodeDef& n : graph->nodes) {
+    auto it = marks.find(n.name);
+    if (it == marks.end()) continue;
+    for (auto& [k, v] : it->second) n.attrs[k] = v;
+  }
+}
+
 }  // namespace
 
-StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
+StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec_in) {
+  // Partitioned variables become their parts and routing first, so that
+  // every part gets its own sparse gradient, update and slots.
+  TrainingGraphSpec spec = spec_in;
+  FS_ASSIGN_OR_RETURN(spec.graph, ExpandPartitionedVariables(spec_in.graph));
   FS_ASSIGN_OR_RETURN(Graph forward, Graph::Create(spec.graph));
   const Node* loss = forward.FindNode(ParseTensorId(spec.loss).ok() ? ParseTensorId(spec.loss)->node : spec.loss);
   StatusOr<TensorId> loss_id = ParseTensorId(spec.loss);
@@ -263,6 +302,8 @@ StatusOr<TrainingGraph> BuildTrainingGraph(const TrainingGraphSpec& spec) {
   tg.variables.insert(tg.variables.end(), train.slot_variables.begin(), train.slot_variables.end());
   tg.variables.push_back(train.global_step);
   tg.graph = root.graph_def();
+  PartitionSlots(FindPartitionedVariables(tg.graph), train.slots, &tg.graph);
+  tg.partitioned = FindPartitionedVariables(tg.graph);
   // The whole graph must validate (it does unless a gradient is broken).
   FS_RETURN_IF_ERROR(Graph::Create(tg.graph).status());
   tg.eval_graph = InferenceGraph(spec.graph);

@@ -3,7 +3,10 @@
 // training job runs -- the forward graph, its gradients (AddGradients), the
 // NaN/Inf guard, the optimizer's updates and slots (BuildOptimizer) and the
 // variables' initializers (AddVariableInitializers) -- plus the forward
-// graph in inference mode for evaluation and predictions.
+// graph in inference mode for evaluation and predictions. Partitioned
+// variables are expanded first (ExpandPartitionedVariables), so each part
+// gets its own sparse gradient, update and slots; both graphs hold the
+// parts, and TrainingGraph::partitioned says which tables they make up.
 //
 // Data-parallel replicas (spec.replicas > 1): every replica runs the same
 // graph, and the builder inserts the all-reduce between the gradients and
@@ -39,6 +42,7 @@
 
 #include "graph/graph.h"
 #include "graph/optimizers.h"
+#include "graph/partitioned_variables.h"
 #include "graph/status.h"
 #include "graph/tensor_shape.h"
 #include "graph/types.h"
@@ -85,6 +89,10 @@ struct TrainingGraph {
   std::vector<std::string> variables;  // every Variable (model, slots, step)
   std::vector<std::string> trainable;  // model variables that get gradients
   std::vector<std::string> model_variables;  // the client's variables (no slots, no step)
+  // Partitioned variables and their slots (graph/partitioned_variables.h):
+  // `variables` and `model_variables` list their parts; checkpoints hold the
+  // logical tables (AssembleLogical, SplitLogical).
+  std::vector<PartitionedVariable> partitioned;
   // The CheckNumerics nodes that guard the update (the loss's, then one per
   // gradient): a step that fails in one of them had a NaN/Inf loss or
   // gradient and applied no update.

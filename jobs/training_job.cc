@@ -239,8 +239,10 @@ Status TrainingJob::Start(bool load_data) {
   }
   if (!initial_values_.empty()) {
     FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
+    using Named = std::vector<std::pair<std::string, Tensor>>;
+    FS_ASSIGN_OR_RETURN(Named parts, SplitLogical(initial_values_, graph_.partitioned));
     std::map<std::string, const Tensor*> by_name;
-    for (const auto& [name, t] : initial_values_) by_name[name] = &t;
+    for (const auto& [name, t] : parts) by_name[name] = &t;
     for (int i = 0; i < int(replicas_.size()); ++i) {
       Status s = AssignReplicaVariables(i, graph_.model_variables, by_name);
       if (!s.ok()) return s.WithPrefix("init_from: replica " + std::to_string(i));
@@ -264,7 +266,7 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues()
     FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
     out.emplace_back(v, std::move(t));
   }
-  return out;
+  return AssembleLogical(std::move(out), graph_.partitioned);
 }
 
 StatusOr<std::shared_ptr<Variable>> TrainingJob::FindVariable(const std::string& name) const {
@@ -284,6 +286,9 @@ StatusOr<JobSnapshot> TrainingJob::Snapshot() {
     FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
     s.variables.emplace_back(v, std::move(t));
   }
+  // Partitioned tables as one logical tensor each, so that the snapshot
+  // restores with any partition count.
+  FS_ASSIGN_OR_RETURN(s.variables, AssembleLogical(std::move(s.variables), graph_.partitioned));
   FS_ASSIGN_OR_RETURN(s.kernel_states, train_session_->ExportKernelStates());
   return s;
 }
@@ -294,13 +299,17 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
     return FailedPrecondition("the checkpoint was taken with seed " + std::to_string(snapshot.seed) +
                               " but the job has seed " + std::to_string(spec_.seed));
   }
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> parts =
+      SplitLogical(snapshot.variables, graph_.partitioned);
+  if (!parts.ok()) return parts.status().WithPrefix("checkpoint");
   std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : snapshot.variables) by_name[name] = &t;
+  for (const auto& [name, t] : *parts) by_name[name] = &t;
   std::vector<std::pair<std::shared_ptr<Variable>, const Tensor*>> assign;
   for (const std::string& v : graph_.variables) {
     auto it = by_name.find(v);
     if (it == by_name.end()) {
-      return InvalidArgument("the checkpoint has no value for variable '" + v + "'", v);
+      const std::string name = LogicalName(v, graph_.partitioned);
+      return InvalidArgument("the checkpoint has no value for variable '" + name + "'", name);
     }
     FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
     const Tensor& t = *it->second;
@@ -320,9 +329,27 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
     pipeline = std::move(p).value();
   }
   for (auto& [var, t] : assign) FS_RETURN_IF_ERROR(var->Assign(*t));
-  FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(snapshot.kernel_states));
+  // The random states of the initializers of a table taken with another
+  // partition count ("init/<table>/part_<p>/...", or "init/<table>/..." of
+  // a table partitioned here; they ran before the snapshot and never run
+  // again) do not carry over; any other unknown node is an error.
+  auto table_init = [&](const std::string& node) {
+    if (!node.starts_with("init/")) return false;
+    if (node.find("/part_") != std::string::npos) return true;
+    for (const PartitionedVariable& t : graph_.partitioned) {
+      if (node.starts_with("init/" + t.name + "/")) return true;
+    }
+    return false;
+  };
+  std::map<std::string, std::string> states = snapshot.kernel_states;
+  for (auto it = states.begin(); it != states.end();) {
+    const bool other_part_init =
+        table_init(it->first) && train_session_->graph()->FindNode(it->first) == nullptr;
+    it = other_part_init ? states.erase(it) : std::next(it);
+  }
+  FS_RETURN_IF_ERROR(train_session_->ImportKernelStates(states));
   for (int i = 1; i < int(replicas_.size()); ++i) {
-    FS_RETURN_IF_ERROR(RestoreReplica(i, by_name, snapshot.kernel_states));
+    FS_RETURN_IF_ERROR(RestoreReplica(i, by_name, states));
   }
   if (pipeline) {
     pipeline_->Cancel();
@@ -337,14 +364,19 @@ Status CheckInitialValues(const TrainingGraph& graph,
                           const std::vector<std::pair<std::string, Tensor>>& values,
                           const std::string& what) {
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph.graph));
+  // A partitioned table is checked as the logical tensor, then as its parts.
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> parts =
+      SplitLogical(values, graph.partitioned);
+  if (!parts.ok()) return parts.status().WithPrefix(what);
   std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : values) by_name[name] = &t;
+  for (const auto& [name, t] : *parts) by_name[name] = &t;
   for (const std::string& v : graph.model_variables) {
     const Node* n = g.FindNode(v);
     if (n == nullptr) continue;
     auto it = by_name.find(v);
     if (it == by_name.end()) {
-      return InvalidArgument(what + ": the checkpoint has no variable '" + v + "'", v);
+      const std::string name = LogicalName(v, graph.partitioned);
+      return InvalidArgument(what + ": the checkpoint has no variable '" + name + "'", name);
     }
     const Tensor& t = *it->second;
     DataType want = n->output_type(0);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "devices/op_kernel.h"
+#include "graph/partitioned_variables.h"
 #include "graph/subgraph.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
@@ -125,11 +126,12 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const GraphDef& graph,
   w.resources = s->resources_.get();
   w.inter_op_pool = s->pool_;
   s->local_worker_ = std::make_unique<LocalWorker>(w);
-  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph));
+  FS_ASSIGN_OR_RETURN(GraphDef expanded, ExpandPartitionedVariables(graph));
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(expanded));
   FS_RETURN_IF_ERROR(CheckStaticTensorBytes(g, options.max_shape_bytes));
   {
     MutexLock l(s->graph_mu_);
-    s->graph_def_ = graph;
+    s->graph_def_ = std::move(expanded);
     s->graph_ = std::make_shared<const Graph>(std::move(g));
   }
   return s;
@@ -143,6 +145,7 @@ Status Session::Extend(const GraphDef& nodes) {
   MutexLock l(graph_mu_);
   GraphDef combined = graph_def_;
   combined.nodes.insert(combined.nodes.end(), nodes.nodes.begin(), nodes.nodes.end());
+  FS_ASSIGN_OR_RETURN(combined, ExpandPartitionedVariables(combined));
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(combined));
   FS_RETURN_IF_ERROR(CheckStaticTensorBytes(g, options_.max_shape_bytes));
   graph_def_ = std::move(combined);

@@ -10,7 +10,9 @@
 // a worker of another task over RPC for that task's devices); later Runs of
 // the same signature reuse that executable. A
 // step takes one id from the StepIdSource and runs on every partition at
-// once; the first error aborts it on every worker. Extend() adds nodes
+// once; the first error aborts it on every worker. Create() and Extend()
+// expand partitioned variables (graph/partitioned_variables.h): the graph
+// a session runs holds their parts. Extend() adds nodes
 // without invalidating cached executables. Variables and other state live
 // in the session's ResourceMgr and are shared by all its steps.
 //

@@ -3,6 +3,9 @@
 // dimension). Both copy contiguous runs with memcpy and split big outputs
 // across the device's intra-op threads. Unique (the distinct values of an
 // index vector in order of first occurrence, and where each element went).
+// PartitionIds and DynamicStitch: the routing of a lookup in a partitioned
+// table (graph/partitioned_variables.h) -- each id's part and local row, and
+// the parts' rows put back in the ids' order.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "devices/cpu/array_kernel_util.h"
+#include "graph/partitioned_variables.h"
 
 namespace flowstate::internal {
 namespace {
@@ -204,6 +208,114 @@ class UniqueOp final : public OpKernel {
   }
 };
 
+// Ids -> for each part, its ids' local rows and their positions.
+template <typename I>
+class PartitionIdsOp final : public OpKernel {
+ public:
+  explicit PartitionIdsOp(OpKernelConstruction* c) : OpKernel(c) {
+    std::string strategy;
+    (void)c->GetAttr("num_partitions", &layout_.partitions);
+    (void)c->GetAttr("rows", &layout_.rows);
+    (void)c->GetAttr("strategy", &strategy);
+    (void)c->GetAttr("table", &table_);
+    layout_.strategy = strategy == "div" ? PartitionStrategy::kDiv : PartitionStrategy::kMod;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& ids = ctx->input(0);
+    const I* id = ids.data<I>();
+    const int64_t n = ids.num_elements();
+    const int64_t P = layout_.partitions;
+    FS_OP_REQUIRES(ctx, n <= int64_t(std::numeric_limits<int32_t>::max()),
+                   KernelError(*this, "too many ids (" + std::to_string(n) + ")"));
+    std::vector<int64_t> count(static_cast<size_t>(P), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      FS_OP_REQUIRES(ctx, id[i] >= 0 && int64_t(id[i]) < layout_.rows,
+                     KernelError(*this, "indices[" + std::to_string(i) + "] = " +
+                                            std::to_string(id[i]) + " is not in [0, " +
+                                            std::to_string(layout_.rows) +
+                                            ") (the rows of the partitioned table '" + table_ +
+                                            "')"));
+      ++count[size_t(layout_.Locate(int64_t(id[i])).first)];
+    }
+    std::vector<I*> local(static_cast<size_t>(P));
+    std::vector<int32_t*> pos(static_cast<size_t>(P));
+    for (int64_t p = 0; p < P; ++p) {
+      Tensor* l = nullptr;
+      Tensor* q = nullptr;
+      FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(int(p), TensorShape({count[size_t(p)]}), &l));
+      FS_OP_REQUIRES_OK(ctx,
+                        ctx->allocate_output(int(P + p), TensorShape({count[size_t(p)]}), &q));
+      local[size_t(p)] = l->data<I>();
+      pos[size_t(p)] = q->data<int32_t>();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      auto [p, r] = layout_.Locate(int64_t(id[i]));
+      *local[size_t(p)]++ = I(r);
+      *pos[size_t(p)]++ = int32_t(i);
+    }
+  }
+
+ private:
+  PartitionLayout layout_;
+  std::string table_;
+};
+
+class DynamicStitchOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const int n = ctx->num_inputs() / 2;
+    // The row shape: data[i].shape minus indices[i].shape, the same for all.
+    const Tensor& d0 = ctx->input(n);
+    const int r0 = ctx->input(0).rank();
+    FS_OP_REQUIRES(ctx, d0.rank() >= r0,
+                   KernelError(*this, "data[0] of shape " + d0.shape().ToString() +
+                                          " does not start with the shape of indices[0] " +
+                                          ctx->input(0).shape().ToString()));
+    std::vector<int64_t> row(d0.shape().dims().begin() + r0, d0.shape().dims().end());
+    int64_t rows = 0, total = 0;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& idx = ctx->input(i);
+      const Tensor& data = ctx->input(n + i);
+      std::vector<int64_t> want = idx.shape().dim_vector();
+      want.insert(want.end(), row.begin(), row.end());
+      FS_OP_REQUIRES(ctx, data.shape().dim_vector() == want,
+                     KernelError(*this, "data[" + std::to_string(i) + "] has shape " +
+                                            data.shape().ToString() + ", expected " +
+                                            TensorShape(want).ToString() +
+                                            " (indices[" + std::to_string(i) +
+                                            "].shape + the row shape)"));
+      const int32_t* v = idx.data<int32_t>();
+      for (int64_t j = 0; j < idx.num_elements(); ++j) {
+        FS_OP_REQUIRES(ctx, v[j] >= 0,
+                       KernelError(*this, "indices[" + std::to_string(i) + "][" +
+                                              std::to_string(j) + "] = " + std::to_string(v[j]) +
+                                              " is negative"));
+        rows = std::max<int64_t>(rows, int64_t(v[j]) + 1);
+      }
+      total += idx.num_elements();
+    }
+    std::vector<int64_t> out_dims{rows};
+    out_dims.insert(out_dims.end(), row.begin(), row.end());
+    Tensor* out = nullptr;
+    FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(out_dims), &out));
+    const size_t row_bytes = size_t(TensorShape(row).num_elements()) * DataTypeSize(d0.dtype());
+    char* dst = static_cast<char*>(out->raw_data());
+    if (total < rows && row_bytes > 0) std::memset(dst, 0, size_t(rows) * row_bytes);
+    if (row_bytes == 0) return;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& idx = ctx->input(i);
+      const int32_t* v = idx.data<int32_t>();
+      const char* src = static_cast<const char*>(ctx->input(n + i).raw_data());
+      for (int64_t j = 0; j < idx.num_elements(); ++j) {
+        std::memcpy(dst + size_t(v[j]) * row_bytes, src + size_t(j) * row_bytes, row_bytes);
+      }
+    }
+  }
+};
+
 }  // namespace
 
 void RegisterGatherKernels(KernelRegistry* r) {
@@ -218,6 +330,13 @@ void RegisterGatherKernels(KernelRegistry* r) {
                      .TypeConstraint("out_idx", kDataTypeOf<I>),
                  MakeKernel<UniqueOp<T, I>>);
   };
+  for (DataType t : AllDataTypes()) {
+    MustRegister(r, KernelDef("DynamicStitch").TypeConstraint("T", t), MakeKernel<DynamicStitchOp>);
+  }
+  MustRegister(r, KernelDef("PartitionIds").TypeConstraint("Tindices", DataType::kInt32),
+               MakeKernel<PartitionIdsOp<int32_t>>);
+  MustRegister(r, KernelDef("PartitionIds").TypeConstraint("Tindices", DataType::kInt64),
+               MakeKernel<PartitionIdsOp<int64_t>>);
   unique.operator()<int32_t, int32_t>();
   unique.operator()<int32_t, int64_t>();
   unique.operator()<int64_t, int32_t>();

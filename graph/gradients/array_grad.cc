@@ -112,6 +112,17 @@ Status GatherGrad(GradContext* c, G* in) {
   return Status();
 }
 
+// Each data input gets the rows of the gradient at its indices (the
+// indices are taken as distinct, as the routing of a partitioned lookup
+// makes them).
+Status DynamicStitchGrad(GradContext* c, G* in) {
+  const int n = c->node().num_inputs() / 2;
+  for (int i = 0; i < n; ++i) {
+    (*in)[n + i] = Gradient::Dense(ops::Gather(c->scope(), c->grad(0), c->input(i)));
+  }
+  return Status();
+}
+
 Status TileGrad(GradContext* c, G* in) {
   (*in)[0] = Gradient::Dense(ops::Generic(c->scope(), "TileGrad", {c->input(1), c->grad(0)})[0]);
   return Status();
@@ -143,12 +154,13 @@ void RegisterArrayGradients(GradientRegistry* r) {
   Must(r, "StridedSlice", StridedSliceGrad);
   Must(r, "Gather", GatherGrad);
   Must(r, "Tile", TileGrad);
+  Must(r, "DynamicStitch", DynamicStitchGrad);
   Must(r, "BroadcastTo", BroadcastToGrad);
   Must(r, "Fill", FillGrad);
   for (const char* op : {"Const", "Placeholder", "ZerosLike", "OnesLike", "Shape", "Size", "Rank",
                          "Range", "RandomUniform", "RandomNormal", "TruncatedNormal",
                          "BroadcastGradientArgs", "ReducedShape", "ConcatOffset",
-                         "InvertPermutation", "IsVariableInitialized"}) {
+                         "InvertPermutation", "IsVariableInitialized", "PartitionIds"}) {
     r->RegisterNonDifferentiable(op);
   }
 }

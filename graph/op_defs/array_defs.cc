@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "graph/op_defs/register_defs.h"
+#include "graph/partitioned_variables.h"
 #include "graph/strided_slice.h"
 
 namespace flowstate::internal {
@@ -250,6 +251,37 @@ Status StridedSliceShape(InferenceContext* c) {
   return Status();
 }
 
+Status PartitionIdsShape(InferenceContext* c) {
+  StatusOr<PartitionStrategy> s = PartitionStrategyFromString(c->GetAttr("strategy").s());
+  if (!s.ok()) return c->Error(s.status().message());
+  if (c->IntAttr("num_partitions") > std::max<int64_t>(c->IntAttr("rows"), 1)) {
+    return c->Error("num_partitions " + std::to_string(c->IntAttr("num_partitions")) +
+                    " is more than the " + std::to_string(c->IntAttr("rows")) + " rows");
+  }
+  for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, PartialShape({-1}));
+  return Status();
+}
+
+// [-1] + the row shape, from the first data input whose rank is known.
+Status DynamicStitchShape(InferenceContext* c) {
+  const int n = int(c->IntAttr("N"));
+  for (int i = 0; i < n; ++i) {
+    const PartialShape& idx = c->input(i);
+    const PartialShape& data = c->input(n + i);
+    if (!idx.rank_known() || !data.rank_known()) continue;
+    if (data.rank() < idx.rank()) {
+      return c->Error("data[" + std::to_string(i) + "] of shape " + data.ToString() +
+                      " does not start with the shape of indices[" + std::to_string(i) + "] " +
+                      idx.ToString());
+    }
+    std::vector<int64_t> out{-1};
+    out.insert(out.end(), data.dims().begin() + idx.rank(), data.dims().end());
+    c->set_output(0, PartialShape(std::move(out)));
+    return Status();
+  }
+  return shape_fns::Unknown(c);
+}
+
 Status GatherShape(InferenceContext* c) {
   const PartialShape& params = c->input(0);
   const PartialShape& indices = c->input(1);
@@ -424,6 +456,28 @@ void RegisterArrayOps(OpRegistry* r) {
                       .SetShapeFn(GatherShape)
                       .Doc("Slices of `params` along `axis` at `indices`; an index out of "
                            "range is an error."));
+  MustRegister(r, OpDefBuilder("PartitionIds")
+                      .Input("ids: Tindices")
+                      .Output("local: num_partitions * Tindices")
+                      .Output("positions: num_partitions * int32")
+                      .Attr("Tindices: {int32, int64}").Attr("num_partitions: int >= 1")
+                      .Attr("rows: int >= 0").Attr("strategy: string = \"mod\"")
+                      .Attr("table: string = \"\"")
+                      .SetShapeFn(PartitionIdsShape)
+                      .Doc("Routes the ids of a lookup in a table of `rows` rows split over "
+                           "num_partitions parts (strategy mod: row r in part r % n at r / n; "
+                           "div: contiguous ranges, the first rows % n parts one row longer): "
+                           "local[p] are the local rows of the ids that fall in part p, in "
+                           "order, and positions[p] where they were in the flattened ids. An id "
+                           "outside [0, rows) is an error naming `table`."));
+  MustRegister(r, OpDefBuilder("DynamicStitch")
+                      .Input("indices: N * int32").Input("data: N * T").Output("merged: T")
+                      .Attr("N: int >= 1").Attr("T: type")
+                      .SetShapeFn(DynamicStitchShape)
+                      .Doc("merged[indices[i][j], ...] = data[i][j, ...]: interleaves the rows "
+                           "of the data tensors (data[i].shape = indices[i].shape + a common row "
+                           "shape) into max(indices) + 1 rows; rows no index names are zeros, "
+                           "and of two equal indices the later one wins."));
   MustRegister(r, OpDefBuilder("Unique")
                       .Input("x: T").Output("y: T").Output("idx: out_idx")
                       .Attr("T: {int32, int64}").Attr("out_idx: {int32, int64} = int32")

@@ -1,6 +1,7 @@
 // Variables and the ops that read and mutate them. The kernels live in
 // state/; these are only the definitions.
 #include "graph/op_defs/register_defs.h"
+#include "graph/partitioned_variables.h"
 
 namespace flowstate::internal {
 namespace {
@@ -8,6 +9,8 @@ namespace {
 constexpr const char* kNumeric = "T: {float32, float64, int32, int64, uint8}";
 
 Status VariableShape(InferenceContext* c) {
+  Status partitions = CheckPartitionAttrs(c->node().attrs);
+  if (!partitions.ok()) return c->Error(partitions.message());
   c->set_output(0, c->GetAttr("shape").shape());
   return Status();
 }
@@ -179,6 +182,9 @@ void RegisterStateOps(OpRegistry* r) {
              .Attr("init_mean: float = 0")
              .Attr("init_stddev: float = 0.05")
              .Attr("seed: int = 0")
+             .Attr("partitions: int = 1")
+             .Attr("partition_strategy: string = \"mod\"")
+             .Attr("partition_devices: list(string) = []")
              .SetIsStateful()
              .SetShapeFn(VariableShape)
              .Doc("A tensor that persists across steps. Ops that take it as a Ref input "
@@ -187,7 +193,10 @@ void RegisterStateOps(OpRegistry* r) {
                   "node name when empty) within container. `init` names how training initializes it: zeros, ones, constant "
                   "(init_value), uniform (init_minval, init_maxval), normal and truncated_normal "
                   "(init_mean, init_stddev), glorot_uniform, glorot_normal, he_normal, "
-                  "he_uniform; `seed` fixes its random numbers."));
+                  "he_uniform; `seed` fixes its random numbers. `partitions` > 1 splits its rows over "
+                  "that many variables <name>/part_<p> (graph/partitioned_variables.h) by "
+                  "`partition_strategy` (mod: row r in part r % partitions; div: contiguous "
+                  "ranges), part p on partition_devices[p % size] when it names devices."));
   MustRegister(r, OpDefBuilder("Assign")
                       .Input("ref: Ref(T)")
                       .Input("value: T")

@@ -1,5 +1,5 @@
-// Gather, Tile and Unique against plain-loop references, for every dtype
-// the kernels are registered for.
+// Gather, Tile, Unique, PartitionIds and DynamicStitch against plain-loop
+// references, for every dtype the kernels are registered for.
 #include <gtest/gtest.h>
 
 #include "tests/devices/array_test_util.h"
@@ -174,4 +174,65 @@ TEST(ArrayTile, RejectsBadMultiples) {
 }
 
 }  // namespace
+// PartitionIds: each id's part and local row, by mod and by div (the first
+// rows % n parts one row longer), with the ids' positions.
+TEST(ArrayPartitionIds, ModAndDivWithPositions) {
+  for (DataType t : IndexTypes()) {
+    auto run = [&](const std::string& strategy, const std::vector<int64_t>& ids) {
+      return RunOp("PartitionIds", {Ix(t, ids)},
+                   {{"num_partitions", AttrValue(int64_t{3})}, {"rows", AttrValue(int64_t{7})},
+                    {"strategy", AttrValue(strategy)}, {"table", AttrValue("emb")}});
+    };
+    StatusOr<std::vector<Tensor>> m = run("mod", {6, 0, 3, 3, 1});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(m->size(), 6u);
+    EXPECT_TRUE(TensorsEqual((*m)[0], Ix(t, {2, 0, 1, 1})));
+    EXPECT_TRUE(TensorsEqual((*m)[1], Ix(t, {0})));
+    EXPECT_EQ((*m)[2].num_elements(), 0);
+    EXPECT_TRUE(TensorsEqual((*m)[3], Ix(DataType::kInt32, {0, 1, 2, 3})));
+    EXPECT_TRUE(TensorsEqual((*m)[4], Ix(DataType::kInt32, {4})));
+    StatusOr<std::vector<Tensor>> d = run("div", {6, 0, 3, 3, 1});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_TRUE(TensorsEqual((*d)[0], Ix(t, {0, 1})));
+    EXPECT_TRUE(TensorsEqual((*d)[1], Ix(t, {0, 0})));
+    EXPECT_TRUE(TensorsEqual((*d)[2], Ix(t, {1})));
+    EXPECT_TRUE(TensorsEqual((*d)[3], Ix(DataType::kInt32, {1, 4})));
+    EXPECT_TRUE(TensorsEqual((*d)[4], Ix(DataType::kInt32, {2, 3})));
+    EXPECT_TRUE(TensorsEqual((*d)[5], Ix(DataType::kInt32, {0})));
+    StatusOr<std::vector<Tensor>> empty = run("mod", {});
+    ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+    for (const Tensor& x : *empty) EXPECT_EQ(x.num_elements(), 0);
+    EXPECT_TRUE(IsKernelError(
+        RunKernelOnly("PartitionIds", {Ix(t, {1, 7, -1})},
+                      {{"num_partitions", AttrValue(int64_t{3})}, {"rows", AttrValue(int64_t{7})},
+                       {"table", AttrValue("emb")}}),
+        "indices[1] = 7 is not in [0, 7) (the rows of the partitioned table 'emb')"));
+  }
+}
+
+// DynamicStitch puts rows gathered at disjoint indices back: the source.
+TEST(ArrayDynamicStitch, InterleavesRowsForEveryDtype) {
+  for (DataType t : AllDataTypes()) {
+    Tensor src = RandomOf(t, {5, 3}, 17);
+    Tensor i0 = Ix(DataType::kInt32, {4, 0, 2}), i1 = Ix(DataType::kInt32, {1, 3});
+    Tensor d0 = RunOp1("Gather", {src, i0}), d1 = RunOp1("Gather", {src, i1});
+    Tensor merged = RunOp1("DynamicStitch", {i0, i1, d0, d1}, {{"N", AttrValue(int64_t{2})}});
+    EXPECT_TRUE(TensorsEqual(merged, src)) << DataTypeName(t);
+  }
+  // Rows no index names are zeros; empty inputs give no rows.
+  Tensor x = RunOp1("DynamicStitch", {Ix(DataType::kInt32, {2}),
+                                      Tensor::FromVector<float>({7, 8}, TensorShape({1, 2}))},
+                         {{"N", AttrValue(int64_t{1})}});
+  EXPECT_TRUE(TensorsEqual(x, Tensor::FromVector<float>({0, 0, 0, 0, 7, 8}, TensorShape({3, 2}))));
+  Tensor none = RunOp1("DynamicStitch", {Ix(DataType::kInt32, {}),
+                                         Tensor(DataType::kFloat32, TensorShape({0, 4}))},
+                            {{"N", AttrValue(int64_t{1})}});
+  EXPECT_TRUE(none.shape() == TensorShape({0, 4})) << none.shape().ToString();
+  EXPECT_TRUE(IsKernelError(
+      RunKernelOnly("DynamicStitch", {Ix(DataType::kInt32, {0, 1}),
+                                      Tensor(DataType::kFloat32, TensorShape({3, 2}))},
+                    {{"N", AttrValue(int64_t{1})}}),
+      "data[0] has shape [3, 2]"));
+}
+
 }  // namespace flowstate::test

@@ -202,6 +202,16 @@ TEST(GradientCheck, GatherIsSparseAndRepeatedIndicesAdd) {
 }
 
 
+// Each data input of DynamicStitch gets the gradient's rows at its indices.
+TEST(GradientCheck, DynamicStitchRoutesRowsBack) {
+  GradCheck c;
+  c.op = "DynamicStitch";
+  c.inputs = {Tensor::FromVector<int32_t>({3, 0}), Tensor::FromVector<int32_t>({1, 4, 2}),
+              R({2, 3}, 11), R({3, 3}, 12)};
+  c.attrs = {{"N", AttrValue(int64_t{2})}};
+  EXPECT_TRUE(CheckGradient(c));
+}
+
 // Regression: the gradient of a broadcasting binary op whose input shapes are
 // known only at run time, where nothing is broadcast, sums over an empty
 // axis list computed by BroadcastGradientArgs; Sum reads an empty list as

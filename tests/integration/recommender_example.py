@@ -8,7 +8,9 @@ the generator prints. Then the same job as 2 replicas on a cluster of two
 processes on loopback (`flowstate serve` as task 0, `flowstate worker` as
 task 1, each with its own copy of the data under its own data root),
 submitted with POST /v1/jobs: placed one replica per task, it trains to
-the end and reaches the same bar.
+the end and reaches the same bar. The cluster job and a second in-process
+run have their tables partitioned ("partitions": 2 on the items, 3 by
+"div" on the users).
 
   tests/integration/recommender_example.py --flowstate build/flowstate --source .
 """
@@ -126,6 +128,29 @@ def main():
             print("test accuracy %.4f (Bayes rate %.4f)" % (acc or 0.0, bayes))
             if acc is None or acc < 0.75:
                 failures.append("test accuracy %s, expected >= 0.75" % acc)
+
+        # The same job with its tables partitioned (item: 2 parts by mod,
+        # user: 3 contiguous ranges) learns as well, in-process and as 2
+        # replicas on the cluster (POST /v1/jobs).
+        for node in job["graph"]["nodes"]:
+            if node["name"] == "item_emb/table":
+                node["attrs"]["partitions"] = 2
+            if node["name"] == "user_emb/table":
+                node["attrs"].update({"partitions": 3, "partition_strategy": "div"})
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        p = subprocess.run([a.flowstate, "train", job_path, "--data-root", root,
+                            "--metrics-out", metrics, "--threads", "2"],
+                           capture_output=True, text=True, timeout=240)
+        if p.returncode != 0:
+            print(p.stdout[-4000:], p.stderr[-4000:])
+            failures.append("flowstate train of the partitioned job exited %d" % p.returncode)
+        else:
+            with open(metrics) as f:
+                acc = json.load(f).get("accuracy")
+            print("partitioned tables: test accuracy %.4f" % (acc or 0.0))
+            if acc is None or acc < 0.75:
+                failures.append("partitioned tables: test accuracy %s, expected >= 0.75" % acc)
 
         train_on_cluster(a.flowstate, root, job, failures)
 
