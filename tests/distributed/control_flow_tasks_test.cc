@@ -1,0 +1,174 @@
+// Control flow split over two tasks of a cluster (in this process, each task
+// behind its own gRPC server on loopback): a conditional whose taken or
+// untaken branch is on the other task (dead values cross as is_dead), loops
+// whose body or condition is there (the LoopCond is pulled by the other
+// task's control-loop skeleton every iteration, transfers keyed by frame and
+// iteration), a nested loop, and a loop's gradient; each against the same
+// graph on one task.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "graph/control_flow_builders.h"
+#include "graph/gradients.h"
+#include "graph/op_builders.h"
+#include "graph/scope.h"
+#include "tests/distributed/local_cluster.h"
+
+namespace flowstate {
+namespace {
+
+using testing::LocalCluster;
+using Vars = std::vector<Output>;
+using Feeds = std::vector<std::pair<std::string, Tensor>>;
+
+constexpr const char* kT0 = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr const char* kT1 = "/job:worker/replica:0/task:1/device:CPU:0";
+
+// Runs in a thread; fails the test instead of hanging past `seconds`.
+// Checks that the step ran as two partitions (one per task).
+std::vector<Tensor> RunWithin(Session* s, double seconds, const Feeds& feeds,
+                              const std::vector<std::string>& fetches) {
+  std::vector<Tensor> out;
+  RunStats stats;
+  auto f = std::async(std::launch::async, [&] { return s->Run(feeds, fetches, {}, &out, &stats); });
+  if (f.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    ADD_FAILURE() << "the step did not end within " << seconds << " s";
+    std::abort();  // a hung step cannot be cleaned up: fail loudly
+  }
+  Status st = f.get();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(stats.num_partitions, 2);
+  return out;
+}
+
+TEST(ControlFlowAcrossTasks, CondBranchesOnDifferentTasks) {
+  LocalCluster cluster(2);
+  for (auto [t, f] : {std::pair{kT1, kT0}, std::pair{kT0, kT1}}) {
+    Scope root = Scope().WithDevice(kT0);
+    Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, PartialShape({2}));
+    Output p = ops::Placeholder(root.WithOpName("p"), DataType::kBool, PartialShape({}));
+    auto r = ops::Cond(
+        root.WithOpName("c"), p,
+        [&](const Scope& s) -> StatusOr<Vars> {
+          Scope d = s.WithDevice(t);
+          return Vars{ops::Mul(d.WithOpName("times3"), x, ops::Const(d, 3.0f))};
+        },
+        [&](const Scope& s) -> StatusOr<Vars> {
+          Scope d = s.WithDevice(f);
+          return Vars{ops::Sub(d.WithOpName("minus1"), x, ops::Const(d, 1.0f))};
+        });
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ops::Add(root.WithOpName("out"), (*r)[0], ops::Const(root, 10.0f));
+    auto s = cluster.NewSession(root.graph_def());
+    ASSERT_NE(s, nullptr);
+    const Tensor xv = Tensor::FromVector(std::vector<float>{2.0f, -4.0f}, TensorShape({2}));
+    for (bool pv : {true, false, false, true}) {
+      auto out = RunWithin(s.get(), 30, {{"x", xv}, {"p", Tensor::Scalar(pv)}}, {"out"});
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_EQ(out[0].data<float>()[0], pv ? 16.0f : 11.0f);
+      EXPECT_EQ(out[0].data<float>()[1], pv ? -2.0f : 5.0f);
+    }
+  }
+}
+
+// v = 1; while (v < limit) v = v * x, the Mul on `body`, the comparison on
+// `cond`, the rest on task 0.
+GraphDef PowerLoop(const char* body, const char* cond) {
+  Scope root = Scope().WithDevice(kT0);
+  Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, PartialShape({}));
+  Output limit = ops::Placeholder(root.WithOpName("limit"), DataType::kFloat32, PartialShape({}));
+  auto r = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& c, const Vars& v) -> StatusOr<Output> {
+        return ops::Less(c.WithOpName("less").WithDevice(cond), v[1], limit);
+      },
+      [&](const Scope& b, const Vars& v) -> StatusOr<Vars> {
+        return Vars{ops::Add(b, v[0], ops::Const(b, 1)), ops::Mul(b.WithOpName("mul").WithDevice(body), v[1], x)};
+      },
+      {ops::Const(root, 0), ops::Const(root, 1.0f)});
+  r.status().CheckOk();
+  return root.graph_def();
+}
+
+TEST(ControlFlowAcrossTasks, ALoopWithItsBodyOrConditionOnTheOtherTask) {
+  LocalCluster cluster(2);
+  for (auto [body, cond] : {std::pair{kT1, kT0}, std::pair{kT0, kT1}, std::pair{kT1, kT1}}) {
+    auto s = cluster.NewSession(PowerLoop(body, cond));
+    ASSERT_NE(s, nullptr);
+    for (auto [x, limit, trips, value] : {std::tuple{2.0f, 100.0f, 7, 128.0f},
+                                          std::tuple{3.0f, 0.5f, 0, 1.0f},
+                                          std::tuple{1.01f, 2.0f, 70, 0.0f}}) {
+      auto out = RunWithin(s.get(), 60, {{"x", Tensor::Scalar(x)}, {"limit", Tensor::Scalar(limit)}},
+                           {"loop:0", "loop:1"});
+      ASSERT_EQ(out.size(), 2u);
+      EXPECT_EQ(out[0].scalar<int32_t>(), trips) << body << " " << cond << " x=" << x;
+      if (value != 0.0f) EXPECT_EQ(out[1].scalar<float>(), value);
+    }
+  }
+}
+
+// An outer loop of 4 whose body runs an inner loop of (outer iteration + 1)
+// iterations, the inner Mul on `inner`; its gradient with respect to w.
+struct Nested {
+  GraphDef graph;
+  std::string result, grad;
+};
+Nested NestedLoops(const char* inner) {
+  Scope root = Scope().WithDevice(kT0);
+  Output w = ops::Placeholder(root.WithOpName("w"), DataType::kFloat64, PartialShape({2}));
+  auto r = ops::WhileLoop(
+      root.WithOpName("outer"),
+      [&](const Scope& s, const Vars& v) -> StatusOr<Output> {
+        return ops::Less(s, v[0], ops::Const(s, int32_t(4)));
+      },
+      [&](const Scope& s, const Vars& v) -> StatusOr<Vars> {
+        Output i = v[0];
+        auto in = ops::WhileLoop(
+            s.WithOpName("inner"),
+            [&](const Scope& c, const Vars& u) -> StatusOr<Output> { return ops::LessEqual(c, u[0], i); },
+            [&](const Scope& c, const Vars& u) -> StatusOr<Vars> {
+              Scope d = c.WithDevice(inner);
+              return Vars{ops::Add(c, u[0], ops::Const(c, int32_t(1))),
+                          ops::Mul(d.WithOpName("mul"), ops::Sin(d, u[1]), w)};
+            },
+            {ops::Const(s, int32_t(0)), v[1]});
+        if (!in.ok()) return in.status();
+        return Vars{ops::Add(s, v[0], ops::Const(s, int32_t(1))), ops::Add(s, (*in)[1], ops::Const(s, 0.5))};
+      },
+      {ops::Const(root, int32_t(0)),
+       ops::Const(root, Tensor::FromVector(std::vector<double>{1.0, -2.0}, TensorShape({2})))});
+  r.status().CheckOk();
+  Output loss = ops::Sum(root.WithOpName("loss"), ops::Mul(root, (*r)[1], (*r)[1]), std::vector<int32_t>{});
+  std::vector<Gradient> grads;
+  AddGradients(root, loss, {w}, &grads).CheckOk();
+  return Nested{root.graph_def(), (*r)[1].name(), grads[0].dense.name()};
+}
+
+TEST(ControlFlowAcrossTasks, NestedLoopAndItsGradientSplitOverTwoTasks) {
+  LocalCluster cluster(2);
+  const Tensor w = Tensor::FromVector(std::vector<double>{1.5, 0.75}, TensorShape({2}));
+  Nested one = NestedLoops(kT0);
+  auto s1 = cluster.NewSession(one.graph);
+  ASSERT_NE(s1, nullptr);
+  std::vector<Tensor> want;
+  ASSERT_TRUE(s1->Run({{"w", w}}, {one.result, one.grad}, {}, &want).ok());
+  ASSERT_EQ(want.size(), 2u);
+  Nested split = NestedLoops(kT1);
+  auto s2 = cluster.NewSession(split.graph);
+  ASSERT_NE(s2, nullptr);
+  for (int step = 0; step < 2; ++step) {
+    const auto got = RunWithin(s2.get(), 60, {{"w", w}}, {split.result, split.grad});
+    ASSERT_EQ(got.size(), 2u);
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(got[0].data<double>()[k], want[0].data<double>()[k]) << k;
+      EXPECT_EQ(got[1].data<double>()[k], want[1].data<double>()[k]) << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flowstate
