@@ -58,6 +58,17 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const std::vector<Devi
       groups.Union(i, other->id());
     }
   }
+  // A StackPop runs where the StackPushes of its stack run: the values live
+  // in the step's call frame of the task that pushed them.
+  std::map<std::string, int> stack_of;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    if (node.op() != "StackPush" && node.op() != "StackPop") continue;
+    auto it = node.attrs().find("stack_name");
+    if (it == node.attrs().end() || it->second.kind() != AttrKind::kString) continue;
+    auto [owner, added] = stack_of.emplace(it->second.s(), i);
+    if (!added) groups.Union(i, owner->second);
+  }
 
   // Merge each group's requests; remember who asked, for error messages.
   std::map<int, DeviceName> spec;

@@ -170,5 +170,40 @@ TEST(ControlFlowAcrossTasks, NestedLoopAndItsGradientSplitOverTwoTasks) {
   }
 }
 
+// A loop on task 1 whose gradient loop is left to the default device (task
+// 0): the values its forward loop keeps are popped where they were pushed
+// (placement puts a StackPop with its StackPushes), so the backward loop is
+// split over both tasks; the gradient is that of the loop on one task.
+TEST(ControlFlowAcrossTasks, ALoopOnOneTaskAndItsGradientOnTheOther) {
+  LocalCluster cluster(2);
+  const Tensor w = Tensor::FromVector(std::vector<double>{1.5, 0.75}, TensorShape({2}));
+  std::vector<Tensor> results;
+  for (const char* loop_device : {kT0, kT1}) {
+    Scope root;
+    Output wp = ops::Placeholder(root.WithOpName("w"), DataType::kFloat64, PartialShape({2}));
+    auto r = ops::WhileLoop(
+        root.WithOpName("loop").WithDevice(loop_device),
+        [&](const Scope& s, const Vars& v) -> StatusOr<Output> {
+          return ops::Less(s, v[0], ops::Const(s, int32_t(4)));
+        },
+        [&](const Scope& s, const Vars& v) -> StatusOr<Vars> {
+          return Vars{ops::Add(s, v[0], ops::Const(s, int32_t(1))), ops::Mul(s, ops::Sin(s, v[1]), wp)};
+        },
+        {ops::Const(root, int32_t(0)), wp});
+    ASSERT_TRUE(r.ok());
+    Output loss = ops::Sum(root.WithOpName("loss"), ops::Mul(root, (*r)[1], (*r)[1]), std::vector<int32_t>{});
+    std::vector<Gradient> grads;
+    ASSERT_TRUE(AddGradients(root, loss, {wp}, &grads).ok());
+    auto s = cluster.NewSession(root.graph_def());
+    ASSERT_NE(s, nullptr);
+    std::vector<Tensor> out;
+    Status st = s->Run({{"w", w}}, {grads[0].dense.name()}, {}, &out);
+    ASSERT_TRUE(st.ok()) << loop_device << ": " << st.ToString();
+    results.push_back(out[0]);
+  }
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(results[0].data<double>()[k], results[1].data<double>()[k]) << k;
+}
+
 }  // namespace
 }  // namespace flowstate
+
