@@ -180,6 +180,35 @@ std::vector<int> LoopCondOfFrames(const Graph& g, const ControlFlowInfo& cf) {
   return cond;
 }
 
+// By node id: whether the node can run in the first iteration of its loop
+// only, because it reads (through nodes other than a Merge) the value of a
+// non-constant Enter, which only iteration 0 receives.
+std::vector<bool> FirstIterationOnly(const Graph& g, const ControlFlowInfo& cf) {
+  std::vector<bool> first(g.num_nodes(), false);
+  auto from_first = [&](int j) {
+    const Node& in = g.node(j);
+    if (in.op() == "Enter") return !in.attrs().at("is_constant").b();
+    return bool(first[j]);
+  };
+  for (int id : g.topo_order()) {
+    const Node& n = g.node(id);
+    if (cf.frame_of[id] == 0 || n.op() == "Enter") continue;
+    if (n.op() == "Merge") {
+      bool all = n.num_inputs() > 0;
+      for (const Endpoint& e : n.inputs()) {
+        all = all && g.node(e.node).op() != "NextIteration" && from_first(e.node);
+      }
+      first[id] = all;
+      continue;
+    }
+    bool any = false;
+    for (const Endpoint& e : n.inputs()) any = any || from_first(e.node);
+    for (int c : n.control_inputs()) any = any || from_first(c);
+    first[id] = any;
+  }
+  return first;
+}
+
 }  // namespace
 
 StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
@@ -282,6 +311,8 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
   // than the one they are computed in.
   const ControlFlowInfo* cf = g.control_flow();
   const std::vector<int> loop_cond = cf != nullptr ? LoopCondOfFrames(g, *cf) : std::vector<int>();
+  const std::vector<bool> first_only =
+      cf != nullptr ? FirstIterationOnly(g, *cf) : std::vector<bool>();
   Status split_error;   // the first part of the graph that cannot be split
   int current_node = 0;  // the consumer whose inputs are being cut, for errors
   auto refuse = [&](const std::string& why) {
@@ -371,6 +402,12 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     if (cf != nullptr) {
       // It may receive the dead mark: its partition runs with frames.
       recv.attrs["_maybe_dead"] = AttrValue(true);
+      if (frame != 0 && first_only[src]) {
+        refuse("reads '" + s.name() + "' on " + sd->name() + " inside loop '" + cf->frames[frame].name +
+               "', and '" + s.name() + "' runs in the loop's first iteration only (it reads the "
+               "Enter of a loop variable, not its Merge), while the receiving side runs every "
+               "iteration; place the two on one device");
+      }
       if (frame != 0) {
         const std::string merge = trigger(frame, dst_part);
         if (!merge.empty()) recv.inputs.push_back("^" + merge);
@@ -393,15 +430,14 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     const ControlFlowInfo::Frame& frame = cf->frames[f];
     Device* d = devices[p];
     if (d->memory_type() != MemoryType::kHost) {
-      refuse("reads a tensor of another device inside loop '" + frame.name + "' on " + d->name() +
+      refuse("lies in loop '" + frame.name + "', split across devices onto " + d->name() +
              ", a device with its own memory: a loop split across devices runs on host-memory "
              "devices only; place the loop's nodes on one device");
       return std::string();
     }
     if (loop_cond[f] < 0) {
-      refuse("reads a tensor of another device inside loop '" + frame.name +
-             "', which has no single LoopCond to drive its other partitions; place the loop's "
-             "nodes on one device");
+      refuse("lies in loop '" + frame.name + "', split across devices, which has no single "
+             "LoopCond to drive its other partitions; place the loop's nodes on one device");
       return std::string();
     }
     const std::string base = "_cf/" + frame.name + "/" + std::to_string(p);
@@ -485,6 +521,28 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     parts[p].graph.nodes.push_back(std::move(c));
     return clones[{src, p}];
   };
+
+  // A partition that holds nodes of a split loop, other than the one that
+  // computes its LoopCond, gets the loop's skeleton even without a _Recv
+  // inside the loop: its nodes that read only loop invariants (constant
+  // Enters) run once per iteration of the frame instance, which only the
+  // skeleton makes iterate in step with the loop.
+  if (cf != nullptr) {
+    for (size_t f = 1; f < cf->frames.size(); ++f) {
+      const std::vector<int>& nodes = cf->frames[f].nodes;
+      if (nodes.empty()) continue;
+      for (int id : nodes) {
+        if (loop_cond[f] < 0) {
+          if (placement[id] == placement[nodes[0]]) continue;
+        } else if (placement[id] == placement[loop_cond[f]]) {
+          continue;
+        }
+        current_node = id;
+        trigger(int(f), index[placement[id]]);
+        if (loop_cond[f] < 0) break;
+      }
+    }
+  }
 
   for (int i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);

@@ -354,5 +354,61 @@ TEST(ControlFlowAcrossDevices, ALoopThatCannotBeSplitIsRefusedNamingTheNode) {
   EXPECT_NE(st.message().find("LoopCond"), std::string::npos) << st.ToString();
 }
 
+// A body node on the other device that reads only loop invariants (constant
+// Enters): its partition has no _Recv inside the loop, yet it must run in
+// every iteration, in step with the loop.
+TEST(ControlFlowAcrossDevices, ABodyNodeOfLoopInvariantsOnlyRunsEveryIteration) {
+  Scope root = Scope().WithDevice(kCpu0);
+  Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, PartialShape({}));
+  auto r = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& c, const Vars& v) -> StatusOr<Output> {
+        return ops::Less(c, v[0], ops::Const(c, 5));
+      },
+      [&](const Scope& b, const Vars& v) -> StatusOr<Vars> {
+        Scope d = b.WithDevice(kCpu1);
+        Output step = ops::Mul(d.WithOpName("step"), x, ops::Const(d, 2.0f));
+        return Vars{ops::Add(b, v[0], ops::Const(b, 1)), ops::Add(b, v[1], step)};
+      },
+      {ops::Const(root, 0), ops::Const(root, 0.0f)});
+  ASSERT_TRUE(r.ok());
+  GraphDef g = root.graph_def();
+  EXPECT_EQ(NumPartitions(g), 2);
+  auto s = NewSession(g);
+  auto out = RunStep(s.get(), {{"x", Tensor::Scalar(1.5f)}}, {"loop:1"});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].scalar<float>(), 15.0f);
+}
+
+// A body node that reads the Enter of a loop variable directly (not its
+// Merge) runs in the loop's first iteration only; a reader of it on another
+// device would wait in every later iteration: refused, naming the reader.
+TEST(ControlFlowAcrossDevices, AReaderOfAFirstIterationOnlyValueIsRefused) {
+  Scope root = Scope().WithDevice(kCpu0);
+  auto op = [&](const Scope& s, const std::string& name, const std::string& type, const Vars& in,
+                AttrMap attrs = {}, int outputs = 1) {
+    return ops::Generic(s.WithOpName(name), type, in, std::move(attrs), outputs);
+  };
+  const AttrMap frame{{"frame_name", AttrValue(std::string("f"))}};
+  Output enter = op(root, "enter", "Enter", {ops::Const(root.WithOpName("start"), 0.0f)}, frame)[0];
+  Output once = op(root, "once", "Enter", {ops::Const(root.WithOpName("other"), 1.0f)}, frame)[0];
+  Output first = ops::Neg(root.WithOpName("first"), once);
+  Output merge = op(root, "merge", "Merge", {enter, Output("next")}, {{"N", AttrValue(int64_t(2))}}, 2)[0];
+  Output cond = op(root, "cond", "LoopCond", {ops::Less(root, merge, merge)})[0];
+  auto sw = op(root, "switch", "Switch", {merge, cond}, {}, 2);
+  op(root, "exit", "Exit", {sw[0]});
+  Output body = ops::Add(root.WithOpName("reader").WithDevice(kCpu1), sw[1], first);
+  op(root, "next", "NextIteration", {body});
+  SessionOptions o;
+  o.devices = TwoDevices();
+  auto sess = Session::Create(root.graph_def(), o);
+  ASSERT_TRUE(sess.ok()) << sess.status().ToString();
+  std::vector<Tensor> out;
+  Status st = (*sess)->Run({}, {"exit"}, {}, &out);
+  EXPECT_EQ(st.code(), Code::kUnimplemented) << st.ToString();
+  EXPECT_EQ(st.node(), "reader") << st.ToString();
+  EXPECT_NE(st.message().find("first iteration only"), std::string::npos) << st.ToString();
+}
+
 }  // namespace
 }  // namespace flowstate
