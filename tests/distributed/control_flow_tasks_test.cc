@@ -7,8 +7,10 @@
 // graph on one task.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "tests/distributed/local_cluster.h"
+#include "tests/distributed/test_ops.h"
 
 namespace flowstate {
 namespace {
@@ -202,6 +205,86 @@ TEST(ControlFlowAcrossTasks, ALoopOnOneTaskAndItsGradientOnTheOther) {
     results.push_back(out[0]);
   }
   for (int k = 0; k < 2; ++k) EXPECT_EQ(results[0].data<double>()[k], results[1].data<double>()[k]) << k;
+}
+
+// Steps of one session over a loop split across tasks, from several
+// threads at once: each step's transfers are its own.
+TEST(ControlFlowAcrossTasks, ConcurrentStepsOfASplitLoop) {
+  LocalCluster cluster(2);
+  auto s = cluster.NewSession(PowerLoop(kT1, kT1));
+  ASSERT_NE(s, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 5; ++k) {
+        const float x = 2.0f + float(t);
+        std::vector<Tensor> out;
+        Status st = s->Run({{"x", Tensor::Scalar(x)}, {"limit", Tensor::Scalar(500.0f)}}, {"loop:1"}, {}, &out);
+        float want = 1.0f;
+        while (want < 500.0f) want *= x;
+        if (!st.ok() || out[0].scalar<float>() != want) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// A kernel that fails inside the part of a loop on task 1: the step ends at
+// once everywhere (task 0's partition waits on transfers from task 1), with
+// the error naming the node and its task.
+TEST(ControlFlowAcrossTasks, AnErrorInsideASplitLoopAbortsTheStepEverywhere) {
+  testing::RegisterDistributedTestOps();
+  LocalCluster cluster(2);
+  Scope root = Scope().WithDevice(kT0);
+  auto r = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& c, const Vars& v) -> StatusOr<Output> {
+        return ops::Less(c, v[0], ops::Const(c, 5));
+      },
+      [&](const Scope& b, const Vars& v) -> StatusOr<Vars> {
+        Output bad = ops::Generic(b.WithOpName("bad").WithDevice(kT1), "_TestFailOnTask", {v[1]},
+                                  {{"delay_ms", AttrValue(int64_t(50))}})[0];
+        return Vars{ops::Add(b, v[0], ops::Const(b, 1)), bad};
+      },
+      {ops::Const(root, 0), ops::Const(root, 1.0f)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto s = cluster.NewSession(root.graph_def());
+  ASSERT_NE(s, nullptr);
+  std::vector<Tensor> out;
+  auto f = std::async(std::launch::async, [&] { return s->Run({}, {"loop:1"}, {}, &out); });
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the step hung";
+  Status st = f.get();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(st.node(), "loop/body/bad") << st.ToString();
+  EXPECT_NE(st.message().find("/job:worker/task:1"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("fails on purpose"), std::string::npos) << st.ToString();
+}
+
+// A split loop that never ends is stopped by the step's deadline on both
+// tasks, and the session runs the next step.
+TEST(ControlFlowAcrossTasks, ASplitLoopThatNeverEndsStopsAtTheDeadline) {
+  LocalCluster cluster(2);
+  auto s = cluster.NewSession(PowerLoop(kT1, kT0));
+  ASSERT_NE(s, nullptr);
+  std::vector<Tensor> out;
+  RunOptions ro;
+  ro.timeout = std::chrono::milliseconds(500);
+  const auto t0 = std::chrono::steady_clock::now();
+  // x = 1: v stays 1, below the limit, forever.
+  auto f = std::async(std::launch::async, [&] {
+    return s->Run({{"x", Tensor::Scalar(1.0f)}, {"limit", Tensor::Scalar(2.0f)}}, {"loop:1"}, {}, &out,
+                  nullptr, ro);
+  });
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the step hung";
+  Status st = f.get();
+  EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  auto again = RunWithin(s.get(), 30, {{"x", Tensor::Scalar(2.0f)}, {"limit", Tensor::Scalar(100.0f)}},
+                         {"loop:1"});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].scalar<float>(), 128.0f);
 }
 
 }  // namespace
