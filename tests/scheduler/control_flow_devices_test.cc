@@ -410,5 +410,32 @@ TEST(ControlFlowAcrossDevices, AReaderOfAFirstIterationOnlyValueIsRefused) {
   EXPECT_NE(st.message().find("first iteration only"), std::string::npos) << st.ToString();
 }
 
+// The loop's own Enters, NextIterations and Exits on the other device than
+// its Merges: values that cross into the next iteration or into the loop
+// are cut before the NextIteration or Enter (a copy of it runs beside the
+// Merge), so that they belong to the iteration the Merge waits in.
+TEST(ControlFlowAcrossDevices, EntersNextIterationsAndExitsOnTheOtherDevice) {
+  for (const char* op : {"Enter", "NextIteration", "Exit"}) {
+    GraphDef g = PowerLoop(kCpu0, kCpu0);
+    int moved = 0;
+    for (NodeDef& n : g.nodes) {
+      if (n.op == op) {
+        n.device = kCpu1;
+        ++moved;
+      }
+    }
+    ASSERT_GE(moved, 2) << op;
+    EXPECT_EQ(NumPartitions(g), 2);
+    auto s = NewSession(g);
+    for (int step = 0; step < 2; ++step) {
+      auto out = RunStep(s.get(), {{"x", Tensor::Scalar(2.0f)}, {"limit", Tensor::Scalar(100.0f)}},
+                         {"loop:0", "loop:1"});
+      ASSERT_EQ(out.size(), 2u) << op;
+      EXPECT_EQ(out[0].scalar<int32_t>(), 7) << op;
+      EXPECT_EQ(out[1].scalar<float>(), 128.0f) << op;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flowstate
