@@ -8,8 +8,16 @@
 //   unrolled/10000_scalar_adds           the same 10,000 adds as a chain of
 //                                        Add nodes without control flow; µs
 //                                        per add
+//   while_split/10000_scalar_adds/parallel_N
+//                                        the While loop with its float Add on
+//                                        a second CPU device: each iteration
+//                                        sends the value there and back and
+//                                        the LoopCond to that device's
+//                                        control-loop skeleton; µs per
+//                                        iteration
 // Each through a Session with one inter-op thread (the caller's; cheap nodes
-// run inline), the best of the repetitions. Target: <= 2 µs per iteration.
+// run inline), the best of the repetitions. Target: <= 2 µs per iteration
+// (for the loop on one device).
 #include <cstdio>
 #include <string>
 
@@ -30,16 +38,18 @@ constexpr int kIterations = 10000;
 
 using bench::NewSession;
 
-GraphDef WhileGraph(int parallel) {
-  Scope root;
+// `split`: the float Add on CPU:1, the rest on CPU:0.
+GraphDef WhileGraph(int parallel, bool split = false) {
+  Scope root = split ? Scope().WithDevice("/device:CPU:0") : Scope();
   auto r = ops::WhileLoop(
       root.WithOpName("loop"),
       [](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
         return ops::Less(c, v[0], ops::Const(c, kIterations));
       },
-      [](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+      [split](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+        Scope far = split ? b.WithDevice("/device:CPU:1") : b;
         return std::vector<Output>{ops::Add(b, v[0], ops::Const(b, 1)),
-                                   ops::Add(b, v[1], ops::Const(b, 1.0f))};
+                                   ops::Add(far, v[1], ops::Const(far, 1.0f))};
       },
       {ops::Const(root, 0), ops::Const(root, 0.0f)}, parallel);
   r.status().CheckOk();
@@ -78,6 +88,22 @@ int main(int argc, char** argv) {
     }
     bench::PrintFigure("while/10000_scalar_adds/parallel_" + std::to_string(parallel),
                        sec / kIterations * 1e6, "us/iteration");
+  }
+  {
+    DevicePoolOptions two_o;
+    two_o.intra_op_threads = 1;
+    two_o.num_cpu_devices = 2;
+    auto two = DevicePool::Create(two_o).value();
+    for (int parallel : {1, 10}) {
+      auto s = NewSession(two.get(), WhileGraph(parallel, true));
+      double sec = bench::BestSecondsPerCall([&] { s->Run({}, {"loop:1"}, {}, &out).CheckOk(); }, t);
+      if (out[0].scalar<float>() != float(kIterations)) {
+        std::fprintf(stderr, "wrong result %f\n", out[0].scalar<float>());
+        return 1;
+      }
+      bench::PrintFigure("while_split/10000_scalar_adds/parallel_" + std::to_string(parallel),
+                         sec / kIterations * 1e6, "us/iteration");
+    }
   }
   {
     auto s = NewSession(pool.get(), UnrolledGraph());

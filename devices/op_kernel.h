@@ -29,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "devices/device.h"
@@ -216,6 +217,11 @@ class OpKernelContext {
     Rendezvous* rendezvous = nullptr;
     CallFrame* call_frame = nullptr;
     CancellationManager* cancellation = nullptr;
+    // The loop frame instance and iteration the kernel runs in ("" outside
+    // any loop), as the executor names them alike on every partition of a
+    // step: what _Send and _Recv add to their rendezvous keys. Borrowed for
+    // the duration of Compute/ComputeAsync.
+    std::string_view frame_iter;
   };
   explicit OpKernelContext(const Params& p) : p_(p) {}
 
@@ -235,6 +241,7 @@ class OpKernelContext {
   Rendezvous* rendezvous() const { return p_.rendezvous; }
   CallFrame* call_frame() const { return p_.call_frame; }
   CancellationManager* cancellation() const { return p_.cancellation; }
+  std::string_view frame_iter() const { return p_.frame_iter; }
 
   // Allocates output i in its memory (the device's, or the host's for an
   // output declared in host memory); RESOURCE_EXHAUSTED is also recorded in

@@ -127,6 +127,13 @@ StatusOr<std::pair<DataType, TensorShape>> CheckedHeader(std::string_view what,
     ::grpc::Slice s(bytes);
     return ::grpc::ByteBuffer(&s, 1);
   }
+  if (!t.IsInitialized()) {  // the dead mark
+    std::string head;
+    PutTag(&head, 2, kVarint);
+    PutVarint(&head, 1);
+    ::grpc::Slice s(head);
+    return ::grpc::ByteBuffer(&s, 1);
+  }
   const std::string_view dtype = DataTypeName(t.dtype());
   const size_t bytes = t.TotalBytes();
   std::string shape;
@@ -163,14 +170,15 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
   if (!buffer.Dump(&slices).ok()) return Malformed(what, "unreadable buffer");
   Reader r(slices);
   Tensor out;
-  bool have_tensor = false;
+  bool have_tensor = false, is_dead = false;
   while (!r.done()) {
     uint64_t tag, len;
     if (!r.Varint(&tag)) return Malformed(what, "truncated tag");
     const int field = int(tag >> 3), type = int(tag & 7);
     if (type == kVarint) {
-      uint64_t ignored;
-      if (!r.Varint(&ignored)) return Malformed(what, "truncated varint");
+      uint64_t v;
+      if (!r.Varint(&v)) return Malformed(what, "truncated varint");
+      if (field == 2) is_dead = v != 0;
       continue;
     }
     if (type != kLen) return Malformed(what, "unexpected wire type " + std::to_string(type));
@@ -252,6 +260,10 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
     }
     have_tensor = true;
   }
+  if (is_dead) {
+    if (have_tensor) return Malformed(what, "a dead value with a tensor");
+    return Tensor();  // the dead mark
+  }
   if (!have_tensor) return Malformed(what, "no tensor and no error");
   return out;
 }
@@ -265,6 +277,12 @@ StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std:
 
 ::grpc::ByteBuffer EncodeTensorChunk(const Tensor& t, size_t offset, size_t n) {
   std::string head;
+  if (!t.IsInitialized()) {  // the dead mark: one chunk, nothing else
+    PutTag(&head, 7, kVarint);
+    PutVarint(&head, 1);
+    ::grpc::Slice s(head);
+    return ::grpc::ByteBuffer(&s, 1);
+  }
   if (offset == 0) {
     const std::string_view dtype = DataTypeName(t.dtype());
     PutTag(&head, 2, kLen);
@@ -313,6 +331,10 @@ Status ChunkReceiver::Add(const ::grpc::ByteBuffer& chunk) {
         have_total = true;
       }
       if (field == 5) offset = v;
+      if (field == 7 && v != 0) {
+        if (have_header_) return Malformed(what_, "a dead value after data");
+        dead_ = true;
+      }
       continue;
     }
     if (type != kLen) return Malformed(what_, "unexpected wire type " + std::to_string(type));
@@ -365,6 +387,10 @@ Status ChunkReceiver::Add(const ::grpc::ByteBuffer& chunk) {
 }
 
 StatusOr<Tensor> ChunkReceiver::Finish() {
+  if (dead_) {
+    if (have_header_) return Malformed(what_, "a dead value with data");
+    return Tensor();  // the dead mark
+  }
   if (!have_header_) return Malformed(what_, "the stream ended before the tensor's header");
   if (received_ != total_) {
     return Malformed(what_, "the stream ended after " + std::to_string(received_) + " of " +

@@ -22,17 +22,19 @@ class ByteBuffer;  // <grpcpp/support/byte_buffer.h>, included by the .cc files
 
 namespace flowstate::distributed_internal {
 
-// A response carrying `t` (OK), or the status (not OK; t ignored).
+// A response carrying `t` (OK), or the status (not OK; t ignored). An
+// uninitialized `t` is the rendezvous's dead mark: is_dead, no tensor.
 ::grpc::ByteBuffer EncodeRecvTensorResponse(const Status& status, const Tensor& t);
 
-// The tensor of a response; the status it carries when not OK;
-// INVALID_ARGUMENT for a malformed one (naming `what`).
+// The tensor of a response (uninitialized when is_dead); the status it
+// carries when not OK; INVALID_ARGUMENT for a malformed one (naming `what`).
 StatusOr<Tensor> DecodeRecvTensorResponse(const ::grpc::ByteBuffer& buffer, std::string_view what);
 
 // RecvTensorStream's chunks (RecvTensorChunk): bytes [offset, offset + n)
 // of `t`, the first (offset 0) with the dtype, shape and total size; the
 // data slice points at the tensor's bytes. A failed receive: one chunk with
-// the status.
+// the status. An uninitialized `t` (the dead mark) is one chunk with
+// is_dead.
 ::grpc::ByteBuffer EncodeTensorChunk(const Tensor& t, size_t offset, size_t n);
 ::grpc::ByteBuffer EncodeChunkStatus(const Status& status);
 // The size of the chunks the worker service sends.
@@ -48,13 +50,15 @@ class ChunkReceiver {
   // INVALID_ARGUMENT for a malformed chunk or one out of place; the status
   // a failed receive carries.
   Status Add(const ::grpc::ByteBuffer& chunk);
-  // The tensor, once every byte came; INVALID_ARGUMENT otherwise.
+  // The tensor, once every byte came (uninitialized, the dead mark, for a
+  // dead value); INVALID_ARGUMENT otherwise.
   StatusOr<Tensor> Finish();
 
  private:
   std::string what_;
   Allocator* allocator_;
   bool have_header_ = false;
+  bool dead_ = false;
   Tensor tensor_;
   size_t total_ = 0;
   size_t received_ = 0;

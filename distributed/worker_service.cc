@@ -96,6 +96,7 @@ class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer>
     if (!s.ok()) {
       self->error_ = true;
       self->buf_ = EncodeChunkStatus(s);
+      self->writing_.store(true, std::memory_order_release);
       self->StartWrite(&self->buf_);
       return;
     }
@@ -104,6 +105,11 @@ class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer>
   }
 
   void OnWriteDone(bool ok) override {
+    // The fields were last written by the thread that started the write
+    // (Begin's: a _Send's, when the tensor came after the request). gRPC
+    // orders that before this callback inside libgrpc, where TSan cannot see
+    // it; this acquire of the release in WriteNext shows it the order.
+    (void)writing_.load(std::memory_order_acquire);
     buf_.Clear();
     if (!ok) {
       Finish(::grpc::Status(::grpc::StatusCode::CANCELLED, "the receiver went away"));
@@ -123,10 +129,12 @@ class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer>
     buf_ = EncodeTensorChunk(tensor_, offset_, n);
     offset_ += n;
     if (n == 0) offset_ = 1;  // an empty tensor: its header chunk is the last
+    writing_.store(true, std::memory_order_release);
     StartWrite(&buf_);
   }
 
   std::shared_ptr<State> state_;
+  std::atomic<bool> writing_{false};  // see OnWriteDone
   Tensor tensor_;
   size_t offset_ = 0;
   bool error_ = false;

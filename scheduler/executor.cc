@@ -133,6 +133,19 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(Graph graph, const Options&
   }
   if (g.control_flow() != nullptr) {
     e->frames_ = std::make_unique<const FrameLayout>(BuildFrameLayout(g, *g.control_flow()));
+  } else {
+    // A partition of a graph with control flow may receive dead tensors
+    // (the partitioner marks its _Recvs) without holding a control-flow op
+    // itself: it runs on the frames path, in the root frame.
+    for (int i = 0; i < n; ++i) {
+      auto it = g.node(i).attrs().find("_maybe_dead");
+      if (it == g.node(i).attrs().end() || it->second.kind() != AttrKind::kBool || !it->second.b()) {
+        continue;
+      }
+      FS_ASSIGN_OR_RETURN(ControlFlowInfo info, BuildControlFlowInfo(g));
+      e->frames_ = std::make_unique<const FrameLayout>(BuildFrameLayout(g, info));
+      break;
+    }
   }
   return e;
 }

@@ -24,8 +24,14 @@
 // iteration; at most `parallel_iterations` iterations of a loop are alive at
 // once, and a finished iteration's state is freed, so a loop of any length
 // runs in bounded memory. Such a step checks Args::cancellation before each
-// node, so that cancelling it stops a loop that would not end. Graphs without control-flow ops take the flat
-// path above, which knows nothing of this.
+// node, so that cancelling it stops a loop that would not end. Between
+// partitions, a dead _Send still runs and sends the dead mark, and a _Recv
+// that receives it is dead; _Send and _Recv inside a loop get the frame
+// instance and iteration they run in (OpKernelContext::frame_iter) for
+// their keys. A partition without control-flow ops whose _Recvs may receive
+// the dead mark (attr _maybe_dead, set by the partitioner) runs on this
+// path too, in the root frame. Graphs without either take the flat path
+// above, which knows nothing of this.
 //
 // An Executor is immutable after Create() and runs any number of steps at
 // once. It must outlive the steps it runs.

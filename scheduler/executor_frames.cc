@@ -50,6 +50,8 @@ FrameLayout BuildFrameLayout(const Graph& graph, const ControlFlowInfo& info) {
       if (op == "Switch") item.kind = FrameLayout::kSwitch;
       if (op == "Exit") item.kind = FrameLayout::kExit;
       if (op == "NextIteration") item.kind = FrameLayout::kNextIteration;
+      if (op == "_Send") item.kind = FrameLayout::kSend;
+      if (op == "_Recv") item.kind = FrameLayout::kRecv;
       if (op == "Enter") {
         item.kind = FrameLayout::kEnter;
         item.is_constant_enter = node.attrs().at("is_constant").b();
@@ -101,6 +103,10 @@ struct FrameState {
   std::vector<Invariant> invariants;  // values of constant Enters
   std::vector<uint8_t> exit_delivered;  // by exit index: gave its live value to the parent
   std::unique_ptr<IterationState> spare;  // a finished iteration, for reuse
+  // "<tag of the parent iteration>/<frame name>#": with an iteration's
+  // number, the tag that names it alike on every partition of the step
+  // (the rendezvous keys of transfers inside loops). Empty for the root.
+  std::string tag_prefix;
 
   IterationState* Iteration(int64_t n) const {
     return iterations[size_t(n % int64_t(iterations.size()))].get();
@@ -144,7 +150,24 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
     std::vector<TensorValue> outputs;
     std::unique_ptr<OpKernelContext> ctx;
     int64_t trace_start_ns = 0;
+    std::string frame_iter;  // the node's tag (transfer nodes in loops only)
   };
+
+  // The tag of iteration `iter` of `frame`: "" in the root frame, else
+  // "/outer#3/inner#5" for iteration 5 of the inner loop entered in
+  // iteration 3 of the outer one.
+  static std::string IterationTag(const FrameState* frame, const IterationState* iter) {
+    if (frame->parent == nullptr) return std::string();
+    return frame->tag_prefix + std::to_string(iter->num);
+  }
+
+  // The tag a transfer node (_Send/_Recv) adds to its key; other nodes
+  // need none.
+  std::string TransferTag(const TaggedNode& t) const {
+    const FrameLayout::Kind kind = layout_.items[t.id].kind;
+    if (kind != FrameLayout::kSend && kind != FrameLayout::kRecv) return std::string();
+    return IterationTag(t.frame, t.iter);
+  }
 
   TensorValue* InputsOf(const TaggedNode& t) const {
     return t.iter->inputs.get() + layout_.items[t.id].local_input_start;
@@ -189,6 +212,7 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
     frame->num_pending_inputs = f.num_enters;
     frame->iterations.resize(size_t(f.parallel_iterations) + 1);
     frame->exit_delivered.assign(f.exits.size(), 0);
+    if (parent != nullptr) frame->tag_prefix = IterationTag(parent, parent_iter) + "/" + f.name + "#";
     frame->iterations[0] = NewIteration(frame.get(), 0);
     return frame;
   }
@@ -433,6 +457,15 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
         s = InvalidArgument("the fetched tensor '" + fetched +
                                 "' is dead: it comes from the untaken branch of a conditional",
                             ParseTensorId(fetched).value().node);
+      } else if (t.dead && layout_.items[t.id].kind == FrameLayout::kSend) {
+        // A dead value crosses to the other partition: the _Send runs with
+        // no input, which it sends as the dead mark.
+        ClearInputs(item, in);
+        if (item.is_async) {
+          LaunchAsync(t);
+          continue;
+        }
+        s = ComputeSync(item, in, outputs.data(), &trace_inputs, TransferTag(t));
       } else if (!t.dead) {
         s = PrepareInputs(item, in);
         if (s.ok() && item.is_async) {
@@ -440,7 +473,7 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
           continue;
         }
         if (s.ok()) {
-          s = ComputeSync(item, in, outputs.data(), &trace_inputs);
+          s = ComputeSync(item, in, outputs.data(), &trace_inputs, TransferTag(t));
           // A Switch leaves its untaken output empty: dead.
           if (s.ok() && layout_.items[t.id].kind != FrameLayout::kSwitch) {
             s = CheckOutputs(item, outputs.data());
@@ -461,14 +494,16 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
   void LaunchAsync(const TaggedNode& t) {
     const Executor::NodeItem& item = exec_->items_[t.id];
     auto* call = new AsyncCall{this, t, std::vector<TensorValue>(item.num_outputs), nullptr};
-    call->ctx = std::make_unique<OpKernelContext>(MakeParams(item, InputsOf(t), call->outputs.data()));
+    call->frame_iter = TransferTag(t);
+    call->ctx = std::make_unique<OpKernelContext>(
+        MakeParams(item, InputsOf(t), call->outputs.data(), call->frame_iter));
     if (args_.trace != nullptr) call->trace_start_ns = args_.trace->NowNs();
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     item.kernel->AsAsync()->ComputeAsync(call->ctx.get(), [call] { call->state->AsyncDone(call); });
   }
 
   void AsyncDone(AsyncCall* call) {
-    const TaggedNode t = call->node;
+    TaggedNode t = call->node;
     const Executor::NodeItem& item = exec_->items_[t.id];
     if (args_.trace != nullptr) {
       InputBuffers in;
@@ -476,7 +511,11 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
       RecordTrace(item, call->outputs.data(), in, call->trace_start_ns);
     }
     Status s = call->ctx->status();
-    if (s.ok()) s = CheckOutputs(item, call->outputs.data());
+    if (s.ok() && layout_.items[t.id].kind == FrameLayout::kRecv && !call->outputs[0].has_value()) {
+      t.dead = true;  // the sender's value was dead
+    } else if (s.ok()) {
+      s = CheckOutputs(item, call->outputs.data());
+    }
     ClearInputs(item, InputsOf(t));
     std::vector<TaggedNode> ready;
     if (s.ok() && !aborted_.load(std::memory_order_relaxed)) s = Propagate(t, call->outputs.data(), &ready);

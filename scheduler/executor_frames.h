@@ -15,7 +15,9 @@
 namespace flowstate {
 
 struct FrameLayout {
-  enum Kind : uint8_t { kPlain, kSwitch, kMerge, kEnter, kExit, kNextIteration };
+  // kSend and kRecv: the transfer nodes between partitions; a dead _Send
+  // still runs (it sends the dead mark), a _Recv that receives it is dead.
+  enum Kind : uint8_t { kPlain, kSwitch, kMerge, kEnter, kExit, kNextIteration, kSend, kRecv };
   struct Item {
     Kind kind = kPlain;
     bool is_constant_enter = false;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -73,7 +74,7 @@ class ExecutorStateBase {
   }
 
   OpKernelContext::Params MakeParams(const Executor::NodeItem& item, TensorValue* inputs,
-                                     TensorValue* outputs) {
+                                     TensorValue* outputs, std::string_view frame_iter = {}) {
     OpKernelContext::Params p;
     p.step_id = args_.step_id;
     p.device = exec_->options_.device;
@@ -84,14 +85,15 @@ class ExecutorStateBase {
     p.rendezvous = args_.rendezvous;
     p.call_frame = args_.call_frame;
     p.cancellation = args_.cancellation;
+    p.frame_iter = frame_iter;
     return p;
   }
 
   // Runs a synchronous kernel over the node's input slots `in` into
   // `outputs`, recording it when the step is traced; returns its status.
   Status ComputeSync(const Executor::NodeItem& item, TensorValue* in, TensorValue* outputs,
-                     InputBuffers* trace_inputs) {
-    OpKernelContext ctx(MakeParams(item, in, outputs));
+                     InputBuffers* trace_inputs, std::string_view frame_iter = {}) {
+    OpKernelContext ctx(MakeParams(item, in, outputs, frame_iter));
     if (args_.trace == nullptr) {
       item.kernel->Compute(&ctx);
     } else {

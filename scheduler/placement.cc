@@ -58,6 +58,17 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const std::vector<Devi
       groups.Union(i, other->id());
     }
   }
+  // A StackPop runs where the StackPushes of its stack run: the values live
+  // in the step's call frame of the task that pushed them.
+  std::map<std::string, int> stack_of;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    if (node.op() != "StackPush" && node.op() != "StackPop") continue;
+    auto it = node.attrs().find("stack_name");
+    if (it == node.attrs().end() || it->second.kind() != AttrKind::kString) continue;
+    auto [owner, added] = stack_of.emplace(it->second.s(), i);
+    if (!added) groups.Union(i, owner->second);
+  }
 
   // Merge each group's requests; remember who asked, for error messages.
   std::map<int, DeviceName> spec;
@@ -153,38 +164,49 @@ StatusOr<std::vector<Device*>> PlaceGraph(const Graph& g, const std::vector<Devi
 
 namespace {
 
-// Send/Recv pairs know nothing of frames and dead tensors yet (the paper's
-// control-loop state machine between partitions is not built): a loop's
-// nodes, and every node a Switch's output may leave dead, must share their
-// neighbours' device. UNIMPLEMENTED naming the node otherwise.
-Status CheckControlFlowStaysOnOneDevice(const Graph& g, const std::vector<Device*>& placement) {
-  const ControlFlowInfo* cf = g.control_flow();
-  if (cf == nullptr) return Status();
-  std::vector<bool> may_be_dead(g.num_nodes(), false);
+// The LoopCond of each frame (by frame index; -1 where a frame has none or
+// several, which cannot be split).
+std::vector<int> LoopCondOfFrames(const Graph& g, const ControlFlowInfo& cf) {
+  std::vector<int> cond(cf.frames.size(), -1);
+  std::vector<int> count(cf.frames.size(), 0);
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    if (g.node(i).op() != "LoopCond") continue;
+    const int f = cf.frame_of[i];
+    if (++count[f] == 1) cond[f] = i;
+  }
+  for (size_t f = 0; f < cond.size(); ++f) {
+    if (count[f] > 1) cond[f] = -1;
+  }
+  return cond;
+}
+
+// By node id: whether the node can run in the first iteration of its loop
+// only, because it reads (through nodes other than a Merge) the value of a
+// non-constant Enter, which only iteration 0 receives.
+std::vector<bool> FirstIterationOnly(const Graph& g, const ControlFlowInfo& cf) {
+  std::vector<bool> first(g.num_nodes(), false);
+  auto from_first = [&](int j) {
+    const Node& in = g.node(j);
+    if (in.op() == "Enter") return !in.attrs().at("is_constant").b();
+    return bool(first[j]);
+  };
   for (int id : g.topo_order()) {
     const Node& n = g.node(id);
-    bool dead = n.op() == "Switch";
-    for (const Endpoint& e : n.inputs()) dead = dead || may_be_dead[e.node];
-    for (int c : n.control_inputs()) dead = dead || may_be_dead[c];
-    may_be_dead[id] = dead;
-  }
-  for (int i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    for (const OutEdge& e : n.out_edges()) {
-      if (placement[e.dst] == placement[i]) continue;
-      const bool in_loop = cf->frame_of[i] != 0 || cf->frame_of[e.dst] != 0;
-      if (!in_loop && !may_be_dead[i]) continue;
-      const Node& dst = g.node(e.dst);
-      return Status(Code::kUnimplemented,
-                    "node '" + dst.name() + "' (" + dst.op() + ") on " + placement[e.dst]->name() +
-                        " reads '" + n.name() + "' on " + placement[i]->name() + ", " +
-                        (in_loop ? "inside a loop" : "downstream of a Switch (maybe dead)") +
-                        ": control flow across devices is not supported yet; place the "
-                        "loop or conditional and what reads it on one device",
-                    dst.name());
+    if (cf.frame_of[id] == 0 || n.op() == "Enter") continue;
+    if (n.op() == "Merge") {
+      bool all = n.num_inputs() > 0;
+      for (const Endpoint& e : n.inputs()) {
+        all = all && g.node(e.node).op() != "NextIteration" && from_first(e.node);
+      }
+      first[id] = all;
+      continue;
     }
+    bool any = false;
+    for (const Endpoint& e : n.inputs()) any = any || from_first(e.node);
+    for (int c : n.control_inputs()) any = any || from_first(c);
+    first[id] = any;
   }
-  return Status();
+  return first;
 }
 
 }  // namespace
@@ -201,7 +223,6 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
       devices.push_back(placement[i]);
     }
   }
-  if (devices.size() > 1) FS_RETURN_IF_ERROR(CheckControlFlowStaysOnOneDevice(g, placement));
   std::vector<GraphPartition> parts(devices.size());
   for (size_t p = 0; p < devices.size(); ++p) parts[p].device = devices[p];
 
@@ -275,6 +296,38 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     return copies[key];
   };
 
+  // Control flow split over partitions (the paper's section 3.4, after
+  // TensorFlow's graph_partition.cc): a _Recv inside a loop must run once
+  // per iteration of its frame instance, including the last one, where it
+  // receives the dead mark, so it takes a control input from the Merge of a
+  // control-loop skeleton that its partition gets per frame:
+  //   Enter(const) -> Merge -> Switch(pred) -> NextIteration -> Merge
+  // whose predicate is the frame's LoopCond, received from the partition
+  // that computes it each iteration (its _Send is in the frame, keyed by
+  // iteration). A skeleton of a nested frame enters from the Merge of its
+  // parent frame's skeleton. Edges out of an Enter or NextIteration that
+  // cross partitions are cut before the node instead (a copy of it goes to
+  // the consumer's partition): their values belong to another iteration
+  // than the one they are computed in.
+  const ControlFlowInfo* cf = g.control_flow();
+  const std::vector<int> loop_cond = cf != nullptr ? LoopCondOfFrames(g, *cf) : std::vector<int>();
+  const std::vector<bool> first_only =
+      cf != nullptr ? FirstIterationOnly(g, *cf) : std::vector<bool>();
+  Status split_error;   // the first part of the graph that cannot be split
+  int current_node = 0;  // the consumer whose inputs are being cut, for errors
+  auto refuse = [&](const std::string& why) {
+    if (!split_error.ok()) return;
+    const Node& who = g.node(current_node);
+    split_error = Status(Code::kUnimplemented,
+                         "node '" + who.name() + "' (" + who.op() + ") on " +
+                             placement[current_node]->name() + ": " + why,
+                         who.name());
+  };
+  std::map<std::pair<int, int>, std::string> triggers;  // (frame, partition) -> Merge
+  std::function<std::string(int, int)> trigger;
+  std::map<std::pair<int, int>, std::string> clones;  // (Enter/NextIteration, partition)
+  std::function<std::string(int, int)> clone_for;
+
   // (producer tensor or control source, consumer partition, send deps, host
   // memory at the consumer) -> name of the _Recv.
   std::map<std::tuple<int, int, int, std::string, bool>, std::string> recvs;
@@ -282,9 +335,10 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
   // `dst_part`, delivered in host memory when `recv_host` (which matters
   // only on a device with its own memory). `send_deps` become control
   // inputs of the _Send.
-  std::function<std::string(int, int, int, bool, const std::vector<std::string>&, bool)> recv_for;
+  // `frame`: the frame the _Recv lies in (its consumer's).
+  std::function<std::string(int, int, int, bool, const std::vector<std::string>&, bool, int)> recv_for;
   recv_for = [&](int src, int out, int dst_part, bool control,
-                 const std::vector<std::string>& send_deps, bool recv_host) -> std::string {
+                 const std::vector<std::string>& send_deps, bool recv_host, int frame) -> std::string {
     std::string deps_key;
     for (const std::string& d : send_deps) deps_key += d + ",";
     auto key = std::make_tuple(src, control ? -1 : out, dst_part, deps_key, recv_host);
@@ -345,17 +399,161 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
     recv.attrs["shape"] = AttrValue(shape);
     recv.device = dd->name();
     recvs[key] = recv.name;
+    if (cf != nullptr) {
+      // It may receive the dead mark: its partition runs with frames.
+      recv.attrs["_maybe_dead"] = AttrValue(true);
+      if (frame != 0 && first_only[src]) {
+        refuse("reads '" + s.name() + "' on " + sd->name() + " inside loop '" + cf->frames[frame].name +
+               "', and '" + s.name() + "' runs in the loop's first iteration only (it reads the "
+               "Enter of a loop variable, not its Merge), while the receiving side runs every "
+               "iteration; place the two on one device");
+      }
+      if (frame != 0) {
+        const std::string merge = trigger(frame, dst_part);
+        if (!merge.empty()) recv.inputs.push_back("^" + merge);
+      }
+    }
     parts[dst_part].graph.nodes.push_back(std::move(recv));
     return recvs[key];
   };
 
+  auto frame_of = [&](int node) { return cf != nullptr ? cf->frame_of[node] : 0; };
+  auto moves_frame = [&](int node) {
+    if (cf == nullptr) return false;
+    const std::string& op = g.node(node).op();
+    return op == "Enter" || op == "NextIteration";
+  };
+
+  trigger = [&](int f, int p) -> std::string {
+    auto it = triggers.find({f, p});
+    if (it != triggers.end()) return it->second;
+    const ControlFlowInfo::Frame& frame = cf->frames[f];
+    Device* d = devices[p];
+    if (d->memory_type() != MemoryType::kHost) {
+      refuse("lies in loop '" + frame.name + "', split across devices onto " + d->name() +
+             ", a device with its own memory: a loop split across devices runs on host-memory "
+             "devices only; place the loop's nodes on one device");
+      return std::string();
+    }
+    if (loop_cond[f] < 0) {
+      refuse("lies in loop '" + frame.name + "', split across devices, which has no single "
+             "LoopCond to drive its other partitions; place the loop's nodes on one device");
+      return std::string();
+    }
+    const std::string base = "_cf/" + frame.name + "/" + std::to_string(p);
+    NodeDef start;
+    start.name = unique(base + "/start");
+    start.op = "Const";
+    start.attrs["value"] = AttrValue(Tensor::Scalar<bool>(true));
+    start.attrs["dtype"] = AttrValue(DataType::kBool);
+    start.device = d->name();
+    if (frame.parent != 0) {
+      const std::string outer = trigger(frame.parent, p);
+      if (outer.empty()) return std::string();
+      start.inputs.push_back("^" + outer);
+    }
+    NodeDef enter;
+    enter.name = unique(base + "/enter");
+    enter.op = "Enter";
+    enter.inputs.push_back(start.name);
+    enter.attrs["T"] = AttrValue(DataType::kBool);
+    enter.attrs["frame_name"] = AttrValue(frame.name);
+    enter.attrs["is_constant"] = AttrValue(false);
+    enter.attrs["parallel_iterations"] = AttrValue(int64_t(frame.parallel_iterations));
+    enter.device = d->name();
+    NodeDef merge;
+    merge.name = unique(base + "/merge");
+    NodeDef sw;
+    sw.name = unique(base + "/switch");
+    NodeDef next;
+    next.name = unique(base + "/next_iteration");
+    merge.op = "Merge";
+    merge.inputs = {enter.name, next.name};
+    merge.attrs["T"] = AttrValue(DataType::kBool);
+    merge.attrs["N"] = AttrValue(int64_t(2));
+    merge.device = d->name();
+    triggers[{f, p}] = merge.name;  // before the predicate's _Recv, which runs after it
+    const int cond = loop_cond[f];
+    std::string pred = placement[cond] == d
+                           ? g.node(cond).name()
+                           : recv_for(cond, 0, p, false, {}, true, f);
+    sw.op = "Switch";
+    sw.inputs = {merge.name, pred};
+    sw.attrs["T"] = AttrValue(DataType::kBool);
+    sw.device = d->name();
+    next.op = "NextIteration";
+    next.inputs = {sw.name + ":1"};
+    next.attrs["T"] = AttrValue(DataType::kBool);
+    next.device = d->name();
+    for (NodeDef* n : {&start, &enter, &merge, &sw, &next}) parts[p].graph.nodes.push_back(std::move(*n));
+    return triggers[{f, p}];
+  };
+
+  // Input k of node `dst` as partition p sees it.
+  std::function<std::string(int, int, int)> input_in = [&](int dst, int k, int p) -> std::string {
+    const Endpoint& e = g.node(dst).input(k);
+    if (placement[e.node] == devices[p]) return TensorId{g.node(e.node).name(), e.output}.ToString();
+    if (moves_frame(e.node)) return clone_for(e.node, p);
+    return recv_for(e.node, e.output, p, false, {}, in_on_host(dst, k), frame_of(dst));
+  };
+
+  clone_for = [&](int src, int p) -> std::string {
+    auto it = clones.find({src, p});
+    if (it != clones.end()) return it->second;
+    const Node& s = g.node(src);
+    if (devices[p]->memory_type() != MemoryType::kHost || placement[src]->memory_type() != MemoryType::kHost) {
+      refuse("reads '" + s.name() + "' (" + s.op() + ") of another device: a loop split across "
+             "devices runs on host-memory devices only; place the loop's nodes on one device");
+      return s.name();
+    }
+    NodeDef c = s.def();
+    c.name = unique(s.name() + "/_part" + std::to_string(p));
+    c.device = devices[p]->name();
+    c.inputs.clear();
+    for (int k = 0; k < s.num_inputs(); ++k) c.inputs.push_back(input_in(src, k, p));
+    for (int ctl : s.control_inputs()) {
+      c.inputs.push_back("^" + (placement[ctl] == devices[p]
+                                    ? g.node(ctl).name()
+                                    : moves_frame(ctl) ? clone_for(ctl, p)
+                                                       : recv_for(ctl, 0, p, true, {}, true, frame_of(src))));
+    }
+    clones[{src, p}] = c.name;
+    parts[p].graph.nodes.push_back(std::move(c));
+    return clones[{src, p}];
+  };
+
+  // A partition that holds nodes of a split loop, other than the one that
+  // computes its LoopCond, gets the loop's skeleton even without a _Recv
+  // inside the loop: its nodes that read only loop invariants (constant
+  // Enters) run once per iteration of the frame instance, which only the
+  // skeleton makes iterate in step with the loop.
+  if (cf != nullptr) {
+    for (size_t f = 1; f < cf->frames.size(); ++f) {
+      const std::vector<int>& nodes = cf->frames[f].nodes;
+      if (nodes.empty()) continue;
+      for (int id : nodes) {
+        if (loop_cond[f] < 0) {
+          if (placement[id] == placement[nodes[0]]) continue;
+        } else if (placement[id] == placement[loop_cond[f]]) {
+          continue;
+        }
+        current_node = id;
+        trigger(int(f), index[placement[id]]);
+        if (loop_cond[f] < 0) break;
+      }
+    }
+  }
+
   for (int i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);
     int my = index[placement[i]];
+    current_node = i;
     for (int k = 0; k < n.num_inputs(); ++k) {
       const Endpoint& e = n.input(k);
       const bool want_host = in_on_host(i, k);
-      if (placement[e.node] == placement[i]) {
+      if (placement[e.node] != placement[i] && moves_frame(e.node)) {
+        defs[i].inputs.push_back(clone_for(e.node, my));
+      } else if (placement[e.node] == placement[i]) {
         if (out_on_host(e.node, e.output) == want_host) {
           defs[i].inputs.push_back(TensorId{g.node(e.node).name(), e.output}.ToString());
         } else {
@@ -370,20 +568,23 @@ StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& g,
           for (int c : n.control_inputs()) {
             deps.push_back(placement[c] == placement[e.node]
                                ? g.node(c).name()
-                               : recv_for(c, 0, src_part, true, {}, true));
+                               : recv_for(c, 0, src_part, true, {}, true, frame_of(i)));
           }
         }
-        defs[i].inputs.push_back(recv_for(e.node, e.output, my, false, deps, want_host));
+        defs[i].inputs.push_back(recv_for(e.node, e.output, my, false, deps, want_host, frame_of(i)));
       }
     }
     for (int c : n.control_inputs()) {
       if (placement[c] == placement[i]) {
         defs[i].inputs.push_back("^" + g.node(c).name());
+      } else if (moves_frame(c)) {
+        defs[i].inputs.push_back("^" + clone_for(c, my));
       } else {
-        defs[i].inputs.push_back("^" + recv_for(c, 0, my, true, {}, true));
+        defs[i].inputs.push_back("^" + recv_for(c, 0, my, true, {}, true, frame_of(i)));
       }
     }
   }
+  if (!split_error.ok()) return split_error;
   for (int i = 0; i < g.num_nodes(); ++i) parts[index[placement[i]]].graph.nodes.push_back(defs[i]);
   return parts;
 }

@@ -4,7 +4,8 @@
 //
 // Placement honours, in order: colocation (an op that takes a variable by
 // reference runs where the variable lives; a node with attr _colocate_with
-// runs with the named node), the device each node requests (full or partial
+// runs with the named node; a StackPop runs with the StackPushes of its
+// stack_name), the device each node requests (full or partial
 // specs; all members of a colocation group must agree), kernel availability
 // on the device type, and otherwise the default device. Pure functions;
 // thread-safe.
@@ -51,6 +52,21 @@ struct GraphPartition {
 // Rendezvous keys carry the source device's incarnation: a RemoteDevice's
 // own, `local_incarnation` for the devices of this task (0:
 // ProcessIncarnation()).
+//
+// Control flow may be split too (the paper's section 3.4). A _Recv whose
+// consumer lies in a loop takes a control input from the Merge of a
+// control-loop skeleton that its partition gets for that frame (Enter of a
+// constant, Merge, Switch on the frame's LoopCond, NextIteration; nested
+// frames enter from their parent's skeleton). The LoopCond's value is sent
+// to every such partition each iteration; the executor adds the frame
+// instance and iteration to the keys of transfers inside loops, and a dead
+// value crosses as the dead mark, so an untaken branch on another device is
+// dead there too. An edge out of an Enter or a NextIteration is cut before
+// it: the node is copied into the consumer's partition. Every _Recv of a
+// graph with control flow carries attr _maybe_dead, which makes its
+// partition run on the executor's frames path. UNIMPLEMENTED naming the
+// consumer for a loop that cannot be split this way: one without a single
+// LoopCond, or one that would cross onto a device with its own memory.
 StatusOr<std::vector<GraphPartition>> PartitionGraph(const Graph& graph,
                                                      const std::vector<Device*>& placement,
                                                      uint64_t local_incarnation = 0);

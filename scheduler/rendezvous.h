@@ -12,7 +12,13 @@
 //
 // Thread safety: all three are thread-safe. Receivers never block a thread:
 // RecvAsync calls `done` when the value arrives (possibly on the sender's
-// thread) or when the step is aborted. Ownership: RendezvousMgr owns the
+// thread) or when the step is aborted.
+//
+// A dead value (the untaken side of a conditional, or a loop's last
+// iteration, crossing partitions) is sent and received as an uninitialized
+// Tensor, the dead mark; every live value is initialized.
+//
+// Ownership: RendezvousMgr owns the
 // rendezvous of live steps until Cleanup(step_id); callers that keep the
 // shared_ptr from Find() keep it alive past that.
 #ifndef FLOWSTATE_SCHEDULER_RENDEZVOUS_H_

@@ -10,6 +10,13 @@
 // convert between memories on one device; _HostConst is a host-memory
 // constant on any device. On host-memory devices (CPU) _Send and _Recv are
 // the plain kernels: no copy, no extra work.
+//
+// Inside a loop, _Send and _Recv add the frame instance and iteration they
+// run in (OpKernelContext::frame_iter) to their key, so that the transfers
+// of different iterations never meet. A dead value crosses as the dead mark
+// (an uninitialized tensor, rendezvous.h): the executor runs a dead _Send
+// with no input, and a _Recv that gets the mark leaves its output unset,
+// which the executor takes as dead.
 #include <set>
 
 #include "devices/device_context.h"
@@ -55,12 +62,21 @@ class RetvalOp final : public OpKernel {
   int64_t index_ = 0;
 };
 
+// The key of a transfer in the frame instance and iteration of `ctx`.
+std::string FullKey(const std::string& key, OpKernelContext* ctx) {
+  if (ctx->frame_iter().empty()) return key;
+  std::string full;
+  full.reserve(key.size() + ctx->frame_iter().size() + 1);
+  full.append(key).append(1, ';').append(ctx->frame_iter());
+  return full;
+}
+
 class SendOp final : public OpKernel {
  public:
   explicit SendOp(OpKernelConstruction* c) : OpKernel(c) { (void)c->GetAttr("key", &key_); }
   void Compute(OpKernelContext* ctx) override {
     FS_OP_REQUIRES(ctx, ctx->rendezvous() != nullptr, Internal("a _Send outside a multi-device step"));
-    FS_OP_REQUIRES_OK(ctx, ctx->rendezvous()->Send(key_, ctx->input(0)));
+    FS_OP_REQUIRES_OK(ctx, ctx->rendezvous()->Send(FullKey(key_, ctx), ctx->input(0)));
   }
   bool IsExpensive() const override { return false; }
 
@@ -76,9 +92,15 @@ class CopyingSendOp final : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     FS_OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
                          Internal("a _Send outside a multi-device step"), done);
+    if (!ctx->input(0).IsInitialized()) {  // dead: nothing to copy
+      Status sent = ctx->rendezvous()->Send(FullKey(key_, ctx), Tensor());
+      if (!sent.ok()) ctx->SetStatus(sent);
+      done();
+      return;
+    }
     ctx->device_context()->CopyDeviceToHost(
-        ctx->input(0), [this, ctx, done](const Status& s, Tensor host) {
-          Status sent = s.ok() ? ctx->rendezvous()->Send(key_, host) : s;
+        ctx->input(0), [key = FullKey(key_, ctx), ctx, done](const Status& s, Tensor host) {
+          Status sent = s.ok() ? ctx->rendezvous()->Send(key, host) : s;
           if (!sent.ok()) ctx->SetStatus(sent);
           done();
         });
@@ -109,10 +131,12 @@ class RecvOp final : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     FS_OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
                          Internal("a _Recv outside a multi-device step"), done);
-    ctx->rendezvous()->RecvAsync(key_, [this, ctx, done](const Status& s, const Tensor& t) {
+    ctx->rendezvous()->RecvAsync(FullKey(key_, ctx), [this, ctx, done](const Status& s, const Tensor& t) {
       if (!s.ok()) {
         ctx->SetStatus(s);
         done();
+      } else if (!t.IsInitialized()) {
+        done();  // the dead mark: no output, so the executor makes it dead
       } else if (!to_device_) {
         ctx->set_output(0, t);
         done();

@@ -2,7 +2,8 @@
 // process is task 0 (the master); tasks 1-3 are test_task_main processes.
 // Killing one with SIGKILL during a step fails the step UNAVAILABLE naming
 // it within the deadline; a new process on the same port (new incarnation)
-// runs the next step.
+// runs the next step. A loop and a conditional split with another process
+// run as in one.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include "devices/device_pool.h"
 #include "distributed/cluster.h"
 #include "distributed/worker_service.h"
+#include "graph/control_flow_builders.h"
 #include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/session.h"
@@ -232,6 +234,92 @@ TEST(DistributedMultiProcess, KilledTaskIsUnavailableAndARestartedOneRunsAgain) 
 
 TEST(DistributedMultiProcess, SilentTaskIsUnavailableByHeartbeatAndRunsOnceBack) {
   LoseTaskDuringStep(Loss::kStop);
+}
+
+// Task 1 is another process: a loop whose body runs there (its partition
+// driven by the LoopCond this process sends each iteration) and a
+// conditional whose branch runs there (dead when untaken).
+TEST(DistributedMultiProcess, ALoopAndAConditionalSplitWithAnotherProcess) {
+  Child child = Child::Start(1, 0, "");
+  struct Cleanup {
+    Child* c;
+    ~Cleanup() { c->Kill(); }
+  } cleanup{&child};
+  ASSERT_GT(child.port, 0);
+  DevicePoolOptions po;
+  po.job = "worker";
+  po.task = 0;
+  po.intra_op_threads = 1;
+  auto pool = DevicePool::Create(po).value();
+  WorkerService service;
+  const int port = service.Start("127.0.0.1", 0).value();
+  const std::string line = "127.0.0.1:" + std::to_string(port) + ",127.0.0.1:" + std::to_string(child.port);
+  child.Send(line);
+  ClusterOptions co;
+  co.spec.jobs["worker"] = {"127.0.0.1:" + std::to_string(port), "127.0.0.1:" + std::to_string(child.port)};
+  co.spec.self = TaskId{"worker", 0};
+  co.devices = pool.get();
+  co.rpc_timeout_s = 10;
+  co.step_timeout_s = 60;
+  auto cluster = Cluster::Create(co).value();
+  service.Attach(cluster.get());
+
+  Scope root = Scope().WithDevice(kT0);
+  Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, PartialShape({}));
+  Output p = ops::Placeholder(root.WithOpName("p"), DataType::kBool, PartialShape({}));
+  auto loop = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
+        return ops::Less(c, v[1], ops::Const(c, 1000.0f));
+      },
+      [&](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+        return std::vector<Output>{ops::Add(b, v[0], ops::Const(b, 1)),
+                                   ops::Mul(b.WithOpName("mul").WithDevice(kT1), v[1], x)};
+      },
+      {ops::Const(root, 0), ops::Const(root, 1.0f)});
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  auto cond = ops::Cond(
+      root.WithOpName("c"), p,
+      [&](const Scope& s) -> StatusOr<std::vector<Output>> {
+        return std::vector<Output>{ops::Square(s.WithOpName("sq").WithDevice(kT1), x)};
+      },
+      [&](const Scope& s) -> StatusOr<std::vector<Output>> {
+        return std::vector<Output>{ops::Neg(s.WithOpName("neg"), x)};
+      });
+  ASSERT_TRUE(cond.ok()) << cond.status().ToString();
+  SessionOptions so;
+  so.devices = pool.get();
+  so.remote = cluster.get();
+  auto session = Session::Create(root.graph_def(), so).value();
+  for (auto [xv, pv] : {std::pair{2.0f, true}, std::pair{3.0f, false}, std::pair{10.0f, true}}) {
+    auto f = std::async(std::launch::async, [&, xv = xv, pv = pv] {
+      std::vector<Tensor> out;
+      RunStats stats;
+      Status st = session->Run({{"x", Tensor::Scalar(xv)}, {"p", Tensor::Scalar(pv)}},
+                               {"loop:0", "loop:1", (*cond)[0].name()}, {}, &out, &stats);
+      EXPECT_EQ(stats.num_partitions, 2);
+      return std::make_pair(st, out);
+    });
+    if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      ADD_FAILURE() << "the step did not end within 30 s";
+      child.Kill();
+      std::abort();
+    }
+    auto [st, out] = f.get();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    int trips = 0;
+    float v = 1.0f;
+    while (v < 1000.0f) {
+      v *= xv;
+      ++trips;
+    }
+    EXPECT_EQ(out[0].scalar<int32_t>(), trips) << "x=" << xv;
+    EXPECT_EQ(out[1].scalar<float>(), v) << "x=" << xv;
+    EXPECT_EQ(out[2].scalar<float>(), pv ? xv * xv : -xv) << "x=" << xv;
+  }
+  session.reset();
+  child.Stop();
+  service.Shutdown();
 }
 
 }  // namespace

@@ -127,6 +127,39 @@ TEST(TensorWire, ChunksPutTheTensorBackTogether) {
   ASSERT_TRUE(empty.Finish().ok());
 }
 
+// A dead value (the rendezvous's dead mark, an uninitialized tensor) crosses
+// as is_dead, in the unary response and as the stream's one chunk, and
+// comes back as the dead mark; protobuf reads the same bit.
+TEST(TensorWire, ADeadValueCrossesAsIsDead) {
+  const std::string bytes = Flatten(EncodeRecvTensorResponse(Status(), Tensor()));
+  wpb::RecvTensorResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  EXPECT_TRUE(parsed.is_dead());
+  EXPECT_FALSE(parsed.has_tensor());
+  StatusOr<Tensor> back = DecodeRecvTensorResponse(Split(bytes, 1), "k");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->IsInitialized());
+  // A live value still decodes as live.
+  StatusOr<Tensor> live = DecodeRecvTensorResponse(EncodeRecvTensorResponse(Status(), Tensor::Scalar(1.0f)), "k");
+  ASSERT_TRUE(live.ok());
+  EXPECT_TRUE(live->IsInitialized());
+
+  const std::string chunk = Flatten(EncodeTensorChunk(Tensor(), 0, 0));
+  wpb::RecvTensorChunk c;
+  ASSERT_TRUE(c.ParseFromString(chunk));
+  EXPECT_TRUE(c.is_dead());
+  ChunkReceiver r("k", nullptr);
+  ASSERT_TRUE(r.Add(Split(chunk, 1)).ok());
+  StatusOr<Tensor> dead = r.Finish();
+  ASSERT_TRUE(dead.ok()) << dead.status().ToString();
+  EXPECT_FALSE(dead->IsInitialized());
+  // A dead mark after data is malformed.
+  ChunkReceiver mixed("k", nullptr);
+  const Tensor t = Tensor::FromVector<float>({1, 2});
+  ASSERT_TRUE(mixed.Add(EncodeTensorChunk(t, 0, 4)).ok());
+  EXPECT_EQ(mixed.Add(EncodeTensorChunk(Tensor(), 0, 0)).code(), Code::kInvalidArgument);
+}
+
 TEST(TensorWire, ChunksOutOfPlaceOrMissingAreRefused) {
   Tensor t = Tensor::FromVector<float>({1, 2, 3, 4});
   {

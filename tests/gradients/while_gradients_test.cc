@@ -333,10 +333,9 @@ TEST(WhileGradients, KeptValuesAreFreedWhenTheStepEnds) {
   EXPECT_EQ(a->Stats().bytes_in_use, before);
 }
 
-// A model pinned to the second of two CPU devices (its gradients too: what
-// lies downstream of a loop may not cross devices yet): the counter and
-// pushes added to the loop run there as well, and the gradient is that of
-// the same model unpinned.
+// A model pinned to the second of two CPU devices (its gradients too): the
+// counter and pushes added to the loop run there as well, and the gradient
+// is that of the same model unpinned.
 TEST(WhileGradients, ALoopPinnedToAnotherDevice) {
   static DevicePool* two = [] {
     DevicePoolOptions o;
@@ -383,6 +382,83 @@ TEST(WhileGradients, ALoopPinnedToAnotherDevice) {
     EXPECT_DOUBLE_EQ(results[0].data<double>()[k], results[2].data<double>()[k]);
     EXPECT_DOUBLE_EQ(results[1].data<double>()[k], results[3].data<double>()[k]);
   }
+}
+
+// An RNN trained by SGD with its loop split over two CPU devices: the
+// recurrent MatMul on CPU:1, the rest of the loop, its gradient loop and the
+// variables on CPU:0 (so the forward values the backward loop keeps, and the
+// gradients of the body, cross devices every iteration). Five steps of
+// training give bit for bit the weights and losses of the same model on one
+// device.
+TEST(WhileGradients, TrainingALoopSplitOverTwoDevicesMatchesOneDevice) {
+  static DevicePool* two = [] {
+    DevicePoolOptions o;
+    o.num_cpu_devices = 2;
+    o.intra_op_threads = 1;
+    return DevicePool::Create(o).value().release();
+  }();
+  constexpr int T = 5, B = 2, D = 3, H = 4;
+  std::vector<std::vector<double>> weights, losses;
+  for (bool split : {false, true}) {
+    Scope root = Scope().WithDevice("/device:CPU:0");
+    Output xs = ops::Placeholder(root.WithOpName("xs"), DataType::kFloat64, PartialShape({T, B, D}));
+    Output wx = ops::Variable(root.WithOpName("wx"), PartialShape({D, H}), DataType::kFloat64);
+    Output wh = ops::Variable(root.WithOpName("wh"), PartialShape({H, H}), DataType::kFloat64);
+    Output init_x = ops::Assign(root.WithOpName("init_wx"), wx,
+                                ops::Const(root, RandomF64(TensorShape({D, H}), 21)));
+    Output init_h = ops::Assign(root.WithOpName("init_wh"), wh,
+                                ops::Const(root, RandomF64(TensorShape({H, H}), 22)));
+    Output rx = ops::Identity(root.WithOpName("read_wx"), wx);
+    Output rh = ops::Identity(root.WithOpName("read_wh"), wh);
+    auto r = ops::WhileLoop(
+        root.WithOpName("rnn"),
+        [&](const Scope& s, const Vars& v) -> StatusOr<Output> {
+          return ops::Less(s, v[0], ops::Const(s, int32_t(T)));
+        },
+        [&](const Scope& s, const Vars& v) -> StatusOr<Vars> {
+          Scope far = s.WithDevice(split ? "/device:CPU:1" : "/device:CPU:0");
+          Output x_t = ops::Gather(s, xs, v[0]);
+          Output rec = ops::MatMul(far.WithOpName("recurrent"), v[1], rh);
+          Output pre = ops::Add(s, ops::MatMul(s, x_t, rx), rec);
+          return Vars{ops::Add(s, v[0], ops::Const(s, int32_t(1))), Tanh(s, pre)};
+        },
+        {ops::Const(root, int32_t(0)), ops::Const(root, RandomF64(TensorShape({B, H}), 23))});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Output loss = ScalarSum(root.WithOpName("loss"), ops::Mul(root, (*r)[1], (*r)[1]));
+    std::vector<Gradient> grads;
+    ASSERT_TRUE(AddGradients(root, loss, {rx, rh}, &grads).ok());
+    ops::AssignSub(root.WithOpName("step_wx"), wx, ops::Mul(root, grads[0].dense, ops::Const(root, 0.1)));
+    ops::AssignSub(root.WithOpName("step_wh"), wh, ops::Mul(root, grads[1].dense, ops::Const(root, 0.1)));
+    SessionOptions o;
+    o.devices = two;
+    o.inter_op_threads = 4;
+    auto session = Session::Create(root.graph_def(), o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    Session* sess = session->get();
+    std::vector<Tensor> none;
+    ASSERT_TRUE(sess->Run({}, {}, {"init_wx", "init_wh"}, &none).ok());
+    const Feeds feeds = {{"xs", RandomF64(TensorShape({T, B, D}), 24)}};
+    std::vector<double> step_losses;
+    for (int step = 0; step < 5; ++step) {
+      std::vector<Tensor> out;
+      // The loss of this step's weights, then one update.
+      Status st = sess->Run(feeds, {"loss"}, {}, &out);
+      ASSERT_TRUE(st.ok()) << (split ? "split: " : "") << st.ToString();
+      step_losses.push_back(out[0].scalar<double>());
+      st = sess->Run(feeds, {}, {"step_wx", "step_wh"}, &none);
+      ASSERT_TRUE(st.ok()) << (split ? "split: " : "") << st.ToString();
+    }
+    std::vector<Tensor> w;
+    ASSERT_TRUE(sess->Run({}, {"read_wx", "read_wh"}, {}, &w).ok());
+    std::vector<double> flat;
+    for (const Tensor& t : w) flat.insert(flat.end(), t.data<double>(), t.data<double>() + t.num_elements());
+    weights.push_back(flat);
+    losses.push_back(step_losses);
+  }
+  EXPECT_LT(losses[0].back(), losses[0].front()) << "the model did not learn";
+  ASSERT_EQ(weights[0].size(), weights[1].size());
+  for (size_t k = 0; k < weights[0].size(); ++k) EXPECT_EQ(weights[0][k], weights[1][k]) << k;
+  for (size_t k = 0; k < losses[0].size(); ++k) EXPECT_EQ(losses[0][k], losses[1][k]) << k;
 }
 
 }  // namespace

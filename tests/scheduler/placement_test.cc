@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
+#include "graph/control_flow_builders.h"
 #include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/runtime_kernels.h"
@@ -186,6 +190,61 @@ TEST(Partition, AnErrorOnOneDeviceCancelsTheOthers) {
     Status st = s->Run({}, {"far"}, {}, &out);
     ASSERT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
     EXPECT_NE(st.message().find("'w'"), std::string::npos) << st.ToString();
+  }
+}
+
+// A loop whose body Mul is on CPU:1: CPU:1's partition gets the loop's
+// control-loop skeleton (Enter, Merge, Switch on the LoopCond received from
+// CPU:0, NextIteration in frame "loop"), every _Recv there that lies in the
+// loop runs after the skeleton's Merge, every _Recv of the graph is marked
+// _maybe_dead, and both partitions are valid graphs with control flow.
+TEST(Partition, ASplitLoopGetsAControlLoopSkeleton) {
+  Scope root = Scope().WithDevice("CPU:0");
+  auto r = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
+        return ops::Less(c, v[0], ops::Const(c, 10.0f));
+      },
+      [&](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+        return std::vector<Output>{ops::Mul(b.WithOpName("mul").WithDevice("CPU:1"), v[0], v[0])};
+      },
+      {ops::Const(root, 2.0f)});
+  ASSERT_TRUE(r.ok());
+  auto p = Place(root);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Graph g = Graph::Create(root.graph_def()).value();
+  auto parts = PartitionGraph(g, *p);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 2u);
+  const GraphPartition& far = (*parts)[1];
+  ASSERT_EQ(far.device->name(), TwoCpus()->devices()[1]->name());
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& d : far.graph.nodes) by_name[d.name] = &d;
+  const std::string merge = "_cf/loop/1/merge";
+  ASSERT_TRUE(by_name.count(merge)) << "no skeleton Merge on CPU:1";
+  for (const char* op : {"enter", "switch", "next_iteration"}) {
+    EXPECT_TRUE(by_name.count(std::string("_cf/loop/1/") + op)) << op;
+  }
+  EXPECT_EQ(by_name.at("_cf/loop/1/enter")->attrs.at("frame_name").s(), "loop");
+  // The Switch's predicate is the received LoopCond.
+  const NodeDef* sw = by_name.at("_cf/loop/1/switch");
+  ASSERT_EQ(sw->inputs.size(), 2u);
+  ASSERT_TRUE(by_name.count(sw->inputs[1])) << sw->inputs[1];
+  const NodeDef* pred = by_name.at(sw->inputs[1]);
+  EXPECT_EQ(pred->op, "_Recv");
+  EXPECT_NE(pred->attrs.at("key").s().find("loop/loop_cond"), std::string::npos);
+  int recvs = 0;
+  for (const NodeDef& d : far.graph.nodes) {
+    if (d.op != "_Recv") continue;
+    ++recvs;
+    EXPECT_TRUE(d.attrs.at("_maybe_dead").b()) << d.name;
+    EXPECT_NE(std::find(d.inputs.begin(), d.inputs.end(), "^" + merge), d.inputs.end()) << d.name;
+  }
+  EXPECT_EQ(recvs, 2);  // the loop variable and the predicate
+  for (const GraphPartition& part : *parts) {
+    auto pg = Graph::Create(part.graph);
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    EXPECT_NE(pg->control_flow(), nullptr);
   }
 }
 

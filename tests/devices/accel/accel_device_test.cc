@@ -9,6 +9,7 @@
 #include "devices/device_context.h"
 #include "devices/device_factory.h"
 #include "devices/device_pool.h"
+#include "graph/control_flow_builders.h"
 #include "graph/op_builders.h"
 #include "graph/scope.h"
 #include "scheduler/placement.h"
@@ -384,6 +385,65 @@ TEST_F(AccelTest, KernelRegistryReportsMemoryTypes) {
   Status bad = k->Register(misnamed, [](OpKernelConstruction*) { return nullptr; });
   EXPECT_EQ(bad.code(), Code::kInvalidArgument);
   EXPECT_NE(bad.message().find("shapes"), std::string::npos) << bad.ToString();
+}
+
+// A conditional whose true branch runs on ACCEL:0: the taken branch's
+// value is copied in and out; on the untaken side only the dead mark
+// crosses, and nothing is copied.
+TEST_F(AccelTest, ACondBranchOnAccelCopiesOnlyWhenTaken) {
+  Scope root = Scope().WithDevice(kCpu0);
+  Output x = ops::Placeholder(root.WithOpName("x"), DataType::kFloat32, PartialShape({2, 2}));
+  Output p = ops::Placeholder(root.WithOpName("p"), DataType::kBool, PartialShape({}));
+  auto r = ops::Cond(
+      root.WithOpName("c"), p,
+      [&](const Scope& b) -> StatusOr<std::vector<Output>> {
+        Scope accel = b.WithDevice("/device:ACCEL:0");
+        return std::vector<Output>{ops::Mul(accel.WithOpName("square"), x, x)};
+      },
+      [&](const Scope& b) -> StatusOr<std::vector<Output>> {
+        return std::vector<Output>{ops::Neg(b.WithOpName("neg"), x)};
+      });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto s = NewSession(root);
+  const Tensor xv = Matrix({1, 2, 3, 4}, 2, 2);
+  int64_t in = 0, out_copies = 0;
+  for (bool taken : {true, false, true, false}) {
+    std::vector<Tensor> out;
+    Status st = s->Run({{"x", xv}, {"p", Tensor::Scalar(taken)}}, {(*r)[0].name()}, {}, &out);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(TensorsEqual(out[0], taken ? Matrix({1, 4, 9, 16}, 2, 2) : Matrix({-1, -2, -3, -4}, 2, 2)));
+    if (taken) {
+      in += 1;  // x in (read twice, received once)
+      out_copies += 1;
+    }
+    EXPECT_EQ(Accel(0)->host_to_device_copies(), in) << "taken=" << taken;
+    EXPECT_EQ(Accel(0)->device_to_host_copies(), out_copies) << "taken=" << taken;
+    EXPECT_EQ(DeviceBytesInUse(0), 0);
+  }
+}
+
+// A loop split onto a device with its own memory is refused, naming the
+// node that lies there (split loops run on host-memory devices only).
+TEST_F(AccelTest, ALoopSplitOntoAccelIsRefusedNamingTheNode) {
+  Scope root = Scope().WithDevice(kCpu0);
+  auto r = ops::WhileLoop(
+      root.WithOpName("loop"),
+      [&](const Scope& c, const std::vector<Output>& v) -> StatusOr<Output> {
+        return ops::Less(c, v[0], ops::Const(c, 3));
+      },
+      [&](const Scope& b, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+        Scope accel = b.WithDevice("/device:ACCEL:0");
+        return std::vector<Output>{ops::Add(b, v[0], ops::Const(b, 1)),
+                                   ops::Mul(accel.WithOpName("mul"), v[1], v[1])};
+      },
+      {ops::Const(root, 0), ops::Const(root, Matrix({1, 2, 3, 4}, 2, 2))});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto s = NewSession(root);
+  std::vector<Tensor> out;
+  Status st = s->Run({}, {"loop:1"}, {}, &out);
+  EXPECT_EQ(st.code(), Code::kUnimplemented) << st.ToString();
+  EXPECT_EQ(st.node(), "loop/body/mul") << st.ToString();
+  EXPECT_NE(st.message().find("own memory"), std::string::npos) << st.ToString();
 }
 
 }  // namespace
