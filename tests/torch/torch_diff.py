@@ -278,6 +278,10 @@ def build_cases():
     case("Gather repeated rows", "Gather",
          [r.f((6, 4)), np.array([[5, 0], [5, 2], [1, 5]], dtype=np.int32)],
          ref=lambda t, a: [t[0][t[1].long()]])
+    case("DynamicStitch two parts", "DynamicStitch",
+         [i32([0, 3]), i32([1, 2, 4]), r.f((2, 3)), r.f((3, 3))], {"N": 2},
+         ref=lambda t, a: [torch.zeros(5, 3, dtype=torch.float64)
+                           .index_put((t[0].long(),), t[2]).index_put((t[1].long(),), t[3])])
     # Neural-network ops.
     for shape in ((4, 3), (2, 3, 3, 5)):
         case("BiasAdd %s" % (shape,), "BiasAdd", [r.f(shape), r.f((shape[-1],))],
