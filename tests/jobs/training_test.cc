@@ -255,5 +255,53 @@ TEST(FashionMnist, LstmExampleLearnsOnASubset) {
   ExpectLearns(job, root, 0.6);
 }
 
+// The same LSTM as two data-parallel replicas (the loop's gradients go
+// through the all-reduce like any other): it learns, and the replicas end
+// with the same bits in every variable (weights and Adam's slots).
+TEST(FashionMnist, LstmExampleAsTwoReplicasLearnsAndStaysIdentical) {
+  const std::string root = "/usr/share/datasets";
+  if (!std::filesystem::exists(root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
+  }
+  std::ifstream f(std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/fashion_lstm.json");
+  std::string job((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = job.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    job.replace(at, from.size(), to);
+  };
+  replace(R"("batch_size": 128, "shuffle": true, "epochs": 3})",
+          R"("batch_size": 32, "shuffle": true, "epochs": 2, "max_examples": 3000})");
+  replace(R"("every_epochs": 1, "batch_size": 1000})",
+          R"("every_epochs": 1, "batch_size": 500, "max_examples": 1000})");
+  replace(R"("checkpoint": {"every_steps": 500, "keep": 3},)", R"("replicas": 2,)");
+  StatusOr<JobSpec> spec = ParseJobSpec(job);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrainingJobOptions o;
+  o.data_root = root;
+  o.devices = server_test::TestPool(2);
+  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_TRUE((*j)->Start().ok());
+  ASSERT_EQ((*j)->num_replicas(), 2);
+  StatusOr<std::map<std::string, double>> before = (*j)->Evaluate();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  for (;;) {
+    StatusOr<StepResult> r = (*j)->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (r->done) break;
+  }
+  StatusOr<std::map<std::string, double>> after = (*j)->Evaluate();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_LT(before->at("accuracy"), 0.3);
+  EXPECT_GT(after->at("accuracy"), 0.6);
+  const std::vector<std::string>& all = (*j)->graph().variables;
+  std::vector<Tensor> first, second;
+  ASSERT_TRUE((*j)->replica_session(0)->Run({}, all, {}, &first).ok());
+  ASSERT_TRUE((*j)->replica_session(1)->Run({}, all, {}, &second).ok());
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t k = 0; k < all.size(); ++k) EXPECT_TRUE(TensorsEqual(first[k], second[k])) << all[k];
+}
+
 }  // namespace
 }  // namespace flowstate
