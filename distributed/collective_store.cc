@@ -477,18 +477,17 @@ const std::string& CollectiveStoreClient::address() const { return impl_->addres
 
 Status CollectiveStoreClient::Set(const std::string& prefix, const std::string& key,
                                   const std::string& value, Deadline deadline) {
-  ::grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, deadline);
-  wpb::StoreSetRequest req;
-  req.set_prefix(prefix);
-  req.set_key(key);
-  req.set_value(value);
-  wpb::StoreSetResponse resp;
-  return impl_->Convert(impl_->stub_->Set(&ctx, req, &resp), "set " + key);
+  return SetKey(prefix, key, value, false, deadline).status();
 }
 
 StatusOr<CollectiveStoreClient::Claim> CollectiveStoreClient::SetIfAbsent(
     const std::string& prefix, const std::string& key, const std::string& value,
+    Deadline deadline) {
+  return SetKey(prefix, key, value, true, deadline);
+}
+
+StatusOr<CollectiveStoreClient::Claim> CollectiveStoreClient::SetKey(
+    const std::string& prefix, const std::string& key, const std::string& value, bool if_absent,
     Deadline deadline) {
   ::grpc::ClientContext ctx;
   impl_->Prepare(&ctx, deadline);
@@ -496,11 +495,12 @@ StatusOr<CollectiveStoreClient::Claim> CollectiveStoreClient::SetIfAbsent(
   req.set_prefix(prefix);
   req.set_key(key);
   req.set_value(value);
-  req.set_if_absent(true);
+  req.set_if_absent(if_absent);
   wpb::StoreSetResponse resp;
-  Status s = impl_->Convert(impl_->stub_->Set(&ctx, req, &resp), "set " + key + " if absent");
+  Status s = impl_->Convert(impl_->stub_->Set(&ctx, req, &resp),
+                            "set " + key + (if_absent ? " if absent" : ""));
   if (!s.ok()) return s;
-  return Claim{resp.value(), resp.set()};
+  return Claim{std::move(*resp.mutable_value()), resp.set()};
 }
 
 StatusOr<std::string> CollectiveStoreClient::Get(const std::string& prefix, const std::string& key,

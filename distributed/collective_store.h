@@ -115,6 +115,8 @@ class CollectiveStoreClient {
 
  private:
   explicit CollectiveStoreClient(std::unique_ptr<Impl> impl);
+  StatusOr<Claim> SetKey(const std::string& prefix, const std::string& key,
+                         const std::string& value, bool if_absent, Deadline deadline);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -31,6 +31,22 @@ void ScaleInto(const Tensor& x, double factor, void* out) {
   }
 }
 
+// The session's ReplicaComm `group`, for the kernel `op`; FAILED_PRECONDITION
+// outside a job with replicas.
+StatusOr<std::shared_ptr<ReplicaComm>> LookupComm(OpKernelContext* ctx, const std::string& op,
+                                                  const std::string& group) {
+  if (ctx->resource_manager() == nullptr) {
+    return FailedPrecondition(op + ": the session has no ResourceMgr");
+  }
+  StatusOr<std::shared_ptr<ReplicaComm>> comm =
+      ctx->resource_manager()->Lookup<ReplicaComm>(kReplicaContainer, group);
+  if (!comm.ok()) {
+    return FailedPrecondition(op + ": no collective group '" + group +
+                              "' in this session (it runs only in a job with replicas)");
+  }
+  return comm;
+}
+
 class AllReduceOp final : public AsyncOpKernel {
  public:
   explicit AllReduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -39,15 +55,8 @@ class AllReduceOp final : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    FS_OP_REQUIRES_ASYNC(ctx, ctx->resource_manager() != nullptr,
-                         FailedPrecondition("_AllReduce: the session has no ResourceMgr"), done);
-    StatusOr<std::shared_ptr<ReplicaComm>> comm =
-        ctx->resource_manager()->Lookup<ReplicaComm>(kReplicaContainer, group_);
-    FS_OP_REQUIRES_ASYNC(
-        ctx, comm.ok(),
-        FailedPrecondition("_AllReduce: no collective group '" + group_ +
-                           "' in this session (an all-reduce runs only in a job with replicas)"),
-        done);
+    StatusOr<std::shared_ptr<ReplicaComm>> comm = LookupComm(ctx, "_AllReduce", group_);
+    FS_OP_REQUIRES_ASYNC(ctx, comm.ok(), comm.status(), done);
     const int n = ctx->num_inputs() - 1;
     // The replica's examples: its weight (backup replicas: the communication
     // thread decides whether it counts at all, scheduler/replica_comm.h).
@@ -118,15 +127,8 @@ class AllGatherOp final : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    FS_OP_REQUIRES_ASYNC(ctx, ctx->resource_manager() != nullptr,
-                         FailedPrecondition("_AllGather: the session has no ResourceMgr"), done);
-    StatusOr<std::shared_ptr<ReplicaComm>> comm =
-        ctx->resource_manager()->Lookup<ReplicaComm>(kReplicaContainer, group_);
-    FS_OP_REQUIRES_ASYNC(
-        ctx, comm.ok(),
-        FailedPrecondition("_AllGather: no collective group '" + group_ +
-                           "' in this session (an all-gather runs only in a job with replicas)"),
-        done);
+    StatusOr<std::shared_ptr<ReplicaComm>> comm = LookupComm(ctx, "_AllGather", group_);
+    FS_OP_REQUIRES_ASYNC(ctx, comm.ok(), comm.status(), done);
     const Tensor& indices = ctx->input(0);
     const Tensor& values = ctx->input(1);
     const double count = ctx->input(2).scalar<double>();

@@ -232,6 +232,26 @@ TEST(FashionMnist, ShortTrainingLearns) {
   ExpectLearns(job, root, 0.7);
 }
 
+// examples/jobs/fashion_lstm.json on a subset: 3000 training examples in
+// batches of `batch` for 2 epochs, evaluated on 1000, without checkpoints;
+// `extra` (job fields and a comma) in their place.
+std::string LstmOnASubset(int batch, const std::string& extra) {
+  std::ifstream f(std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/fashion_lstm.json");
+  std::string job((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = job.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) job.replace(at, from.size(), to);
+  };
+  replace(R"("batch_size": 128, "shuffle": true, "epochs": 3})",
+          R"("batch_size": )" + std::to_string(batch) +
+              R"(, "shuffle": true, "epochs": 2, "max_examples": 3000})");
+  replace(R"("every_epochs": 1, "batch_size": 1000})",
+          R"("every_epochs": 1, "batch_size": 500, "max_examples": 1000})");
+  replace(R"("checkpoint": {"every_steps": 500, "keep": 3},)", extra);
+  return job;
+}
+
 // The LSTM example (examples/jobs/fashion_lstm.json, a While over the 28
 // rows of each image) on a subset: gradients through the loop must teach it
 // far above chance.
@@ -240,19 +260,7 @@ TEST(FashionMnist, LstmExampleLearnsOnASubset) {
   if (!std::filesystem::exists(root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
   }
-  std::ifstream f(std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/fashion_lstm.json");
-  std::string job((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto replace = [&](const std::string& from, const std::string& to) {
-    const size_t at = job.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    job.replace(at, from.size(), to);
-  };
-  replace(R"("batch_size": 128, "shuffle": true, "epochs": 3})",
-          R"("batch_size": 64, "shuffle": true, "epochs": 2, "max_examples": 3000})");
-  replace(R"("every_epochs": 1, "batch_size": 1000})",
-          R"("every_epochs": 1, "batch_size": 500, "max_examples": 1000})");
-  replace(R"("checkpoint": {"every_steps": 500, "keep": 3},)", "");
-  ExpectLearns(job, root, 0.6);
+  ExpectLearns(LstmOnASubset(64, ""), root, 0.6);
 }
 
 // The same LSTM as two data-parallel replicas (the loop's gradients go
@@ -263,19 +271,7 @@ TEST(FashionMnist, LstmExampleAsTwoReplicasLearnsAndStaysIdentical) {
   if (!std::filesystem::exists(root + "/fashion-mnist/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
   }
-  std::ifstream f(std::string(FLOWSTATE_SOURCE_DIR) + "/examples/jobs/fashion_lstm.json");
-  std::string job((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto replace = [&](const std::string& from, const std::string& to) {
-    const size_t at = job.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    job.replace(at, from.size(), to);
-  };
-  replace(R"("batch_size": 128, "shuffle": true, "epochs": 3})",
-          R"("batch_size": 32, "shuffle": true, "epochs": 2, "max_examples": 3000})");
-  replace(R"("every_epochs": 1, "batch_size": 1000})",
-          R"("every_epochs": 1, "batch_size": 500, "max_examples": 1000})");
-  replace(R"("checkpoint": {"every_steps": 500, "keep": 3},)", R"("replicas": 2,)");
-  StatusOr<JobSpec> spec = ParseJobSpec(job);
+  StatusOr<JobSpec> spec = ParseJobSpec(LstmOnASubset(32, R"("replicas": 2,)"));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   TrainingJobOptions o;
   o.data_root = root;
