@@ -77,6 +77,14 @@ GRAPHS = {
       {"name": "twice", "op": "Add", "inputs": ["body", "body"]},
       {"name": "next", "op": "NextIteration", "inputs": ["twice"]}
     ]}""",
+    "partitioned": """{"nodes": [
+      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int64", "shape": [-1]}},
+      {"name": "table", "op": "Variable",
+       "attrs": {"dtype": "float32", "shape": [10, 4], "init": "normal", "partitions": 3,
+                 "partition_strategy": "div", "partition_devices": ["CPU:0", "/job:worker/task:1"]}},
+      {"name": "rows", "op": "Gather", "inputs": ["table", "ids"]},
+      {"name": "whole", "op": "Identity", "inputs": ["table"]}
+    ]}""",
     "queues": """{"nodes": [
       {"name": "q", "op": "PaddingFIFOQueue",
        "attrs": {"component_types": ["float32", "int32"], "shapes": [[-1, 2], []], "capacity": 8}},
