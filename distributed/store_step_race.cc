@@ -35,7 +35,8 @@ std::vector<int> Ranks(uint64_t bits) {
 }  // namespace
 
 StatusOr<StepRace::Decision> StoreStepRace::Decide(int64_t step, int rank, bool has_examples,
-                                                   std::chrono::steady_clock::time_point deadline) {
+                                                   std::chrono::steady_clock::time_point deadline,
+                                                   std::chrono::milliseconds settle_after) {
   const std::string at = StepPrefix(step);
   auto failed = [&](const Status& s) {
     return s.WithPrefix("backup replicas: rank " + std::to_string(rank) + ", step " +
@@ -53,20 +54,32 @@ StatusOr<StepRace::Decision> StoreStepRace::Decide(int64_t step, int rank, bool 
   const int all = with + std::popcount(arrivals >> kWithoutShift);
   Decision d;
   uint64_t members = 0;
+  // Sets the decision unless one is set; `members` becomes the one set.
+  auto decide = [&](uint64_t mine) -> Status {
+    StatusOr<CollectiveStoreClient::Claim> c =
+        store_->SetIfAbsent(at, "decided", std::to_string(mine), Deadline());
+    if (!c.ok()) return c.status();
+    return ParseMembers(c->value, &members);
+  };
   if ((has_examples && with == contributors_) || (all == spec_.size && with < contributors_)) {
     // This arrival decides the step.
-    members = arrivals & kWithMask;
-    Status s = store_->Set(at, "decided", std::to_string(members), Deadline());
+    Status s = decide(arrivals & kWithMask);
     if (!s.ok()) return failed(s);
   } else {
-    Status w = store_->Wait(at, {"decided"}, deadline);
-    if (!w.ok()) return failed(w);
-    StatusOr<std::string> v = store_->Get(at, "decided", Deadline());
-    if (!v.ok()) return failed(v.status());
-    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), members);
-    if (ec != std::errc() || end != v->data() + v->size()) {
-      return failed(Internal("the step's decision in the store is not a number: \"" + *v + "\""));
+    const bool may_settle = has_examples && settle_after.count() > 0;
+    const auto settle = std::min(deadline, std::chrono::steady_clock::now() + settle_after);
+    Status w = store_->Wait(at, {"decided"}, may_settle ? settle : deadline);
+    if (may_settle && w.code() == Code::kDeadlineExceeded && std::chrono::steady_clock::now() < deadline) {
+      // Waited long enough: the step goes on with the ranks with examples
+      // that have come (an Add of 0 reads them), unless it was decided.
+      StatusOr<int64_t> now = store_->Add(at, "arrivals", 0, Deadline());
+      if (!now.ok()) return failed(now.status());
+      w = decide(uint64_t(*now) & kWithMask);
+    } else if (w.ok()) {
+      StatusOr<std::string> v = store_->Get(at, "decided", Deadline());
+      w = v.ok() ? ParseMembers(*v, &members) : v.status();
     }
+    if (!w.ok()) return failed(w);
   }
   d.members = Ranks(members);
   d.contributes = (members >> rank) & 1;
@@ -75,6 +88,14 @@ StatusOr<StepRace::Decision> StoreStepRace::Decide(int64_t step, int rank, bool 
     if (!n.ok()) return failed(n.status());
   }
   return d;
+}
+
+Status StoreStepRace::ParseMembers(const std::string& v, uint64_t* members) {
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), *members);
+  if (ec != std::errc() || end != v.data() + v.size()) {
+    return Internal("the step's decision in the store is not a number: \"" + v + "\"");
+  }
+  return Status();
 }
 
 StatusOr<bool> StoreStepRace::Decided(int64_t step) {

@@ -14,8 +14,11 @@
 // Each Add returns the arrivals so far, so exactly one rank sees the step
 // decided by its own arrival: the one that makes the ranks with examples
 // `contributors`, or (fewer ranks with examples: an epoch's last step) the
-// last of all `size` to arrive. It sets "decided"; the others wait for it
-// (a store Wait, bounded by the caller's deadline) and read it. So a rank
+// last of all `size` to arrive. It sets "decided" (if absent); the others
+// wait for it (a store Wait, bounded by the caller's deadline) and read it.
+// A rank with examples that waits longer than its `settle_after` sets it
+// itself (if absent) to the ranks with examples arrived so far; whichever
+// is set first is the decision everyone reads. So a rank
 // spends one round trip on a step it decides, three on the others; and a
 // contributor one more at the step's end, to settle its outcome. End
 // drops the step's prefix, once every rank is done with it. The store's
@@ -44,7 +47,9 @@ class StoreStepRace final : public StepRace {
   StoreStepRace(const CollectiveGroupSpec& spec, int contributors);
 
   StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
-                            std::chrono::steady_clock::time_point deadline) override;
+                            std::chrono::steady_clock::time_point deadline,
+                            std::chrono::milliseconds settle_after =
+                                std::chrono::milliseconds(0)) override;
   StatusOr<bool> Decided(int64_t step) override;
   StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                     std::chrono::milliseconds delay) override;
@@ -57,6 +62,8 @@ class StoreStepRace final : public StepRace {
 
  private:
   std::string StepPrefix(int64_t step) const;
+  // A decision as the store holds it (the contributors' bits).
+  static Status ParseMembers(const std::string& v, uint64_t* members);
   CollectiveStoreClient::Deadline Deadline() const;
 
   const CollectiveGroupSpec spec_;

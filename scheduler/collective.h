@@ -185,9 +185,15 @@ class StepRace {
   // Arrives at `step` (`has_examples`: it has examples to contribute) and
   // waits, until `deadline`, for the step's decision. A replica with
   // examples that arrives after the places are taken is dropped from the
-  // step (Dropped counts it).
+  // step (Dropped counts it). `settle_after` > 0: a replica with examples
+  // that has waited that long for an undecided step decides it with the
+  // replicas with examples arrived so far (the others are stalled, or it
+  // is an epoch's last step and one without examples is): the first
+  // decision written wins, this one or the arrival's that fills the places.
   virtual StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
-                                    std::chrono::steady_clock::time_point deadline) = 0;
+                                    std::chrono::steady_clock::time_point deadline,
+                                    std::chrono::milliseconds settle_after =
+                                        std::chrono::milliseconds(0)) = 0;
   // Whether `step` is decided already (a replica that finds its next step
   // decided without it is behind: it catches up instead of computing).
   virtual StatusOr<bool> Decided(int64_t step) = 0;

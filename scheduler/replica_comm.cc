@@ -88,7 +88,8 @@ LocalStepRace::LocalStepRace(int replicas, int contributors)
     : replicas_(replicas), quota_(contributors), dropped_(replicas, 0) {}
 
 StatusOr<StepRace::Decision> LocalStepRace::Decide(int64_t step, int rank, bool has_examples,
-                                                   std::chrono::steady_clock::time_point deadline) {
+                                                   std::chrono::steady_clock::time_point deadline,
+                                                   std::chrono::milliseconds settle_after) {
   MutexLock l(mu_);
   StepState& s = steps_[step];
   ++s.arrived;
@@ -99,6 +100,18 @@ StatusOr<StepRace::Decision> LocalStepRace::Decide(int64_t step, int rank, bool 
     s.members = s.with;
     std::sort(s.members.begin(), s.members.end());
     cv_.NotifyAll();
+  }
+  if (has_examples && settle_after.count() > 0) {
+    const auto settle = std::min(deadline, std::chrono::steady_clock::now() + settle_after);
+    while (!s.decided && cv_.WaitUntil(mu_, settle)) {
+    }
+    if (!s.decided && std::chrono::steady_clock::now() < deadline) {
+      // Waited long enough: the step goes on with who has come.
+      s.decided = true;
+      s.members = s.with;
+      std::sort(s.members.begin(), s.members.end());
+      cv_.NotifyAll();
+    }
   }
   while (!s.decided && cv_.WaitUntil(mu_, deadline)) {
   }
@@ -462,7 +475,14 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     if (options.race != nullptr && bucket == 0) {
       // The step's first bucket: who contributes to it.
       const bool has_examples = req.tensors.back().scalar<double>() > 0;
-      decision = options.race->Decide(this_step, rank, has_examples, deadline);
+      // Across processes, a step whose other replicas stall is decided
+      // without them after the stall timeout (an epoch's last step, where
+      // every replica must arrive, too).
+      decision = options.race->Decide(
+          this_step, rank, has_examples, deadline,
+          among ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::microseconds(state->stall_us.load()))
+                : std::chrono::milliseconds(0));
       state->dropped_last = decision.ok() && has_examples && !decision->contributes;
     }
     // Every buffer a request holds is released before its `done` runs:

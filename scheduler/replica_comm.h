@@ -102,7 +102,9 @@ class LocalStepRace final : public StepRace {
   LocalStepRace(int replicas, int contributors);
 
   StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
-                            std::chrono::steady_clock::time_point deadline) override;
+                            std::chrono::steady_clock::time_point deadline,
+                            std::chrono::milliseconds settle_after =
+                                std::chrono::milliseconds(0)) override;
   StatusOr<bool> Decided(int64_t step) override;
   StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
                                     std::chrono::milliseconds delay) override;

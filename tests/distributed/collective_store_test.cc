@@ -188,6 +188,39 @@ TEST(StoreStepRace, FirstArrivalsContributeAndLateOnesAreDropped) {
   ASSERT_TRUE(dropped.ok());
   EXPECT_EQ(*dropped, (std::vector<int64_t>{0, 1, 1}));  // nobody with examples was dropped
   ASSERT_TRUE(race[0]->End(2).ok());
+  // Step 3: rank 1 comes alone and waits at most 150 ms for another (its
+  // settle_after): it decides the step with itself; ranks that come later,
+  // with examples or not, read that and the one with examples is dropped.
+  const auto before_settle = std::chrono::steady_clock::now();
+  a = race[1]->Decide(3, 1, true, f.In(5000), std::chrono::milliseconds(150));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - before_settle, std::chrono::milliseconds(150));
+  EXPECT_TRUE(a->contributes);
+  EXPECT_EQ(a->members, (std::vector<int>{1}));
+  b = race[0]->Decide(3, 0, true, f.In(5000), std::chrono::milliseconds(150));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(b->contributes);  // its arrival filled the places, but the step was settled
+  EXPECT_EQ(b->members, (std::vector<int>{1}));
+  c = race[2]->Decide(3, 2, false, f.In(5000));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->members, (std::vector<int>{1}));
+  dropped = race[2]->Dropped();
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_EQ(*dropped, (std::vector<int64_t>{1, 1, 1}));
+  // Settling outcomes: the first proposal wins, later ones read it.
+  StatusOr<StepRace::Outcome> o = race[0]->OutcomeOf(3);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(*o, StepRace::Outcome::kOpen);
+  o = race[1]->Settle(3, StepRace::Outcome::kAbandoned, f.In(5000));
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(*o, StepRace::Outcome::kAbandoned);
+  o = race[0]->Settle(3, StepRace::Outcome::kDone, f.In(5000));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(*o, StepRace::Outcome::kAbandoned);
+  o = race[2]->OutcomeOf(3);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(*o, StepRace::Outcome::kAbandoned);
+  ASSERT_TRUE(race[0]->End(3).ok());
   // The membership's end drops the counters too.
   EXPECT_EQ(f.service.DropPrefix("job-1/m0"), 1);
   EXPECT_EQ(f.service.num_prefixes(), 0);
