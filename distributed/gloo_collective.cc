@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <cctype>
+#include <exception>
 #include <cstring>
 
 #include "distributed/gloo_collective_internal.h"
@@ -75,6 +76,12 @@ GlooCollective::Impl::~Impl() {
   {
     MutexLock l(mu_);
     parked.swap(parked_);
+  }
+  parked.clear();
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> dead;
+  {
+    MutexLock l(mu_);
+    dead.swap(dead_);
   }
 }
 
@@ -292,7 +299,16 @@ GlooCollective::Impl::LiveBuffer::LiveBuffer(Impl* impl, void* ptr, size_t bytes
   impl->AddLive(buf.get(), tag);
 }
 
-GlooCollective::Impl::LiveBuffer::~LiveBuffer() { impl->RemoveLive(buf.get()); }
+GlooCollective::Impl::LiveBuffer::~LiveBuffer() { impl->Release(std::move(buf)); }
+
+void GlooCollective::Impl::Release(std::unique_ptr<::gloo::transport::UnboundBuffer> b) {
+  MutexLock l(mu_);
+  live_.erase(b.get());
+  // A failed round's sends may still complete on Gloo's thread, which then
+  // signals the buffer (TSan saw ~UnboundBuffer race that signal when a
+  // peer's task was stopped mid-round).
+  if (std::uncaught_exceptions() > 0 || !broken_.ok()) dead_.push_back(std::move(b));
+}
 
 GlooCollective::Impl::ActiveRound::ActiveRound(Impl* self, int64_t round) : self(self) {
   {

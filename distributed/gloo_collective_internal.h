@@ -103,13 +103,13 @@ class GlooCollective::Impl {
 
   // The unbound buffers of the round in progress, registered for as long as
   // they live, with the tag that abandons them (-1: none): Abort wakes their
-  // waits, Abandon those of its tag. REQUIRES (remove): before the buffer is
-  // destroyed.
+  // waits, Abandon those of its tag.
   void AddLive(::gloo::transport::UnboundBuffer* b, int64_t tag);
-  void RemoveLive(::gloo::transport::UnboundBuffer* b) {
-    MutexLock l(mu_);
-    live_.erase(b);
-  }
+  // Unregisters `b` and destroys it, unless its round failed (the group is
+  // broken, or an exception is unwinding the round): Gloo's threads may
+  // still complete its pending operations, so it is kept until the group
+  // goes (dead_).
+  void Release(std::unique_ptr<::gloo::transport::UnboundBuffer> b);
   // An unbound buffer of this round over [ptr, ptr + bytes), live while it
   // is; `tag` >= 0: Abandon(tag) wakes its waits.
   struct LiveBuffer {
@@ -270,7 +270,9 @@ class GlooCollective::Impl {
   std::vector<char> ring_tmp_;  // Ring's receive segments; the caller's thread only
   // The tag of the AllReduceAmong in progress (-1: none); the caller's thread only.
   int64_t among_tag_ = -1;
-  // Last: destroyed first, while the context and mu_ still are.
+  // Buffers of failed rounds (Release), and of abandoned calls (Park). Last:
+  // destroyed first, while the context and mu_ still are.
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> dead_ ABSL_GUARDED_BY(mu_);
   std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
 };
 

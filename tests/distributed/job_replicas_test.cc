@@ -550,7 +550,7 @@ TEST_F(ReplicasAcrossTasks, BackupReplicasDropTheStragglerOnItsTask) {
 }
 
 // A contributor that stops in the middle of a step (here: replica 2's
-// communication thread, held for 3 s before its reduction, as if its
+// communication thread, held for 5 s before its reduction, as if its
 // process were stopped there) does not hold the others: the waiting
 // contributor gives the step up after its stall timeout, every replica
 // applies a zero gradient for it, the steps after go on without replica 2,
@@ -579,7 +579,9 @@ TEST_F(ReplicasAcrossTasks, AContributorStoppedMidStepIsGivenUpAndTheOthersGoOn)
         return;
       }
       stall_begin = Clock::now().time_since_epoch().count();
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+      // Long enough for several stall timeouts (4x a step period each)
+      // under a loaded CI: each one-batch epoch end waits one.
+      std::this_thread::sleep_for(std::chrono::seconds(5));
       stall_end = Clock::now().time_since_epoch().count();
     });
     struct HookReset {
