@@ -100,7 +100,7 @@ void AsyncOpKernel::Compute(OpKernelContext* ctx) {
     cv.NotifyAll();
   });
   MutexLock l(mu);
-  while (!(finished)) cv.Wait(mu);
+  while (!finished) cv.Wait(mu);
 }
 
 Status OpKernelContext::allocate_output(int i, const TensorShape& shape, Tensor** out) {

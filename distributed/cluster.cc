@@ -140,7 +140,7 @@ void Cluster::Impl::Round() {
     // Every call has its deadline, so this ends; the extra second covers
     // gRPC's own lateness in reporting it.
     MutexLock l(done_mu);
-    while (!(remaining == 0)) done_cv.Wait(done_mu);
+    while (remaining != 0) done_cv.Wait(done_mu);
   }
   const auto now = std::chrono::steady_clock::now();
   MutexLock l(mu);

@@ -152,7 +152,7 @@ void GlooCollective::Impl::Watch() {
   const auto every = std::max(std::chrono::milliseconds(10), ep_->options.failure_poll);
   MutexLock l(mu_);
   for (;;) {
-    while (!(stop_watch_ || round_active_)) watch_cv_.Wait(mu_);
+    while (!stop_watch_ && !round_active_) watch_cv_.Wait(mu_);
     if (stop_watch_) return;
     const int64_t round = active_round_;
     const auto poll = std::chrono::steady_clock::now() + every;
@@ -163,7 +163,7 @@ void GlooCollective::Impl::Watch() {
     }
     if (ended()) {
       // A broken group's round ends by itself (its waits were woken).
-      while (!(stop_watch_ || !round_active_ || active_round_ != round)) watch_cv_.Wait(mu_);
+      while (!stop_watch_ && round_active_ && active_round_ == round) watch_cv_.Wait(mu_);
       continue;
     }
     l.Unlock();

@@ -384,7 +384,7 @@ Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shar
   {
     MutexLock l(mu_);
     // Its final checkpoint may still be being written (a cancel's).
-    while (!(job->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
+    while (job->pending_writes != 0) checkpoint_cv_.Wait(mu_);
     if (job->inference_ready) return Status();
     if (!job->restore_on_start) values = job->final_values;
   }
@@ -436,7 +436,7 @@ StatusOr<std::unique_ptr<JobEventStream>> JobManager::Watch(const std::string& i
 void JobManager::WorkerLoop() {
   MutexLock l(mu_);
   while (true) {
-    while (!(stopping_ || !ready_.empty())) work_cv_.Wait(mu_);
+    while (!stopping_ && ready_.empty()) work_cv_.Wait(mu_);
     if (stopping_) return;
     auto pick = PickReadyLocked();
     std::string id = std::move(*pick);

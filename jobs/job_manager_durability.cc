@@ -85,7 +85,7 @@ void JobManager::WriterLoop() {
   LowerThisThreadsPriority();  // training steps come first
   MutexLock l(mu_);
   for (;;) {
-    while (!(writer_stopping_ || !writes_.empty())) writer_cv_.Wait(mu_);
+    while (!writer_stopping_ && writes_.empty()) writer_cv_.Wait(mu_);
     if (writes_.empty()) {
       if (writer_stopping_) return;
       continue;
@@ -395,7 +395,7 @@ Status JobManager::Delete(const std::string& id) {
     return FailedPrecondition("job '" + id + "' is " + std::string(JobStateName(job->info.state)) +
                               "; only finished jobs can be deleted (cancel it first)");
   }
-  while (!(job->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
+  while (job->pending_writes != 0) checkpoint_cv_.Wait(mu_);
   if (jobs_.count(id) == 0) return NotFound("no job '" + id + "'");  // deleted meanwhile
   return DeleteLocked(id);
 }
@@ -436,7 +436,7 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
   if (!job->started && !job->inference_ready && IsTerminal(job->info.state) && job->runner) {
     // A finished job released its variables: its final checkpoint is the
     // one asked for; without one, its kept values are loaded to take it.
-    while (!(job->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
+    while (job->pending_writes != 0) checkpoint_cv_.Wait(mu_);
     if (job->restore_on_start && job->info.checkpoint_step == job->info.step && job->info.checkpoint_step >= 0) {
       return CheckpointRequestResult{job->info.step, true};
     }

@@ -170,7 +170,7 @@ bool JobManager::PrepareMembership(const std::shared_ptr<Job>& job) {
       return false;
     }
     // It resumes from the newest checkpoint: the one being written first.
-    while (!(j->pending_writes == 0)) checkpoint_cv_.Wait(mu_);
+    while (j->pending_writes != 0) checkpoint_cv_.Wait(mu_);
     if (j->info.state != JobState::kRunning) return false;
     old = std::move(j->runner);
     j->runner = std::move(runner).value();

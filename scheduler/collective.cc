@@ -244,7 +244,7 @@ Status InProcessCollective::AllReduce(std::vector<Tensor>* tensors, ReduceOp op,
     MutexLock l(g.mu);
     if (++r.reduced == g.size) g.cv.NotifyAll();
     // Bounded without a deadline: every rank is here and only computes.
-    while (!(r.reduced == g.size)) g.cv.Wait(g.mu);
+    while (r.reduced != g.size) g.cv.Wait(g.mu);
   }
   return Status();
 }

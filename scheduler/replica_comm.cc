@@ -722,7 +722,7 @@ void ReplicaComm::Forward(State* state, const std::vector<int>& members,
       continue;
     }
     // A receiver far behind holds the contributors back here, not the memory.
-    while (!(state->stop || state->forwards.size() < kMaxForwards)) state->cv.Wait(state->mu);
+    while (!state->stop && state->forwards.size() >= kMaxForwards) state->cv.Wait(state->mu);
     if (state->stop) return;
     state->forwards.push_back(State::Forward{result, r, tag});
     state->cv.NotifyAll();
@@ -735,7 +735,7 @@ void ReplicaComm::ForwardLoop(std::shared_ptr<State> state) {
     State::Forward f;
     {
       MutexLock l(state->mu);
-      while (!(state->stop || !state->forwards.empty())) state->cv.Wait(state->mu);
+      while (!state->stop && state->forwards.empty()) state->cv.Wait(state->mu);
       if (state->stop) return;
       f = std::move(state->forwards.front());
       state->forwards.pop_front();

@@ -536,7 +536,7 @@ Status Session::Close() {
   for (StepControl* c = steps_; c != nullptr; c = c->next) {
     AbortRun(c, Cancelled("the session was closed"));
   }
-  while (!(running_ == 0)) run_cv_.Wait(run_mu_);
+  while (running_ != 0) run_cv_.Wait(run_mu_);
   l.Unlock();
   {
     WriterMutexLock c(cache_mu_);

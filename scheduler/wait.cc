@@ -20,7 +20,7 @@ Status RunAndWait(const std::function<void(std::function<void(const Status&)> do
     w.cv.NotifyOne();
   });
   MutexLock l(w.mu);
-  while (!(w.finished)) w.cv.Wait(w.mu);
+  while (!w.finished) w.cv.Wait(w.mu);
   return w.status;
 }
 

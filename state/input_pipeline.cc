@@ -132,7 +132,7 @@ InputPipeline::~InputPipeline() {
   Cancel();
   {
     MutexLock l(mu_);
-    while (!(consumers_ == 0)) idle_.Wait(mu_);
+    while (consumers_ != 0) idle_.Wait(mu_);
   }
   if (producer_.joinable()) producer_.join();
 }
@@ -190,7 +190,7 @@ void InputPipeline::ProducerLoop() {
   while (true) {
     {
       MutexLock l(mu_);
-      while (!(cancelled_ || queue_.size() < depth)) space_.Wait(mu_);
+      while (!cancelled_ && queue_.size() >= depth) space_.Wait(mu_);
       if (cancelled_) return;
     }
     StatusOr<Batch> item = Produce();
@@ -214,7 +214,7 @@ StatusOr<Batch> InputPipeline::Next() {
     l.Lock();
     queue_.push_back(std::move(item));
   }
-  while (!(cancelled_ || !queue_.empty())) ready_.Wait(mu_);
+  while (!cancelled_ && queue_.empty()) ready_.Wait(mu_);
 
   StatusOr<Batch> result = Cancelled("input pipeline was cancelled");
   if (!cancelled_) {

@@ -142,7 +142,7 @@ class WatchCall final : public ::grpc::ServerWriteReactor<pb::JobEvent>,
 void WatchPump::Loop() {
   MutexLock l(mu_);
   for (;;) {
-    while (!(stopped_ || !queue_.empty())) cv_.Wait(mu_);
+    while (!stopped_ && queue_.empty()) cv_.Wait(mu_);
     if (queue_.empty()) return;  // stopped, and nothing left
     std::weak_ptr<WatchCall> next = std::move(queue_.front());
     queue_.pop_front();
