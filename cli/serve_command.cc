@@ -28,7 +28,7 @@
 #include "server/rest/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
-#include "graph/mutex.h"
+#include "graph/periodic_thread.h"
 
 namespace flowstate {
 
@@ -411,21 +411,9 @@ int RunServer(int argc, char** argv, Mode mode) {
   }
 
   // Idle sessions are closed in the background.
-  Mutex reaper_mu;
-  CondVar reaper_cv;
-  bool stopping = false;
-  std::thread reaper([&] {
-    MutexLock l(reaper_mu);
-    for (;;) {
-      const auto next = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (!stopping && reaper_cv.WaitUntil(reaper_mu, next)) {
-      }
-      if (stopping) break;
-      l.Unlock();
-      service.Reap();
-      service.jobs().EnforceRetention();  // jobs.retention_seconds
-      l.Lock();
-    }
+  PeriodicThread reaper(std::chrono::seconds(5), [&] {
+    service.Reap();
+    service.jobs().EnforceRetention();  // jobs.retention_seconds
   });
 
   int sig = SIGTERM;
@@ -433,12 +421,7 @@ int RunServer(int argc, char** argv, Mode mode) {
   std::fprintf(stderr, "%s: %s received, shutting down\n", name, sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (*http != nullptr) (*http)->Stop();
   (*grpc)->Stop();
-  {
-    MutexLock l(reaper_mu);
-    stopping = true;
-    reaper_cv.NotifyAll();
-  }
-  reaper.join();
+  reaper.Stop();
   service.Shutdown();  // running steps finish; jobs stop between steps and are checkpointed
   std::fprintf(stderr, "%s: stopped\n", name);
   return 0;

@@ -15,6 +15,7 @@
 #include "distributed/grpc_worker_internal.h"
 #include "distributed/wire_internal.h"
 #include "graph/mutex.h"
+#include "graph/periodic_thread.h"
 #include "scheduler/rendezvous.h"
 #include "scheduler/step_id.h"
 #include "scheduler/thread_pool.h"
@@ -78,10 +79,7 @@ class Cluster::Impl {
   std::atomic<bool> stale{true};
 
   Mutex round_mu;  // one heartbeat round at a time
-  Mutex stop_mu;
-  CondVar stop_cv;
-  bool stop ABSL_GUARDED_BY(stop_mu) = false;
-  std::thread heartbeat;
+  std::unique_ptr<PeriodicThread> heartbeat;  // Round() every heartbeat_interval_s
 
   TaskConnection ConnectionTo(const std::string& task) const {
     auto it = by_name.find(task);
@@ -90,17 +88,6 @@ class Cluster::Impl {
   }
 
   void Round();
-  void Loop() {
-    const auto interval = std::chrono::microseconds(int64_t(options.heartbeat_interval_s * 1e6));
-    for (;;) {
-      Round();
-      MutexLock l(stop_mu);
-      const auto next = std::chrono::steady_clock::now() + interval;
-      while (!stop && stop_cv.WaitUntil(stop_mu, next)) {
-      }
-      if (stop) return;
-    }
-  }
 };
 
 void Cluster::Impl::Round() {
@@ -191,12 +178,7 @@ void Cluster::Impl::Round() {
 Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Cluster::~Cluster() {
-  {
-    MutexLock l(impl_->stop_mu);
-    impl_->stop = true;
-  }
-  impl_->stop_cv.NotifyAll();
-  if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
+  if (impl_->heartbeat != nullptr) impl_->heartbeat->Stop();
 }
 
 StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options) {
@@ -270,7 +252,9 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   });
   std::unique_ptr<Cluster> c(new Cluster(std::move(impl)));
   if (options.heartbeat_interval_s > 0) {
-    c->impl_->heartbeat = std::thread([raw] { raw->Loop(); });
+    c->impl_->heartbeat = std::make_unique<PeriodicThread>(
+        std::chrono::microseconds(int64_t(options.heartbeat_interval_s * 1e6)), [raw] { raw->Round(); },
+        /*run_first=*/true);
   }
   return c;
 }

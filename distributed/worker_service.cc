@@ -24,6 +24,7 @@
 #include "state/replica_input.h"
 #include "state/resource_mgr.h"
 #include "graph/mutex.h"
+#include "graph/periodic_thread.h"
 
 namespace flowstate {
 
@@ -200,33 +201,12 @@ class WorkerService::Impl final : public WorkerBase {
       : cluster_(cluster), options_(o), pool_(std::make_unique<ThreadPool>(o.inter_op_threads)) {
     scheduler::RegisterRuntimeKernels();
     state::RegisterKernels();
-    sweeper_ = std::thread([this] {
-      MutexLock l(sweep_mu_);
-      for (;;) {
-        const auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        while (!stop_sweeping_ && sweep_cv_.WaitUntil(sweep_mu_, next)) {
-        }
-        if (stop_sweeping_) break;
-        l.Unlock();
-        ReclaimOrphans();
-        l.Lock();
-      }
-    });
+    sweeper_ = std::make_unique<PeriodicThread>(std::chrono::seconds(1), [this] { ReclaimOrphans(); });
   }
-  void StopSweeping() {
-    {
-      MutexLock l(sweep_mu_);
-      stop_sweeping_ = true;
-    }
-    sweep_cv_.NotifyAll();
-    if (sweeper_.joinable()) sweeper_.join();
-  }
+  void StopSweeping() { sweeper_->Stop(); }
 
   // The background ReclaimOrphans, once a second until Shutdown.
-  Mutex sweep_mu_;
-  CondVar sweep_cv_;
-  bool stop_sweeping_ ABSL_GUARDED_BY(sweep_mu_) = false;
-  std::thread sweeper_;
+  std::unique_ptr<PeriodicThread> sweeper_;
 
   std::atomic<Cluster*> cluster_;
   const WorkerServiceOptions options_;
