@@ -244,25 +244,22 @@ Status GlooCollective::Impl::AllReduceAmong(std::vector<Tensor>* tensors,
   if (IsAbandoned(tag)) return AbandonedStatus("all-reduce among ranks", tag);
   ActiveRound active(this, -1 - int64_t(tag));  // the watchdog looks for failures meanwhile
   std::vector<Reduced> reduced;
-  among_tag_ = tag;
+  struct AmongTag {  // the ring's waits may be abandoned while this call lasts
+    AmongTag(int64_t* at, uint32_t tag) : at(at) { *at = tag; }
+    ~AmongTag() { *at = -1; }
+    int64_t* at;
+  } among_tag(&among_tag_, tag);
   try {
-    // In buffers of the collective's: an abandoned round keeps them.
+    // In buffers of the collective's: the ring of an abandoned round parks
+    // its own (Reduce); the dtypes reduced before it are done with Gloo.
     Reduce(*tensors, ReduceOp::kSum, deadline, uint64_t(tag) * 8, &reduced, &members,
            /*in_place=*/false);
   } catch (const Abandoned&) {
-    among_tag_ = -1;
-    for (Reduced& r : reduced) {  // dtypes done before: nobody writes there any more
-      Parked parked;
-      parked.tensors.push_back(std::move(r.out));
-      Park(std::move(parked));
-    }
     return AbandonedStatus("all-reduce among ranks", tag);
   } catch (const std::exception& e) {
-    among_tag_ = -1;
     const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
     return Fail(int64_t(tag), {timeout, e.what()}, {});
   }
-  among_tag_ = -1;
   Commit(tensors, &reduced, /*recycle=*/false);
   return Status();
 }
