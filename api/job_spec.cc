@@ -265,7 +265,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   FS_RETURN_IF_ERROR(CheckObject(j, root, "a job",
                                  {"name", "graph", "loss", "optimizer", "input", "eval",
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
-                                  "init_from", "on_nan", "bucket_bytes", "sparse_as_dense", "backup_replicas",
+                                  "init_from", "on_nan", "bucket_bytes", "sparse_as_dense", "partitioned_tables", "backup_replicas",
                                   "check_replicas_every", "deterministic", "min_replicas",
                                   "replica_wait_seconds", "replicas_per_task",
                                   "trace"}));
@@ -310,6 +310,21 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
                      "must be at most replicas (" + std::to_string(job.replicas) + ")");
   }
   job.min_replicas = int(min_replicas);
+  std::string tables = "replicated";
+  FS_RETURN_IF_ERROR(ReadStringField(j, root, "partitioned_tables", &tables));
+  if (tables != "replicated" && tables != "shared") {
+    return PathError(root.Key("partitioned_tables"), "expected \"replicated\" or \"shared\"");
+  }
+  job.shared_tables = tables == "shared";
+  if (job.shared_tables && job.backup_replicas > 0) {
+    return PathError(root.Key("partitioned_tables"),
+                     "\"shared\" tables cannot go with backup_replicas (a step that goes on "
+                     "without a replica would go on without the parts it holds)");
+  }
+  if (job.shared_tables && job.sparse_as_dense) {
+    return PathError(root.Key("partitioned_tables"),
+                     "\"shared\" tables need their gradients as rows; leave out sparse_as_dense");
+  }
   FS_RETURN_IF_ERROR(ReadNumberField(j, root, "replica_wait_seconds", &job.replica_wait_seconds));
   if (!(job.replica_wait_seconds >= 0) || job.replica_wait_seconds > 1e7) {
     return PathError(root.Key("replica_wait_seconds"), "must be between 0 and 1e7 seconds");

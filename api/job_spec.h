@@ -93,6 +93,12 @@ struct JobSpec {
   // instead (cheaper only when a step touches most of a table). Backup
   // replicas always densify them.
   bool sparse_as_dense = false;
+  // "partitioned_tables": "shared" (true): replicas on the tasks of a
+  // cluster keep one copy of each partitioned table, part p (and its
+  // optimizer slots) on replica p % replicas, and look rows up from it
+  // (graph/shared_tables.h); "replicated" (false, the default): every
+  // replica holds the whole table.
+  bool shared_tables = false;
   // Backup replicas: each step uses the gradients of the first
   // replicas - backup_replicas replicas to finish their backward pass.
   int backup_replicas = 0;

@@ -1,5 +1,7 @@
 #include "jobs/replica.h"
 
+#include <map>
+
 #include "state/variable.h"
 
 namespace flowstate {
@@ -60,6 +62,33 @@ Status Replica::AssignVariables(const std::vector<std::string>& names,
     FS_RETURN_IF_ERROR(var->Assign(*values.at(v)));
   }
   return Status();
+}
+
+void Replica::AddRestoreNodes(const std::vector<std::string>& variables, GraphDef* g) {
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& n : g->nodes) by_name[n.name] = &n;
+  std::vector<NodeDef> added;
+  for (const std::string& v : variables) {
+    auto it = by_name.find(v);
+    if (it == by_name.end()) continue;
+    const NodeDef& var = *it->second;
+    NodeDef p;
+    p.name = "_restore/" + v;
+    p.op = "Placeholder";
+    p.device = var.device;
+    for (const char* a : {"dtype", "shape"}) {
+      if (auto at = var.attrs.find(a); at != var.attrs.end()) p.attrs[a] = at->second;
+    }
+    NodeDef assign;
+    assign.name = p.name + "/assign";
+    assign.op = "Assign";
+    assign.device = var.device;
+    assign.inputs = {v, p.name};
+    assign.attrs["validate_shape"] = AttrValue(true);
+    added.push_back(std::move(p));
+    added.push_back(std::move(assign));
+  }
+  for (NodeDef& n : added) g->nodes.push_back(std::move(n));
 }
 
 }  // namespace flowstate

@@ -47,6 +47,11 @@ class Replica {
   Status AssignVariables(const std::vector<std::string>& names,
                          const std::map<std::string, const Tensor*>& values);
 
+  // The restore nodes of a graph (what AssignVariables feeds on a task):
+  // "_restore/<v>" (a Placeholder of v's dtype and shape) and
+  // "_restore/<v>/assign" (Assign(v, it)) for each variable v of `g`.
+  static void AddRestoreNodes(const std::vector<std::string>& variables, GraphDef* g);
+
   // The Variable `name` of a graph run by `session` in this process.
   static StatusOr<std::shared_ptr<Variable>> FindVariable(Session* session, const std::string& name);
 

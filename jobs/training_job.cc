@@ -17,6 +17,7 @@
 #include "graph/modes.h"
 #include "graph/op_builders.h"
 #include "graph/optimizers.h"
+#include "graph/shared_tables.h"
 #include "state/data_path.h"
 #include "state/data_source.h"
 #include "state/variable.h"
@@ -169,7 +170,21 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
   };
   FS_RETURN_IF_ERROR(check_files(spec.input, "input"));
   if (spec.eval) FS_RETURN_IF_ERROR(check_files(*spec.eval, "eval"));
-  return std::unique_ptr<TrainingJob>(new TrainingJob(spec, options, std::move(g)));
+  std::unique_ptr<TrainingJob> job(new TrainingJob(spec, options, std::move(g)));
+  if (spec.shared_tables && job->graph_.partitioned.empty()) {
+    return InvalidArgument("partitioned_tables: \"shared\" shares partitioned tables, and the "
+                           "graph has none (set \"partitions\" on a Variable)");
+  }
+  if (spec.shared_tables && spec.replicas > 1) {
+    if (!job->ReplicasAcrossTasks()) {
+      return InvalidArgument("partitioned_tables: \"shared\" splits tables over the tasks of a "
+                             "cluster, and these replicas all run in this process");
+    }
+    // Every replica's graph is checked now (a part read other than by a
+    // lookup is refused, naming the node).
+    FS_RETURN_IF_ERROR(ShareTables(job->graph_, 0, spec.replicas).status());
+  }
+  return job;
 }
 
 StatusOr<DataSource> ToDataSource(const DataSpec& data, const std::string& path) {
@@ -213,9 +228,34 @@ Status TrainingJob::Start(bool load_data) {
   }
   SessionOptions so = SessionOptionsOfJob();
   so.default_device = spec_.devices.empty() ? "" : spec_.devices.front();
-  FS_ASSIGN_OR_RETURN(train_session_, Session::Create(graph_.graph, so));
+  shared_.reset();
+  GraphDef eval_graph = graph_.eval_graph;
+  if (spec_.shared_tables && spec_.replicas > 1 && load_data && ReplicasAcrossTasks()) {
+    // Each replica's graph, with the parts it holds.
+    SharedTables t;
+    t.holders = SharedVariableHolders(graph_, spec_.replicas);
+    for (int i = 0; i < spec_.replicas; ++i) {
+      FS_ASSIGN_OR_RETURN(ReplicaTrainingGraph r, ShareTables(graph_, i, spec_.replicas));
+      t.variables.push_back(std::move(r.variables));
+      t.graphs.push_back(std::move(r.graph));
+      t.num_buckets = r.num_buckets;
+    }
+    for (const std::string& v : graph_.variables) {
+      if (!t.holders.count(v)) t.replicated.push_back(v);
+    }
+    shared_ = std::move(t);
+    // Evaluation and predictions read the model's other parts here, copied
+    // from their holders (SyncSharedParts).
+    Replica::AddRestoreNodes(ModelPartsElsewhere(), &eval_graph);
+  }
+  {
+    MutexLock l(sync_mu_);
+    synced_step_ = -1;
+  }
+  FS_ASSIGN_OR_RETURN(train_session_,
+                      Session::Create(shared_ ? shared_->graphs[0] : graph_.graph, so));
   so.resources = train_session_->shared_resources();
-  FS_ASSIGN_OR_RETURN(eval_session_, Session::Create(graph_.eval_graph, so));
+  FS_ASSIGN_OR_RETURN(eval_session_, Session::Create(eval_graph, so));
   InputPipelineOptions po;
   po.batch_size = spec_.input.batch_size;
   po.shuffle = spec_.input.shuffle;
@@ -244,7 +284,7 @@ Status TrainingJob::Start(bool load_data) {
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [name, t] : parts) by_name[name] = &t;
     for (int i = 0; i < int(replicas_.size()); ++i) {
-      Status s = AssignReplicaVariables(i, graph_.model_variables, by_name);
+      Status s = AssignReplicaVariables(i, HeldBy(i, graph_.model_variables), by_name);
       if (!s.ok()) return s.WithPrefix("init_from: replica " + std::to_string(i));
     }
     initial_values_.clear();
@@ -259,13 +299,7 @@ std::unique_ptr<TrainingJob> TrainingJob::Unstarted() const {
 
 StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues() {
   if (!started_) return FailedPrecondition("the job has not started");
-  std::vector<std::pair<std::string, Tensor>> out;
-  out.reserve(graph_.model_variables.size());
-  for (const std::string& v : graph_.model_variables) {
-    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
-    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
-    out.emplace_back(v, std::move(t));
-  }
+  FS_ASSIGN_OR_RETURN(auto out, ReadHeldVariables(graph_.model_variables));
   return AssembleLogical(std::move(out), graph_.partitioned);
 }
 
@@ -279,13 +313,8 @@ StatusOr<JobSnapshot> TrainingJob::Snapshot() {
   s.step = step_;
   if (pipeline_) s.position = pipeline_->position();
   s.seed = spec_.seed;
-  s.variables.reserve(graph_.variables.size());
-  for (const std::string& v : graph_.variables) {
-    FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
-    // Shares the buffer; the variable copies it before its next write.
-    FS_ASSIGN_OR_RETURN(Tensor t, var->Read());
-    s.variables.emplace_back(v, std::move(t));
-  }
+  // Shares the buffers; a variable copies its buffer before its next write.
+  FS_ASSIGN_OR_RETURN(s.variables, ReadHeldVariables(graph_.variables));
   // Partitioned tables as one logical tensor each, so that the snapshot
   // restores with any partition count.
   FS_ASSIGN_OR_RETURN(s.variables, AssembleLogical(std::move(s.variables), graph_.partitioned));
@@ -311,6 +340,7 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
       const std::string name = LogicalName(v, graph_.partitioned);
       return InvalidArgument("the checkpoint has no value for variable '" + name + "'", name);
     }
+    if (shared_ && shared_->holders.count(v) && shared_->holders.at(v) != 0) continue;  // its holder's
     FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
     const Tensor& t = *it->second;
     if (t.dtype() != var->dtype() || !var->declared_shape().IsCompatibleWith(t.shape())) {
@@ -579,6 +609,7 @@ bool TrainingJob::IsNanError(const Status& s) const {
 StatusOr<std::map<std::string, double>> TrainingJob::Evaluate() {
   if (!started_) return FailedPrecondition("the job has not started");
   if (!spec_.eval) return FailedPrecondition("the job has no eval section");
+  FS_RETURN_IF_ERROR(SyncSharedParts(step_));
   InputPipelineOptions po;
   po.batch_size = spec_.eval->batch_size;
   po.shuffle = false;
@@ -609,6 +640,15 @@ StatusOr<std::map<std::string, double>> TrainingJob::Evaluate() {
 Status TrainingJob::Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
                             const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
   if (!started_) return FailedPrecondition("the job has not started");
+  if (shared_) {
+    // The parts held elsewhere as of the last evaluation, or copied now
+    // for the first prediction (this may run beside a step).
+    MutexLock l(sync_mu_);
+    if (synced_step_ < 0) {
+      l.Unlock();
+      FS_RETURN_IF_ERROR(SyncSharedParts(0));
+    }
+  }
   return eval_session_->Run(inputs, fetches, {}, outputs);
 }
 

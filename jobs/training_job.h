@@ -376,6 +376,25 @@ class TrainingJob {
   // Replica i's values of graph().variables (Replica::ReadVariables), once
   // it is done with any earlier chunk.
   StatusOr<std::vector<Tensor>> ReadReplicaVariables(int i);
+  // Shared tables (see above): the variables replica i holds
+  // (graph().variables without the shared parts others hold); every
+  // variable without shared tables.
+  const std::vector<std::string>& ReplicaVariables(int i) const;
+  // The variables every replica holds, which replica checks compare.
+  const std::vector<std::string>& CheckedVariables() const;
+  // Of `names`, those replica i holds, in order.
+  std::vector<std::string> HeldBy(int i, const std::vector<std::string>& names) const;
+  // The values of `names` (variables of graph()), each read from a replica
+  // that holds it: replica 0's here, a shared part from its holder.
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadHeldVariables(
+      const std::vector<std::string>& names);
+  // Shared tables: copies the model's parts that replica 0 does not hold
+  // into the evaluation session (its "_restore/<part>" nodes), unless they
+  // are from this step already; evaluation and predictions read them there.
+  // `step`: what the copies are from (Evaluate's step; 0 from Predict).
+  Status SyncSharedParts(int64_t step);
+  // Shared tables: the model's parts replica 0 does not hold.
+  std::vector<std::string> ModelPartsElsewhere() const;
   bool Finished() const { return FinishedAfter(step_); }
   // Whether the job is over once `steps` steps are done (the input's
   // position is read as it is now).
@@ -392,6 +411,21 @@ class TrainingJob {
   // Every replica (jobs/replica.h), replica 0 on train_session_; one for a
   // job without replicas.
   std::vector<std::unique_ptr<Replica>> replicas_;
+  // Shared tables (spec "partitioned_tables": "shared", replicas across
+  // tasks; graph/shared_tables.h), set by Start(): each replica's graph's
+  // variables and buckets, and the holder of each shared part.
+  struct SharedTables {
+    std::vector<std::vector<std::string>> variables;  // by replica
+    std::vector<std::string> replicated;              // held by every replica
+    std::map<std::string, int> holders;
+    int num_buckets = 0;
+    std::vector<GraphDef> graphs;  // by replica (0: train_session_'s)
+  };
+  std::optional<SharedTables> shared_;
+  // The step the evaluation session's copies of the shared parts are from
+  // (-1: none yet); Predict may run beside Step.
+  Mutex sync_mu_;
+  int64_t synced_step_ ABSL_GUARDED_BY(sync_mu_) = -1;
   std::shared_ptr<StepRace> race_;
   // Backup replicas: how many steps each replica was dropped from (after
   // the last step), and the race's number of the step running now.

@@ -191,8 +191,11 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   // in the group's store too); this process steps replica 0 through the
   // chunk. With the test straggler (delayed from here), and for a traced
   // step, every replica's step is run from here.
+  // Shared tables: every step from here too, so that the parts their
+  // holders update are at a step's end whenever this process reads them
+  // (checkpoints, evaluation).
   const bool chunked = replicas_.size() > 1 && replicas_[1]->on_task() &&
-                       options_.test_straggler.delay_ms == 0 && !trace;
+                       options_.test_straggler.delay_ms == 0 && !trace && !shared_;
   // Backup replicas: the race's steps every replica is done with are ended
   // when a step runs from here, or a chunk ends.
   bool race_steps_done = !chunked;
@@ -296,7 +299,7 @@ Status TrainingJob::AssignReplicaVariables(int i, const std::vector<std::string>
 
 Status TrainingJob::RestoreReplica(int i, const std::map<std::string, const Tensor*>& values,
                                    const std::map<std::string, std::string>& kernel_states) {
-  Status s = AssignReplicaVariables(i, graph_.variables, values);
+  Status s = AssignReplicaVariables(i, ReplicaVariables(i), values);
   // And the random streams of its kernels, wherever they run (replica 0's,
   // as every replica gets).
   if (s.ok()) s = replica_session(i)->ImportKernelStates(kernel_states);
@@ -318,14 +321,15 @@ uint64_t TrainingJob::VariableChecksum(const Tensor& t) {
 
 Status TrainingJob::CompareChecksums(int64_t step, int i, const std::vector<uint64_t>& got,
                                      const std::vector<uint64_t>& expected) const {
-  for (size_t k = 0; k < graph_.variables.size() && k < got.size() && k < expected.size(); ++k) {
+  const std::vector<std::string>& names = CheckedVariables();
+  for (size_t k = 0; k < names.size() && k < got.size() && k < expected.size(); ++k) {
     if (got[k] != expected[k]) {
       return Internal("replicas diverged: after step " + std::to_string(step) + " variable '" +
-                          graph_.variables[k] + "' of replica " + std::to_string(i) +
+                          names[k] + "' of replica " + std::to_string(i) +
                           " differs from replica 0's (checksums " + std::to_string(got[k]) +
                           " and " + std::to_string(expected[k]) +
                           "); the job stops instead of training on different models",
-                      graph_.variables[k]);
+                      names[k]);
     }
   }
   return Status();
@@ -387,7 +391,77 @@ Status TrainingJob::CheckPendingReplicas() {
 StatusOr<std::vector<Tensor>> TrainingJob::ReadReplicaVariables(int i) {
   if (i < 0 || size_t(i) >= replicas_.size()) return InvalidArgument("no replica " + std::to_string(i));
   if (i > 0) FS_RETURN_IF_ERROR(JoinLaggards(i));
-  return replicas_[i]->ReadVariables(graph_.variables);
+  return replicas_[i]->ReadVariables(CheckedVariables());
+}
+
+const std::vector<std::string>& TrainingJob::ReplicaVariables(int i) const {
+  return shared_ && size_t(i) < shared_->variables.size() ? shared_->variables[size_t(i)]
+                                                          : graph_.variables;
+}
+
+const std::vector<std::string>& TrainingJob::CheckedVariables() const {
+  return shared_ ? shared_->replicated : graph_.variables;
+}
+
+std::vector<std::string> TrainingJob::HeldBy(int i, const std::vector<std::string>& names) const {
+  if (!shared_) return names;
+  std::vector<std::string> out;
+  for (const std::string& v : names) {
+    auto it = shared_->holders.find(v);
+    if (it == shared_->holders.end() || it->second == i) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::string> TrainingJob::ModelPartsElsewhere() const {
+  std::vector<std::string> out;
+  if (!shared_) return out;
+  for (const std::string& v : graph_.model_variables) {
+    auto it = shared_->holders.find(v);
+    if (it != shared_->holders.end() && it->second != 0) out.push_back(v);
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ReadHeldVariables(
+    const std::vector<std::string>& names) {
+  // One read per holder (a Run on its task), then the values in order.
+  std::map<std::string, Tensor> values;
+  for (int i = 0; i < int(replicas_.size()) && (i == 0 || shared_); ++i) {
+    const std::vector<std::string> held = HeldBy(i, names);
+    if (held.empty()) continue;
+    if (i > 0) FS_RETURN_IF_ERROR(JoinLaggards(i));
+    StatusOr<std::vector<Tensor>> got = replicas_[i]->ReadVariables(held);
+    if (!got.ok()) return got.status().WithPrefix("reading replica " + std::to_string(i) + "'s variables");
+    for (size_t k = 0; k < held.size(); ++k) values[held[k]] = std::move((*got)[k]);
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(names.size());
+  for (const std::string& v : names) {
+    auto it = values.find(v);
+    if (it == values.end()) return NotFound("no replica holds variable '" + v + "'", v);
+    out.emplace_back(v, std::move(it->second));
+  }
+  return out;
+}
+
+Status TrainingJob::SyncSharedParts(int64_t step) {
+  if (!shared_) return Status();
+  MutexLock l(sync_mu_);
+  if (synced_step_ == step) return Status();
+  const std::vector<std::string> parts = ModelPartsElsewhere();
+  FS_ASSIGN_OR_RETURN(auto values, ReadHeldVariables(parts));
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  std::vector<std::string> targets;
+  for (auto& [v, t] : values) {
+    feeds.emplace_back("_restore/" + v, std::move(t));
+    targets.push_back("_restore/" + v + "/assign");
+  }
+  std::vector<Tensor> out;
+  Status s = eval_session_->Run(feeds, {}, targets, &out);
+  if (!s.ok()) return s.WithPrefix("copying the shared tables' parts for evaluation");
+  synced_step_ = step;
+  return Status();
 }
 
 }  // namespace flowstate

@@ -54,36 +54,6 @@ Tensor PositionTensor(const PipelinePosition& p) {
   return Tensor::FromVector<int64_t>({p.epoch, p.offset});
 }
 
-// The restore nodes of a replica's graph: "_restore/<v>" (a Placeholder of
-// v's dtype and shape) and "_restore/<v>/assign" (Assign(v, it)) for each
-// variable v, so that a checkpoint can be fed to a replica on another task.
-void AddRestoreNodes(const std::vector<std::string>& variables, GraphDef* g) {
-  std::map<std::string, const NodeDef*> by_name;
-  for (const NodeDef& n : g->nodes) by_name[n.name] = &n;
-  std::vector<NodeDef> added;
-  for (const std::string& v : variables) {
-    auto it = by_name.find(v);
-    if (it == by_name.end()) continue;
-    const NodeDef& var = *it->second;
-    NodeDef p;
-    p.name = "_restore/" + v;
-    p.op = "Placeholder";
-    p.device = var.device;
-    for (const char* a : {"dtype", "shape"}) {
-      if (auto at = var.attrs.find(a); at != var.attrs.end()) p.attrs[a] = at->second;
-    }
-    NodeDef assign;
-    assign.name = p.name + "/assign";
-    assign.op = "Assign";
-    assign.device = var.device;
-    assign.inputs = {v, p.name};
-    assign.attrs["validate_shape"] = AttrValue(true);
-    added.push_back(std::move(p));
-    added.push_back(std::move(assign));
-  }
-  for (NodeDef& n : added) g->nodes.push_back(std::move(n));
-}
-
 }  // namespace
 
 bool TrainingJob::ReplicasAcrossTasks() const {
@@ -210,7 +180,7 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   const int n = spec_.replicas;
   FS_RETURN_IF_ERROR(CheckReplicasAcrossTasks());
   ReplicaGroupSpec place;  // each replica's, but for its rank and host
-  place.num_buckets = int(graph_.allreduce.size());
+  place.num_buckets = shared_ ? shared_->num_buckets : int(graph_.allreduce.size());
   place.allreduce_timeout = options_.allreduce_timeout;
   // Backup replicas: the first n - k to finish a step's backward pass
   // contribute, decided in the group's store (every rank's race meets there).
@@ -239,13 +209,13 @@ Status TrainingJob::StartReplicasAcrossTasks() {
   replicas_.resize(1);  // replica 0, on train_session_; the others below
   std::vector<std::string> create_nodes(n);
   for (int i = 1; i < n; ++i) {
-    GraphDef g = graph_.graph;
+    GraphDef g = shared_ ? shared_->graphs[size_t(i)] : graph_.graph;
     ReplicaGroupSpec mine = place;
     mine.group.rank = i;
     mine.group.host = ReplicaHost(i);
     NodeDef c = mine.ToNode("_replica_comm_" + std::to_string(i), spec_.devices[i]);
     create_nodes[i] = c.name;
-    AddRestoreNodes(graph_.variables, &g);
+    Replica::AddRestoreNodes(ReplicaVariables(i), &g);
     FS_RETURN_IF_ERROR(AddReplicaInput(i, &g));
     // The replica's all-reduce totals, fetched with each step (its wait
     // happens there, not here).
@@ -443,7 +413,7 @@ void TrainingJob::StartChunk(int64_t steps) {
       std::vector<uint64_t> sums;
       if (s.ok() && check_step >= 0) {
         std::vector<Tensor> values;
-        s = session->Run({}, graph_.variables, {}, &values);
+        s = session->Run({}, CheckedVariables(), {}, &values);
         for (const Tensor& t : values) sums.push_back(VariableChecksum(t));
       }
       MutexLock l(progress->mu);

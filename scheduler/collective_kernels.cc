@@ -163,6 +163,94 @@ class AllGatherOp final : public AsyncOpKernel {
   int64_t bucket_ = 0;
 };
 
+// A lookup of a shared table's part (ReplicaComm::SubmitLookup): the
+// replica that holds the part (_SharedGather, params = the part) answers
+// every replica's ids with its rows; the others (_SharedGatherRemote)
+// answer zeros of `row_shape`. Both get their own ids' rows.
+class SharedGatherOp final : public AsyncOpKernel {
+ public:
+  explicit SharedGatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    (void)c->GetAttr("group", &group_);  // an error is in c->status()
+    (void)c->GetAttr("bucket", &bucket_);
+    holds_part_ = type_string() == "_SharedGather";
+    if (!holds_part_) {
+      (void)c->GetAttr("T", &dtype_);
+      PartialShape row;
+      if (c->GetAttr("row_shape", &row).ok() && row.IsFullyDefined()) row_ = row.ToTensorShape();
+    }
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    StatusOr<std::shared_ptr<ReplicaComm>> comm = LookupComm(ctx, type_string(), group_);
+    FS_OP_REQUIRES_ASYNC(ctx, comm.ok(), comm.status(), done);
+    const Tensor& indices = ctx->input(holds_part_ ? 1 : 0);
+    FS_OP_REQUIRES_ASYNC(ctx, indices.shape().rank() == 1,
+                         InvalidArgument(type_string() + " '" + name() + "': indices must be a " +
+                                             "vector, got " + indices.shape().ToString(),
+                                         name()),
+                         done);
+    Tensor ids(DataType::kInt64, indices.shape());
+    for (int64_t i = 0; i < indices.num_elements(); ++i) {
+      ids.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
+                                                                   : indices.data<int64_t>()[i];
+    }
+    ReplicaComm::RowsFn rows;
+    if (holds_part_) {
+      const Tensor& params = ctx->input(0);
+      FS_OP_REQUIRES_ASYNC(ctx, params.shape().rank() >= 1,
+                           InvalidArgument("_SharedGather '" + name() + "': params must have " +
+                                               "rank 1 or more",
+                                           name()),
+                           done);
+      rows = [params, node = name()](const Tensor& all) -> StatusOr<Tensor> {
+        TensorShape shape = params.shape();
+        const int64_t n = shape.dim(0);
+        shape.set_dim(0, all.num_elements());
+        Tensor out(params.dtype(), shape);
+        const size_t row = n > 0 ? params.TotalBytes() / size_t(n) : 0;
+        const char* from = static_cast<const char*>(params.raw_data());
+        char* to = static_cast<char*>(out.raw_data());
+        for (int64_t i = 0; i < all.num_elements(); ++i) {
+          const int64_t r = all.data<int64_t>()[i];
+          if (r < 0 || r >= n) {
+            return InvalidArgument("_SharedGather '" + node + "': index " + std::to_string(r) +
+                                       " of a replica's lookup is outside the part's " +
+                                       std::to_string(n) + " rows",
+                                   node);
+          }
+          std::memcpy(to + size_t(i) * row, from + size_t(r) * row, row);
+        }
+        return out;
+      };
+    } else {
+      rows = [dtype = dtype_, row = row_](const Tensor& all) -> StatusOr<Tensor> {
+        std::vector<int64_t> dims{all.num_elements()};
+        for (int64_t d : row.dims()) dims.push_back(d);
+        Tensor zeros(dtype, TensorShape(dims));
+        std::memset(zeros.raw_data(), 0, zeros.TotalBytes());
+        return zeros;
+      };
+    }
+    (*comm)->SubmitLookup(int(bucket_), std::move(ids), std::move(rows),
+                          [ctx, done](const Status& s, std::vector<Tensor> out) {
+                            if (!s.ok()) {
+                              ctx->SetStatus(s);
+                            } else {
+                              ctx->set_output(0, std::move(out[0]));
+                            }
+                            done();
+                          });
+  }
+  bool IsExpensive() const override { return false; }
+
+ private:
+  std::string group_;
+  int64_t bucket_ = 0;
+  bool holds_part_ = true;
+  DataType dtype_ = DataType::kFloat32;
+  TensorShape row_;
+};
+
 // A ReplicaComm as its replica's input sees it (state/replica_input.h); it
 // does not keep the collective alive.
 class CommPace final : public ReplicaPace {
@@ -283,6 +371,21 @@ void RegisterCollectiveKernels(const std::string& device_type) {
                      .HostMemory("all_indices")
                      .HostMemory("all_values"),
                  MakeKernel<AllGatherOp>)
+      .CheckOk();
+  KernelRegistry::Global()
+      ->Register(KernelDef("_SharedGather")
+                     .Device(device_type)
+                     .HostMemory("params")
+                     .HostMemory("indices")
+                     .HostMemory("output"),
+                 MakeKernel<SharedGatherOp>)
+      .CheckOk();
+  KernelRegistry::Global()
+      ->Register(KernelDef("_SharedGatherRemote")
+                     .Device(device_type)
+                     .HostMemory("indices")
+                     .HostMemory("output"),
+                 MakeKernel<SharedGatherOp>)
       .CheckOk();
   KernelRegistry::Global()
       ->Register(KernelDef("_CreateReplicaComm").Device(device_type),

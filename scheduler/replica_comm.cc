@@ -302,6 +302,15 @@ void ReplicaComm::SubmitGather(int bucket, Tensor indices, Tensor weighted_value
   Enqueue(bucket, Request{std::move(rows), std::move(done), nullptr, true});
 }
 
+void ReplicaComm::SubmitLookup(int bucket, Tensor ids, RowsFn rows, Callback done) {
+  std::vector<Tensor> t;
+  t.push_back(std::move(ids));
+  t.push_back(Tensor::Scalar<double>(0.0));
+  Request r{std::move(t), std::move(done), nullptr, false};
+  r.rows = std::move(rows);
+  Enqueue(bucket, std::move(r));
+}
+
 void ReplicaComm::Enqueue(int bucket, Request request) {
   MutexLock l(state_->mu);
   if (bucket == 0) state_->steps_begun.fetch_add(1);
@@ -412,6 +421,27 @@ void Deliver(ReplicaComm::Callback& done, std::vector<Tensor> tensors,
   done(Status(), std::move(tensors));
 }
 
+// A lookup's rounds (ReplicaComm::SubmitLookup): every replica's ids, the
+// holder's rows of all of them summed with the others' zeros, then this
+// replica's share.
+StatusOr<Tensor> LookUp(Collective& collective, const Tensor& my_ids,
+                        const ReplicaComm::RowsFn& answer, Collective::Deadline deadline) {
+  const int64_t k = my_ids.num_elements();
+  std::vector<Tensor> ids{my_ids, Tensor::FromVector<int64_t>({k}, TensorShape({1}))};
+  FS_RETURN_IF_ERROR(collective.AllGather(&ids, deadline));
+  int64_t offset = 0;
+  for (int r = 0; r < collective.rank(); ++r) offset += ids[1].data<int64_t>()[r];
+  FS_ASSIGN_OR_RETURN(Tensor rows, answer(ids[0]));
+  const int64_t n = ids[0].num_elements();
+  if (rows.shape().rank() < 1 || rows.shape().dim(0) != n || offset + k > n) {
+    return Internal("_SharedGather: " + std::to_string(n) + " ids gave rows " +
+                    rows.shape().ToString());
+  }
+  std::vector<Tensor> sum{std::move(rows)};
+  FS_RETURN_IF_ERROR(collective.AllReduce(&sum, ReduceOp::kSum, deadline));
+  return sum[0].Slice(offset, offset + k);
+}
+
 }  // namespace
 
 void ReplicaComm::SetTestStallHook(TestStallHook hook) {
@@ -491,6 +521,7 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     // came from, may go right after.
     auto fail = [](Request* r, const Status& s) {
       r->tensors.clear();
+      r->rows = nullptr;
       r->done(s, {});
     };
     auto fail_held = [&](const Status& s) {
@@ -521,8 +552,10 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
         ZeroAll(&current->tensors);
         Deliver(current->done, std::move(current->tensors), current->fused);
       };
-      if (!decision.ok() || req.gather) {
+      if (!decision.ok() || req.gather || req.rows) {
         const Status s = !decision.ok() ? decision.status()
+                         : req.rows     ? Unimplemented("_SharedGather: shared tables are not "
+                                                        "looked up with backup replicas")
                                         : Unimplemented("_AllGather: rows are not gathered with "
                                                         "backup replicas across processes");
         fail_held(s);
@@ -610,6 +643,28 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
         Deliver(r.done, std::move(r.tensors), r.fused);
       }
       held.clear();
+      continue;
+    }
+    if (req.rows) {
+      Status s = decision.ok() && options.race == nullptr
+                     ? Status()
+                     : Unimplemented("_SharedGather: shared tables are not looked up with "
+                                     "backup replicas");
+      StatusOr<Tensor> mine = s.ok() ? LookUp(collective, req.tensors[0], req.rows, deadline) : StatusOr<Tensor>(s);
+      req.rows = nullptr;  // the part's buffer, before `done`
+      state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+      state->calls.fetch_add(1);
+      if (!mine.ok()) {
+        fail(&req, mine.status());
+        continue;
+      }
+      state->bytes.fetch_add(nbytes + int64_t(mine->TotalBytes()) * collective.size());
+      req.tensors.clear();
+      std::vector<Tensor> out;
+      out.push_back(std::move(mine).value());
+      Deliver(req.done, std::move(out), nullptr);
       continue;
     }
     Status s;

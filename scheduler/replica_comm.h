@@ -184,6 +184,17 @@ class ReplicaComm final : public ResourceBase {
   // the counts (Collective::AllGather). Not with backup replicas across
   // processes (the training graph reduces their gradients densely).
   void SubmitGather(int bucket, Tensor indices, Tensor weighted_values, double count, Callback done);
+  // Hands in a lookup of a shared table's part (jobs' "partitioned_tables":
+  // "shared", graph/training_graph.h): `ids` (int64, this replica's local
+  // rows of the part). The communication thread gathers every replica's
+  // ids (Collective::AllGather), calls `rows` with all of them in replica
+  // order -- the replica that holds the part answers their rows, the others
+  // zeros of the same shape --, sums the answers over the replicas (exact:
+  // one replica's rows plus zeros) and gives `done` this replica's rows.
+  // `rows` runs on the communication thread and is destroyed before `done`
+  // runs. Not with backup replicas.
+  using RowsFn = std::function<StatusOr<Tensor>(const Tensor& all_ids)>;
+  void SubmitLookup(int bucket, Tensor ids, RowsFn rows, Callback done);
   // What one bucket holds, for JoinWithZeros: the tensors' dtypes and
   // shapes, or for a bucket of rows (`gather`) their dtypes and shapes with
   // no rows (a first dimension of 0).
@@ -228,6 +239,7 @@ class ReplicaComm final : public ResourceBase {
     Callback done;
     std::shared_ptr<const FusedBucket> fused;  // null: the tensors as they are
     bool gather = false;  // rows to gather (SubmitGather), not tensors to reduce
+    RowsFn rows;          // non-null: a lookup (SubmitLookup); tensors = ids, count 0
   };
   void Enqueue(int bucket, Request request);
   // What the communication thread uses, shared with it: a ReplicaComm

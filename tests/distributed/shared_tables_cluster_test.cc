@@ -1,0 +1,270 @@
+// Replicas on the tasks of a cluster sharing one copy of a partitioned table
+// ("partitioned_tables": "shared", graph/shared_tables.h): part p and its
+// Adam slots live on replica p % replicas only, lookups are answered by the
+// holder, and the holder applies the gathered gradient of every replica
+// once per step. It trains exactly as the replicated tables do (the same
+// rows and the same sums, bit for bit), checkpoints the logical table
+// (restorable replicated, or shared among another number of replicas), and
+// evaluates on this task with the parts copied from their holders.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "distributed/collective_store.h"
+#include "distributed/gloo_collective.h"
+#include "jobs/training_job.h"
+#include "tests/distributed/local_cluster.h"
+#include "tests/server/server_test_util.h"
+
+namespace flowstate {
+namespace {
+
+using testing::LocalCluster;
+
+std::string Task(int i) { return "/job:worker/replica:0/task:" + std::to_string(i) + "/device:CPU:0"; }
+
+std::string OnTasks(int n) {
+  std::string list;
+  for (int t = 0; t < n; ++t) list += std::string(list.empty() ? "" : ", ") + "\"" + Task(t) + "\"";
+  return R"(, "devices": [)" + list + "]";
+}
+
+// The bytes of a tensor, for exact comparisons.
+std::string Bytes(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw_data()), t.TotalBytes());
+}
+
+class SharedTables : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RegisterGlooCollectiveFactory();
+    dir_ = server_test::FreshTestDir("flowstate_shared_tables");
+    // 90 rows of (id, target): id in [0, 30), the target a function of it;
+    // batches of 8, so the epoch's last step leaves a replica without a
+    // batch (it looks up and answers with 0 examples).
+    std::ofstream f(dir_ / "ids.csv");
+    f << "id,target\n";
+    for (int i = 0; i < 90; ++i) f << (i * 7) % 30 << "," << std::sin(0.3 * ((i * 7) % 30)) << "\n";
+    f.close();
+    StatusOr<int> port = store_.Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    store_address_ = "127.0.0.1:" + std::to_string(*port);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A table of 30 rows in 3 parts (by `strategy`) looked up by the ids, a
+  // dense layer on top; `extra` goes into the job object.
+  static std::string Job(int replicas, const std::string& extra, const std::string& strategy = "mod",
+                         const std::string& table_reader = "") {
+    return R"({
+      "graph": {"nodes": [
+        {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+        {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+        {"name": "T", "op": "Variable", "attrs": {"dtype": "float32", "shape": [30, 4],
+          "init": "uniform", "partitions": 3, "partition_strategy": ")" + strategy + R"("}},
+        {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [4], "init": "uniform"}},
+        {"name": "emb", "op": "Gather", "inputs": ["T", "ids"]},
+        {"name": "weighted", "op": "Mul", "inputs": ["emb", "w"]},
+        {"name": "row_axis", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
+        {"name": "pred", "op": "Sum", "inputs": ["weighted", "row_axis"]},
+        {"name": "err", "op": "Sub", "inputs": ["pred", "y"]},
+        {"name": "sq", "op": "Square", "inputs": ["err"]},
+        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]})" + table_reader + R"(
+      ]},
+      "loss": "loss",
+      "optimizer": {"type": "adam", "learning_rate": 0.05},
+      "input": {"format": "csv", "files": {"ids": "ids.csv", "y": "ids.csv"},
+                "columns": {"ids": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
+                "header": true, "batch_size": 8, "epochs": 3, "shuffle": true},
+      "eval": {"files": {"ids": "ids.csv", "y": "ids.csv"}, "metrics": ["loss"], "batch_size": 16},
+      "replicas": )" + std::to_string(replicas) + extra + R"(,
+      "check_replicas_every": 4,
+      "seed": 11
+    })";
+  }
+
+  TrainingJobOptions Across(LocalCluster& cluster, const std::string& prefix) {
+    TrainingJobOptions o;
+    o.devices = cluster.task(0).pool.get();
+    o.remote = cluster.task(0).cluster.get();
+    o.collective_store = store_address_;
+    o.collective_prefix = prefix;
+    o.data_root = dir_.string();
+    o.allreduce_timeout = std::chrono::seconds(30);  // a hang becomes a failure
+    return o;
+  }
+
+  StatusOr<std::unique_ptr<TrainingJob>> Make(const std::string& json, TrainingJobOptions o) {
+    StatusOr<JobSpec> spec = ParseJobSpec(json);
+    if (!spec.ok()) return spec.status();
+    FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> j, TrainingJob::Create(*spec, o));
+    FS_RETURN_IF_ERROR(j->Start());
+    return j;
+  }
+
+  std::filesystem::path dir_;
+  CollectiveStoreService store_;
+  std::string store_address_;
+};
+
+// Runs `job` to its end: the losses of its steps.
+std::vector<double> Train(TrainingJob* job) {
+  std::vector<double> losses;
+  for (;;) {
+    StatusOr<StepResult> r = job->Step();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) break;
+    losses.push_back(r->loss);
+    if (r->done || losses.size() > 1000) break;
+  }
+  return losses;
+}
+
+TEST_F(SharedTables, EachPartLivesOnOneReplicaAndTrainingMatchesReplicatedTablesBitForBit) {
+  constexpr int kN = 2;
+  LocalCluster cluster(kN, 1, 60, dir_.string());
+  for (const char* strategy : {"mod", "div"}) {
+    SCOPED_TRACE(strategy);
+    const std::string s = strategy;
+    StatusOr<std::unique_ptr<TrainingJob>> shared = Make(
+        Job(kN, OnTasks(kN) + R"(, "partitioned_tables": "shared")", s), Across(cluster, "sh-" + s));
+    ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+    StatusOr<std::unique_ptr<TrainingJob>> copies =
+        Make(Job(kN, OnTasks(kN) + R"(, "partitioned_tables": "replicated")", s),
+             Across(cluster, "rep-" + s));
+    ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+
+    // Parts 0 and 2 (and their slots) on replica 0, part 1 on replica 1
+    // only; the dense model on both.
+    std::vector<Tensor> out;
+    Session* r1 = (*shared)->replica_session(1);
+    EXPECT_TRUE(r1->Run({}, {"T/part_1", "w"}, {}, &out).ok());
+    for (const char* elsewhere : {"T/part_0", "T/part_2"}) {
+      EXPECT_FALSE(r1->Run({}, {elsewhere}, {}, &out).ok()) << elsewhere << " is on replica 1";
+      EXPECT_EQ((*shared)->train_session()->graph()->FindNode(std::string(elsewhere) + "/adam_m"), nullptr);
+    }
+    EXPECT_EQ((*shared)->train_session()->graph()->FindNode("T/part_1"), nullptr);
+    EXPECT_NE((*copies)->train_session()->graph()->FindNode("T/part_1"), nullptr);
+
+    const std::vector<double> a = Train(shared->get());
+    const std::vector<double> b = Train(copies->get());
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GT(a.size(), 10u);
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k], b[k]) << "step " << k + 1;
+    EXPECT_LT(a.back(), a.front());
+
+    // The logical table and its slots: the same bytes.
+    StatusOr<JobSnapshot> sa = (*shared)->Snapshot();
+    StatusOr<JobSnapshot> sb = (*copies)->Snapshot();
+    ASSERT_TRUE(sa.ok()) << sa.status().ToString();
+    ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+    ASSERT_EQ(sa->variables.size(), sb->variables.size());
+    for (size_t k = 0; k < sa->variables.size(); ++k) {
+      EXPECT_EQ(sa->variables[k].first, sb->variables[k].first);
+      EXPECT_EQ(Bytes(sa->variables[k].second), Bytes(sb->variables[k].second)) << sa->variables[k].first;
+    }
+    // Evaluation here, with the parts replica 1 holds copied over.
+    StatusOr<std::map<std::string, double>> ea = (*shared)->Evaluate();
+    StatusOr<std::map<std::string, double>> eb = (*copies)->Evaluate();
+    ASSERT_TRUE(ea.ok()) << ea.status().ToString();
+    ASSERT_TRUE(eb.ok()) << eb.status().ToString();
+    EXPECT_EQ(ea->at("loss"), eb->at("loss"));
+  }
+}
+
+// A checkpoint of shared tables holds the logical table: it restores into
+// 2 replicas sharing it (other holders: parts 0 and 2 on replica 0), and
+// into replicated tables, and both go on as the job would have.
+TEST_F(SharedTables, ACheckpointRestoresIntoOtherHoldersAndIntoReplicatedTables) {
+  LocalCluster cluster(3, 1, 60, dir_.string());
+  StatusOr<std::unique_ptr<TrainingJob>> a =
+      Make(Job(3, OnTasks(3) + R"(, "partitioned_tables": "shared")"), Across(cluster, "ck-a"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<double> losses;
+  std::optional<JobSnapshot> at5;
+  for (;;) {
+    StatusOr<StepResult> r = (*a)->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    losses.push_back(r->loss);
+    if (r->step == 5) {
+      StatusOr<JobSnapshot> s = (*a)->Snapshot();
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      at5 = *s;
+    }
+    if (r->done) break;
+    ASSERT_LT(losses.size(), 1000u);
+  }
+  ASSERT_TRUE(at5.has_value());
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> want = (*a)->ModelValues();
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  struct Case {
+    int replicas;
+    const char* tables;
+    const char* prefix;
+  };
+  for (const Case& c : {Case{2, "shared", "ck-b"}, Case{3, "replicated", "ck-c"}}) {
+    SCOPED_TRACE(std::string(c.tables) + " " + std::to_string(c.replicas));
+    TrainingJobOptions o = Across(cluster, c.prefix);
+    o.batches_per_step = 3;  // the global batch of the job that took it
+    StatusOr<std::unique_ptr<TrainingJob>> b = Make(
+        Job(c.replicas, OnTasks(c.replicas) + R"(, "partitioned_tables": ")" + c.tables + "\""), o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    Status st = (*b)->Restore(*at5);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (;;) {
+      StatusOr<StepResult> r = (*b)->Step();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_LE(r->step, int64_t(losses.size()));
+      EXPECT_NEAR(r->loss, losses[r->step - 1], 1e-5 * (1 + std::abs(r->loss))) << "step " << r->step;
+      if (r->done) break;
+    }
+    StatusOr<std::vector<std::pair<std::string, Tensor>>> got = (*b)->ModelValues();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t k = 0; k < got->size(); ++k) {
+      const Tensor& x = (*got)[k].second;
+      const Tensor& y = (*want)[k].second;
+      ASSERT_EQ(x.num_elements(), y.num_elements());
+      for (int64_t e = 0; e < x.num_elements(); ++e) {
+        EXPECT_NEAR(x.ElementAsDouble(e), y.ElementAsDouble(e), 1e-5) << (*got)[k].first << "[" << e << "]";
+      }
+    }
+  }
+}
+
+TEST_F(SharedTables, WhatCannotBeSharedIsRefusedNamingTheField) {
+  LocalCluster cluster(2, 1, 60, dir_.string());
+  // In one process: nothing to split over.
+  TrainingJobOptions local;
+  local.devices = server_test::TestPool(1);
+  local.data_root = dir_.string();
+  StatusOr<std::unique_ptr<TrainingJob>> j = Make(Job(2, R"(, "partitioned_tables": "shared")"), local);
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("partitioned_tables"), std::string::npos) << j.status().ToString();
+  // A table read whole (here its sum) by something else than a lookup.
+  const std::string reader =
+      R"(, {"name": "all", "op": "Sum", "inputs": ["T", "axes"]},
+         {"name": "loss2", "op": "Add", "inputs": ["loss", "all"]})";
+  std::string job = Job(2, OnTasks(2) + R"(, "partitioned_tables": "shared")", "mod", reader);
+  job.replace(job.find(R"("loss": "loss")"), 14, R"("loss": "loss2")");
+  j = Make(job, Across(cluster, "bad"));
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("partitioned_tables"), std::string::npos) << j.status().ToString();
+  // Bad values and combinations, at parsing.
+  for (const char* extra : {R"(, "partitioned_tables": "everywhere")",
+                            R"(, "partitioned_tables": "shared", "backup_replicas": 1)",
+                            R"(, "partitioned_tables": "shared", "sparse_as_dense": true)"}) {
+    StatusOr<JobSpec> spec = ParseJobSpec(Job(2, extra));
+    ASSERT_FALSE(spec.ok()) << extra;
+    EXPECT_NE(spec.status().message().find("partitioned_tables"), std::string::npos)
+        << spec.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace flowstate
