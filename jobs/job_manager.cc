@@ -562,8 +562,10 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   StatusOr<StepResult> r = j->runner->Step();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool mid_chunk = j->runner->mid_chunk();
+  const bool snapshot_waits = j->runner->snapshot_waits_for_chunk();
   MutexLock l(mu_);
   j->mid_chunk = mid_chunk;
+  j->snapshot_waits = snapshot_waits;
   if (!r.ok()) {
     if (j->runner->IsNanError(r.status())) {  // on_nan "fail": the message names the step
       PublishLocked(j, JobEvent::Kind::kNan, r.status().message());
@@ -628,6 +630,7 @@ void JobManager::RunSlice(const std::shared_ptr<Job>& job) {
   }
   if (options_.store == nullptr) return;
   bool requested = j->checkpoint_ticket > j->served_ticket;
+  if (j->snapshot_waits) return;  // at the chunk's end
   if (requested || (CheckpointDueLocked(*j) && j->pending_writes == 0)) {
     // A lost replica's task that answers again rejoins at this checkpoint.
     if (SnapshotLocked(j, job, requested ? "on demand" : "policy") != 0) MaybeRejoinLocked(j);

@@ -452,8 +452,9 @@ StatusOr<CheckpointRequestResult> JobManager::Checkpoint(const std::string& id) 
     return FailedPrecondition("job '" + id + "' has no variables to checkpoint yet (it is " +
                               std::string(JobStateName(job->info.state)) + ")");
   }
-  if (job->busy) {
-    // Taken by the worker right after the step it is running.
+  if (job->busy || job->snapshot_waits) {
+    // Taken by the worker right after the step it is running (with shared
+    // tables, after the chunk's last step).
     uint64_t ticket = ++job->checkpoint_ticket;
     auto served = [&] { return job->served_ticket >= ticket || (!job->busy && job->info.state != JobState::kRunning); };
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);

@@ -103,6 +103,10 @@ struct JobManager::Job {
   // has not stepped to the end (TrainingJob::mid_chunk): it is stepped on
   // at once, and a pause, cancel or rebuild waits for the chunk's end.
   bool mid_chunk = false;
+  // Mid-chunk with tables shared among its replicas
+  // (TrainingJob::snapshot_waits_for_chunk): its checkpoints, by policy or
+  // on demand, wait for the chunk's end.
+  bool snapshot_waits = false;
   TrainingLoop loop;           // its next slice: a step, an evaluation, or finish
   // A pause or cancel asked while its step runs (busy) or mid-chunk,
   // applied by the worker when the step (chunk) ends; reset when the job

@@ -561,6 +561,10 @@ StatusOr<StepResult> TrainingJob::Step() {
   if (!started_) return FailedPrecondition("the job has not started");
   if (done_) return FailedPrecondition("the job has finished");
   if (!pipeline_) return FailedPrecondition("the job was started without its data");
+  if (stopped_for_read_) {
+    return Cancelled("the replicas' chunk was stopped after step " + std::to_string(step_) +
+                     " to read the shared tables; the replicas are started again");
+  }
   if (spec_.replicas > 1) return StepReplicas();
   // The global batch of a job with replicas run with one: one step on the
   // step's batches together.

@@ -296,6 +296,9 @@ class TrainingJob {
   // be stepped on before anything else (pause, cancel, a rebuild); ends a
   // step sooner only by failing.
   bool mid_chunk() const { return chunk_ != nullptr; }
+  // Whether a Snapshot() now would stop the chunk (shared tables, see
+  // StopChunkForRead): checkpoints wait for the chunk's end.
+  bool snapshot_waits_for_chunk() const { return shared_.has_value() && chunk_ != nullptr; }
   // How far a replica on another task may lag (backup replicas), in chunks.
   static constexpr int kMaxLagChunks = 5;
   InputPipeline* pipeline() { return pipeline_.get(); }
@@ -386,8 +389,16 @@ class TrainingJob {
   std::vector<std::string> HeldBy(int i, const std::vector<std::string>& names) const;
   // The values of `names` (variables of graph()), each read from a replica
   // that holds it: replica 0's here, a shared part from its holder.
+  // Mid-chunk (`stop_chunk`, on the job's thread) the chunk is stopped
+  // first (StopChunkForRead).
   StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadHeldVariables(
-      const std::vector<std::string>& names);
+      const std::vector<std::string>& names, bool stop_chunk = true);
+  // Shared tables, mid-chunk: the parts on the tasks are at a step's end
+  // only between chunks, so a read (a shutdown's checkpoint) ends the chunk
+  // by failing the group; the job's next Step() fails (it is rebuilt).
+  // The job manager defers its checkpoints to a chunk's end instead
+  // (snapshot_waits_for_chunk).
+  Status StopChunkForRead();
   // Shared tables: copies the model's parts that replica 0 does not hold
   // into the evaluation session (its "_restore/<part>" nodes), unless they
   // are from this step already; evaluation and predictions read them there.
@@ -422,6 +433,7 @@ class TrainingJob {
     std::vector<GraphDef> graphs;  // by replica (0: train_session_'s)
   };
   std::optional<SharedTables> shared_;
+  bool stopped_for_read_ = false;  // StopChunkForRead ended a chunk: no more steps
   // The step the evaluation session's copies of the shared parts are from
   // (-1: none yet); Predict may run beside Step.
   Mutex sync_mu_;

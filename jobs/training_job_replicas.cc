@@ -191,11 +191,8 @@ StatusOr<StepResult> TrainingJob::StepReplicas() {
   // in the group's store too); this process steps replica 0 through the
   // chunk. With the test straggler (delayed from here), and for a traced
   // step, every replica's step is run from here.
-  // Shared tables: every step from here too, so that the parts their
-  // holders update are at a step's end whenever this process reads them
-  // (checkpoints, evaluation).
   const bool chunked = replicas_.size() > 1 && replicas_[1]->on_task() &&
-                       options_.test_straggler.delay_ms == 0 && !trace && !shared_;
+                       options_.test_straggler.delay_ms == 0 && !trace;
   // Backup replicas: the race's steps every replica is done with are ended
   // when a step runs from here, or a chunk ends.
   bool race_steps_done = !chunked;
@@ -423,14 +420,33 @@ std::vector<std::string> TrainingJob::ModelPartsElsewhere() const {
   return out;
 }
 
+Status TrainingJob::StopChunkForRead() {
+  if (!shared_ || chunk_ == nullptr) return Status();
+  // The replicas on the tasks wait in their next step's first lookup (or
+  // finish this step's updates first): failing the group ends their chunk
+  // with every part at this step's end. The job cannot step on: it is
+  // rebuilt (from the checkpoint this read is for).
+  replicas_[0]->comm()->Abort(Cancelled("the replicas' chunk of steps was stopped after step " +
+                                        std::to_string(step_) +
+                                        " to read the shared tables' parts"));
+  for (std::thread& t : chunk_->threads) {
+    if (t.joinable()) t.join();
+  }
+  chunk_.reset();
+  stopped_for_read_ = true;
+  return Status();
+}
+
 StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ReadHeldVariables(
-    const std::vector<std::string>& names) {
+    const std::vector<std::string>& names, bool stop_chunk) {
   // One read per holder (a Run on its task), then the values in order.
+  // (Parts held elsewhere exist only with shared tables, which have no
+  // backup replicas, so no replica lags behind a chunk.)
   std::map<std::string, Tensor> values;
   for (int i = 0; i < int(replicas_.size()) && (i == 0 || shared_); ++i) {
     const std::vector<std::string> held = HeldBy(i, names);
     if (held.empty()) continue;
-    if (i > 0) FS_RETURN_IF_ERROR(JoinLaggards(i));
+    if (i > 0 && stop_chunk) FS_RETURN_IF_ERROR(StopChunkForRead());
     StatusOr<std::vector<Tensor>> got = replicas_[i]->ReadVariables(held);
     if (!got.ok()) return got.status().WithPrefix("reading replica " + std::to_string(i) + "'s variables");
     for (size_t k = 0; k < held.size(); ++k) values[held[k]] = std::move((*got)[k]);
@@ -450,7 +466,9 @@ Status TrainingJob::SyncSharedParts(int64_t step) {
   MutexLock l(sync_mu_);
   if (synced_step_ == step) return Status();
   const std::vector<std::string> parts = ModelPartsElsewhere();
-  FS_ASSIGN_OR_RETURN(auto values, ReadHeldVariables(parts));
+  // From Predict, beside a step: the parts as they are (mid-chunk, some
+  // may be a step ahead of others).
+  FS_ASSIGN_OR_RETURN(auto values, ReadHeldVariables(parts, /*stop_chunk=*/step != 0));
   std::vector<std::pair<std::string, Tensor>> feeds;
   std::vector<std::string> targets;
   for (auto& [v, t] : values) {

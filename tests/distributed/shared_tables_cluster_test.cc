@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/store.h"
 #include "distributed/collective_store.h"
 #include "distributed/gloo_collective.h"
+#include "jobs/job_manager.h"
 #include "jobs/training_job.h"
 #include "tests/distributed/local_cluster.h"
 #include "tests/server/server_test_util.h"
@@ -179,29 +181,31 @@ TEST_F(SharedTables, EachPartLivesOnOneReplicaAndTrainingMatchesReplicatedTables
 
 // A checkpoint of shared tables holds the logical table: it restores into
 // 2 replicas sharing it (other holders: parts 0 and 2 on replica 0), and
-// into replicated tables, and both go on as the job would have.
+// into replicated tables, and both go on as the job would have. Taken in
+// the middle of a chunk of steps (what a shutdown does), it stops the
+// chunk so that every part is read at the same step's end, and the job
+// steps no further (CANCELLED: the job manager rebuilds it).
 TEST_F(SharedTables, ACheckpointRestoresIntoOtherHoldersAndIntoReplicatedTables) {
   LocalCluster cluster(3, 1, 60, dir_.string());
   StatusOr<std::unique_ptr<TrainingJob>> a =
       Make(Job(3, OnTasks(3) + R"(, "partitioned_tables": "shared")"), Across(cluster, "ck-a"));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  std::vector<double> losses;
-  std::optional<JobSnapshot> at5;
-  for (;;) {
-    StatusOr<StepResult> r = (*a)->Step();
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    losses.push_back(r->loss);
-    if (r->step == 5) {
-      StatusOr<JobSnapshot> s = (*a)->Snapshot();
-      ASSERT_TRUE(s.ok()) << s.status().ToString();
-      at5 = *s;
-    }
-    if (r->done) break;
-    ASSERT_LT(losses.size(), 1000u);
-  }
-  ASSERT_TRUE(at5.has_value());
+  const std::vector<double> losses = Train(a->get());
+  ASSERT_GT(losses.size(), 8u);
   StatusOr<std::vector<std::pair<std::string, Tensor>>> want = (*a)->ModelValues();
   ASSERT_TRUE(want.ok()) << want.status().ToString();
+
+  StatusOr<std::unique_ptr<TrainingJob>> stopped =
+      Make(Job(3, OnTasks(3) + R"(, "partitioned_tables": "shared")"), Across(cluster, "ck-s"));
+  ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
+  for (int k = 0; k < 5; ++k) ASSERT_TRUE((*stopped)->Step().ok());
+  ASSERT_TRUE((*stopped)->mid_chunk()) << "the job's first chunk is longer than 5 steps";
+  StatusOr<JobSnapshot> at5 = (*stopped)->Snapshot();
+  ASSERT_TRUE(at5.ok()) << at5.status().ToString();
+  EXPECT_EQ(at5->step, 5);
+  StatusOr<StepResult> after = (*stopped)->Step();
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), Code::kCancelled) << after.status().ToString();
   struct Case {
     int replicas;
     const char* tables;
@@ -235,6 +239,56 @@ TEST_F(SharedTables, ACheckpointRestoresIntoOtherHoldersAndIntoReplicatedTables)
       }
     }
   }
+}
+
+// Through the job manager (what `flowstate serve` runs), with a checkpoint
+// every 2 steps: the checkpoints wait for the ends of the chunks (none
+// stops one), the job trains to its end, and its final checkpoint serves
+// predictions (restored as one replica with the whole table).
+TEST_F(SharedTables, AJobManagerCheckpointsSharedTablesAtTheEndsOfChunks) {
+  LocalCluster cluster(2, 1, 60, dir_.string());
+  StatusOr<std::unique_ptr<checkpoints::Store>> store = checkpoints::Store::Open((dir_ / "db").string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  JobManagerOptions o;
+  o.devices = cluster.task(0).pool.get();
+  o.data_root = dir_.string();
+  o.store = store->get();
+  o.remote = [&cluster] { return static_cast<ClusterView*>(cluster.task(0).cluster.get()); };
+  o.collective_store = [this] { return store_address_; };
+  JobManager jobs(o);
+  std::string job = Job(2, R"(, "partitioned_tables": "shared", "checkpoint": {"every_steps": 2})");
+  StatusOr<JobInfo> info = jobs.Submit(job);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  StatusOr<JobInfo> now = jobs.Get(info->id);
+  int checkpointed_mid_run = 0;
+  int64_t last = -1;
+  while (now.ok() && !IsTerminal(now->state)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job did not end within 60 s";
+    if (now->checkpoint_step > last) {
+      last = now->checkpoint_step;
+      ++checkpointed_mid_run;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    now = jobs.Get(info->id);
+  }
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(now->state, JobState::kSucceeded) << now->error;
+  EXPECT_EQ(now->step, now->total_steps);
+  EXPECT_EQ(now->checkpoint_step, now->step);
+  EXPECT_GE(checkpointed_mid_run, 1) << "no checkpoint before the final one";
+  EXPECT_EQ(now->checkpoint_failures, 0) << now->checkpoint_error;
+  // No chunk was stopped for a checkpoint (the job would have been rebuilt).
+  StatusOr<std::unique_ptr<JobEventStream>> events = jobs.Watch(info->id, true);
+  ASSERT_TRUE(events.ok());
+  while (std::optional<JobEvent> e = (*events)->Next(std::chrono::milliseconds(0))) {
+    EXPECT_EQ(e->message.find("rebuilt"), std::string::npos) << e->message;
+  }
+  std::vector<Tensor> out;
+  Status p = jobs.Predict(info->id, {{"ids", Tensor::FromVector<int32_t>({0, 1, 29})}}, {"emb"}, &out);
+  ASSERT_TRUE(p.ok()) << p.ToString();
+  EXPECT_TRUE(out[0].shape() == TensorShape({3, 4})) << out[0].shape().ToString();
+  jobs.Shutdown();
 }
 
 TEST_F(SharedTables, WhatCannotBeSharedIsRefusedNamingTheField) {

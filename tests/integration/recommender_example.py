@@ -8,9 +8,10 @@ the generator prints. Then the same job as 2 replicas on a cluster of two
 processes on loopback (`flowstate serve` as task 0, `flowstate worker` as
 task 1, each with its own copy of the data under its own data root),
 submitted with POST /v1/jobs: placed one replica per task, it trains to
-the end and reaches the same bar. The cluster job and a second in-process
+the end and reaches the same bar. The cluster jobs and a second in-process
 run have their tables partitioned ("partitions": 2 on the items, 3 by
-"div" on the users).
+"div" on the users); the second cluster job shares them between the tasks
+("partitioned_tables": "shared": each part on one task).
 
   tests/integration/recommender_example.py --flowstate build/flowstate --source .
 """
@@ -55,28 +56,35 @@ def train_on_cluster(flowstate, root, job, failures):
         if not up:
             failures.append("the two tasks were not UP within 30 s")
             return
-        # No "devices": the replicas go one per task.
-        job = {k: v for k, v in job.items() if k != "devices"}
-        job["replicas"] = 2
-        code, sub = request("POST", api + "/v1/jobs", job)
-        if code != 201:
-            failures.append("POST /v1/jobs with 2 replicas: %d %s" % (code, json.dumps(sub)[:300]))
-            return
-        placed = [p.get("device") for p in sub.get("placement", [])]
-        if placed != ["/job:worker/task:0", "/job:worker/task:1"]:
-            failures.append("the replicas are not one per task: %s" % placed)
-        deadline, j = time.monotonic() + 180, {}
-        while time.monotonic() < deadline:
-            j = request("GET", api + "/v1/jobs/" + sub.get("job_id", ""))[1]
-            if j.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                break
-            time.sleep(0.2)
-        acc = j.get("metrics", {}).get("accuracy")
-        print("2 replicas on 2 tasks: %s, test accuracy %s" % (j.get("state"), acc))
-        if j.get("state") != "SUCCEEDED":
-            failures.append("the cluster job ended %s: %s" % (j.get("state"), j.get("error")))
-        elif acc is None or acc < 0.75:
-            failures.append("cluster test accuracy %s, expected >= 0.75" % acc)
+        # No "devices": the replicas go one per task. The tables replicated
+        # (each task holds them whole), then shared (each part on one task).
+        for tables in ("replicated", "shared"):
+            spec = {k: v for k, v in job.items() if k != "devices"}
+            spec["replicas"] = 2
+            spec["partitioned_tables"] = tables
+            code, sub = request("POST", api + "/v1/jobs", spec)
+            if code != 201:
+                failures.append("POST /v1/jobs with 2 replicas, %s tables: %d %s"
+                                % (tables, code, json.dumps(sub)[:300]))
+                return
+            placed = [p.get("device") for p in sub.get("placement", [])]
+            if placed != ["/job:worker/task:0", "/job:worker/task:1"]:
+                failures.append("the replicas are not one per task: %s" % placed)
+            deadline, j = time.monotonic() + 180, {}
+            while time.monotonic() < deadline:
+                j = request("GET", api + "/v1/jobs/" + sub.get("job_id", ""))[1]
+                if j.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    break
+                time.sleep(0.2)
+            acc = j.get("metrics", {}).get("accuracy")
+            print("2 replicas on 2 tasks, %s tables: %s, test accuracy %s"
+                  % (tables, j.get("state"), acc))
+            if j.get("state") != "SUCCEEDED":
+                failures.append("the cluster job (%s tables) ended %s: %s"
+                                % (tables, j.get("state"), j.get("error")))
+            elif acc is None or acc < 0.75:
+                failures.append("cluster test accuracy %s (%s tables), expected >= 0.75"
+                                % (acc, tables))
     finally:
         stop_processes(procs)
         if failures:
