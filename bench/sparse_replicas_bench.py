@@ -171,7 +171,9 @@ def main():
             try:
                 http, g0, g1 = free_ports(3)
                 cluster = json.dumps({"worker": ["127.0.0.1:%d" % g for g in (g0, g1)]})
-                one = ["--set", "devices.intra_op_threads=1", "--set", "jobs.inter_op_threads=1"]
+                one = ["--set", "devices.intra_op_threads=1", "--set", "jobs.inter_op_threads=1",
+                       # a 10^7 x 64 table (or half of it) is over the 1 GiB cap on one tensor
+                       "--set", "limits.max_shape_bytes=%d" % (1 << 33)]
                 srv.start([flowstate, "serve", "--http", "127.0.0.1:%d" % http, "--grpc",
                            "127.0.0.1:%d" % g0, "--data-dir", tempfile.mkdtemp(dir=tmp),
                            "--data-root", data, "--cluster", cluster, "--task", "worker:0"] + one)

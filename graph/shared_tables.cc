@@ -43,16 +43,43 @@ StatusOr<ReplicaTrainingGraph> ShareTables(const TrainingGraph& tg, int rank, in
   }
   const std::map<std::string, int> holders = SharedVariableHolders(tg, replicas);
   FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(tg.graph));
-  // The lookups of parts, in topological order: their buckets come first.
-  std::map<std::string, int64_t> lookup_bucket;
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& n : tg.graph.nodes) by_name[n.name] = &n;
+  // The lookups: the per-part Gathers of one routing (of one PartitionIds
+  // node), in topological order of their first Gather; their buckets come
+  // first.
+  struct Lookup {
+    std::string node;  // the _SharedGather that replaces them
+    const NodeDef* route = nullptr;
+    std::map<int64_t, const NodeDef*> gathers;  // by part index
+  };
+  std::vector<Lookup> lookups;
+  std::map<std::string, size_t> lookup_of_route;
+  std::map<std::string, std::pair<size_t, int64_t>> replaced;  // Gather -> lookup, part
   for (int id : g.topo_order()) {
     const Node& n = g.node(id);
-    if (n.op() != "Gather" || n.def().inputs.empty()) continue;
-    if (holders.count(InputNode(n.def().inputs[0])) == 0) continue;
-    lookup_bucket.emplace(n.name(), int64_t(lookup_bucket.size()));
+    if (n.op() != "Gather" || n.def().inputs.size() < 2) continue;
+    const std::string part = InputNode(n.def().inputs[0]);
+    if (holders.count(part) == 0) continue;
+    const std::string route = InputNode(n.def().inputs[1]);
+    auto r = by_name.find(route);
+    if (r == by_name.end() || r->second->op != "PartitionIds") {
+      return InvalidArgument("partitioned_tables: the lookup '" + n.name() + "' of part '" + part +
+                                 "' is not routed by a PartitionIds node",
+                             n.name());
+    }
+    auto [it, added] = lookup_of_route.emplace(route, lookups.size());
+    if (added) {
+      Lookup l;
+      l.route = r->second;
+      l.node = route.ends_with("/route") ? route.substr(0, route.size() - 6) + "/shared" : route + "/shared";
+      lookups.push_back(std::move(l));
+    }
+    const int64_t index = by_name.at(part)->attrs.at(kPartitionIndexAttr).i();
+    lookups[it->second].gathers[index] = &n.def();
+    replaced[n.name()] = {it->second, index};
   }
-  const int64_t lookups = int64_t(lookup_bucket.size());
-  const int64_t num_buckets = lookups + int64_t(tg.allreduce.size());
+  const int64_t num_buckets = int64_t(lookups.size() + tg.allreduce.size());
   std::string group = "replicas";
   for (const NodeDef& n : tg.graph.nodes) {
     if (n.op == "_AllReduce" && n.attrs.count("group")) group = n.attrs.at("group").s();
@@ -69,8 +96,6 @@ StatusOr<ReplicaTrainingGraph> ShareTables(const TrainingGraph& tg, int rank, in
   std::map<std::string, std::vector<std::string>> instead;
   // What a step, the initialization or a checkpoint needs: a node among
   // them may not go with a part unless it is the part's own.
-  std::map<std::string, const NodeDef*> by_name;
-  for (const NodeDef& n : tg.graph.nodes) by_name[n.name] = &n;
   std::set<std::string> needed;
   {
     std::vector<std::string> todo = {InputNode(tg.loss), tg.train_op, tg.init_op,
@@ -86,7 +111,7 @@ StatusOr<ReplicaTrainingGraph> ShareTables(const TrainingGraph& tg, int rank, in
   for (bool changed = true; changed;) {
     changed = false;
     for (const NodeDef& n : tg.graph.nodes) {
-      if (removed.count(n.name) || lookup_bucket.count(n.name)) continue;
+      if (removed.count(n.name) || replaced.count(n.name)) continue;
       for (const std::string& in : n.inputs) {
         if (in.starts_with("^") || removed.count(InputNode(in)) == 0) continue;
         if (!GoesWithPart(n.op) && needed.count(n.name)) {
@@ -126,47 +151,79 @@ StatusOr<ReplicaTrainingGraph> ShareTables(const TrainingGraph& tg, int rank, in
     }
   }
 
+  // An input naming a replaced Gather names its output of the lookup.
+  auto rename = [&](const std::string& in) -> std::string {
+    auto it = replaced.find(InputNode(in));
+    if (it == replaced.end()) return in;
+    const std::string& node = lookups[it->second.first].node;
+    return in.starts_with("^") ? "^" + node : node + ":" + std::to_string(it->second.second);
+  };
   ReplicaTrainingGraph out;
   out.num_buckets = int(num_buckets);
   for (const NodeDef& n : tg.graph.nodes) {
     if (removed.count(n.name)) continue;
+    if (auto it = replaced.find(n.name); it != replaced.end()) {
+      Lookup& l = lookups[it->second.first];
+      if (it->second.second != l.gathers.begin()->first) continue;  // added once, at its first part
+      // The lookup: every part's ids, then the parts this replica holds.
+      const int64_t parts = l.route->attrs.at("num_partitions").i();
+      if (int64_t(l.gathers.size()) != parts) {
+        return InvalidArgument("partitioned_tables: the lookup '" + l.node + "' reads " +
+                                   std::to_string(l.gathers.size()) + " of its table's " +
+                                   std::to_string(parts) + " parts",
+                               l.node);
+      }
+      NodeDef m;
+      m.name = l.node;
+      m.op = "_SharedGather";
+      m.device = l.route->device;
+      std::vector<std::string> controls;
+      std::vector<std::string> held_parts;
+      std::vector<int64_t> held;
+      std::vector<int64_t> row;
+      for (const auto& [p, gather] : l.gathers) {
+        m.inputs.push_back(gather->inputs[1]);
+        const std::string part = InputNode(gather->inputs[0]);
+        if (holders.at(part) == rank) {
+          held.push_back(p);
+          held_parts.push_back(gather->inputs[0]);
+        }
+        for (const std::string& in : gather->inputs) {
+          if (in.starts_with("^")) controls.push_back(in);
+        }
+        if (row.empty()) {
+          const PartialShape& shape = by_name.at(part)->attrs.at("shape").shape();
+          for (int d = 1; d < shape.rank(); ++d) row.push_back(shape.dim(d));
+        }
+      }
+      for (std::string& in : held_parts) m.inputs.push_back(std::move(in));
+      for (std::string& in : controls) m.inputs.push_back(std::move(in));
+      const NodeDef& first = *l.gathers.begin()->second;
+      m.attrs["T"] = first.attrs.at("Tparams");
+      m.attrs["Tindices"] = first.attrs.at("Tindices");
+      m.attrs["N"] = AttrValue(parts);
+      m.attrs["M"] = AttrValue(int64_t(held.size()));
+      m.attrs["held"] = AttrValue(held);
+      m.attrs["row_shape"] = AttrValue(PartialShape(row));
+      m.attrs["group"] = AttrValue(group);
+      m.attrs["bucket"] = AttrValue(int64_t(it->second.first));
+      m.attrs["num_buckets"] = AttrValue(num_buckets);
+      out.graph.nodes.push_back(std::move(m));
+      continue;
+    }
     NodeDef m = n;
     if (m.op == "_AllReduce" || m.op == "_AllGather") {
-      m.attrs["bucket"] = AttrValue(m.attrs.at("bucket").i() + lookups);
+      m.attrs["bucket"] = AttrValue(m.attrs.at("bucket").i() + int64_t(lookups.size()));
       m.attrs["num_buckets"] = AttrValue(num_buckets);
-    }
-    if (auto it = lookup_bucket.find(n.name); it != lookup_bucket.end()) {
-      const std::string part = InputNode(n.inputs[0]);
-      const bool holds = holders.at(part) == rank;
-      const NodeDef* var = nullptr;
-      for (const NodeDef& v : tg.graph.nodes) {
-        if (v.name == part) var = &v;
-      }
-      m.attrs.clear();
-      m.attrs["T"] = n.attrs.at("Tparams");
-      m.attrs["Tindices"] = n.attrs.at("Tindices");
-      m.attrs["group"] = AttrValue(group);
-      m.attrs["bucket"] = AttrValue(it->second);
-      m.attrs["num_buckets"] = AttrValue(num_buckets);
-      if (holds) {
-        m.op = "_SharedGather";
-        m.attrs["_colocate_with"] = AttrValue(part);
-      } else {
-        m.op = "_SharedGatherRemote";
-        m.inputs.erase(m.inputs.begin());
-        std::vector<int64_t> row;
-        if (var != nullptr && var->attrs.count("shape")) {
-          const PartialShape& s = var->attrs.at("shape").shape();
-          for (int d = 1; d < s.rank(); ++d) row.push_back(s.dim(d));
-        }
-        m.attrs["row_shape"] = AttrValue(PartialShape(row));
-      }
     }
     std::vector<std::string> inputs;
     for (const std::string& in : m.inputs) {
       const std::string from = InputNode(in);
       if (!in.starts_with("^") || !removed.count(from)) {
-        inputs.push_back(in);
+        const std::string named = rename(in);
+        if (std::find(inputs.begin(), inputs.end(), named) == inputs.end() || !named.starts_with("^")) {
+          inputs.push_back(named);
+        }
         continue;
       }
       if (auto it = instead.find(from); it != instead.end()) {

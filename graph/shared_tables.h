@@ -7,11 +7,13 @@
 //
 // ShareTables rewrites one replica's copy of the training graph
 // (graph/training_graph.h, replicas > 1, sparse gradients gathered as rows):
-//   - each lookup of a part (the per-part Gather of the routing) becomes a
-//     collective of its own, numbered before the gradients' buckets in the
-//     graph's topological order: _SharedGather on the holder (every
-//     replica's ids are gathered and the holder answers their rows),
-//     _SharedGatherRemote elsewhere (zeros, summed with the holder's rows);
+//   - each lookup of a table (the per-part Gathers of one routing, under
+//     "<lookup>/shared") becomes one _SharedGather, a collective of its own
+//     numbered before the gradients' buckets in the graph's topological
+//     order: every replica's ids of every part are gathered, each part's
+//     holder answers their rows (the others zeros, summed with them), and
+//     each replica gets its own; the routing's PartitionIds and
+//     DynamicStitch (and so the per-part gradients) are unchanged;
 //   - a part this replica does not hold loses its Variable, its slots,
 //     their initializers and its updates; the gradient of the part is still
 //     gathered from every replica (so the holder applies the sum of all of

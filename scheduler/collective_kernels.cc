@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -163,80 +164,96 @@ class AllGatherOp final : public AsyncOpKernel {
   int64_t bucket_ = 0;
 };
 
-// A lookup of a shared table's part (ReplicaComm::SubmitLookup): the
-// replica that holds the part (_SharedGather, params = the part) answers
-// every replica's ids with its rows; the others (_SharedGatherRemote)
-// answer zeros of `row_shape`. Both get their own ids' rows.
+// A lookup of a table the replicas share (ReplicaComm::SubmitLookup): N
+// parts' local ids in, the rows of each out; the replica answers the
+// lookups of every replica in the M parts it holds (params, the part
+// indices in `held`) and zeros in the others.
 class SharedGatherOp final : public AsyncOpKernel {
  public:
   explicit SharedGatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     (void)c->GetAttr("group", &group_);  // an error is in c->status()
     (void)c->GetAttr("bucket", &bucket_);
-    holds_part_ = type_string() == "_SharedGather";
-    if (!holds_part_) {
-      (void)c->GetAttr("T", &dtype_);
-      PartialShape row;
-      if (c->GetAttr("row_shape", &row).ok() && row.IsFullyDefined()) row_ = row.ToTensorShape();
-    }
+    (void)c->GetAttr("N", &parts_);
+    (void)c->GetAttr("held", &held_);
+    (void)c->GetAttr("T", &dtype_);
+    PartialShape row;
+    if (c->GetAttr("row_shape", &row).ok() && row.IsFullyDefined()) row_ = row.ToTensorShape();
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    StatusOr<std::shared_ptr<ReplicaComm>> comm = LookupComm(ctx, type_string(), group_);
+    StatusOr<std::shared_ptr<ReplicaComm>> comm = LookupComm(ctx, "_SharedGather", group_);
     FS_OP_REQUIRES_ASYNC(ctx, comm.ok(), comm.status(), done);
-    const Tensor& indices = ctx->input(holds_part_ ? 1 : 0);
-    FS_OP_REQUIRES_ASYNC(ctx, indices.shape().rank() == 1,
-                         InvalidArgument(type_string() + " '" + name() + "': indices must be a " +
-                                             "vector, got " + indices.shape().ToString(),
-                                         name()),
-                         done);
-    Tensor ids(DataType::kInt64, indices.shape());
-    for (int64_t i = 0; i < indices.num_elements(); ++i) {
-      ids.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
-                                                                   : indices.data<int64_t>()[i];
-    }
-    ReplicaComm::RowsFn rows;
-    if (holds_part_) {
-      const Tensor& params = ctx->input(0);
-      FS_OP_REQUIRES_ASYNC(ctx, params.shape().rank() >= 1,
-                           InvalidArgument("_SharedGather '" + name() + "': params must have " +
-                                               "rank 1 or more",
+    std::vector<Tensor> ids;
+    for (int64_t p = 0; p < parts_; ++p) {
+      const Tensor& indices = ctx->input(int(p));
+      FS_OP_REQUIRES_ASYNC(ctx, indices.shape().rank() == 1,
+                           InvalidArgument("_SharedGather '" + name() + "': indices must be vectors, "
+                                               "got " + indices.shape().ToString(),
                                            name()),
                            done);
-      rows = [params, node = name()](const Tensor& all) -> StatusOr<Tensor> {
-        TensorShape shape = params.shape();
-        const int64_t n = shape.dim(0);
-        shape.set_dim(0, all.num_elements());
-        Tensor out(params.dtype(), shape);
-        const size_t row = n > 0 ? params.TotalBytes() / size_t(n) : 0;
-        const char* from = static_cast<const char*>(params.raw_data());
-        char* to = static_cast<char*>(out.raw_data());
-        for (int64_t i = 0; i < all.num_elements(); ++i) {
-          const int64_t r = all.data<int64_t>()[i];
+      Tensor t(DataType::kInt64, indices.shape());
+      for (int64_t i = 0; i < indices.num_elements(); ++i) {
+        t.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
+                                                                   : indices.data<int64_t>()[i];
+      }
+      ids.push_back(std::move(t));
+    }
+    // The parts this replica holds, by part index.
+    std::map<int64_t, Tensor> params;
+    for (size_t k = 0; k < held_.size(); ++k) {
+      const Tensor& t = ctx->input(int(parts_ + int64_t(k)));
+      FS_OP_REQUIRES_ASYNC(ctx, t.shape().rank() >= 1,
+                           InvalidArgument("_SharedGather '" + name() + "': a part must have rank 1 "
+                                               "or more",
+                                           name()),
+                           done);
+      params[held_[k]] = t;
+    }
+    ReplicaComm::RowsFn rows = [params = std::move(params), dtype = dtype_, row = row_,
+                                node = name()](const std::vector<Tensor>& all) -> StatusOr<std::vector<Tensor>> {
+      std::vector<Tensor> out;
+      for (size_t p = 0; p < all.size(); ++p) {
+        std::vector<int64_t> dims{all[p].num_elements()};
+        for (int64_t d : row.dims()) dims.push_back(d);
+        Tensor answer(dtype, TensorShape(dims));
+        auto it = params.find(int64_t(p));
+        if (it == params.end()) {
+          std::memset(answer.raw_data(), 0, answer.TotalBytes());  // another replica's part
+          out.push_back(std::move(answer));
+          continue;
+        }
+        const Tensor& part = it->second;
+        bool fits = part.dtype() == dtype && part.shape().rank() == row.rank() + 1;
+        for (int d = 0; fits && d < row.rank(); ++d) fits = part.shape().dim(d + 1) == row.dim(d);
+        const int64_t n = part.shape().dim(0);
+        const size_t bytes = n > 0 ? part.TotalBytes() / size_t(n) : 0;
+        if (!fits) {
+          return InvalidArgument("_SharedGather '" + node + "': part " + std::to_string(p) + " is " +
+                                     part.shape().ToString() + ", its rows must be " + row.ToString(),
+                                 node);
+        }
+        const char* from = static_cast<const char*>(part.raw_data());
+        char* to = static_cast<char*>(answer.raw_data());
+        for (int64_t i = 0; i < all[p].num_elements(); ++i) {
+          const int64_t r = all[p].data<int64_t>()[i];
           if (r < 0 || r >= n) {
             return InvalidArgument("_SharedGather '" + node + "': index " + std::to_string(r) +
-                                       " of a replica's lookup is outside the part's " +
-                                       std::to_string(n) + " rows",
+                                       " of a replica's lookup is outside part " + std::to_string(p) +
+                                       "'s " + std::to_string(n) + " rows",
                                    node);
           }
-          std::memcpy(to + size_t(i) * row, from + size_t(r) * row, row);
+          std::memcpy(to + size_t(i) * bytes, from + size_t(r) * bytes, bytes);
         }
-        return out;
-      };
-    } else {
-      rows = [dtype = dtype_, row = row_](const Tensor& all) -> StatusOr<Tensor> {
-        std::vector<int64_t> dims{all.num_elements()};
-        for (int64_t d : row.dims()) dims.push_back(d);
-        Tensor zeros(dtype, TensorShape(dims));
-        std::memset(zeros.raw_data(), 0, zeros.TotalBytes());
-        return zeros;
-      };
-    }
+        out.push_back(std::move(answer));
+      }
+      return out;
+    };
     (*comm)->SubmitLookup(int(bucket_), std::move(ids), std::move(rows),
                           [ctx, done](const Status& s, std::vector<Tensor> out) {
                             if (!s.ok()) {
                               ctx->SetStatus(s);
                             } else {
-                              ctx->set_output(0, std::move(out[0]));
+                              for (size_t p = 0; p < out.size(); ++p) ctx->set_output(int(p), std::move(out[p]));
                             }
                             done();
                           });
@@ -246,7 +263,8 @@ class SharedGatherOp final : public AsyncOpKernel {
  private:
   std::string group_;
   int64_t bucket_ = 0;
-  bool holds_part_ = true;
+  int64_t parts_ = 1;
+  std::vector<int64_t> held_;
   DataType dtype_ = DataType::kFloat32;
   TensorShape row_;
 };
@@ -375,15 +393,8 @@ void RegisterCollectiveKernels(const std::string& device_type) {
   KernelRegistry::Global()
       ->Register(KernelDef("_SharedGather")
                      .Device(device_type)
+                     .HostMemory("indices")
                      .HostMemory("params")
-                     .HostMemory("indices")
-                     .HostMemory("output"),
-                 MakeKernel<SharedGatherOp>)
-      .CheckOk();
-  KernelRegistry::Global()
-      ->Register(KernelDef("_SharedGatherRemote")
-                     .Device(device_type)
-                     .HostMemory("indices")
                      .HostMemory("output"),
                  MakeKernel<SharedGatherOp>)
       .CheckOk();

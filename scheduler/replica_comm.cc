@@ -302,11 +302,9 @@ void ReplicaComm::SubmitGather(int bucket, Tensor indices, Tensor weighted_value
   Enqueue(bucket, Request{std::move(rows), std::move(done), nullptr, true});
 }
 
-void ReplicaComm::SubmitLookup(int bucket, Tensor ids, RowsFn rows, Callback done) {
-  std::vector<Tensor> t;
-  t.push_back(std::move(ids));
-  t.push_back(Tensor::Scalar<double>(0.0));
-  Request r{std::move(t), std::move(done), nullptr, false};
+void ReplicaComm::SubmitLookup(int bucket, std::vector<Tensor> ids, RowsFn rows, Callback done) {
+  ids.push_back(Tensor::Scalar<double>(0.0));
+  Request r{std::move(ids), std::move(done), nullptr, false};
   r.rows = std::move(rows);
   Enqueue(bucket, std::move(r));
 }
@@ -421,25 +419,38 @@ void Deliver(ReplicaComm::Callback& done, std::vector<Tensor> tensors,
   done(Status(), std::move(tensors));
 }
 
-// A lookup's rounds (ReplicaComm::SubmitLookup): every replica's ids, the
-// holder's rows of all of them summed with the others' zeros, then this
-// replica's share.
-StatusOr<Tensor> LookUp(Collective& collective, const Tensor& my_ids,
-                        const ReplicaComm::RowsFn& answer, Collective::Deadline deadline) {
-  const int64_t k = my_ids.num_elements();
-  std::vector<Tensor> ids{my_ids, Tensor::FromVector<int64_t>({k}, TensorShape({1}))};
+// A lookup's rounds (ReplicaComm::SubmitLookup): every replica's ids of
+// each part (and its counts, to find its own among them), the answers of
+// the parts' holders summed with the others' zeros, then this replica's
+// rows of each part.
+StatusOr<std::vector<Tensor>> LookUp(Collective& collective, std::vector<Tensor> ids,
+                                     const ReplicaComm::RowsFn& answer, Collective::Deadline deadline,
+                                     int64_t* bytes) {
+  const size_t parts = ids.size();
+  Tensor counts(DataType::kInt64, TensorShape({1, int64_t(parts)}));
+  for (size_t p = 0; p < parts; ++p) counts.data<int64_t>()[p] = ids[p].num_elements();
+  ids.push_back(std::move(counts));
   FS_RETURN_IF_ERROR(collective.AllGather(&ids, deadline));
-  int64_t offset = 0;
-  for (int r = 0; r < collective.rank(); ++r) offset += ids[1].data<int64_t>()[r];
-  FS_ASSIGN_OR_RETURN(Tensor rows, answer(ids[0]));
-  const int64_t n = ids[0].num_elements();
-  if (rows.shape().rank() < 1 || rows.shape().dim(0) != n || offset + k > n) {
-    return Internal("_SharedGather: " + std::to_string(n) + " ids gave rows " +
-                    rows.shape().ToString());
+  const Tensor all_counts = std::move(ids.back());  // [replicas, parts]
+  ids.pop_back();
+  FS_ASSIGN_OR_RETURN(std::vector<Tensor> rows, answer(ids));
+  if (rows.size() != parts) return Internal("_SharedGather: rows for the wrong number of parts");
+  for (size_t p = 0; p < parts; ++p) {
+    if (rows[p].shape().rank() < 1 || rows[p].shape().dim(0) != ids[p].num_elements()) {
+      return Internal("_SharedGather: " + std::to_string(ids[p].num_elements()) + " ids of part " +
+                      std::to_string(p) + " gave rows " + rows[p].shape().ToString());
+    }
   }
-  std::vector<Tensor> sum{std::move(rows)};
-  FS_RETURN_IF_ERROR(collective.AllReduce(&sum, ReduceOp::kSum, deadline));
-  return sum[0].Slice(offset, offset + k);
+  for (const Tensor& t : rows) *bytes += int64_t(t.TotalBytes());
+  FS_RETURN_IF_ERROR(collective.AllReduce(&rows, ReduceOp::kSum, deadline));
+  std::vector<Tensor> mine;
+  for (size_t p = 0; p < parts; ++p) {
+    int64_t offset = 0;
+    for (int r = 0; r < collective.rank(); ++r) offset += all_counts.data<int64_t>()[size_t(r) * parts + p];
+    const int64_t k = all_counts.data<int64_t>()[size_t(collective.rank()) * parts + p];
+    mine.push_back(rows[p].Slice(offset, offset + k));
+  }
+  return mine;
 }
 
 }  // namespace
@@ -650,8 +661,13 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
                      ? Status()
                      : Unimplemented("_SharedGather: shared tables are not looked up with "
                                      "backup replicas");
-      StatusOr<Tensor> mine = s.ok() ? LookUp(collective, req.tensors[0], req.rows, deadline) : StatusOr<Tensor>(s);
-      req.rows = nullptr;  // the part's buffer, before `done`
+      req.tensors.pop_back();  // the count
+      int64_t answered = 0;  // the rows summed
+      StatusOr<std::vector<Tensor>> mine =
+          s.ok() ? LookUp(collective, std::move(req.tensors), req.rows, deadline, &answered)
+                 : StatusOr<std::vector<Tensor>>(s);
+      req.tensors.clear();
+      req.rows = nullptr;  // the parts' buffers, before `done`
       state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now() - start)
                                    .count());
@@ -660,11 +676,8 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
         fail(&req, mine.status());
         continue;
       }
-      state->bytes.fetch_add(nbytes + int64_t(mine->TotalBytes()) * collective.size());
-      req.tensors.clear();
-      std::vector<Tensor> out;
-      out.push_back(std::move(mine).value());
-      Deliver(req.done, std::move(out), nullptr);
+      state->bytes.fetch_add(nbytes + answered);
+      Deliver(req.done, std::move(mine).value(), nullptr);
       continue;
     }
     Status s;

@@ -184,17 +184,19 @@ class ReplicaComm final : public ResourceBase {
   // the counts (Collective::AllGather). Not with backup replicas across
   // processes (the training graph reduces their gradients densely).
   void SubmitGather(int bucket, Tensor indices, Tensor weighted_values, double count, Callback done);
-  // Hands in a lookup of a shared table's part (jobs' "partitioned_tables":
-  // "shared", graph/training_graph.h): `ids` (int64, this replica's local
-  // rows of the part). The communication thread gathers every replica's
-  // ids (Collective::AllGather), calls `rows` with all of them in replica
-  // order -- the replica that holds the part answers their rows, the others
-  // zeros of the same shape --, sums the answers over the replicas (exact:
-  // one replica's rows plus zeros) and gives `done` this replica's rows.
-  // `rows` runs on the communication thread and is destroyed before `done`
-  // runs. Not with backup replicas.
-  using RowsFn = std::function<StatusOr<Tensor>(const Tensor& all_ids)>;
-  void SubmitLookup(int bucket, Tensor ids, RowsFn rows, Callback done);
+  // Hands in a lookup of a table shared by the replicas (jobs'
+  // "partitioned_tables": "shared", graph/shared_tables.h): `ids` (int64,
+  // one vector per part of the table: this replica's local rows of it).
+  // The communication thread gathers every replica's ids of every part
+  // (Collective::AllGather, two rounds), calls `rows` with them (per part,
+  // every replica's in replica order): it answers, per part, their rows
+  // where this replica holds the part and zeros of the same shape where
+  // not; the answers are summed over the replicas (one round; exact: one
+  // holder's rows plus zeros) and `done` gets this replica's rows of each
+  // part. `rows` runs on the communication thread and is destroyed before
+  // `done` runs. Not with backup replicas.
+  using RowsFn = std::function<StatusOr<std::vector<Tensor>>(const std::vector<Tensor>& all_ids)>;
+  void SubmitLookup(int bucket, std::vector<Tensor> ids, RowsFn rows, Callback done);
   // What one bucket holds, for JoinWithZeros: the tensors' dtypes and
   // shapes, or for a bucket of rows (`gather`) their dtypes and shapes with
   // no rows (a first dimension of 0).
@@ -239,7 +241,7 @@ class ReplicaComm final : public ResourceBase {
     Callback done;
     std::shared_ptr<const FusedBucket> fused;  // null: the tensors as they are
     bool gather = false;  // rows to gather (SubmitGather), not tensors to reduce
-    RowsFn rows;          // non-null: a lookup (SubmitLookup); tensors = ids, count 0
+    RowsFn rows;          // non-null: a lookup (SubmitLookup); tensors = ids..., count 0
   };
   void Enqueue(int bucket, Request request);
   // What the communication thread uses, shared with it: a ReplicaComm

@@ -124,40 +124,14 @@ void RegisterRuntimeOps(OpRegistry* r) {
                            "the dense gradient would. Bucket `bucket` of the step's "
                            "num_buckets, in the order of the _AllReduce ones."));
   MustRegister(r, OpDefBuilder("_SharedGather")
-                      .Input("params: T")
-                      .Input("indices: Tindices")
-                      .Output("output: T")
+                      .Input("indices: N * Tindices")
+                      .Input("params: M * T")
+                      .Output("output: N * T")
                       .Attr("T: type")
                       .Attr("Tindices: {int32, int64}")
-                      .Attr("group: string")
-                      .Attr("bucket: int >= 0")
-                      .Attr("num_buckets: int >= 1")
-                      .SetIsStateful()
-                      .SetShapeFn([](InferenceContext* c) {
-                        const PartialShape& p = c->input(0);
-                        if (!p.rank_known()) {
-                          c->set_output(0, PartialShape::Unknown());
-                          return Status();
-                        }
-                        if (p.rank() < 1) return c->Error("params must have rank 1 or more");
-                        std::vector<int64_t> dims = p.dims();
-                        dims[0] = c->input(1).rank_known() && c->input(1).rank() == 1
-                                      ? c->input(1).dim(0)
-                                      : -1;
-                        c->set_output(0, PartialShape(std::move(dims)));
-                        return Status();
-                      })
-                      .Doc("A lookup (Gather, axis 0) of a part of a table shared by data-parallel "
-                           "replicas, on the replica that holds the part (jobs' "
-                           "\"partitioned_tables\": \"shared\"): every replica's indices are "
-                           "gathered, this replica answers their rows of params, and each "
-                           "replica gets the rows of its own indices. Bucket `bucket` of the "
-                           "step's num_buckets, before the gradients' buckets."));
-  MustRegister(r, OpDefBuilder("_SharedGatherRemote")
-                      .Input("indices: Tindices")
-                      .Output("output: T")
-                      .Attr("T: type")
-                      .Attr("Tindices: {int32, int64}")
+                      .Attr("N: int >= 1")
+                      .Attr("M: int >= 0")
+                      .Attr("held: list(int)")
                       .Attr("row_shape: shape")
                       .Attr("group: string")
                       .Attr("bucket: int >= 0")
@@ -165,15 +139,23 @@ void RegisterRuntimeOps(OpRegistry* r) {
                       .SetIsStateful()
                       .SetShapeFn([](InferenceContext* c) {
                         const PartialShape& row = c->GetAttr("row_shape").shape();
-                        std::vector<int64_t> dims{c->input(0).rank_known() && c->input(0).rank() == 1
-                                                      ? c->input(0).dim(0)
-                                                      : -1};
-                        for (int64_t d : row.dims()) dims.push_back(d);
-                        c->set_output(0, PartialShape(std::move(dims)));
+                        const int n = int(c->GetAttr("N").i());
+                        for (int p = 0; p < n; ++p) {
+                          const PartialShape& ids = c->input(p);
+                          std::vector<int64_t> dims{ids.rank_known() && ids.rank() == 1 ? ids.dim(0) : -1};
+                          for (int64_t d : row.dims()) dims.push_back(d);
+                          c->set_output(p, PartialShape(std::move(dims)));
+                        }
                         return Status();
                       })
-                      .Doc("_SharedGather on a replica that does not hold the part: its indices' "
-                           "rows (of shape row_shape) come from the replica that does."));
+                      .Doc("One lookup of a table shared by data-parallel replicas (jobs' "
+                           "\"partitioned_tables\": \"shared\"; it replaces the per-part "
+                           "Gathers of the lookup's routing): indices[p] are this replica's "
+                           "local rows of part p; every replica's are gathered, the replica "
+                           "holding part p (params[k] is part held[k] of this one) answers "
+                           "their rows, and output[p] holds the rows of this replica's "
+                           "indices[p]. Bucket `bucket` of the step's num_buckets, before the "
+                           "gradients' buckets."));
   MustRegister(r, OpDefBuilder("_CreateReplicaComm")
                       .Attr("group: string")
                       .Attr("kind: string")

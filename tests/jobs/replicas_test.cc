@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <random>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "api/job_spec.h"
+#include "graph/shared_tables.h"
 #include "jobs/training_job.h"
 #include "scheduler/session.h"
 #include "state/resource_mgr.h"
@@ -551,6 +553,87 @@ TEST(ReplicasGraph, SparseGradientsAreGatheredAsRowsOrDensifiedWithBackups) {
   spec = spec_with(R"(, "sparse_as_dense": "yes")");
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("sparse_as_dense"), std::string::npos) << spec.status().ToString();
+}
+
+// Shared tables (graph/shared_tables.h): replica 1 of 2 with a table of 3
+// parts (parts 0 and 2 on replica 0) looked up twice keeps part 1 and its
+// Adam slots only; each lookup is one _SharedGather of every part's ids and
+// of part 1, numbered first (0, 1 in topological order), the gradient
+// buckets after them; the gradients of the parts it does not hold are still
+// gathered and the train op waits for them.
+TEST(ReplicasGraph, SharedTablesKeepTheirPartsOnTheirHoldersAndLookUpFirst) {
+  StatusOr<JobSpec> spec = ParseJobSpec(R"({
+    "graph": {"nodes": [
+      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+      {"name": "more", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+      {"name": "T", "op": "Variable", "attrs": {"dtype": "float32", "shape": [12, 2], "init": "uniform",
+                                                 "partitions": 3}},
+      {"name": "a", "op": "Gather", "inputs": ["T", "ids"]},
+      {"name": "b", "op": "Gather", "inputs": ["T", "more"]},
+      {"name": "both", "op": "Add", "inputs": ["a", "b"]},
+      {"name": "sq", "op": "Square", "inputs": ["both"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "adam", "learning_rate": 0.1},
+    "input": {"format": "csv", "files": {"ids": "ids.csv", "more": "ids.csv"}, "batch_size": 4},
+    "replicas": 2, "partitioned_tables": "shared"})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->shared_tables);
+  StatusOr<TrainingGraph> tg = BuildTrainingGraph(*spec);
+  ASSERT_TRUE(tg.ok()) << tg.status().ToString();
+  const std::map<std::string, int> holders = SharedVariableHolders(*tg, 2);
+  EXPECT_EQ(holders.at("T/part_0"), 0);
+  EXPECT_EQ(holders.at("T/part_1"), 1);
+  EXPECT_EQ(holders.at("T/part_2"), 0);
+  EXPECT_EQ(holders.at("optimizer/T/part_1/adam_m"), 1);
+  StatusOr<ReplicaTrainingGraph> r = ShareTables(*tg, 1, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->num_buckets, int(tg->allreduce.size()) + 2);
+  std::map<std::string, const NodeDef*> nodes;
+  for (const NodeDef& n : r->graph.nodes) nodes[n.name] = &n;
+  for (const char* gone : {"T/part_0", "T/part_2", "optimizer/T/part_0/adam_m", "optimizer/T/part_2/adam_v"}) {
+    EXPECT_EQ(nodes.count(gone), 0u) << gone;
+    EXPECT_EQ(std::count(r->variables.begin(), r->variables.end(), gone), 0) << gone;
+  }
+  EXPECT_EQ(nodes.count("T/part_1"), 1u);
+  EXPECT_EQ(std::count(r->variables.begin(), r->variables.end(), "optimizer/T/part_1/adam_v"), 1);
+  int lookups = 0;
+  std::vector<int64_t> buckets;
+  for (const NodeDef& n : r->graph.nodes) {
+    if (n.op == "Gather") EXPECT_FALSE(n.inputs[0].starts_with("T/part_")) << n.name << " reads a part";
+    if (n.op == "_SharedGather") {
+      ++lookups;
+      EXPECT_EQ(n.attrs.at("N").i(), 3);
+      EXPECT_EQ(n.attrs.at("held").ints(), std::vector<int64_t>{1});
+      EXPECT_EQ(n.inputs[3], "T/part_1");  // 3 parts' ids, then the part held
+      EXPECT_EQ(n.attrs.at("num_buckets").i(), r->num_buckets);
+      buckets.push_back(n.attrs.at("bucket").i());
+    }
+    if (n.op == "_AllReduce" || n.op == "_AllGather") EXPECT_GE(n.attrs.at("bucket").i(), 2) << n.name;
+  }
+  EXPECT_EQ(lookups, 2);
+  std::sort(buckets.begin(), buckets.end());
+  EXPECT_EQ(buckets, (std::vector<int64_t>{0, 1}));
+  // Parts 0 and 2's gathered gradients: still in the graph, and the train
+  // op depends on them (their updates are gone).
+  int gathers = 0;
+  for (const NodeDef& n : r->graph.nodes) gathers += n.op == "_AllGather" ? 1 : 0;
+  EXPECT_EQ(gathers, 3);
+  StatusOr<Graph> g = Graph::Create(r->graph);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::set<std::string> reach;
+  std::vector<std::string> todo = {tg->train_op};
+  while (!todo.empty()) {
+    std::string name = todo.back();
+    todo.pop_back();
+    if (!reach.insert(name).second) continue;
+    for (const std::string& in : nodes.at(name)->inputs) todo.push_back(ParseTensorId(in)->node);
+  }
+  for (const NodeDef& n : r->graph.nodes) {
+    if (n.op == "_AllGather") EXPECT_TRUE(reach.count(n.name)) << n.name << " does not run with the train op";
+  }
 }
 
 // An embedding model: N replicas with batch b, whose sparse gradients are
