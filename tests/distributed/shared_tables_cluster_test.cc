@@ -243,8 +243,9 @@ TEST_F(SharedTables, ACheckpointRestoresIntoOtherHoldersAndIntoReplicatedTables)
 
 // Through the job manager (what `flowstate serve` runs), with a checkpoint
 // every 2 steps: the checkpoints wait for the ends of the chunks (none
-// stops one), the job trains to its end, and its final checkpoint serves
-// predictions (restored as one replica with the whole table).
+// stops one), a prediction beside its steps reads the parts held elsewhere,
+// the job trains to its end, and its final checkpoint serves predictions
+// (restored as one replica with the whole table).
 TEST_F(SharedTables, AJobManagerCheckpointsSharedTablesAtTheEndsOfChunks) {
   LocalCluster cluster(2, 1, 60, dir_.string());
   StatusOr<std::unique_ptr<checkpoints::Store>> store = checkpoints::Store::Open((dir_ / "db").string());
@@ -257,14 +258,28 @@ TEST_F(SharedTables, AJobManagerCheckpointsSharedTablesAtTheEndsOfChunks) {
   o.collective_store = [this] { return store_address_; };
   JobManager jobs(o);
   std::string job = Job(2, R"(, "partitioned_tables": "shared", "checkpoint": {"every_steps": 2})");
+  job.replace(job.find(R"("epochs": 3)"), 11, R"("epochs": 40)");  // long enough to predict beside
   StatusOr<JobInfo> info = jobs.Submit(job);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   StatusOr<JobInfo> now = jobs.Get(info->id);
   int checkpointed_mid_run = 0;
   int64_t last = -1;
+  bool predicted_mid_run = false;
   while (now.ok() && !IsTerminal(now->state)) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job did not end within 60 s";
+    if (!predicted_mid_run && now->step >= 3) {
+      // Beside its steps: the parts held on task 1 are copied here once.
+      std::vector<Tensor> rows;
+      Status p = jobs.Predict(info->id, {{"ids", Tensor::FromVector<int32_t>({1, 2})}}, {"emb"}, &rows);
+      if (p.ok()) {
+        predicted_mid_run = true;
+        EXPECT_TRUE(rows[0].shape() == TensorShape({2, 4})) << rows[0].shape().ToString();
+      } else {
+        // It may have finished meanwhile.
+        EXPECT_EQ(p.code(), Code::kFailedPrecondition) << p.ToString();
+      }
+    }
     if (now->checkpoint_step > last) {
       last = now->checkpoint_step;
       ++checkpointed_mid_run;
@@ -277,6 +292,7 @@ TEST_F(SharedTables, AJobManagerCheckpointsSharedTablesAtTheEndsOfChunks) {
   EXPECT_EQ(now->step, now->total_steps);
   EXPECT_EQ(now->checkpoint_step, now->step);
   EXPECT_GE(checkpointed_mid_run, 1) << "no checkpoint before the final one";
+  EXPECT_TRUE(predicted_mid_run);
   EXPECT_EQ(now->checkpoint_failures, 0) << now->checkpoint_error;
   // No chunk was stopped for a checkpoint (the job would have been rebuilt).
   StatusOr<std::unique_ptr<JobEventStream>> events = jobs.Watch(info->id, true);
