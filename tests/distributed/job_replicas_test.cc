@@ -21,6 +21,7 @@
 #include "jobs/training_job.h"
 #include "scheduler/replica_comm.h"
 #include "tests/distributed/local_cluster.h"
+#include "tests/distributed/replica_job_options.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -83,14 +84,7 @@ class ReplicasAcrossTasks : public ::testing::Test {
   // A job's options for replicas on `cluster`'s tasks, task 0 its master,
   // meeting in this test's store under `prefix`.
   TrainingJobOptions Across(LocalCluster& cluster, const std::string& prefix) {
-    TrainingJobOptions o;
-    o.devices = cluster.task(0).pool.get();
-    o.remote = cluster.task(0).cluster.get();
-    o.collective_store = store_address_;
-    o.collective_prefix = prefix;
-    o.data_root = dir_.string();  // as Make sets, for a job made without it
-    o.allreduce_timeout = std::chrono::seconds(30);
-    return o;
+    return testing::ReplicasAcross(cluster, store_address_, prefix, dir_.string());
   }
 
   // What `flowstate serve` as task 0 of `cluster` gives its job manager.

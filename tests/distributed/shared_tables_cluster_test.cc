@@ -20,6 +20,7 @@
 #include "jobs/job_manager.h"
 #include "jobs/training_job.h"
 #include "tests/distributed/local_cluster.h"
+#include "tests/distributed/replica_job_options.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -91,14 +92,7 @@ class SharedTables : public ::testing::Test {
   }
 
   TrainingJobOptions Across(LocalCluster& cluster, const std::string& prefix) {
-    TrainingJobOptions o;
-    o.devices = cluster.task(0).pool.get();
-    o.remote = cluster.task(0).cluster.get();
-    o.collective_store = store_address_;
-    o.collective_prefix = prefix;
-    o.data_root = dir_.string();
-    o.allreduce_timeout = std::chrono::seconds(30);  // a hang becomes a failure
-    return o;
+    return testing::ReplicasAcross(cluster, store_address_, prefix, dir_.string());
   }
 
   StatusOr<std::unique_ptr<TrainingJob>> Make(const std::string& json, TrainingJobOptions o) {
