@@ -122,9 +122,10 @@ void AddLogicalRead(const Scope& root, const Table& t) {
        {kLogicalShapeAttr, ShapeAttr(t.shape)}});
 }
 
-// The routing of Gather `g` (its NodeDef as written) over table `t`.
+// The routing of Gather `g` (its NodeDef as written) over table `t`, part
+// p read from params[p] (the part, or its Enter into the Gather's loop).
 void AddRouting(const Scope& root, const NodeDef& g, DataType tindices, int ids_rank,
-                const Table& t) {
+                const Table& t, const std::vector<std::string>& params) {
   std::vector<std::string> control;
   for (const std::string& in : g.inputs) {
     if (!in.empty() && in[0] == '^') control.push_back(in.substr(1));
@@ -144,7 +145,7 @@ void AddRouting(const Scope& root, const NodeDef& g, DataType tindices, int ids_
   for (int64_t p = 0; p < P; ++p) {
     stitch_inputs.push_back(Scope(root).WithOpName(g.name + "/part_" + std::to_string(p))
                                 .AddNode("Gather", "Gather",
-                                         {t.parts[p], Output(route, int(p)).name()},
+                                         {params[size_t(p)], Output(route, int(p)).name()},
                                          {{"axis", AttrValue(int64_t{0})},
                                           {"Tparams", AttrValue(t.dtype)},
                                           {"Tindices", AttrValue(tindices)},
@@ -205,11 +206,46 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
   }
   if (tables.empty()) return graph;
 
-  // What to rewrite: the Variables, and the Gathers (axis 0) of a table.
+  // What to rewrite: the Variables, and the Gathers (axis 0) of a table,
+  // directly or through the constant Enters of loops (a lookup inside a
+  // loop reads the table as a loop invariant): such a Gather reads each
+  // part through Enters of its own into the same frames.
   std::set<std::string> replaced;
-  std::vector<std::pair<int, int>> gathers;  // (gather id, table id)
+  struct Routed {
+    int gather = 0;
+    int table = 0;
+    std::vector<int> enters;  // outermost first
+  };
+  std::vector<Routed> gathers;
+  // The table a node is, or reads through constant Enters only, and those
+  // Enters (outermost first).
+  auto through_enters = [&](int node, std::vector<int>* enters) -> int {
+    std::vector<int> chain;
+    for (;;) {
+      if (tables.count(node)) break;
+      const Node& e = g.node(node);
+      auto c = e.attrs().find("is_constant");
+      if (e.op() != "Enter" || e.num_inputs() < 1 || c == e.attrs().end() || !c->second.b()) {
+        return -1;
+      }
+      chain.push_back(node);
+      node = e.input(0).node;
+    }
+    enters->assign(chain.rbegin(), chain.rend());
+    return node;
+  };
   for (int i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);
+    if (n.op() == "Gather" && n.num_inputs() >= 2 && !tables.count(n.input(0).node) &&
+        n.attrs().at("axis").i() == 0) {
+      std::vector<int> enters;
+      const int t = through_enters(n.input(0).node, &enters);
+      if (t >= 0 && !enters.empty()) {
+        gathers.push_back({i, t, std::move(enters)});
+        replaced.insert(n.name());
+        continue;
+      }
+    }
     for (int k = 0; k < n.num_inputs(); ++k) {
       auto it = tables.find(n.input(k).node);
       if (it == tables.end()) continue;
@@ -229,7 +265,7 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
                                      "; a partitioned table is gathered along axis 0 only",
                                  n.name());
         }
-        gathers.emplace_back(i, it->first);
+        gathers.push_back({i, it->first, {}});
         replaced.insert(n.name());
       }
     }
@@ -286,13 +322,38 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
     AddLogicalRead(root, t);
     spans[t.name] = {begin, size()};
   }
-  for (const auto& [gid, tid] : gathers) {
-    const Node& gn = g.node(gid);
+  // Each part's Enters into a loop, made once per Enter of the table.
+  std::set<std::string> part_enters;
+  for (const Routed& r : gathers) {
+    const Node& gn = g.node(r.gather);
+    const Table& t = tables.at(r.table);
     const Endpoint& ids = gn.input(1);
     const PartialShape& ids_shape = g.node(ids.node).output_shape(ids.output);
     const size_t begin = size();
-    AddRouting(root, gn.def(), gn.input_type(1), ids_shape.rank_known() ? ids_shape.rank() : -1,
-               tables.at(tid));
+    std::vector<std::string> params = t.parts;
+    for (int e : r.enters) {
+      const Node& enter = g.node(e);
+      for (int64_t p = 0; p < t.layout.partitions; ++p) {
+        NodeDef pe;
+        pe.name = enter.name() + "/part_" + std::to_string(p);
+        if (names.count(pe.name)) {
+          return InvalidArgument("the loop's Enter '" + enter.name() + "' of partitioned table '" +
+                                     t.name + "' would get a part '" + pe.name +
+                                     "', but the graph already has a node of that name",
+                                 enter.name());
+        }
+        if (part_enters.insert(pe.name).second) {
+          pe.op = "Enter";
+          pe.device = enter.requested_device();
+          pe.attrs = enter.def().attrs;
+          pe.inputs = {params[size_t(p)]};
+          root.mutable_graph_def()->nodes.push_back(std::move(pe));
+        }
+        params[size_t(p)] = enter.name() + "/part_" + std::to_string(p);
+      }
+    }
+    AddRouting(root, gn.def(), gn.input_type(1), ids_shape.rank_known() ? ids_shape.rank() : -1, t,
+               params);
     spans[gn.name()] = {begin, size()};
   }
   const GraphDef& built = root.graph_def();

@@ -14,7 +14,9 @@
 //     below (init and the other attrs are copied; an initializer's fans are
 //     the logical shape's; random initial values are seeded per part, so
 //     they differ from the unpartitioned table's);
-//   - each Gather (axis 0) of it becomes the routing of TensorFlow's
+//   - each Gather (axis 0) of it -- directly, or inside a loop through the
+//     loop's constant Enters of the table (then each part gets its own
+//     Enters, "<enter>/part_<p>") -- becomes the routing of TensorFlow's
 //     embedding_lookup under the Gather's name: PartitionIds (each id's
 //     part and local row, checked against the logical rows), one Gather per
 //     part (colocated with the part) and DynamicStitch putting the rows back

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "devices/device_pool.h"
+#include "graph/control_flow_builders.h"
 #include "graph/initializers.h"
 #include "graph/op_builders.h"
 #include "graph/partitioned_variables.h"
@@ -338,9 +339,12 @@ TEST(PartitionedVariables, ExtendRoutesANewLookup) {
 }
 
 // The training graph of an embedding model, with the table "T" in
-// `partitions` parts.
+// `partitions` parts; with `in_loop`, the lookup is inside a while loop of
+// three iterations that sums the rows of ids, ids + 1 and ids + 2 (at most
+// row 10).
 TrainingGraph EmbeddingModel(int64_t partitions, const std::string& strategy,
-                             OptimizerOptions::Kind kind, int64_t w_partitions = 1) {
+                             OptimizerOptions::Kind kind, int64_t w_partitions = 1,
+                             bool in_loop = false) {
   Scope root;
   root.WithOpName("T").AddNode("T", "Variable", {},
                                {{"shape", AttrValue(PartialShape({11, 4}))},
@@ -356,7 +360,26 @@ TrainingGraph EmbeddingModel(int64_t partitions, const std::string& strategy,
                                 {"partitions", AttrValue(w_partitions)}});
   Output ids = ops::Placeholder(root.WithOpName("ids"), DataType::kInt32, PartialShape({-1}));
   Output y = ops::Placeholder(root.WithOpName("y"), DataType::kFloat32, PartialShape({-1, 1}));
-  Output rows = ops::Gather(root.WithOpName("emb"), Output("T"), ids);
+  Output rows;
+  if (!in_loop) {
+    rows = ops::Gather(root.WithOpName("emb"), Output("T"), ids);
+  } else {
+    Output zeros = ops::Mul(root, ops::Gather(root, Output("T"), ids), ops::Const(root, 0.0f));
+    StatusOr<std::vector<Output>> r = ops::WhileLoop(
+        root.WithOpName("steps"),
+        [](const Scope& s, const std::vector<Output>& v) -> StatusOr<Output> {
+          return ops::Less(s, v[0], ops::Const(s, 3));
+        },
+        [&](const Scope& s, const std::vector<Output>& v) -> StatusOr<std::vector<Output>> {
+          Output shifted = ops::Generic(s, "Minimum", {ops::Add(s, ids, v[0]), ops::Const(s, 10)})[0];
+          Output looked = ops::Gather(s.WithOpName("emb"), Output("T"), shifted);
+          return std::vector<Output>{ops::Add(s, v[0], ops::Const(s, 1)), ops::Add(s, v[1], looked)};
+        },
+        {ops::Const(root, 0), zeros});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return TrainingGraph();
+    rows = (*r)[1];
+  }
   Output pred = ops::MatMul(root, rows, Output("w"));
   ops::Mean(root.WithOpName("loss"), ops::Square(root, ops::Sub(root, pred, y)),
             std::vector<int32_t>{});
@@ -442,6 +465,49 @@ TEST(PartitionedVariables, TrainingEqualsTheUnpartitionedModel) {
         const Tensor& b = want[i].second;
         ASSERT_TRUE(a.shape() == b.shape()) << what << " " << want[i].first;
         if (a.dtype() != DataType::kFloat32) continue;  // the step count
+        for (int64_t k = 0; k < a.num_elements(); ++k) {
+          ASSERT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-5)
+              << what << " " << want[i].first << "[" << k << "]";
+        }
+      }
+    }
+  }
+}
+
+// A lookup inside a while loop (the table read through the loop's Enter) is
+// routed there, each part entering the loop on its own, and the model
+// trains as the unpartitioned one does.
+TEST(PartitionedVariables, ALookupInsideALoopTrainsAlike) {
+  for (auto kind : {OptimizerOptions::Kind::kSgd, OptimizerOptions::Kind::kAdam}) {
+    TrainingGraph plain = EmbeddingModel(1, "mod", kind, 1, /*in_loop=*/true);
+    ASSERT_FALSE(plain.train_op.empty());
+    Named start;
+    Named want = Train(plain, {}, 8, &start);
+    ASSERT_FALSE(want.empty());
+    for (auto [P, strategy] : std::vector<std::pair<int64_t, std::string>>{{2, "mod"}, {3, "div"}}) {
+      TrainingGraph tg = EmbeddingModel(P, strategy, kind, 1, /*in_loop=*/true);
+      // Routed inside the loop: each part enters it on its own (the table
+      // is not read whole).
+      std::map<std::string, const NodeDef*> nodes;
+      for (const NodeDef& n : tg.graph.nodes) nodes[n.name] = &n;
+      ASSERT_TRUE(nodes.count("steps/body/emb/route")) << "the lookup in the loop is not routed";
+      for (int64_t p = 0; p < P; ++p) {
+        const NodeDef* gather = nodes["steps/body/emb/part_" + std::to_string(p)];
+        ASSERT_NE(gather, nullptr);
+        const NodeDef* enter = nodes[gather->inputs[0]];
+        ASSERT_NE(enter, nullptr) << gather->inputs[0];
+        EXPECT_EQ(enter->op, "Enter");
+        EXPECT_EQ(enter->inputs[0], "T/part_" + std::to_string(p));
+      }
+      const std::string what = strategy + " P=" + std::to_string(P) + " kind " + std::to_string(int(kind));
+      ASSERT_FALSE(tg.partitioned.empty()) << what;
+      Named got = Train(tg, start, 8);
+      ASSERT_EQ(got.size(), want.size()) << what;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const Tensor& a = got[i].second;
+        const Tensor& b = want[i].second;
+        ASSERT_TRUE(a.shape() == b.shape()) << what << " " << want[i].first;
+        if (a.dtype() != DataType::kFloat32) continue;
         for (int64_t k = 0; k < a.num_elements(); ++k) {
           ASSERT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-5)
               << what << " " << want[i].first << "[" << k << "]";
