@@ -475,15 +475,21 @@ Status DecodeSnapshotMetadata(std::string_view text, JobSnapshot* s) {
 
 std::vector<std::string> TrainingJob::DeviceNames() const {
   std::vector<std::string> out;
-  for (const std::string& spec : spec_.devices) {
+  auto add = [&](const std::string& spec) {
     StatusOr<DeviceName> d = DeviceName::Parse(spec);
-    if (!d.ok()) continue;  // checked by Create
+    if (!d.ok()) return;  // checked by Create (devices) or the graph
     std::vector<Device*> m = options_.devices->Matching(*d);
     if (!m.empty() && std::find(out.begin(), out.end(), m.front()->name()) == out.end()) {
       out.push_back(m.front()->name());
     }
-  }
+  };
+  for (const std::string& spec : spec_.devices) add(spec);
   if (out.empty()) out.push_back(options_.devices->default_device()->name());
+  // And the devices of this task that nodes of the graph ask for (a node
+  // pinned to CPU:1, a table's parts placed by partition_devices).
+  for (const NodeDef& n : graph_.graph.nodes) {
+    if (!n.device.empty()) add(n.device);
+  }
   return out;
 }
 

@@ -265,9 +265,10 @@ class TrainingJob {
   StatusOr<std::vector<std::pair<std::string, Tensor>>> ModelValues();
 
   const JobSpec& spec() const { return spec_; }
-  // The full names of the devices the job runs on: each of spec().devices
-  // resolved to its first matching device of the pool, or the pool's
-  // default device.
+  // The full names of the devices of this task the job runs on: each of
+  // spec().devices resolved to its first matching device of the pool (or
+  // the pool's default device), then those that nodes of its graph ask for
+  // (a table's parts on partition_devices). Admission counts them all.
   std::vector<std::string> DeviceNames() const;
   const TrainingGraph& graph() const { return graph_; }
   int64_t steps_per_epoch() const;

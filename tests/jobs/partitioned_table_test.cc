@@ -13,6 +13,7 @@
 #include <random>
 
 #include "api/job_spec.h"
+#include "devices/device_pool.h"
 #include "checkpoints/store.h"
 #include "jobs/job_manager.h"
 #include "jobs/training_job.h"
@@ -184,6 +185,30 @@ TEST_F(PartitionedTableJob, ARecommenderWithPartitionedTablesLearns) {
     EXPECT_EQ(out[0].data<float>()[c], out[1].data<float>()[c]);
     EXPECT_EQ(out[0].data<float>()[8 + c], out[1].data<float>()[39 * 8 + c]);
   }
+}
+
+// A job whose table's parts are placed on CPU:0 and CPU:1 by
+// partition_devices runs on both (what admission counts), not only on its
+// default device.
+TEST_F(PartitionedTableJob, TheDevicesOfThePartsAreTheJobsDevices) {
+  std::string json = JobJson(2, 1, 1);
+  const std::string strategy = R"("partition_strategy": "div")";
+  json.replace(json.find(strategy), strategy.size(),
+               strategy + R"(, "partition_devices": ["CPU:0", "CPU:1"])");
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  DevicePoolOptions po;
+  po.num_cpu_devices = 2;
+  std::unique_ptr<DevicePool> pool = DevicePool::Create(po).value();
+  TrainingJobOptions o;
+  o.devices = pool.get();
+  o.data_root = dir_.string();
+  StatusOr<std::unique_ptr<TrainingJob>> j = TrainingJob::Create(*spec, o);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  std::vector<std::string> devices = (*j)->DeviceNames();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_NE(devices[0].find("CPU:0"), std::string::npos) << devices[0];
+  EXPECT_NE(devices[1].find("CPU:1"), std::string::npos) << devices[1];
 }
 
 TEST(PartitionedTableSpec, BadPartitionCountsNameTheField) {
