@@ -124,8 +124,10 @@ void AddLogicalRead(const Scope& root, const Table& t) {
 
 // The routing of Gather `g` (its NodeDef as written) over table `t`, part
 // p read from params[p] (the part, or its Enter into the Gather's loop).
-void AddRouting(const Scope& root, const NodeDef& g, DataType tindices, int ids_rank,
-                const Table& t, const std::vector<std::string>& params) {
+void AddRouting(const Scope& root, const NodeDef& g, DataType tindices,
+                const PartialShape& ids_shape, const Table& t,
+                const std::vector<std::string>& params) {
+  const int ids_rank = ids_shape.rank_known() ? ids_shape.rank() : -1;
   std::vector<std::string> control;
   for (const std::string& in : g.inputs) {
     if (!in.empty() && in[0] == '^') control.push_back(in.substr(1));
@@ -152,6 +154,17 @@ void AddRouting(const Scope& root, const NodeDef& g, DataType tindices, int ids_
                                           {"_colocate_with", AttrValue(t.parts[p])}}));
   }
   AttrMap stitch_attrs{{"N", AttrValue(P)}, {"T", AttrValue(t.dtype)}};
+  if (ids_shape.IsFullyDefined() && t.shape.IsFullyDefined()) {
+    // The ids' shape is known: so is the lookup's (ids.shape + row shape),
+    // which the stitch alone would lose (its rows are as many as the ids).
+    Output rows(gs.WithOpName(g.name + "/stitch")
+                    .AddNode(g.name + "/stitch", "DynamicStitch", stitch_inputs, stitch_attrs));
+    std::vector<int32_t> shape;
+    for (int64_t d : ids_shape.dims()) shape.push_back(int32_t(d));
+    for (int d = 1; d < t.shape.rank(); ++d) shape.push_back(int32_t(t.shape.dim(d)));
+    ops::Reshape(gs.WithOpName(g.name), rows, ops::Const(gs.NewSubScope(g.name + "/shape"), shape));
+    return;
+  }
   if (ids_rank == 1) {
     gs.WithOpName(g.name).AddNode(g.name, "DynamicStitch", stitch_inputs, stitch_attrs);
     return;
@@ -352,8 +365,7 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
         params[size_t(p)] = enter.name() + "/part_" + std::to_string(p);
       }
     }
-    AddRouting(root, gn.def(), gn.input_type(1), ids_shape.rank_known() ? ids_shape.rank() : -1, t,
-               params);
+    AddRouting(root, gn.def(), gn.input_type(1), ids_shape, t, params);
     spans[gn.name()] = {begin, size()};
   }
   const GraphDef& built = root.graph_def();

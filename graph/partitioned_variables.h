@@ -17,7 +17,8 @@
 //   - each Gather (axis 0) of it -- directly, or inside a loop through the
 //     loop's constant Enters of the table (then each part gets its own
 //     Enters, "<enter>/part_<p>") -- becomes the routing of TensorFlow's
-//     embedding_lookup under the Gather's name: PartitionIds (each id's
+//     embedding_lookup under the Gather's name (with the Gather's static
+//     shape where the ids' shape is known): PartitionIds (each id's
 //     part and local row, checked against the logical rows), one Gather per
 //     part (colocated with the part) and DynamicStitch putting the rows back
 //     in the ids' order. Its gradient is one sparse gradient per part (the

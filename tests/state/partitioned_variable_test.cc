@@ -213,6 +213,33 @@ TEST(PartitionedVariables, RoutedLookupEqualsTheUnpartitionedGather) {
   }
 }
 
+// The routed lookup keeps the static shape a Gather would have (ids.shape
+// + the row's) when the ids' shape is known, and still runs.
+TEST(PartitionedVariables, RoutedLookupKeepsAKnownShape) {
+  for (const PartialShape& ids : {PartialShape({5}), PartialShape({2, 3}), PartialShape({-1})}) {
+    StatusOr<GraphDef> expanded =
+        ExpandPartitionedVariables(LookupGraph(10, 4, 3, "mod", DataType::kInt32, ids));
+    ASSERT_TRUE(expanded.ok()) << expanded.status().ToString();
+    StatusOr<Graph> g = Graph::Create(*expanded);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    const PartialShape& out = g->FindNode("emb")->output_shape(0);
+    if (ids.IsFullyDefined()) {
+      std::vector<int64_t> want = ids.dims();
+      want.push_back(4);
+      EXPECT_EQ(out.ToString(), PartialShape(want).ToString());
+    } else {
+      EXPECT_EQ(out.ToString(), PartialShape({-1, 4}).ToString());
+    }
+  }
+  const Tensor table = RandomTable(10, 4, 5);
+  auto s = LookupSession(table, 3, "div", DataType::kInt32, PartialShape({5}));
+  ASSERT_NE(s, nullptr);
+  std::vector<Tensor> out;
+  Status st = s->Run({{"ids", Ids(DataType::kInt32, {9, 0, 4, 4, 7}, TensorShape({5}))}}, {"emb"}, {}, &out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectRows(out[0], table, {9, 0, 4, 4, 7}, "ids [5]");
+}
+
 TEST(PartitionedVariables, RoutedLookupOfTwoDimensionalIds) {
   Tensor table = RandomTable(7, 3, 3);
   auto s = LookupSession(table, 3, "div", DataType::kInt32, PartialShape({-1, -1}));
