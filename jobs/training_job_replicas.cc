@@ -106,7 +106,13 @@ Status TrainingJob::RunReplica(int i, const Batch* batch, ReplicaStepStats* stat
     stats->examples = batch->size;
   } else {
     // No data for this replica (or abandoned): join every bucket with zeros
-    // and apply the others' average like everyone else.
+    // and apply the others' average like everyone else. (Not with shared
+    // tables: a replica answers the others' lookups of its parts, so it
+    // always runs its graph; replica 0 always has a batch.)
+    if (shared_) {
+      return FailedPrecondition("replica " + std::to_string(i) +
+                                " cannot skip a step: it holds parts of the shared tables");
+    }
     std::vector<ReplicaComm::BucketLayout> plan;
     for (const AllReduceBucket& b : graph_.allreduce) {
       plan.emplace_back();
@@ -465,7 +471,12 @@ Status TrainingJob::SyncSharedParts(int64_t step) {
   if (!shared_) return Status();
   MutexLock l(sync_mu_);
   if (synced_step_ == step) return Status();
-  const std::vector<std::string> parts = ModelPartsElsewhere();
+  // The model's parts held elsewhere that the evaluation graph reads (it
+  // has a restore node for each).
+  std::vector<std::string> parts;
+  for (const std::string& v : ModelPartsElsewhere()) {
+    if (eval_session_->graph()->FindNode("_restore/" + v) != nullptr) parts.push_back(v);
+  }
   // From Predict, beside a step: the parts as they are (mid-chunk, some
   // may be a step ahead of others).
   FS_ASSIGN_OR_RETURN(auto values, ReadHeldVariables(parts, /*stop_chunk=*/step != 0));
