@@ -94,23 +94,26 @@ AttrValue ShapeAttr(const PartialShape& s) {
   return AttrValue(dims);
 }
 
+// The logical rows of part p, in its local order (an int32 Range).
+Output PartRows(const Scope& s, const Table& t, int64_t p) {
+  int32_t start = 0, limit = 0, delta = 1;
+  if (t.layout.strategy == PartitionStrategy::kMod) {
+    start = int32_t(p);
+    limit = int32_t(t.layout.rows);
+    delta = int32_t(t.layout.partitions);
+  } else {
+    start = int32_t(t.layout.LogicalRow(p, 0));
+    limit = start + int32_t(t.layout.PartRows(p));
+  }
+  return ops::Range(s, ops::Const(s, start), ops::Const(s, limit), ops::Const(s, delta));
+}
+
 // The logical read of a table: DynamicStitch of the parts at their rows.
 void AddLogicalRead(const Scope& root, const Table& t) {
   Scope rs = root.NewSubScope(t.name + "/read").WithDevice(t.device);
   std::vector<std::string> inputs;
   for (int64_t p = 0; p < t.layout.partitions; ++p) {
-    Scope ps = rs.NewSubScope("rows_" + std::to_string(p));
-    int32_t start = 0, limit = 0, delta = 1;
-    if (t.layout.strategy == PartitionStrategy::kMod) {
-      start = int32_t(p);
-      limit = int32_t(t.layout.rows);
-      delta = int32_t(t.layout.partitions);
-    } else {
-      start = int32_t(t.layout.LogicalRow(p, 0));
-      limit = start + int32_t(t.layout.PartRows(p));
-    }
-    inputs.push_back(ops::Range(ps, ops::Const(ps, start), ops::Const(ps, limit),
-                                ops::Const(ps, delta)).name());
+    inputs.push_back(PartRows(rs.NewSubScope("rows_" + std::to_string(p)), t, p).name());
   }
   for (const std::string& part : t.parts) inputs.push_back(part);
   root.WithOpName(t.name).WithDevice(t.device).AddNode(
@@ -180,6 +183,69 @@ void AddRouting(const Scope& root, const NodeDef& g, DataType tindices,
   ops::Reshape(gs.WithOpName(g.name), rows, shape);
 }
 
+// A write of the whole table by reference, `w` as written: Assign(T,
+// value) assigns each part its rows of value; ScatterUpdate/Add/Sub(T,
+// indices, updates) routes the indices (PartitionIds) and scatters each
+// part's updates into it. Under the write's name, the table's new value
+// (a DynamicStitch of the parts as written), as the write's output reads.
+void AddWrite(const Scope& root, const NodeDef& w, DataType tindices, const Table& t) {
+  std::vector<std::string> control;
+  for (const std::string& in : w.inputs) {
+    if (!in.empty() && in[0] == '^') control.push_back(in.substr(1));
+  }
+  Scope ws = Scope(root).WithDevice(w.device).WithControlDependencies(control);
+  const int64_t P = t.layout.partitions;
+  std::vector<std::string> stitch;
+  for (int64_t p = 0; p < P; ++p) {
+    stitch.push_back(PartRows(ws.NewSubScope(w.name + "/rows_" + std::to_string(p)), t, p).name());
+  }
+  AttrMap copied;
+  for (const char* a : {"use_locking", "validate_shape"}) {
+    if (auto it = w.attrs.find(a); it != w.attrs.end()) copied[a] = it->second;
+  }
+  if (w.op == "Assign") {
+    for (int64_t p = 0; p < P; ++p) {
+      const std::string part = w.name + "/part_" + std::to_string(p);
+      Output value = ops::Gather(ws.NewSubScope(part), Output(w.inputs[1]),
+                                 Output(stitch[size_t(p)]));
+      AttrMap a = copied;
+      a["T"] = AttrValue(t.dtype);
+      stitch.push_back(ws.WithOpName(part).AddNode(part, "Assign", {t.parts[size_t(p)], value.name()}, a));
+    }
+  } else {
+    // Flat indices and updates (indices of any shape, updates of
+    // indices.shape + the row's shape).
+    Scope fs = ws.NewSubScope(w.name + "/flat");
+    Output indices = ops::Reshape(fs, Output(w.inputs[1]), std::vector<int32_t>{-1});
+    std::vector<int32_t> row_shape{-1};
+    for (int d = 1; d < t.shape.rank(); ++d) row_shape.push_back(int32_t(t.shape.dim(d)));
+    Output updates = ops::Reshape(fs, Output(w.inputs[2]), row_shape);
+    std::string route = ws.WithOpName(w.name + "/route")
+                            .AddNode(w.name + "/route", "PartitionIds", {indices.name()},
+                                     {{"num_partitions", AttrValue(P)},
+                                      {"rows", AttrValue(t.layout.rows)},
+                                      {"strategy", AttrValue(std::string(PartitionStrategyName(
+                                                       t.layout.strategy)))},
+                                      {"table", AttrValue(t.name)},
+                                      {"Tindices", AttrValue(tindices)}});
+    for (int64_t p = 0; p < P; ++p) {
+      const std::string part = w.name + "/part_" + std::to_string(p);
+      Output mine = ops::Gather(ws.NewSubScope(part), updates, Output(route, int(P + p)));
+      AttrMap a = copied;
+      a["T"] = AttrValue(t.dtype);
+      a["Tindices"] = AttrValue(tindices);
+      stitch.push_back(ws.WithOpName(part).AddNode(
+          part, w.op, {t.parts[size_t(p)], Output(route, int(p)).name(), mine.name()}, a));
+    }
+  }
+  ws.WithOpName(w.name).AddNode(w.name, "DynamicStitch", stitch,
+                                {{"N", AttrValue(P)}, {"T", AttrValue(t.dtype)}});
+}
+
+bool IsTableWrite(const std::string& op) {
+  return op == "Assign" || op == "ScatterUpdate" || op == "ScatterAdd" || op == "ScatterSub";
+}
+
 }  // namespace
 
 StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
@@ -230,6 +296,7 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
     std::vector<int> enters;  // outermost first
   };
   std::vector<Routed> gathers;
+  std::vector<std::pair<int, int>> writes;  // (Assign or Scatter* by reference, table)
   // The table a node is, or reads through constant Enters only, and those
   // Enters (outermost first).
   auto through_enters = [&](int node, std::vector<int>* enters) -> int {
@@ -262,6 +329,26 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
     for (int k = 0; k < n.num_inputs(); ++k) {
       auto it = tables.find(n.input(k).node);
       if (it == tables.end()) continue;
+      if (n.input_is_ref(k) && k == 0 && IsTableWrite(n.op()) &&
+          g.node(it->first).op() == "Variable") {
+        auto vs = n.attrs().find("validate_shape");
+        if (vs != n.attrs().end() && !vs->second.b()) {
+          return InvalidArgument("node '" + n.name() + "' assigns the partitioned variable '" +
+                                     it->second.name +
+                                     "' with validate_shape false; a partitioned table keeps its "
+                                     "shape",
+                                 n.name());
+        }
+        if (!it->second.shape.IsFullyDefined()) {
+          return InvalidArgument("node '" + n.name() + "' writes the partitioned variable '" +
+                                     it->second.name + "', whose shape " +
+                                     it->second.shape.ToString() + " is not fully known",
+                                 n.name());
+        }
+        writes.emplace_back(i, it->first);
+        replaced.insert(n.name());
+        continue;
+      }
       if (n.input_is_ref(k)) {
         return InvalidArgument("node '" + n.name() + "' (" + n.op() + ") takes variable '" +
                                    it->second.name + "' by reference, but it is partitioned (" +
@@ -367,6 +454,25 @@ StatusOr<GraphDef> ExpandPartitionedVariables(const GraphDef& graph) {
     }
     AddRouting(root, gn.def(), gn.input_type(1), ids_shape, t, params);
     spans[gn.name()] = {begin, size()};
+  }
+  for (const auto& [wid, tid] : writes) {
+    const Node& wn = g.node(wid);
+    // What reads the write's output by reference would write the logical
+    // table again: refused.
+    for (int c = 0; c < g.num_nodes(); ++c) {
+      const Node& user = g.node(c);
+      for (int k = 0; k < user.num_inputs(); ++k) {
+        if (user.input(k).node == wid && user.input_is_ref(k)) {
+          return InvalidArgument("node '" + user.name() + "' takes the output of '" + wn.name() +
+                                     "' (a write of partitioned variable '" + tables.at(tid).name +
+                                     "') by reference; write its parts instead",
+                                 user.name());
+        }
+      }
+    }
+    const size_t begin = size();
+    AddWrite(root, wn.def(), wn.op() == "Assign" ? DataType::kInt32 : wn.input_type(1), tables.at(tid));
+    spans[wn.name()] = {begin, size()};
   }
   const GraphDef& built = root.graph_def();
   GraphDef result;

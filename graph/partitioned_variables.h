@@ -27,8 +27,14 @@
 //   - any other reader of "<name>" gets the logical table, a DynamicStitch
 //     of the parts (marked with attr _partition_strategy so that a Gather
 //     added later, by Session::Extend, is routed too);
-//   - an op that takes "<name>" by reference (Assign, ScatterAdd, ...) is
-//     refused, naming it: it must write the parts.
+//   - a write of the whole table by reference becomes writes of its parts
+//     under the write's name: Assign(T, value) assigns each part its rows
+//     of value (validate_shape false is refused: the table keeps its
+//     shape), ScatterUpdate/ScatterAdd/ScatterSub(T, indices, updates)
+//     route the indices (PartitionIds) and scatter each part's updates;
+//     the write's output is the table's new logical value. Any other op
+//     that takes "<name>" by reference (AssignAdd, a SparseApply*, a
+//     reference to a write's output) is refused, naming it.
 // The rewrite is idempotent: a graph without partitioned Variables comes
 // back unchanged.
 //

@@ -3,8 +3,9 @@
 // parts that do not divide the rows, duplicate ids, an empty batch, 2-D
 // ids); the logical read is the table; training a small embedding model
 // partitioned gives the unpartitioned model's variables and slots (SGD and
-// Adam); parts placed on the two CPU devices of a process; bad uses refused
-// naming the node.
+// Adam); parts placed on the two CPU devices of a process; Assign and
+// Scatter* of the whole table write the parts; bad uses refused naming the
+// node.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -329,11 +330,24 @@ TEST(PartitionedVariables, ReferenceUsesAndOtherAxesAreRefused) {
                                  {{"shape", AttrValue(PartialShape({4, 2}))},
                                   {"dtype", AttrValue(DataType::kFloat32)},
                                   {"partitions", AttrValue(int64_t{2})}});
-    ops::Assign(root.WithOpName("set"), Output("T"), ops::Fill(root, {4, 2}, ops::Const(root, 1.f)));
+    root.WithOpName("add").AddNode("add", "AssignAdd", {"T", ops::Fill(root, {4, 2}, ops::Const(root, 1.f)).name()}, {});
     StatusOr<GraphDef> g = ExpandPartitionedVariables(root.graph_def());
     ASSERT_FALSE(g.ok());
-    EXPECT_EQ(g.status().node(), "set");
+    EXPECT_EQ(g.status().node(), "add");
     EXPECT_NE(g.status().message().find("by reference"), std::string::npos) << g.status().ToString();
+  }
+  {
+    Scope root;
+    root.WithOpName("T").AddNode("T", "Variable", {},
+                                 {{"shape", AttrValue(PartialShape({4, 2}))},
+                                  {"dtype", AttrValue(DataType::kFloat32)},
+                                  {"partitions", AttrValue(int64_t{2})}});
+    ops::Assign(root.WithOpName("reshape"), Output("T"), ops::Fill(root, {3, 2}, ops::Const(root, 1.f)),
+                /*validate_shape=*/false);
+    StatusOr<GraphDef> g = ExpandPartitionedVariables(root.graph_def());
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.status().node(), "reshape");
+    EXPECT_NE(g.status().message().find("keeps its shape"), std::string::npos) << g.status().ToString();
   }
   {
     Scope root;
@@ -346,6 +360,71 @@ TEST(PartitionedVariables, ReferenceUsesAndOtherAxesAreRefused) {
     ASSERT_FALSE(g.ok());
     EXPECT_EQ(g.status().node(), "cols");
     EXPECT_NE(g.status().message().find("axis 0 only"), std::string::npos) << g.status().ToString();
+  }
+}
+
+// Writes of the whole table by reference go to its parts: Assign sets each
+// part's rows, ScatterUpdate/Add/Sub route their indices; the write's
+// output, and the table read afterwards, are the logical values.
+TEST(PartitionedVariables, AssignAndScatterWriteTheParts) {
+  for (auto [P, strategy] : std::vector<std::pair<int64_t, std::string>>{{2, "mod"}, {3, "div"}}) {
+    const std::string what = strategy + " P=" + std::to_string(P);
+    Scope root;
+    ops::PartitionAttrs pa;
+    pa.partitions = P;
+    pa.strategy = strategy;
+    ops::PartitionedVariable(root.WithOpName("T"), PartialShape({7, 2}), DataType::kFloat32, pa);
+    Output value = ops::Placeholder(root.WithOpName("value"), DataType::kFloat32, PartialShape({7, 2}));
+    ops::Assign(root.WithOpName("set"), Output("T"), value);
+    Output idx = ops::Placeholder(root.WithOpName("idx"), DataType::kInt64, PartialShape({-1}));
+    Output upd = ops::Placeholder(root.WithOpName("upd"), DataType::kFloat32, PartialShape({-1, 2}));
+    for (const char* op : {"ScatterAdd", "ScatterSub", "ScatterUpdate"}) {
+      root.WithOpName(op).AddNode(op, op, {"T", idx.name(), upd.name()}, {});
+    }
+    StatusOr<GraphDef> expanded = ExpandPartitionedVariables(root.graph_def());
+    ASSERT_TRUE(expanded.ok()) << what << ": " << expanded.status().ToString();
+    SessionOptions so;
+    so.devices = Pool();
+    StatusOr<std::unique_ptr<Session>> s = Session::Create(*expanded, so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    std::vector<Tensor> out;
+    Tensor table = RandomTable(7, 2, 4);
+    Status st = (*s)->Run({{"value", table}}, {"set"}, {}, &out);
+    ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+    ExpectRows(out[0], table, {0, 1, 2, 3, 4, 5, 6}, what + " Assign's output");
+    ASSERT_TRUE((*s)->Run({}, {"T"}, {}, &out).ok());
+    ExpectRows(out[0], table, {0, 1, 2, 3, 4, 5, 6}, what + " after Assign");
+    // ScatterAdd at rows 6, 1, 6 (repeated ones add up), then ScatterSub
+    // and ScatterUpdate at 3.
+    Tensor want = table.DeepCopy();
+    const std::vector<int64_t> rows = {6, 1, 6};
+    Tensor updates(DataType::kFloat32, TensorShape({3, 2}));
+    for (int i = 0; i < 6; ++i) updates.data<float>()[i] = float(i + 1);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (int c = 0; c < 2; ++c) want.data<float>()[rows[i] * 2 + c] += updates.data<float>()[i * 2 + c];
+    }
+    st = (*s)->Run({{"idx", Tensor::FromVector<int64_t>(rows)}, {"upd", updates}}, {"ScatterAdd"}, {}, &out);
+    ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+    for (int64_t k = 0; k < 14; ++k) {
+      EXPECT_NEAR(out[0].data<float>()[k], want.data<float>()[k], 1e-6) << what << " ScatterAdd [" << k << "]";
+    }
+    Tensor one = Tensor::FromVector<float>({10.f, 20.f}, TensorShape({1, 2}));
+    want.data<float>()[6] -= 10.f;
+    want.data<float>()[7] -= 20.f;
+    st = (*s)->Run({{"idx", Tensor::FromVector<int64_t>({3})}, {"upd", one}}, {"ScatterSub"}, {}, &out);
+    ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+    want.data<float>()[6] = 10.f;
+    want.data<float>()[7] = 20.f;
+    st = (*s)->Run({{"idx", Tensor::FromVector<int64_t>({3})}, {"upd", one}}, {"ScatterUpdate"}, {}, &out);
+    ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+    ASSERT_TRUE((*s)->Run({}, {"T"}, {}, &out).ok());
+    for (int64_t k = 0; k < 14; ++k) {
+      EXPECT_NEAR(out[0].data<float>()[k], want.data<float>()[k], 1e-6) << what << " at the end [" << k << "]";
+    }
+    // An index outside the table fails naming the write.
+    st = (*s)->Run({{"idx", Tensor::FromVector<int64_t>({7})}, {"upd", one}}, {"ScatterAdd"}, {}, &out);
+    ASSERT_FALSE(st.ok()) << what;
+    EXPECT_NE(st.message().find("ScatterAdd"), std::string::npos) << st.ToString();
   }
 }
 
