@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <charconv>
+#include <thread>
 
 namespace flowstate {
 
@@ -69,6 +70,10 @@ StatusOr<StepRace::Decision> StoreStepRace::Decide(int64_t step, int rank, bool 
     const bool may_settle = has_examples && settle_after.count() > 0;
     const auto settle = std::min(deadline, std::chrono::steady_clock::now() + settle_after);
     Status w = store_->Wait(at, {"decided"}, may_settle ? settle : deadline);
+    if (may_settle && w.code() == Code::kDeadlineExceeded) {
+      // gRPC's deadline may fire a little early: the full settle_after.
+      std::this_thread::sleep_until(settle);
+    }
     if (may_settle && w.code() == Code::kDeadlineExceeded && std::chrono::steady_clock::now() < deadline) {
       // Waited long enough: the step goes on with the ranks with examples
       // that have come (an Add of 0 reads them), unless it was decided.
