@@ -125,6 +125,19 @@ void AddLogicalRead(const Scope& root, const Table& t) {
        {kLogicalShapeAttr, ShapeAttr(t.shape)}});
 }
 
+// PartitionIds `name` of `ids` over table `t`: each id's part and local
+// row (outputs 0..P-1), and its position (outputs P..2P-1).
+std::string AddPartitionIds(const Scope& s, const std::string& name, const std::string& ids,
+                            DataType tindices, const Table& t) {
+  return s.WithOpName(name).AddNode(
+      name, "PartitionIds", {ids},
+      {{"num_partitions", AttrValue(t.layout.partitions)},
+       {"rows", AttrValue(t.layout.rows)},
+       {"strategy", AttrValue(std::string(PartitionStrategyName(t.layout.strategy)))},
+       {"table", AttrValue(t.name)},
+       {"Tindices", AttrValue(tindices)}});
+}
+
 // The routing of Gather `g` (its NodeDef as written) over table `t`, part
 // p read from params[p] (the part, or its Enter into the Gather's loop).
 void AddRouting(const Scope& root, const NodeDef& g, DataType tindices,
@@ -137,14 +150,7 @@ void AddRouting(const Scope& root, const NodeDef& g, DataType tindices,
   }
   Scope gs = Scope(root).WithDevice(g.device).WithControlDependencies(control);
   const int64_t P = t.layout.partitions;
-  std::string route = gs.WithOpName(g.name + "/route")
-                          .AddNode(g.name + "/route", "PartitionIds", {g.inputs[1]},
-                                   {{"num_partitions", AttrValue(P)},
-                                    {"rows", AttrValue(t.layout.rows)},
-                                    {"strategy", AttrValue(std::string(PartitionStrategyName(
-                                                     t.layout.strategy)))},
-                                    {"table", AttrValue(t.name)},
-                                    {"Tindices", AttrValue(tindices)}});
+  std::string route = AddPartitionIds(gs, g.name + "/route", g.inputs[1], tindices, t);
   std::vector<std::string> stitch_inputs;
   for (int64_t p = 0; p < P; ++p) stitch_inputs.push_back(Output(route, int(P + p)).name());
   for (int64_t p = 0; p < P; ++p) {
@@ -220,14 +226,7 @@ void AddWrite(const Scope& root, const NodeDef& w, DataType tindices, const Tabl
     std::vector<int32_t> row_shape{-1};
     for (int d = 1; d < t.shape.rank(); ++d) row_shape.push_back(int32_t(t.shape.dim(d)));
     Output updates = ops::Reshape(fs, Output(w.inputs[2]), row_shape);
-    std::string route = ws.WithOpName(w.name + "/route")
-                            .AddNode(w.name + "/route", "PartitionIds", {indices.name()},
-                                     {{"num_partitions", AttrValue(P)},
-                                      {"rows", AttrValue(t.layout.rows)},
-                                      {"strategy", AttrValue(std::string(PartitionStrategyName(
-                                                       t.layout.strategy)))},
-                                      {"table", AttrValue(t.name)},
-                                      {"Tindices", AttrValue(tindices)}});
+    std::string route = AddPartitionIds(ws, w.name + "/route", indices.name(), tindices, t);
     for (int64_t p = 0; p < P; ++p) {
       const std::string part = w.name + "/part_" + std::to_string(p);
       Output mine = ops::Gather(ws.NewSubScope(part), updates, Output(route, int(P + p)));
