@@ -5,12 +5,14 @@
 // tasks) and succeeds, its replicas agreeing (a checksum every step); the
 // task, restarted, rejoins at the next checkpoint. With min_replicas 3 the
 // job waits, and fails naming the task after replica_wait_seconds, or
-// resumes with all three when the task comes back.
+// resumes with all three when the task comes back. With tables shared by
+// the replicas, the lost task's parts come back from the checkpoint.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -193,6 +195,73 @@ TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins
   EXPECT_EQ(j.step, uninterrupted.step);
   EXPECT_NEAR(j.loss, uninterrupted.loss, 1e-3 * (1 + uninterrupted.loss));
   if (HasFailure()) std::printf("resume events:%s\n", All(resumes).c_str());
+}
+
+// With tables shared by the replicas (each part on one task), a lost task
+// loses the parts it held: the job resumes from its last checkpoint (the
+// logical tables, taken at a chunk's end) with tasks 0 and 1 holding the
+// parts between them, the task rejoins later, and the run ends as the
+// uninterrupted one does.
+TEST_F(ReplicaFailures, ALostTaskWithSharedTablesResumesFromTheCheckpoint) {
+  {
+    std::ofstream f(dir_ / "ids.csv");
+    f << "id,target\n";
+    for (int i = 0; i < 90; ++i) f << (i * 7) % 30 << "," << 0.1 * ((i * 7) % 30 % 5) << "\n";
+  }
+  const std::string job = R"({
+    "graph": {"nodes": [
+      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
+      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
+      {"name": "T", "op": "Variable", "attrs": {"dtype": "float32", "shape": [30, 4], "init": "uniform",
+                                                 "partitions": 3}},
+      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [4], "init": "uniform"}},
+      {"name": "emb", "op": "Gather", "inputs": ["T", "ids"]},
+      {"name": "weighted", "op": "Mul", "inputs": ["emb", "w"]},
+      {"name": "row_axis", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
+      {"name": "pred", "op": "Sum", "inputs": ["weighted", "row_axis"]},
+      {"name": "err", "op": "Sub", "inputs": ["pred", "y"]},
+      {"name": "sq", "op": "Square", "inputs": ["err"]},
+      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
+      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
+    ]},
+    "loss": "loss",
+    "optimizer": {"type": "adam", "learning_rate": 0.02},
+    "input": {"format": "csv", "files": {"ids": "ids.csv", "y": "ids.csv"},
+              "columns": {"ids": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
+              "header": true, "batch_size": 8, "epochs": 50},
+    "checkpoint": {"every_steps": 10},
+    "replicas": 3, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("],
+    "partitioned_tables": "shared",
+    "min_replicas": 2, "replica_wait_seconds": 30,
+    "check_replicas_every": 1,
+    "seed": 5
+  })";
+  LocalCluster cluster(3, 1, 60, dir_.string());
+  JobManager* jobs = Manager(&cluster);
+  StatusOr<JobInfo> ref = jobs->Submit(job);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const JobInfo uninterrupted = WaitFor(jobs, ref->id, 120, Finished, "the reference job finishing");
+  ASSERT_EQ(uninterrupted.state, JobState::kSucceeded) << uninterrupted.error;
+  StatusOr<JobInfo> info = jobs->Submit(job);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  const std::string id = info->id;
+  WaitFor(jobs, id, 60, [](const JobInfo& j) { return j.checkpoint_step >= 10 || IsTerminal(j.state); },
+          "a checkpoint at step 10");
+  cluster.Stop(2);
+  JobInfo j = WaitFor(jobs, id, 60, [&](const JobInfo& j) {
+    return IsTerminal(j.state) || Contains(Events(id, JobEvent::Kind::kResume), "with 2 of 3 replicas");
+  }, "a resume with 2 replicas");
+  ASSERT_EQ(j.state, JobState::kRunning) << j.error;
+  EXPECT_GE(j.resumed_from_step, 10);
+  cluster.Restart(2);
+  j = WaitFor(jobs, id, 60, [&](const JobInfo& j) {
+    return IsTerminal(j.state) || Contains(Events(id, JobEvent::Kind::kResume), "rejoined: /job:worker/task:2");
+  }, "task 2 rejoining");
+  j = WaitFor(jobs, id, 120, Finished, "the job finishing");
+  EXPECT_EQ(j.state, JobState::kSucceeded) << j.error;
+  EXPECT_EQ(j.step, uninterrupted.step);
+  EXPECT_NEAR(j.loss, uninterrupted.loss, 1e-3 * (1 + uninterrupted.loss));
+  if (HasFailure()) std::printf("resume events:%s\n", All(Events(id, JobEvent::Kind::kResume)).c_str());
 }
 
 TEST_F(ReplicaFailures, FewerThanMinReplicasWaitsThenFailsNamingTheTask) {
