@@ -163,8 +163,13 @@ void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp o
     try {
       Ring(dtype, single && !r.in_place ? first.raw_data() : nullptr, &r.out, op,
            uint32_t(base + 2 + d), deadline, members);
-    } catch (const Abandoned&) {
-      Parked parked;  // the ring's memory (never the caller's: not in place)
+    } catch (...) {
+      // A late peer of an abandoned round, or the pair of a failed one
+      // (Gloo's thread may still receive into it after the ring threw:
+      // TSan saw a recv write a freed buffer when a task was stopped
+      // mid-round), may reach the ring's memory: it stays with the
+      // collective (in place, the caller's buffer: a reference keeps it).
+      Parked parked;
       parked.tensors.push_back(std::move(r.out));
       Park(std::move(parked));
       throw;
@@ -336,6 +341,11 @@ Status GlooCollective::Impl::Recv(std::vector<Tensor>* tensors, int from, uint32
     Park(std::move(parked));
     return AbandonedStatus("receive", tag);
   } catch (const std::exception& e) {
+    // The sender may still write into the posted buffers: they stay too.
+    Parked parked;
+    parked.tensors = std::move(into);
+    parked.buffers = std::move(posted);
+    Park(std::move(parked));
     const bool timeout = std::string(e.what()).find("Timed out") != std::string::npos;
     return Fail(int64_t(tag), {timeout, e.what()}, timeout ? std::vector<int>{from} : std::vector<int>{});
   }

@@ -223,6 +223,15 @@ class WorkerService::Impl final : public WorkerBase {
     std::unordered_set<std::shared_ptr<Waiting>> pending ABSL_GUARDED_BY(mu);  // calls waiting
     int partitions_running ABSL_GUARDED_BY(mu) = 0;
     CondVar idle_cv;
+    // WorkerSessions not yet destroyed. The last reference to one may be
+    // dropped by a kernel's late callback (an aborted collective's thread)
+    // after its partition has ended: its variables go back to the task's
+    // devices then, so the service is destroyed (and the devices after it)
+    // only once every session is. Its own mutex: a session is released
+    // with `mu` held (CloseSession, the orphan sweep).
+    Mutex alive_mu;
+    CondVar alive_cv;
+    int sessions_alive ABSL_GUARDED_BY(alive_mu) = 0;
   };
   std::shared_ptr<Shared> sh_ = std::make_shared<Shared>();
   std::map<std::string, std::shared_ptr<WorkerSession>> sessions_ ABSL_GUARDED_BY(sh_->mu);
@@ -272,7 +281,15 @@ class WorkerService::Impl final : public WorkerBase {
     MutexLock l(sh_->mu);
     std::shared_ptr<WorkerSession>& s = sessions_[handle];
     if (s == nullptr) {
-      s = std::make_shared<WorkerSession>();
+      {
+        MutexLock a(sh_->alive_mu);
+        ++sh_->sessions_alive;
+      }
+      s = std::shared_ptr<WorkerSession>(new WorkerSession(), [sh = sh_](WorkerSession* w) {
+        delete w;
+        MutexLock a(sh->alive_mu);
+        if (--sh->sessions_alive == 0) sh->alive_cv.NotifyAll();
+      });
       s->master_task = master_task;
       s->master_incarnation = master_incarnation;
       s->resources = std::make_shared<ResourceMgr>();
@@ -725,6 +742,15 @@ WorkerService::~WorkerService() {
     sessions.swap(impl_->sessions_);
   }
   sessions.clear();
+  {
+    // A session still referenced by a late callback (see Shared): waited
+    // for, bounded like the partitions in Shutdown.
+    Impl::Shared& sh = *impl_->sh_;
+    MutexLock a(sh.alive_mu);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sh.sessions_alive != 0 && sh.alive_cv.WaitUntil(sh.alive_mu, give_up)) {
+    }
+  }
   // Joins the pool's threads: what they hold of the partitions goes first.
   impl_->pool_.reset();
 }
