@@ -19,6 +19,7 @@
 #include "jobs/step_trace_view.h"
 #include "scheduler/cluster_view.h"
 #include "scheduler/collective.h"
+#include "scheduler/local_step_race.h"
 #include "scheduler/replica_comm.h"
 #include "scheduler/step_trace.h"
 #include "state/replica_input.h"

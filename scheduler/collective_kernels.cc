@@ -32,6 +32,17 @@ void ScaleInto(const Tensor& x, double factor, void* out) {
   }
 }
 
+// Indices (int32 or int64) as a new int64 tensor: what travels between
+// replicas.
+Tensor AsInt64(const Tensor& indices) {
+  Tensor out(DataType::kInt64, indices.shape());
+  for (int64_t i = 0; i < indices.num_elements(); ++i) {
+    out.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
+                                                                 : indices.data<int64_t>()[i];
+  }
+  return out;
+}
+
 // The session's ReplicaComm `group`, for the kernel `op`; FAILED_PRECONDITION
 // outside a job with replicas.
 StatusOr<std::shared_ptr<ReplicaComm>> LookupComm(OpKernelContext* ctx, const std::string& op,
@@ -139,11 +150,7 @@ class AllGatherOp final : public AsyncOpKernel {
         InvalidArgument("_AllGather: indices " + indices.shape().ToString() + " and values " +
                         values.shape().ToString() + " must have one row per index"),
         done);
-    Tensor idx(DataType::kInt64, indices.shape());
-    for (int64_t i = 0; i < indices.num_elements(); ++i) {
-      idx.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
-                                                                   : indices.data<int64_t>()[i];
-    }
+    Tensor idx = AsInt64(indices);
     Tensor weighted(values.dtype(), values.shape());
     if (weighted.num_elements() > 0) ScaleInto(values, count, weighted.raw_data());
     (*comm)->SubmitGather(int(bucket_), std::move(idx), std::move(weighted), count,
@@ -191,12 +198,7 @@ class SharedGatherOp final : public AsyncOpKernel {
                                                "got " + indices.shape().ToString(),
                                            name()),
                            done);
-      Tensor t(DataType::kInt64, indices.shape());
-      for (int64_t i = 0; i < indices.num_elements(); ++i) {
-        t.data<int64_t>()[i] = indices.dtype() == DataType::kInt32 ? int64_t(indices.data<int32_t>()[i])
-                                                                   : indices.data<int64_t>()[i];
-      }
-      ids.push_back(std::move(t));
+      ids.push_back(AsInt64(indices));
     }
     // The parts this replica holds, by part index.
     std::map<int64_t, Tensor> params;

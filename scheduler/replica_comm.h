@@ -1,8 +1,7 @@
 // The all-reduce of data-parallel training: ReplicaComm, the resource through
-// which a replica's _AllReduce kernels reach its Collective, and
-// LocalStepRace, the in-process StepRace that picks the contributors of a
-// step when a job has backup replicas. The kernels themselves are in
-// collective_kernels.cc.
+// which a replica's _AllReduce kernels reach its Collective (the in-process
+// StepRace of backup replicas is in scheduler/local_step_race.h). The
+// kernels themselves are in collective_kernels.cc.
 //
 // Each replica of a training job has its own session and ResourceMgr; the
 // job creates one ReplicaComm there (container kReplicaContainer, name = the
@@ -94,42 +93,6 @@ struct ReplicaGroupSpec {
   // INVALID_ARGUMENT naming the node and the attribute when one is missing
   // or of another kind.
   static StatusOr<ReplicaGroupSpec> FromNode(const NodeDef& node);
-};
-
-// The race of replicas in one process (scheduler/collective.h, StepRace).
-class LocalStepRace final : public StepRace {
- public:
-  LocalStepRace(int replicas, int contributors);
-
-  StatusOr<Decision> Decide(int64_t step, int rank, bool has_examples,
-                            std::chrono::steady_clock::time_point deadline,
-                            std::chrono::milliseconds settle_after =
-                                std::chrono::milliseconds(0)) override;
-  StatusOr<bool> Decided(int64_t step) override;
-  StatusOr<bool> WaitDecidedWithout(int64_t step, int rank,
-                                    std::chrono::milliseconds delay) override;
-  StatusOr<Outcome> Settle(int64_t step, Outcome proposal,
-                           std::chrono::steady_clock::time_point deadline) override;
-  StatusOr<Outcome> OutcomeOf(int64_t step) override;
-  Status RecordAbandoned(int64_t step, int rank) override;
-  Status End(int64_t step) override;
-  StatusOr<std::vector<int64_t>> Dropped() override;
-
- private:
-  struct StepState {
-    std::vector<int> with;  // arrivals with examples, in order
-    int arrived = 0;
-    bool decided = false;
-    std::vector<int> members;  // once decided, increasing
-    Outcome outcome = Outcome::kOpen;
-  };
-
-  const int replicas_;
-  const int quota_;
-  mutable Mutex mu_;
-  CondVar cv_;
-  std::map<int64_t, StepState> steps_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> dropped_ ABSL_GUARDED_BY(mu_);
 };
 
 class ReplicaComm final : public ResourceBase {

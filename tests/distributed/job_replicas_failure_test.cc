@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -22,6 +21,7 @@
 #include "graph/mutex.h"
 #include "jobs/job_manager.h"
 #include "tests/distributed/local_cluster.h"
+#include "tests/distributed/replica_job_options.h"
 #include "tests/server/server_test_util.h"
 
 namespace flowstate {
@@ -203,32 +203,12 @@ TEST_F(ReplicaFailures, ALostTaskResumesFromTheCheckpointWithTheOthersAndRejoins
 // parts between them, the task rejoins later, and the run ends as the
 // uninterrupted one does.
 TEST_F(ReplicaFailures, ALostTaskWithSharedTablesResumesFromTheCheckpoint) {
-  {
-    std::ofstream f(dir_ / "ids.csv");
-    f << "id,target\n";
-    for (int i = 0; i < 90; ++i) f << (i * 7) % 30 << "," << 0.1 * ((i * 7) % 30 % 5) << "\n";
-  }
+  testing::WriteIdsCsv(dir_);
   const std::string job = R"({
-    "graph": {"nodes": [
-      {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
-      {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
-      {"name": "T", "op": "Variable", "attrs": {"dtype": "float32", "shape": [30, 4], "init": "uniform",
-                                                 "partitions": 3}},
-      {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [4], "init": "uniform"}},
-      {"name": "emb", "op": "Gather", "inputs": ["T", "ids"]},
-      {"name": "weighted", "op": "Mul", "inputs": ["emb", "w"]},
-      {"name": "row_axis", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
-      {"name": "pred", "op": "Sum", "inputs": ["weighted", "row_axis"]},
-      {"name": "err", "op": "Sub", "inputs": ["pred", "y"]},
-      {"name": "sq", "op": "Square", "inputs": ["err"]},
-      {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-      {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]}
-    ]},
+    "graph": )" + testing::EmbeddingGraphJson() + R"(,
     "loss": "loss",
     "optimizer": {"type": "adam", "learning_rate": 0.02},
-    "input": {"format": "csv", "files": {"ids": "ids.csv", "y": "ids.csv"},
-              "columns": {"ids": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
-              "header": true, "batch_size": 8, "epochs": 50},
+    "input": )" + testing::IdsInputJson(50, false) + R"(,
     "checkpoint": {"every_steps": 10},
     "replicas": 3, "devices": [")" + Task(0) + R"(", ")" + Task(1) + R"(", ")" + Task(2) + R"("],
     "partitioned_tables": "shared",

@@ -8,9 +8,7 @@
 // evaluates on this task with the parts copied from their holders.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,10 +47,7 @@ class SharedTables : public ::testing::Test {
     // 90 rows of (id, target): id in [0, 30), the target a function of it;
     // batches of 8, so the epoch's last step leaves a replica without a
     // batch (it looks up and answers with 0 examples).
-    std::ofstream f(dir_ / "ids.csv");
-    f << "id,target\n";
-    for (int i = 0; i < 90; ++i) f << (i * 7) % 30 << "," << std::sin(0.3 * ((i * 7) % 30)) << "\n";
-    f.close();
+    testing::WriteIdsCsv(dir_);
     StatusOr<int> port = store_.Start("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     store_address_ = "127.0.0.1:" + std::to_string(*port);
@@ -64,26 +59,10 @@ class SharedTables : public ::testing::Test {
   static std::string Job(int replicas, const std::string& extra, const std::string& strategy = "mod",
                          const std::string& table_reader = "") {
     return R"({
-      "graph": {"nodes": [
-        {"name": "ids", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
-        {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
-        {"name": "T", "op": "Variable", "attrs": {"dtype": "float32", "shape": [30, 4],
-          "init": "uniform", "partitions": 3, "partition_strategy": ")" + strategy + R"("}},
-        {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [4], "init": "uniform"}},
-        {"name": "emb", "op": "Gather", "inputs": ["T", "ids"]},
-        {"name": "weighted", "op": "Mul", "inputs": ["emb", "w"]},
-        {"name": "row_axis", "op": "Const", "attrs": {"dtype": "int32", "value": 1}},
-        {"name": "pred", "op": "Sum", "inputs": ["weighted", "row_axis"]},
-        {"name": "err", "op": "Sub", "inputs": ["pred", "y"]},
-        {"name": "sq", "op": "Square", "inputs": ["err"]},
-        {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
-        {"name": "loss", "op": "Mean", "inputs": ["sq", "axes"]})" + table_reader + R"(
-      ]},
+      "graph": )" + testing::EmbeddingGraphJson(strategy, table_reader) + R"(,
       "loss": "loss",
       "optimizer": {"type": "adam", "learning_rate": 0.05},
-      "input": {"format": "csv", "files": {"ids": "ids.csv", "y": "ids.csv"},
-                "columns": {"ids": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
-                "header": true, "batch_size": 8, "epochs": 3, "shuffle": true},
+      "input": )" + testing::IdsInputJson(3, true) + R"(,
       "eval": {"files": {"ids": "ids.csv", "y": "ids.csv"}, "metrics": ["loss"], "batch_size": 16},
       "replicas": )" + std::to_string(replicas) + extra + R"(,
       "check_replicas_every": 4,

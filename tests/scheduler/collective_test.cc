@@ -1,4 +1,5 @@
 #include "scheduler/collective.h"
+#include "scheduler/local_step_race.h"
 #include "scheduler/replica_comm.h"
 
 #include <gtest/gtest.h>
