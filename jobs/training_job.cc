@@ -340,7 +340,7 @@ Status TrainingJob::Restore(const JobSnapshot& snapshot) {
       const std::string name = LogicalName(v, graph_.partitioned);
       return InvalidArgument("the checkpoint has no value for variable '" + name + "'", name);
     }
-    if (shared_ && shared_->holders.count(v) && shared_->holders.at(v) != 0) continue;  // its holder's
+    if (!Holds(0, v)) continue;  // its holder's (RestoreReplica)
     FS_ASSIGN_OR_RETURN(std::shared_ptr<Variable> var, FindVariable(v));
     const Tensor& t = *it->second;
     if (t.dtype() != var->dtype() || !var->declared_shape().IsCompatibleWith(t.shape())) {

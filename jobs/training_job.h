@@ -386,6 +386,9 @@ class TrainingJob {
   const std::vector<std::string>& ReplicaVariables(int i) const;
   // The variables every replica holds, which replica checks compare.
   const std::vector<std::string>& CheckedVariables() const;
+  // Whether replica i holds variable v (every variable but the shared
+  // parts other replicas hold).
+  bool Holds(int i, const std::string& v) const;
   // Of `names`, those replica i holds, in order.
   std::vector<std::string> HeldBy(int i, const std::vector<std::string>& names) const;
   // The values of `names` (variables of graph()), each read from a replica

@@ -407,22 +407,24 @@ const std::vector<std::string>& TrainingJob::CheckedVariables() const {
   return shared_ ? shared_->replicated : graph_.variables;
 }
 
+bool TrainingJob::Holds(int i, const std::string& v) const {
+  if (!shared_) return true;
+  auto it = shared_->holders.find(v);
+  return it == shared_->holders.end() || it->second == i;
+}
+
 std::vector<std::string> TrainingJob::HeldBy(int i, const std::vector<std::string>& names) const {
-  if (!shared_) return names;
   std::vector<std::string> out;
   for (const std::string& v : names) {
-    auto it = shared_->holders.find(v);
-    if (it == shared_->holders.end() || it->second == i) out.push_back(v);
+    if (Holds(i, v)) out.push_back(v);
   }
   return out;
 }
 
 std::vector<std::string> TrainingJob::ModelPartsElsewhere() const {
   std::vector<std::string> out;
-  if (!shared_) return out;
   for (const std::string& v : graph_.model_variables) {
-    auto it = shared_->holders.find(v);
-    if (it != shared_->holders.end() && it->second != 0) out.push_back(v);
+    if (!Holds(0, v)) out.push_back(v);
   }
   return out;
 }
