@@ -421,6 +421,13 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
     int64_t nbytes = 0;
     for (const Tensor& t : req.tensors) nbytes += int64_t(t.TotalBytes());
     const auto start = std::chrono::steady_clock::now();
+    // A collective call done: its time and count in the totals.
+    auto count_call = [&]() {
+      state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+      state->calls.fetch_add(1);
+    };
     const auto deadline = start + options.timeout;
     if (options.race != nullptr && bucket == 0) {
       // The step's first bucket: who contributes to it.
@@ -510,10 +517,7 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
         state->call.active = false;
         state->watch_cv.NotifyAll();
       }
-      state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
-      state->calls.fetch_add(1);
+      count_call();
       if (!s.ok() || abandoned()) {
         if (abandoned()) {
           give_up(member, &req);
@@ -577,10 +581,7 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
                  : StatusOr<std::vector<Tensor>>(s);
       req.tensors.clear();
       req.rows = nullptr;  // the parts' buffers, before `done`
-      state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
-      state->calls.fetch_add(1);
+      count_call();
       if (!mine.ok()) {
         fail(&req, mine.status());
         continue;
@@ -615,10 +616,7 @@ void ReplicaComm::Loop(std::shared_ptr<State> state) {
       if (options.race != nullptr && !decision->contributes) ZeroAll(&req.tensors);
       s = collective.AllReduce(&req.tensors, ReduceOp::kSum, deadline);
     }
-    state->wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now() - start)
-                           .count());
-    state->calls.fetch_add(1);
+    count_call();
     if (!s.ok()) {
       fail(&req, s);
       continue;
