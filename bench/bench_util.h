@@ -3,7 +3,10 @@
 // BestSecondsPerCall(fn) runs fn once to warm up, then `reps` repetitions,
 // each calling fn until at least `min_seconds` have passed, and returns the
 // best repetition's time per call (the least disturbed by the rest of the
-// machine).
+// machine). BestSecondsPerCallAlternating(fns) does the same for several
+// functions side by side: each repetition runs every function in turn for
+// `min_seconds`, so a change in the machine's load falls on all of them
+// alike, and returns each one's best repetition.
 //
 // Every figure is printed as one JSON line on stdout:
 //   {"name": "matmul_f32/flowstate/1024/t1", "value": 118.2, "unit": "GFLOP/s",
@@ -23,6 +26,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace flowstate::bench {
 
@@ -41,22 +45,30 @@ inline TimingOptions ParseTimingOptions(int argc, char** argv) {
   return o;
 }
 
-inline double BestSecondsPerCall(const std::function<void()>& fn, const TimingOptions& o = {}) {
+inline std::vector<double> BestSecondsPerCallAlternating(
+    const std::vector<std::function<void()>>& fns, const TimingOptions& o = {}) {
   using Clock = std::chrono::steady_clock;
-  fn();  // warm up: caches, lazily started thread pools, JIT-ed kernels
-  double best = std::numeric_limits<double>::infinity();
+  // Warm up each: caches, lazily started thread pools, JIT-ed kernels.
+  for (const auto& fn : fns) fn();
+  std::vector<double> best(fns.size(), std::numeric_limits<double>::infinity());
   for (int r = 0; r < o.reps; ++r) {
-    int64_t calls = 0;
-    const Clock::time_point start = Clock::now();
-    double elapsed = 0;
-    do {
-      fn();
-      ++calls;
-      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (elapsed < o.min_seconds);
-    best = std::min(best, elapsed / double(calls));
+    for (size_t i = 0; i < fns.size(); ++i) {
+      int64_t calls = 0;
+      const Clock::time_point start = Clock::now();
+      double elapsed = 0;
+      do {
+        fns[i]();
+        ++calls;
+        elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      } while (elapsed < o.min_seconds);
+      best[i] = std::min(best[i], elapsed / double(calls));
+    }
   }
   return best;
+}
+
+inline double BestSecondsPerCall(const std::function<void()>& fn, const TimingOptions& o = {}) {
+  return BestSecondsPerCallAlternating({fn}, o)[0];
 }
 
 // One figure; ratio_to empty means "not a comparison" (printed as nulls).

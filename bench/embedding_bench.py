@@ -9,7 +9,11 @@ BuildTrainingGraph), PyTorch's nn.Embedding(sparse=True) with
 torch.optim.SparseAdam on the table and torch.optim.Adam on the MLP. Each
 (system, size) runs in its own process with the same intra-op thread count
 (--threads), fresh random ids every step; the step time is the best of
---reps repetitions of at least --min-time seconds each. Also reported: the
+--reps repetitions of at least --min-time seconds each. The growth from the
+smallest to the largest table is measured side by side in one more process
+(embedding_bench --beside: the two models' repetitions alternate, 4 x --reps
+of --min-time / 4 each), so that a change in the machine's load between
+two processes cannot pass for growth. Also reported: the
 time to initialize the table and Adam's slots (PyTorch creates SparseAdam's
 state on the first step, so its figure is construction plus first step) and
 each process's peak RSS.
@@ -19,12 +23,14 @@ slots plus 25%, and skips the size with a printed note when it is short.
 
 JSON lines (bench_util.py's format), e.g.
   {"name": "embedding/flowstate/rows_10000000/step", "value": 0.6, "unit": "ms"}
-  {"name": "embedding/flowstate/step_growth_1e4_to_1e7", "value": 1.1, "unit": "x"}
+  {"name": "embedding/flowstate/step_growth_1e+04_to_1e+07", "value": 1.1, "unit": "x"}
   {"name": "embedding/speedup_vs_torch/rows_10000000", "value": 2.0, "unit": "x"}
 Targets: growth <= 1.5x, speedup >= 1.5x.
 
   bench/embedding_bench.py --bench build/bench/embedding_bench [--threads 1]
                            [--sizes 10000,100000,1000000,10000000]
+                           [--huge-pages-min-bytes B]   (0: none; default: the
+                                                         allocator's, 64 MiB)
 """
 import argparse
 import json
@@ -109,6 +115,7 @@ def main():
     ap.add_argument("--sizes", default="10000,100000,1000000,10000000")
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--huge-pages-min-bytes", type=int, default=None)
     ap.add_argument("--torch-worker", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -122,6 +129,8 @@ def main():
         print("note: /usr/bin/python3 has no torch; Flowstate's figures only", file=sys.stderr)
         have_torch = False
     sizes = [int(s) for s in args.sizes.split(",")]
+    huge = ([] if args.huge_pages_min_bytes is None
+            else ["--huge-pages-min-bytes", str(args.huge_pages_min_bytes)])
     steps = {}
     for rows in sizes:
         need = int(rows * DIM * 4 * 3 * 1.25)
@@ -132,7 +141,7 @@ def main():
             continue
         tag = "rows_%d" % rows
         out, rss = run([args.bench, "--rows", str(rows), "--threads", str(args.threads),
-                        "--min-time=%g" % args.min_time, "--reps=%d" % args.reps])
+                        "--min-time=%g" % args.min_time, "--reps=%d" % args.reps] + huge)
         fs = {json.loads(l)["name"].rsplit("/", 1)[1]: json.loads(l)["value"]
               for l in out.splitlines() if l.startswith("{")}
         steps[rows] = fs["step"]
@@ -150,11 +159,18 @@ def main():
             figure("embedding/torch/%s/init" % tag, t["init"], "s")
             figure("embedding/torch/%s/peak_rss" % tag, trss / 2**20, "MiB")
             figure("embedding/speedup_vs_torch/%s" % tag, t["step"] * 1e3 / fs["step"], "x")
-    if steps:
+    if len(steps) >= 2:
         lo, hi = min(steps), max(steps)
-        figure("embedding/flowstate/step_growth_%.0e_to_%.0e" % (lo, hi),
-               steps[hi] / steps[lo], "x")
-
+        out, _ = run([args.bench, "--rows", str(hi), "--beside", str(lo),
+                      "--threads", str(args.threads), "--min-time=%g" % (args.min_time / 4),
+                      "--reps=%d" % (4 * args.reps)] + huge)
+        side = {json.loads(l)["name"]: json.loads(l) for l in out.splitlines()
+                if l.startswith("{")}
+        big = side["embedding/flowstate/side_by_side/rows_%d/step" % hi]
+        small = side[big["ratio_to"]]
+        figure("embedding/flowstate/side_by_side/rows_%d/step" % lo, small["value"], "ms")
+        figure("embedding/flowstate/side_by_side/rows_%d/step" % hi, big["value"], "ms")
+        figure("embedding/flowstate/step_growth_%.0e_to_%.0e" % (lo, hi), big["ratio"], "x")
 
 if __name__ == "__main__":
     main()

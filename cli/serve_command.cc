@@ -28,6 +28,7 @@
 #include "server/rest/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "graph/allocator.h"
 #include "graph/periodic_thread.h"
 
 namespace flowstate {
@@ -195,6 +196,7 @@ int RunServer(int argc, char** argv, Mode mode) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  SetHostHugePageMinBytes(size_t(cfg.devices.huge_pages_min_bytes));
   DevicePoolOptions dpo;
   dpo.num_cpu_devices = cfg.devices.cpu_devices;
   dpo.intra_op_threads = cfg.devices.intra_op_threads;

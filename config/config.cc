@@ -197,6 +197,7 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->jobs.retention_seconds = j["jobs"]["retention_seconds"];
   c->devices.memory_limit_fraction = j["devices"]["memory_limit_fraction"];
   c->devices.memory_limit_bytes = j["devices"]["memory_limit_bytes"];
+  c->devices.huge_pages_min_bytes = j["devices"]["huge_pages_min_bytes"];
   c->limits.max_shape_bytes = j["limits"]["max_shape_bytes"];
   c->sessions.idle_timeout_seconds = j["sessions"]["idle_timeout_seconds"];
   c->sessions.max_sessions = j["sessions"]["max_sessions"];
@@ -254,6 +255,7 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->devices.memory_limit_fraction > 0 && c->devices.memory_limit_fraction <= 1,
               "devices.memory_limit_fraction: must be in (0, 1]"),
         Check(c->devices.memory_limit_bytes >= 0, "devices.memory_limit_bytes: must be >= 0 (0: use the fraction)"),
+        Check(c->devices.huge_pages_min_bytes >= 0, "devices.huge_pages_min_bytes: must be >= 0 (0: no huge pages)"),
         Check(c->limits.max_shape_bytes >= 1, "limits.max_shape_bytes: must be >= 1"),
         Check(c->sessions.idle_timeout_seconds > 0, "sessions.idle_timeout_seconds: must be > 0"),
         Check(c->sessions.max_sessions >= 1, "sessions.max_sessions: must be >= 1"),

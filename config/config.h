@@ -72,6 +72,9 @@ struct ServerConfig {
     // physical memory, unless memory_limit_bytes (> 0) sets it in bytes.
     double memory_limit_fraction = 0.8;
     int64_t memory_limit_bytes = 0;
+    // Host blocks of this size and more are advised as transparent huge
+    // pages (graph/allocator.h, SetHostHugePageMinBytes); 0: none.
+    int64_t huge_pages_min_bytes = int64_t{64} << 20;
   } devices;
   struct Jobs {
     int max_running = 2;

@@ -1,9 +1,21 @@
 #include "graph/allocator.h"
 
+#include <atomic>
 #include <cstdlib>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 namespace flowstate {
 namespace {
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+std::atomic<size_t>& HugePageMinBytes() {
+  static std::atomic<size_t> bytes{kDefaultHugePageMinBytes};
+  return bytes;
+}
 
 class HostAllocatorImpl final : public Allocator {
  public:
@@ -11,6 +23,15 @@ class HostAllocatorImpl final : public Allocator {
   void* Allocate(size_t bytes, size_t alignment) override {
     if (alignment < sizeof(void*)) alignment = sizeof(void*);
     void* p = nullptr;
+    const size_t huge_from = HostHugePageMinBytes();
+    if (huge_from > 0 && bytes >= huge_from && alignment <= kHugePageBytes) {
+      if (posix_memalign(&p, kHugePageBytes, bytes) != 0) return nullptr;
+#ifdef __linux__
+      // Advice only: refused (EINVAL without THP), the block stays usable.
+      (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+      return p;
+    }
     if (posix_memalign(&p, alignment, bytes == 0 ? 1 : bytes) != 0) return nullptr;
     return p;
   }
@@ -18,6 +39,12 @@ class HostAllocatorImpl final : public Allocator {
 };
 
 }  // namespace
+
+size_t HostHugePageMinBytes() { return HugePageMinBytes().load(std::memory_order_relaxed); }
+
+void SetHostHugePageMinBytes(size_t bytes) {
+  HugePageMinBytes().store(bytes, std::memory_order_relaxed);
+}
 
 Allocator* HostAllocator() {
   static Allocator* a = new HostAllocatorImpl();

@@ -39,9 +39,25 @@ class Allocator {
   virtual AllocatorStats Stats() const { return {}; }
 };
 
-// The process-wide host allocator (aligned operator new, no tracking).
-// Never destroyed.
+// The process-wide host allocator (posix_memalign, no tracking). Never
+// destroyed.
+//
+// Blocks of at least HostHugePageMinBytes() are aligned to 2 MiB and, on
+// Linux, advised to the kernel as transparent huge pages (MADV_HUGEPAGE):
+// a big embedding table and its optimizer slots, read at random rows, then
+// take a TLB miss per 2 MiB instead of per 4 KiB page (BENCHMARKS.md,
+// "Sparse embeddings"). Where the kernel's THP setting is "never" the advice
+// does nothing; where memory is fragmented the first touch of such a block
+// may wait for the kernel to compact memory.
 Allocator* HostAllocator();
+
+// The default of HostHugePageMinBytes(): 64 MiB.
+inline constexpr size_t kDefaultHugePageMinBytes = size_t{64} << 20;
+// The size from which host blocks are advised as huge pages; 0: none.
+// Thread-safe (an atomic); set once at start-up, from the configuration's
+// devices.huge_pages_min_bytes. Blocks already allocated keep their advice.
+size_t HostHugePageMinBytes();
+void SetHostHugePageMinBytes(size_t bytes);
 
 }  // namespace flowstate
 

@@ -126,6 +126,7 @@ TEST(Config, JobRetentionAndMemoryLimitsHaveSafeDefaults) {
   EXPECT_EQ(c.jobs.retention_seconds, 0);
   EXPECT_DOUBLE_EQ(c.devices.memory_limit_fraction, 0.8);
   EXPECT_EQ(c.devices.memory_limit_bytes, 0);
+  EXPECT_EQ(c.devices.huge_pages_min_bytes, int64_t{64} << 20);
   EXPECT_EQ(c.limits.max_shape_bytes, int64_t(1) << 30);
   StatusOr<std::string> r = LoadServerConfig({"--set", "jobs.retention_seconds=86400", "--set", "devices.memory_limit_fraction=0.5"},
                                   Env({{"FLOWSTATE_LIMITS_MAX_SHAPE_BYTES", "1048576"}}), &c);
@@ -138,6 +139,7 @@ TEST(Config, JobRetentionAndMemoryLimitsHaveSafeDefaults) {
            {R"({"jobs": {"retention_seconds": -5}})", "jobs.retention_seconds: must be >= 0 (0: forever)"},
            {R"({"devices": {"memory_limit_fraction": 1.5}})", "devices.memory_limit_fraction: must be in (0, 1]"},
            {R"({"devices": {"memory_limit_bytes": -1}})", "devices.memory_limit_bytes: must be >= 0 (0: use the fraction)"},
+           {R"({"devices": {"huge_pages_min_bytes": -1}})", "devices.huge_pages_min_bytes: must be >= 0 (0: no huge pages)"},
            {R"({"limits": {"max_shape_bytes": 0}})", "limits.max_shape_bytes: must be >= 1"}}) {
     r = ParseConfigJson(json, &c);
     EXPECT_FALSE(r.ok()) << json;
