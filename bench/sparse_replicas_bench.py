@@ -11,7 +11,9 @@ its indices and values) and "dense" ("sparse_as_dense": true: the
 gradient, as large as the table, goes through the ring all-reduce). The
 model: a table of R x 64 float32, a batch of 512 ids per replica drawn
 uniformly, the rows' dot product with a 64-vector fitted to a target by
-Adam (lazy, sparse updates in both runs: only the exchange differs).
+Adam (lazy, sparse updates in both runs: only the exchange differs), or
+by --optimizer sgd (no slots: what lets two tasks of the dense run of a
+10^7-row table fit this machine's memory).
 With --partitions P (default 2) the table is partitioned in P parts in
 every run, and a third run, "shared" ("partitioned_tables": "shared"),
 keeps one copy of it: part p and its Adam slots on task p % 2 only, each
@@ -31,7 +33,7 @@ Prints one JSON line per figure ({"name", "value", "unit"}).
 
     bench/sparse_replicas_bench.py --flowstate build/flowstate
         [--rows 100000,1000000] [--steps 60] [--dense-max-rows 1000000]
-        [--partitions 2] [--modes rows,dense,shared]
+        [--partitions 2] [--modes rows,dense,shared] [--optimizer adam|sgd]
 """
 
 import argparse
@@ -51,7 +53,7 @@ DIM = 64
 BATCH = 512
 
 
-def job(rows, steps, mode, partitions):
+def job(rows, steps, mode, partitions, optimizer="adam"):
     dense = mode == "dense"
     nodes = [
         {"name": "id", "op": "Placeholder", "attrs": {"dtype": "int32", "shape": [-1]}},
@@ -72,7 +74,7 @@ def job(rows, steps, mode, partitions):
         "name": "embedding-%d-%s" % (rows, mode),
         "graph": {"nodes": nodes},
         "loss": "loss",
-        "optimizer": {"type": "adam", "learning_rate": 0.01},
+        "optimizer": {"type": optimizer, "learning_rate": 0.01},
         "input": {"format": "csv", "files": {"id": "ids-%d.csv" % rows, "y": "ids-%d.csv" % rows},
                   "header": True,
                   "columns": {"id": {"columns": ["id"], "dtype": "int32"}, "y": ["target"]},
@@ -150,6 +152,7 @@ def main():
     ap.add_argument("--dense-max-rows", type=int, default=1000000)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--modes", default="rows,dense,shared")
+    ap.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     a = ap.parse_args()
     modes = a.modes.split(",")
     flowstate = os.path.abspath(a.flowstate)
@@ -190,7 +193,7 @@ def main():
             for mode in modes:
                 if mode == "dense" and rows > a.dense_max_rows:
                     continue
-                results[mode] = run_alone(job(rows, a.steps, mode, a.partitions))
+                results[mode] = run_alone(job(rows, a.steps, mode, a.partitions, a.optimizer))
             for kind, r in results.items():
                 figure("embedding_%d_%s_step" % (rows, kind), r["step_s"] * 1e3, "ms")
                 figure("embedding_%d_%s_loopback_bytes_per_step" % (rows, kind), r["lo_bytes"], "bytes")
