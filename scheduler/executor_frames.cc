@@ -493,8 +493,8 @@ class ControlFlowExecutorState final : public ExecutorStateBase {
 
   void LaunchAsync(const TaggedNode& t) {
     const Executor::NodeItem& item = exec_->items_[t.id];
-    auto* call = new AsyncCall{this, t, std::vector<TensorValue>(item.num_outputs), nullptr};
-    call->frame_iter = TransferTag(t);
+    auto* call = new AsyncCall{this, t, std::vector<TensorValue>(item.num_outputs), nullptr, 0,
+                               TransferTag(t)};
     call->ctx = std::make_unique<OpKernelContext>(
         MakeParams(item, InputsOf(t), call->outputs.data(), call->frame_iter));
     if (args_.trace != nullptr) call->trace_start_ns = args_.trace->NowNs();

@@ -199,7 +199,7 @@ std::vector<Tensor> ReplicaComm::FusedBucket::Split(const Tensor& flat) const {
 void ReplicaComm::Submit(int bucket, std::vector<Tensor> weighted, double count, Callback done,
                          std::shared_ptr<const FusedBucket> fused) {
   weighted.push_back(Tensor::Scalar<double>(count));
-  Enqueue(bucket, Request{std::move(weighted), std::move(done), std::move(fused), false});
+  Enqueue(bucket, Request{std::move(weighted), std::move(done), std::move(fused), false, nullptr});
 }
 
 void ReplicaComm::SubmitGather(int bucket, Tensor indices, Tensor weighted_values, double count,
@@ -208,13 +208,12 @@ void ReplicaComm::SubmitGather(int bucket, Tensor indices, Tensor weighted_value
   rows.push_back(std::move(indices));
   rows.push_back(std::move(weighted_values));
   rows.push_back(Tensor::Scalar<double>(count));
-  Enqueue(bucket, Request{std::move(rows), std::move(done), nullptr, true});
+  Enqueue(bucket, Request{std::move(rows), std::move(done), nullptr, true, nullptr});
 }
 
 void ReplicaComm::SubmitLookup(int bucket, std::vector<Tensor> ids, RowsFn rows, Callback done) {
   ids.push_back(Tensor::Scalar<double>(0.0));
-  Request r{std::move(ids), std::move(done), nullptr, false};
-  r.rows = std::move(rows);
+  Request r{std::move(ids), std::move(done), nullptr, false, std::move(rows)};
   Enqueue(bucket, std::move(r));
 }
 

@@ -109,7 +109,9 @@ TEST(ControlFlowAcrossTasks, ALoopWithItsBodyOrConditionOnTheOtherTask) {
                            {"loop:0", "loop:1"});
       ASSERT_EQ(out.size(), 2u);
       EXPECT_EQ(out[0].scalar<int32_t>(), trips) << body << " " << cond << " x=" << x;
-      if (value != 0.0f) EXPECT_EQ(out[1].scalar<float>(), value);
+      if (value != 0.0f) {
+        EXPECT_EQ(out[1].scalar<float>(), value);
+      }
     }
   }
 }

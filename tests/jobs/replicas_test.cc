@@ -602,7 +602,9 @@ TEST(ReplicasGraph, SharedTablesKeepTheirPartsOnTheirHoldersAndLookUpFirst) {
   int lookups = 0;
   std::vector<int64_t> buckets;
   for (const NodeDef& n : r->graph.nodes) {
-    if (n.op == "Gather") EXPECT_FALSE(n.inputs[0].starts_with("T/part_")) << n.name << " reads a part";
+    if (n.op == "Gather") {
+      EXPECT_FALSE(n.inputs[0].starts_with("T/part_")) << n.name << " reads a part";
+    }
     if (n.op == "_SharedGather") {
       ++lookups;
       EXPECT_EQ(n.attrs.at("N").i(), 3);
@@ -611,7 +613,9 @@ TEST(ReplicasGraph, SharedTablesKeepTheirPartsOnTheirHoldersAndLookUpFirst) {
       EXPECT_EQ(n.attrs.at("num_buckets").i(), r->num_buckets);
       buckets.push_back(n.attrs.at("bucket").i());
     }
-    if (n.op == "_AllReduce" || n.op == "_AllGather") EXPECT_GE(n.attrs.at("bucket").i(), 2) << n.name;
+    if (n.op == "_AllReduce" || n.op == "_AllGather") {
+      EXPECT_GE(n.attrs.at("bucket").i(), 2) << n.name;
+    }
   }
   EXPECT_EQ(lookups, 2);
   std::sort(buckets.begin(), buckets.end());
@@ -632,7 +636,9 @@ TEST(ReplicasGraph, SharedTablesKeepTheirPartsOnTheirHoldersAndLookUpFirst) {
     for (const std::string& in : nodes.at(name)->inputs) todo.push_back(ParseTensorId(in)->node);
   }
   for (const NodeDef& n : r->graph.nodes) {
-    if (n.op == "_AllGather") EXPECT_TRUE(reach.count(n.name)) << n.name << " does not run with the train op";
+    if (n.op == "_AllGather") {
+      EXPECT_TRUE(reach.count(n.name)) << n.name << " does not run with the train op";
+    }
   }
 }
 

@@ -359,16 +359,23 @@ TEST(QueueSession, BadQueueAttrsAreRefusedWhenTheGraphIsBuilt) {
     EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << what;
     EXPECT_EQ(s.status().node(), "q") << what << ": " << s.status().ToString();
   };
-  refuse([](Scope& r) { ops::FIFOQueue(r.WithOpName("q"), {kI32}, {.capacity = -5}); },
+  auto capacity = [](int64_t c) {
+    ops::QueueAttrs a;
+    a.capacity = c;
+    return a;
+  };
+  refuse([&](Scope& r) { ops::FIFOQueue(r.WithOpName("q"), {kI32}, capacity(-5)); },
          "negative capacity");
-  refuse([](Scope& r) { ops::FIFOQueue(r.WithOpName("q"), {kI32}, {.capacity = 0}); },
+  refuse([&](Scope& r) { ops::FIFOQueue(r.WithOpName("q"), {kI32}, capacity(0)); },
          "zero capacity");
   refuse([](Scope& r) { ops::FIFOQueue(r.WithOpName("q"), {}, {}); }, "no components");
   refuse([](Scope& r) {
-    ops::FIFOQueue(r.WithOpName("q"), {kI32, kI32}, {.shapes = {PartialShape({1})}});
+    ops::QueueAttrs one_shape;
+    one_shape.shapes = {PartialShape({1})};
+    ops::FIFOQueue(r.WithOpName("q"), {kI32, kI32}, one_shape);
   }, "one shape for two components");
-  refuse([](Scope& r) {
-    ops::RandomShuffleQueue(r.WithOpName("q"), {kI32}, {.capacity = 4}, {.min_after_dequeue = 4});
+  refuse([&](Scope& r) {
+    ops::RandomShuffleQueue(r.WithOpName("q"), {kI32}, capacity(4), {.min_after_dequeue = 4});
   }, "min_after_dequeue >= capacity");
   refuse([](Scope& r) { ops::PaddingFIFOQueue(r.WithOpName("q"), {kI32}, {}); },
          "padding without shapes");

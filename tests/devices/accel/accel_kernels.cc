@@ -68,8 +68,8 @@ class MatMulOp final : public OpKernel {
  public:
   explicit MatMulOp(OpKernelConstruction* c) : OpKernel(c) {
     bool ta = false, tb = false;
-    c->GetAttr("transpose_a", &ta);
-    c->GetAttr("transpose_b", &tb);
+    (void)c->GetAttr("transpose_a", &ta);  // an error is in c->status()
+    (void)c->GetAttr("transpose_b", &tb);
     if (ta || tb) c->SetStatus(Unimplemented("ACCEL MatMul does not transpose"));
   }
   void Compute(OpKernelContext* ctx) override {
