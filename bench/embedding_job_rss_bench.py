@@ -64,7 +64,7 @@ def main():
             wait_up(api, 0)
             pid = srv.procs[0].pid
             idle = vm(pid, "VmRSS")
-            spec = job(a.rows, a.steps, False)
+            spec = job(a.rows, a.steps, "rows", 1)
             spec["replicas"] = 1
             spec.pop("sparse_as_dense")
             spec["checkpoint"] = {"every_steps": 0}
