@@ -49,6 +49,14 @@ class HostHugePages : public ::testing::Test {
       GTEST_SKIP() << "this kernel has no transparent huge pages "
                       "(/sys/kernel/mm/transparent_hugepage/enabled is missing)";
     }
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("THP_enabled:", 0) == 0 && line.find('0') != std::string::npos) {
+        GTEST_SKIP() << "transparent huge pages are disabled for this process "
+                        "(prctl PR_SET_THP_DISABLE: " << line << ")";
+      }
+    }
     saved_ = HostHugePageMinBytes();
   }
   void TearDown() override { SetHostHugePageMinBytes(saved_); }
