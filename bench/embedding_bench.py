@@ -172,5 +172,6 @@ def main():
         figure("embedding/flowstate/side_by_side/rows_%d/step" % hi, big["value"], "ms")
         figure("embedding/flowstate/step_growth_%.0e_to_%.0e" % (lo, hi), big["ratio"], "x")
 
+
 if __name__ == "__main__":
     main()
