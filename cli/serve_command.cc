@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,49 @@ constexpr const char* kUsage =
     "/job:<type>/replica:0/task:<index>/device:..., and GET /v1/cluster lists the tasks.\n"
     "--check-config: print the merged configuration and the resolved cluster as JSON\n"
     "and exit (0; 2 with the error), listening on nothing and opening nothing.\n";
+
+// Bounds a shutdown: from construction, a second SIGINT or SIGTERM, or
+// `timeout` without Done(), runs `flush` (the store writes out what it
+// holds) and ends the process at once with status 1, whatever its other
+// threads are doing. The signals must be blocked in every thread (this one
+// takes them with sigtimedwait). Done() (or the destructor) ends the watch.
+class ShutdownWatchdog {
+ public:
+  ShutdownWatchdog(const char* name, sigset_t signals, std::chrono::duration<double> timeout,
+                   std::function<void()> flush)
+      : thread_([this, name, signals, timeout, flush = std::move(flush)] {
+          const auto deadline = std::chrono::steady_clock::now() +
+                                std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+          const char* why = nullptr;
+          while (!done_.load()) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= deadline) {
+              why = "the shutdown deadline (server.shutdown_timeout_s) passed";
+              break;
+            }
+            // Wake every 50 ms to see Done().
+            timespec tick{0, 50'000'000};
+            if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+              why = "a second signal came";
+              break;
+            }
+          }
+          if (why == nullptr) return;
+          std::fprintf(stderr, "%s: %s: writing out the store and exiting now\n", name, why);
+          flush();
+          std::fflush(stderr);
+          std::_Exit(1);
+        }) {}
+  ~ShutdownWatchdog() { Done(); }
+  void Done() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 constexpr const char* kWorkerUsage =
     "usage: flowstate worker [--config FILE] [--grpc ADDR] [--set section.key=VALUE]\n"
@@ -255,6 +299,7 @@ int RunServer(int argc, char** argv, Mode mode) {
   so.data_root = cfg.data_root;
   so.max_sessions = cfg.sessions.max_sessions;
   so.session_idle_timeout = std::chrono::seconds(int64_t(cfg.sessions.idle_timeout_seconds));
+  so.max_step = std::chrono::milliseconds(cfg.sessions.max_step_ms);
   so.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   so.max_event_streams = cfg.limits.max_event_streams;
   so.max_shape_bytes = cfg.limits.max_shape_bytes;
@@ -420,11 +465,25 @@ int RunServer(int argc, char** argv, Mode mode) {
 
   int sig = SIGTERM;
   if (!cancel.load()) sigwait(&signals, &sig);  // (else it came while the cluster assembled)
-  std::fprintf(stderr, "%s: %s received, shutting down\n", name, sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fprintf(stderr, "%s: %s received, shutting down (at most %g s; a second signal forces it)\n",
+               name, sig == SIGINT ? "SIGINT" : "SIGTERM", cfg.server.shutdown_timeout_s);
+  // The shutdown's deadline: a second signal, or shutdown_timeout_s, ends
+  // the process whatever still runs (a kernel that never reaches a
+  // cancellation point, a job's checkpoint on a stalled disk) -- once the
+  // store has written out what it holds: every committed write is already
+  // durable (synced), the flush leaves no log to replay.
+  ShutdownWatchdog watchdog(name, signals, std::chrono::duration<double>(cfg.server.shutdown_timeout_s),
+                            [&store] {
+                              if (*store != nullptr) (void)(*store)->Flush();
+                            });
+  // Sessions first: their running steps (a blocked dequeue, an endless
+  // loop) end at once, which frees the frontends' step threads to stop.
+  service.CloseSessions();
   if (*http != nullptr) (*http)->Stop();
   (*grpc)->Stop();
   reaper.Stop();
-  service.Shutdown();  // running steps finish; jobs stop between steps and are checkpointed
+  service.Shutdown();  // jobs stop between steps and are checkpointed as their policy says
+  watchdog.Done();
   std::fprintf(stderr, "%s: stopped\n", name);
   return 0;
 }

@@ -201,6 +201,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->limits.max_shape_bytes = j["limits"]["max_shape_bytes"];
   c->sessions.idle_timeout_seconds = j["sessions"]["idle_timeout_seconds"];
   c->sessions.max_sessions = j["sessions"]["max_sessions"];
+  c->sessions.max_step_ms = j["sessions"]["max_step_ms"];
+  c->server.shutdown_timeout_s = j["server"]["shutdown_timeout_s"];
   c->limits.max_tensor_bytes = j["limits"]["max_tensor_bytes"];
   const int64_t json_depth = j["limits"]["max_json_depth"];
   c->limits.max_json_depth = int(std::clamp<int64_t>(json_depth, 0, 1 << 30));
@@ -259,6 +261,8 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->limits.max_shape_bytes >= 1, "limits.max_shape_bytes: must be >= 1"),
         Check(c->sessions.idle_timeout_seconds > 0, "sessions.idle_timeout_seconds: must be > 0"),
         Check(c->sessions.max_sessions >= 1, "sessions.max_sessions: must be >= 1"),
+        Check(c->sessions.max_step_ms >= 0, "sessions.max_step_ms: must be >= 0 (0: no bound)"),
+        Check(c->server.shutdown_timeout_s > 0, "server.shutdown_timeout_s: must be > 0"),
         Check(c->limits.max_tensor_bytes >= 1, "limits.max_tensor_bytes: must be >= 1"),
         // api::kMaxJsonDepthCeiling (config/ sees no api/ header).
         Check(json_depth >= 1 && json_depth <= 10000,

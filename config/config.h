@@ -87,7 +87,16 @@ struct ServerConfig {
   struct Sessions {
     double idle_timeout_seconds = 600;
     int max_sessions = 64;
+    // The longest a session step (or a prediction) may run, whatever its
+    // own timeout_ms: past it the step ends DEADLINE_EXCEEDED. 0: no bound.
+    int64_t max_step_ms = 600000;
   } sessions;
+  struct Server {
+    // After SIGTERM, how long the server waits for steps to end and jobs
+    // to stop (and be checkpointed) before it exits anyway, its stores
+    // closed. A second SIGTERM or SIGINT forces the exit at once.
+    double shutdown_timeout_s = 30;
+  } server;
   struct Limits {
     int64_t max_tensor_bytes = 0;
     int max_event_streams = 1024;  // REST event streams and gRPC Watch calls together

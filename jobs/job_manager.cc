@@ -353,7 +353,8 @@ std::optional<DataType> JobManager::InputDtype(const std::string& id,
 
 Status JobManager::Predict(const std::string& id,
                            const std::vector<std::pair<std::string, Tensor>>& inputs,
-                           const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+                           const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                           std::chrono::milliseconds timeout) {
   std::shared_ptr<Job> job;
   std::shared_ptr<TrainingJob> runner;
   bool lazy_start = false;
@@ -375,7 +376,19 @@ Status JobManager::Predict(const std::string& id,
     }
   }
   if (lazy_start) FS_RETURN_IF_ERROR(LoadFinished(job, runner));
-  return runner->Predict(inputs, fetches, outputs);
+  return runner->Predict(inputs, fetches, outputs, timeout);
+}
+
+bool JobManager::PredictMayWait(const std::string& id, const std::vector<std::string>& inputs,
+                                const std::vector<std::string>& fetches) const {
+  std::shared_ptr<TrainingJob> runner;
+  {
+    MutexLock l(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second->started) return true;
+    runner = it->second->runner;
+  }
+  return runner == nullptr || runner->PredictMayWait(inputs, fetches);
 }
 
 Status JobManager::LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner) {

@@ -274,8 +274,15 @@ class JobManager {
   // Runs `fetches` of the job's inference graph with its current variables.
   // FAILED_PRECONDITION while the job has no variables (queued, or failed
   // before starting).
+  // `timeout` bounds the run (DEADLINE_EXCEEDED past it; 0: none).
   Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
-                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                 std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Whether such a Predict may wait or run unbounded (Session::StepMayWait
+  // of the inference graph): true for a job not found, not started, or a
+  // signature not run yet.
+  bool PredictMayWait(const std::string& id, const std::vector<std::string>& inputs,
+                      const std::vector<std::string>& fetches) const;
   // The dtype job `id`'s graph expects for the input `name` (its
   // Placeholder's); nullopt for an unknown job or name.
   std::optional<DataType> InputDtype(const std::string& id, const std::string& name) const;

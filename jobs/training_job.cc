@@ -647,8 +647,15 @@ StatusOr<std::map<std::string, double>> TrainingJob::Evaluate() {
   return result;
 }
 
+bool TrainingJob::PredictMayWait(const std::vector<std::string>& inputs,
+                                 const std::vector<std::string>& fetches) const {
+  if (!started_) return true;
+  return eval_session_->StepMayWait(inputs, fetches, {});
+}
+
 Status TrainingJob::Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                            const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
+                            const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                            std::chrono::milliseconds timeout) {
   if (!started_) return FailedPrecondition("the job has not started");
   if (shared_) {
     // The parts held elsewhere as of the last evaluation, or copied now
@@ -659,7 +666,9 @@ Status TrainingJob::Predict(const std::vector<std::pair<std::string, Tensor>>& i
       FS_RETURN_IF_ERROR(SyncSharedParts(0));
     }
   }
-  return eval_session_->Run(inputs, fetches, {}, outputs);
+  RunOptions options;
+  options.timeout = timeout;
+  return eval_session_->Run(inputs, fetches, {}, outputs, nullptr, options);
 }
 
 }  // namespace flowstate

@@ -236,8 +236,13 @@ class TrainingJob {
   StatusOr<std::map<std::string, double>> Evaluate();
   bool has_eval() const { return spec_.eval.has_value(); }
   // Runs `fetches` of the inference graph with the current variables.
+  // `timeout` bounds the run (DEADLINE_EXCEEDED past it; 0: none).
   Status Predict(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                 std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Session::StepMayWait of such a Predict (true before Start()).
+  bool PredictMayWait(const std::vector<std::string>& inputs,
+                      const std::vector<std::string>& fetches) const;
 
   // The job's state between steps. FAILED_PRECONDITION before Start();
   // must not run concurrently with Step().

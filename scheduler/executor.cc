@@ -147,6 +147,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(Graph graph, const Options&
       break;
     }
   }
+  e->may_wait_ = e->frames_ != nullptr ||
+                 std::any_of(e->items_.begin(), e->items_.end(),
+                             [](const NodeItem& item) { return item.is_async; });
   return e;
 }
 

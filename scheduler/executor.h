@@ -116,6 +116,12 @@ class Executor {
 
   int num_nodes() const { return int(items_.size()); }
   const Graph& graph() const { return graph_; }
+  // True when a step of this partition may wait or run unbounded: it holds
+  // an asynchronous kernel (a queue's dequeue or enqueue, a Recv, a
+  // collective) or control flow (a loop may not end). False: its length
+  // follows its inputs, which is what a server may run on a thread that
+  // must not block (server/inline_policy.h).
+  bool may_wait() const { return may_wait_; }
 
  private:
   friend class ExecutorStateBase;
@@ -153,6 +159,7 @@ class Executor {
   int total_inputs_ = 0;
   int max_outputs_ = 0;
   std::unique_ptr<const FrameLayout> frames_;  // null: no control flow (the flat path)
+  bool may_wait_ = false;
 };
 
 }  // namespace flowstate

@@ -54,6 +54,10 @@ void LocalWorker::DeregisterGraph(RegisteredGraph* graph) {
   graphs_.erase(it);
 }
 
+bool LocalWorker::MayWait(const RegisteredGraph* graph) const {
+  return static_cast<const Graph*>(graph)->executor->may_wait();
+}
+
 void LocalWorker::RunGraph(RegisteredGraph* graph, const RunGraphArgs& args,
                            StatusCallback done) {
   if (args.iterations > 1) {

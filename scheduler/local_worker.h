@@ -46,6 +46,7 @@ class LocalWorker final : public Worker {
 
   StatusOr<RegisteredGraph*> RegisterGraph(RegisterGraphRequest request) override;
   void DeregisterGraph(RegisteredGraph* graph) override;
+  bool MayWait(const RegisteredGraph* graph) const override;
   void RunGraph(RegisteredGraph* graph, const RunGraphArgs& args, StatusCallback done) override;
   Status RunGraphSync(RegisteredGraph* graph, const RunGraphArgs& args) override;
   void AbortStep(int64_t step_id, const Status& status) override;

@@ -12,6 +12,7 @@
 #include "scheduler/local_worker.h"
 #include "scheduler/placement.h"
 #include "scheduler/cluster_view.h"
+#include "scheduler/deadline_timer.h"
 #include "scheduler/runtime_kernels.h"
 #include "scheduler/thread_pool.h"
 #include "state/kernels.h"
@@ -36,6 +37,8 @@ struct Session::Executable {
   // whether a partition runs on another task.
   uint64_t generation = 0;
   bool remote = false;
+  // A step of it may wait or run unbounded (Worker::MayWait of a part).
+  bool may_wait = false;
 
   ~Executable() {
     for (const Part& p : parts) p.worker->DeregisterGraph(p.graph);
@@ -232,6 +235,7 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
     }
     RegisteredGraph* handle = *registered;
     exe->parts.push_back({worker, handle});
+    if (worker->MayWait(handle)) exe->may_wait = true;
     if (std::find(exe->workers.begin(), exe->workers.end(), worker) == exe->workers.end()) {
       exe->workers.push_back(worker);
     }
@@ -271,15 +275,34 @@ void Session::EvictRemoteExecutables() {
   }
 }
 
-StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
-    const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
-    const std::vector<std::string>& targets, bool* cache_hit) {
+namespace {
+
+// The cache key of a signature.
+std::string SignatureKey(const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+                         const std::vector<std::string>& targets) {
   std::string key;
   for (const auto& f : feeds) (key += f) += '\x1f';
   key += '\x1e';
   for (const auto& f : fetches) (key += f) += '\x1f';
   key += '\x1e';
   for (const auto& t : targets) (key += t) += '\x1f';
+  return key;
+}
+
+}  // namespace
+
+bool Session::StepMayWait(const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+                          const std::vector<std::string>& targets) const {
+  const std::string key = SignatureKey(feeds, fetches, targets);
+  ReaderMutexLock l(cache_mu_);
+  auto it = cache_.find(key);
+  return it == cache_.end() || it->second->may_wait;
+}
+
+StatusOr<std::shared_ptr<Session::Executable>> Session::GetExecutable(
+    const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+    const std::vector<std::string>& targets, bool* cache_hit) {
+  const std::string key = SignatureKey(feeds, fetches, targets);
   {
     ReaderMutexLock l(cache_mu_);
     auto it = cache_.find(key);
@@ -364,6 +387,20 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     return DeadlineExceeded("the step ran past its deadline of " +
                             std::to_string(options.timeout.count()) + " ms");
   };
+  // The deadline fires on the timer's thread: the step's own threads may
+  // be busy with its nodes (this one runs a loop of cheap nodes inline and
+  // would never come back to look at the clock). Cancelled before Run
+  // returns, waiting for a callback under way: `control` lives on this stack.
+  struct CancelTimer {
+    uint64_t id = 0;
+    ~CancelTimer() {
+      if (id != 0) DeadlineTimer::Global().Cancel(id);
+    }
+  } timer;
+  if (timed) {
+    timer.id = DeadlineTimer::Global().Schedule(
+        deadline, [control, error = deadline_error()] { AbortRun(control, error); });
+  }
 
   std::vector<std::string> feed_names;
   feed_names.reserve(feeds.size());
@@ -425,8 +462,9 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   };
   Status status;
   Status aborted;
-  if (exe->parts.size() == 1 && !timed) {
-    // On this thread; the deadline needs the waiting form below.
+  if (exe->parts.size() == 1) {
+    // On this thread (the deadline and Close() reach it through
+    // control->sync_cancel).
     const Executable::Part& part = exe->parts[0];
     status = part.worker->RunGraphSync(part.graph, a);
     if (!status.ok()) status = Attribute(status, part.worker);
@@ -457,15 +495,6 @@ Status Session::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     }
     {
       MutexLock l(mu);
-      if (timed) {
-        while (remaining != 0 && cv.WaitUntil(mu, deadline)) {
-        }
-      }
-      if (timed && remaining != 0) {
-        l.Unlock();
-        AbortRun(control, deadline_error());
-        l.Lock();
-      }
       while (remaining != 0) cv.Wait(mu);
     }
     aborted = finish();
@@ -527,15 +556,13 @@ Status Session::ImportKernelStates(const std::map<std::string, std::string>& sta
   return Status();
 }
 
-Status Session::Close() {
+Status Session::Close(const std::string& reason) {
   MutexLock l(run_mu_);
   closed_ = true;
   // Steps that wait (on a queue, a Recv) would never end by themselves.
   // Told with run_mu_ held, which keeps them listed (they leave under it);
   // nothing an abort sets off takes run_mu_.
-  for (StepControl* c = steps_; c != nullptr; c = c->next) {
-    AbortRun(c, Cancelled("the session was closed"));
-  }
+  for (StepControl* c = steps_; c != nullptr; c = c->next) AbortRun(c, Cancelled(reason));
   while (running_ != 0) run_cv_.Wait(run_mu_);
   l.Unlock();
   {

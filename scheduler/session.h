@@ -139,10 +139,18 @@ class Session {
              std::vector<Tensor>* outputs, RunStats* stats = nullptr,
              const RunOptions& options = RunOptions());
 
-  // Aborts the running steps (CANCELLED: a step waiting on a queue ends at
-  // once) and waits for them; afterwards Run and Extend fail with
-  // FAILED_PRECONDITION. Idempotent.
-  Status Close();
+  // Whether a Run of this signature may wait or run unbounded: its
+  // executable is not built yet (nothing is known of it), runs on another
+  // task, or holds an asynchronous kernel (a queue, a Recv, a collective)
+  // or a loop (Executor::may_wait). False: the step's length follows its
+  // inputs. Feeds by name, as Run takes them. Cheap (one cache look-up).
+  bool StepMayWait(const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+                   const std::vector<std::string>& targets) const;
+
+  // Aborts the running steps (CANCELLED with `reason`: a step waiting on a
+  // queue ends at once, a loop at its next iteration) and waits for them;
+  // afterwards Run and Extend fail with FAILED_PRECONDITION. Idempotent.
+  Status Close(const std::string& reason = "the session was closed");
 
   // The current graph (resolved). Never null.
   std::shared_ptr<const Graph> graph() const;

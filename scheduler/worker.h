@@ -93,6 +93,10 @@ class Worker {
   // Frees what RegisterGraph built (stateful kernels keep their state for
   // the session). REQUIRES: no step is running the graph.
   virtual void DeregisterGraph(RegisteredGraph* graph) = 0;
+  // Whether a step of the partition may wait or run unbounded
+  // (Executor::may_wait): an asynchronous kernel or a loop. A worker that
+  // cannot tell (another task's) says true.
+  virtual bool MayWait(const RegisteredGraph* graph) const { return true; }
 
   // Runs one step of a registered partition; `done` is called exactly once,
   // on some thread, when every node of it has finished or the step was

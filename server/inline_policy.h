@@ -11,10 +11,10 @@
 // inputs), and fewer than `max_inline` requests run inline at that moment,
 // so that transport threads stay free for other connections. A key not seen
 // yet is handed off (its first run measures it). The table of keys is
-// bounded (cleared when full). A step that turns slow with inputs of the
-// same size can still run inline once; it then holds its transport thread
-// (and the connections on it) for its length, and its key goes back to the
-// pool.
+// bounded (cleared when full). The caller runs inline only steps that
+// cannot wait or run unbounded (no queue, Recv, collective or loop:
+// Session::StepMayWait); such a step's length follows its inputs, which the
+// body-size rule bounds, so a key's next run is as quick as its last.
 //
 // Thread-safe; shared by the transport threads of one frontend.
 #ifndef FLOWSTATE_SERVER_INLINE_POLICY_H_
@@ -37,6 +37,11 @@ class InlinePolicy {
     int max_inline = 1;
     size_t max_keys = 4096;
   };
+
+  // What Finish records for a request that turned out to be one that may
+  // wait (its step holds a queue or a loop): the next of its key is handed
+  // off, and measured there.
+  static constexpr std::chrono::nanoseconds kMayWait = std::chrono::hours(1);
 
   explicit InlinePolicy(const Options& options) : options_(options) {}
 

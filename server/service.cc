@@ -56,15 +56,19 @@ Service::Service(const ServiceOptions& options) : options_(options) {
 
 Service::~Service() { Shutdown(); }
 
-void Service::Shutdown() {
-  jobs_->Shutdown();
+void Service::CloseSessions() {
   std::map<std::string, SessionEntry> sessions;
   {
     MutexLock l(mu_);
     shut_down_ = true;
     sessions.swap(sessions_);
   }
-  for (auto& [id, e] : sessions) e.session->Close().CheckOk();
+  for (auto& [id, e] : sessions) e.session->Close("the server is shutting down").CheckOk();
+}
+
+void Service::Shutdown() {
+  CloseSessions();
+  jobs_->Shutdown();
 }
 
 bool Service::Ready() const {
@@ -104,6 +108,7 @@ StatusOr<std::string> Service::CreateSession(const GraphDef& graph) {
 
 StatusOr<std::shared_ptr<Session>> Service::FindSession(const std::string& id) {
   MutexLock l(mu_);
+  if (shut_down_) return Unavailable("the server is shutting down");
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return NotFound("no session '" + id + "'");
   it->second.last_used = std::chrono::steady_clock::now();
@@ -128,7 +133,11 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
   std::vector<Tensor> out;
   std::unique_ptr<StepTraceCollector> collector;
   RunOptions options;
+  // The client's deadline, within the server's bound.
   options.timeout = std::chrono::milliseconds(req.timeout_ms);
+  const bool server_bound = options_.max_step.count() > 0 &&
+                            (options.timeout.count() <= 0 || options_.max_step < options.timeout);
+  if (server_bound) options.timeout = options_.max_step;
   if (req.trace && trace != nullptr) {
     collector = std::make_unique<StepTraceCollector>();
     options.trace = collector.get();
@@ -136,10 +145,26 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
   RunStats stats;
   Status run = s->Run(req.feeds, req.fetches, req.targets, &out, &stats, options);
   if (collector) *trace = MakeStepTrace(*collector, stats.step_id);
+  if (server_bound && run.code() == Code::kDeadlineExceeded) {
+    return Status(run.code(), run.message() + " (the server's sessions.max_step_ms)", run.node());
+  }
   FS_RETURN_IF_ERROR(run);
   std::vector<std::pair<std::string, Tensor>> named;
   for (size_t i = 0; i < out.size(); ++i) named.emplace_back(req.fetches[i], std::move(out[i]));
   return named;
+}
+
+bool Service::SessionStepMayWait(const std::string& id, const std::vector<std::string>& feeds,
+                                 const std::vector<std::string>& fetches,
+                                 const std::vector<std::string>& targets) {
+  std::shared_ptr<Session> s;
+  {
+    MutexLock l(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return true;
+    s = it->second.session;
+  }
+  return s->StepMayWait(feeds, fetches, targets);
 }
 
 Status Service::CloseSession(const std::string& id) {
@@ -182,8 +207,21 @@ Status Service::DeleteJob(const std::string& id) { return jobs_->Delete(id); }
 
 Status Service::Predict(const std::string& id,
                         const std::vector<std::pair<std::string, Tensor>>& inputs,
-                        const std::vector<std::string>& fetches, std::vector<Tensor>* outputs) {
-  return jobs_->Predict(id, inputs, fetches, outputs);
+                        const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                        std::chrono::milliseconds timeout) {
+  const bool server_bound = options_.max_step.count() > 0 &&
+                            (timeout.count() <= 0 || options_.max_step < timeout);
+  if (server_bound) timeout = options_.max_step;
+  Status s = jobs_->Predict(id, inputs, fetches, outputs, timeout);
+  if (s.code() == Code::kDeadlineExceeded && server_bound) {
+    return Status(s.code(), s.message() + " (the server's sessions.max_step_ms)", s.node());
+  }
+  return s;
+}
+
+bool Service::PredictMayWait(const std::string& id, const std::vector<std::string>& inputs,
+                             const std::vector<std::string>& fetches) const {
+  return jobs_->PredictMayWait(id, inputs, fetches);
 }
 
 std::optional<DataType> Service::SessionFeedDtype(const std::string& id, const std::string& name) {

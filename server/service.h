@@ -50,6 +50,9 @@ struct ServiceOptions {
   // gRPC (Jobs/Watch) together; WatchJob refuses more.
   int max_event_streams = 1024;
   std::chrono::seconds session_idle_timeout{600};
+  // The longest a session step or a prediction may run (sessions.max_step_ms):
+  // a step's own timeout_ms may only shorten it. 0: no bound.
+  std::chrono::milliseconds max_step{0};
   int64_t max_tensor_bytes = int64_t{64} << 20;
   // The most bytes one tensor of a session's or job's graph may have when
   // its shape is known before it runs (SessionOptions::max_shape_bytes).
@@ -102,6 +105,16 @@ class Service {
   StatusOr<std::vector<std::pair<std::string, Tensor>>> RunSession(const std::string& id,
                                                                    const SessionRunRequest& req,
                                                                    StepTrace* trace = nullptr);
+  // Whether the step `req` of session `id` may wait or run unbounded
+  // (Session::StepMayWait): true for a session not found or a signature not
+  // run yet. A frontend runs a step on a thread that must not block (an
+  // I/O thread) only when this is false.
+  // Feeds by name.
+  bool SessionStepMayWait(const std::string& id, const std::vector<std::string>& feeds,
+                          const std::vector<std::string>& fetches,
+                          const std::vector<std::string>& targets);
+  // Closes the session: its running steps end at once with CANCELLED ("the
+  // session was closed"), then it is gone.
   Status CloseSession(const std::string& id);
   // Closes sessions idle longer than the timeout; returns how many.
   int Reap();
@@ -116,8 +129,14 @@ class Service {
   Status PauseJob(const std::string& id);
   Status ResumeJob(const std::string& id);
   Status DeleteJob(const std::string& id);
+  // Runs under `timeout` (0: none) within options.max_step
+  // (DEADLINE_EXCEEDED past it).
   Status Predict(const std::string& id, const std::vector<std::pair<std::string, Tensor>>& inputs,
-                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs);
+                 const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                 std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // SessionStepMayWait for a job's predictions.
+  bool PredictMayWait(const std::string& id, const std::vector<std::string>& inputs,
+                      const std::vector<std::string>& fetches) const;
   // The dtype a feed `name` of session `id`, or an input of job `id`'s
   // predictions, is expected to have (its Placeholder's); nullopt when
   // unknown. A frontend reads a request's nested arrays as that dtype
@@ -156,7 +175,12 @@ class Service {
   // Ready to serve (the store is open, workers are running).
   bool Ready() const;
 
-  // Stops the job workers after their current steps and closes sessions.
+  // The first half of a shutdown: refuses new sessions and steps, and
+  // closes every session, which ends its running steps at once (CANCELLED:
+  // "the server is shutting down"). Jobs go on until Shutdown(). Idempotent.
+  void CloseSessions();
+  // CloseSessions(), then stops the job workers after their current steps
+  // (each job pauses or checkpoints as its policy says). Idempotent.
   void Shutdown();
 
   const ServiceOptions& options() const { return options_; }

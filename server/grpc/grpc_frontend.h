@@ -12,6 +12,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -19,11 +20,11 @@
 #include <vector>
 
 #include "api/flowstate.grpc.pb.h"
-#include "scheduler/thread_pool.h"
 #include "server/auth.h"
 #include "api/proto_convert.h"
 #include "server/grpc/grpc_server.h"
 #include "server/inline_policy.h"
+#include "server/step_threads.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "graph/mutex.h"
@@ -37,6 +38,16 @@ using ::grpc::ServerContextBase;
 // Trailing metadata naming the node an error is about (it is also in the
 // message, as " [node: NAME]").
 constexpr const char* kNodeMetadata = "flowstate-node";
+
+// Milliseconds from now until a call's `deadline` (rounded up, so that a
+// deadline not yet passed leaves at least 1); nullopt for no deadline
+// (gRPC's time_point::max()).
+inline std::optional<int64_t> MillisecondsUntil(std::chrono::system_clock::time_point deadline) {
+  if (deadline == std::chrono::system_clock::time_point::max()) return std::nullopt;
+  const auto left = deadline - std::chrono::system_clock::now();
+  if (left <= std::chrono::system_clock::duration::zero()) return 0;
+  return std::chrono::ceil<std::chrono::milliseconds>(left).count();
+}
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -91,7 +102,7 @@ class Frontend {
         options_(options),
         inline_policy_(InlinePolicy::Options{std::chrono::microseconds(options.inline_below_us),
                                              /*max_inline=*/1}),
-        pool_(std::make_unique<ThreadPool>(std::max(1, options.handler_threads))) {
+        step_threads_(StepThreads::Options{.keep_idle = std::max(1, options.handler_threads)}) {
     graph_options_.max_tensor_bytes = size_t(std::max<int64_t>(0, options.max_tensor_bytes));
   }
 
@@ -131,40 +142,38 @@ class Frontend {
 
   const std::shared_ptr<WatchPump>& watch_pump() const { return watch_pump_; }
 
-  // Runs `body` (which answers the call) now on the calling thread when the
-  // last call of `key` was cheap (InlinePolicy), else on the handler pool;
-  // when the pool is gone (stopping), runs `refuse` instead.
+  // Runs `body` (which answers the call) now on the calling thread (the
+  // completion queue's, which must never block) when the step cannot wait
+  // or run unbounded (`may_wait` false: Service::SessionStepMayWait) and the
+  // last call of `key` was cheap (InlinePolicy), else on a step thread of
+  // its own (StepThreads: a step that waits delays no other call); when
+  // those are stopped, runs `refuse` instead.
   template <typename Body, typename Refuse>
-  void Dispatch(std::string key, size_t request_bytes, Body body, Refuse refuse) {
-    if (inline_policy_.BeginInline(key, request_bytes)) {
+  void Dispatch(std::string key, size_t request_bytes, bool may_wait, Body body, Refuse refuse) {
+    if (!may_wait && inline_policy_.BeginInline(key, request_bytes)) {
       auto start = std::chrono::steady_clock::now();
       body();
       inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
                             /*inlined=*/true);
       return;
     }
-    MutexLock l(pool_mu_);
-    if (pool_ == nullptr) {
-      refuse();
-      return;
+    if (may_wait) {
+      // Measured where it runs; the next of its key is judged again.
+      inline_policy_.Finish(key, request_bytes, InlinePolicy::kMayWait, /*inlined=*/false);
     }
-    pool_->Schedule([this, key = std::move(key), request_bytes, body = std::move(body)]() mutable {
-      auto start = std::chrono::steady_clock::now();
-      body();
-      inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
-                            /*inlined=*/false);
-    });
+    const bool scheduled =
+        step_threads_.Schedule([this, key = std::move(key), request_bytes, body]() mutable {
+          auto start = std::chrono::steady_clock::now();
+          body();
+          inline_policy_.Finish(key, request_bytes, std::chrono::steady_clock::now() - start,
+                                /*inlined=*/false);
+        });
+    if (!scheduled) refuse();
   }
 
-  // Runs what the handler pool still holds and ends it (after Shutdown).
-  void StopPool() {
-    std::unique_ptr<ThreadPool> pool;
-    {
-      MutexLock l(pool_mu_);
-      pool = std::move(pool_);
-    }
-    pool.reset();  // waits for queued calls
-  }
+  // Runs what the step threads still hold and ends them (after Shutdown;
+  // the service has ended the steps: Service::CloseSessions).
+  void StopSteps() { step_threads_.Stop(); }
 
   // Watch streams: registered while open so that Stop() can end them.
   bool AddStream(JobEventStream* s) {
@@ -194,8 +203,7 @@ class Frontend {
   GrpcServerOptions options_;
   GraphOptions graph_options_;
   InlinePolicy inline_policy_;
-  Mutex pool_mu_;
-  std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(pool_mu_);  // null once stopped
+  StepThreads step_threads_;  // the calls that do not run inline
   mutable Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<JobEventStream*> streams_ ABSL_GUARDED_BY(mu_);

@@ -8,8 +8,10 @@
 // which polls the queue for spin_us after each call before it sleeps: a
 // call whose previous call for the same session or job was cheap runs on
 // that thread (no hand-off, which on an idle machine wakes a core each
-// way), others on a handler pool, so that a long step holds up no other
-// call (Frontend::Dispatch, InlinePolicy). Both answer with "server-timing"
+// way) when it cannot wait or run unbounded (no queue, Recv, collective or
+// loop: Service::SessionStepMayWait), others on a thread of their own
+// (StepThreads), so that no step holds up another call, the Close or the
+// QueueClose that would end it included (Frontend::Dispatch, InlinePolicy). Both answer with "server-timing"
 // trailing metadata (options.server_timing): the step, the handler and the
 // total from the call's arrival on the queue. Why not synchronous like the
 // rest: measured, a Run from a sync client took 204-208 µs served by gRPC's
@@ -79,6 +81,7 @@ using ::grpc::ServerContext;
 using ::grpc::ServerContextBase;
 using grpc_internal::Frontend;
 using grpc_internal::kNodeMetadata;
+using grpc_internal::MillisecondsUntil;
 using grpc_internal::SecondsSince;
 
 // How long Stop() lets calls in flight finish before cancelling them.
@@ -112,8 +115,17 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
 
   // The body of Run, served from the completion queue (AsyncUnaryCall).
   // *step_seconds: the engine's part (set once the call reached it).
+  bool RunMayWait(const pb::RunSessionRequest& req) {
+    std::vector<std::string> feeds;
+    for (const auto& [name, t] : req.feeds()) feeds.push_back(name);
+    std::sort(feeds.begin(), feeds.end());  // as NamedTensorsFromProto orders them
+    return f_->service().SessionStepMayWait(req.session_id(), feeds,
+                                            {req.fetches().begin(), req.fetches().end()},
+                                            {req.targets().begin(), req.targets().end()});
+  }
+
   Status RunBody(const pb::RunSessionRequest& req, pb::RunSessionResponse* resp,
-                 double* step_seconds) {
+                 double* step_seconds, std::chrono::system_clock::time_point deadline) {
     SessionRunRequest run;
     FS_ASSIGN_OR_RETURN(run.feeds, proto_convert::NamedTensorsFromProto(req.feeds(), "feeds",
                                                                        f_->max_tensor_bytes()));
@@ -124,6 +136,11 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
       return InvalidArgument("timeout_ms: must be >= 0, got " + std::to_string(req.timeout_ms()));
     }
     run.timeout_ms = req.timeout_ms();
+    // The call's gRPC deadline bounds the step as timeout_ms does.
+    if (std::optional<int64_t> left = MillisecondsUntil(deadline)) {
+      if (*left <= 0) return DeadlineExceeded("the call's deadline passed before the step began");
+      if (run.timeout_ms == 0 || *left < run.timeout_ms) run.timeout_ms = *left;
+    }
     StepTrace trace;
     const auto t0 = std::chrono::steady_clock::now();
     auto ran = f_->service().RunSession(req.session_id(), run, &trace);
@@ -205,14 +222,27 @@ class JobsService final
 
   // The body of Predict, served from the completion queue (AsyncUnaryCall).
   // *step_seconds: the engine's part (set once the call reached it).
+  bool PredictMayWait(const pb::PredictRequest& req) const {
+    std::vector<std::string> inputs;
+    for (const auto& [name, t] : req.inputs()) inputs.push_back(name);
+    std::sort(inputs.begin(), inputs.end());  // as NamedTensorsFromProto orders them
+    return f_->service().PredictMayWait(req.job_id(), inputs,
+                                        {req.fetches().begin(), req.fetches().end()});
+  }
+
   Status PredictBody(const pb::PredictRequest& req, pb::PredictResponse* resp,
-                     double* step_seconds) {
+                     double* step_seconds, std::chrono::system_clock::time_point deadline) {
     FS_ASSIGN_OR_RETURN(auto inputs, proto_convert::NamedTensorsFromProto(
                                          req.inputs(), "inputs", f_->max_tensor_bytes()));
     FS_ASSIGN_OR_RETURN(auto fetches, proto_convert::TensorNamesFromProto(req.fetches(), "fetches"));
     std::vector<Tensor> outputs;
+    std::chrono::milliseconds timeout{0};
+    if (std::optional<int64_t> left = MillisecondsUntil(deadline)) {
+      if (*left <= 0) return DeadlineExceeded("the call's deadline passed before the prediction began");
+      timeout = std::chrono::milliseconds(*left);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    Status predicted = svc().Predict(req.job_id(), inputs, fetches, &outputs);
+    Status predicted = svc().Predict(req.job_id(), inputs, fetches, &outputs, timeout);
     *step_seconds = SecondsSince(t0);
     FS_RETURN_IF_ERROR(predicted);
     proto_convert::NamedTensors named;
@@ -422,13 +452,17 @@ class AsyncUnaryCall final : public AsyncTag {
   using Request = std::function<void(ServerContext*, Req*, ::grpc::ServerAsyncResponseWriter<Resp>*,
                                      ::grpc::ServerCompletionQueue*, void*)>;
   // Answers the call; sets *step_seconds when it reached the engine.
-  using Body = std::function<Status(const Req&, Resp*, double* step_seconds)>;
+  // `deadline` is the call's (gRPC's deadline; time_point::max() without).
+  using Body = std::function<Status(const Req&, Resp*, double* step_seconds,
+                                    std::chrono::system_clock::time_point deadline)>;
   using Key = std::function<std::string(const Req&)>;
+  // Whether the call's step may wait or run unbounded (Frontend::Dispatch).
+  using MayWait = std::function<bool(const Req&)>;
 
   AsyncUnaryCall(Frontend* f, ::grpc::ServerCompletionQueue* cq, const char* method,
-                 Request request, Body body, Key key)
+                 Request request, Body body, Key key, MayWait may_wait)
       : f_(f), cq_(cq), method_(method), request_(std::move(request)), body_(std::move(body)),
-        key_(std::move(key)), responder_(&ctx_) {
+        key_(std::move(key)), may_wait_(std::move(may_wait)), responder_(&ctx_) {
     request_(&ctx_, &req_, &responder_, cq_, this);
   }
 
@@ -438,15 +472,15 @@ class AsyncUnaryCall final : public AsyncTag {
       return;
     }
     const auto arrived = std::chrono::steady_clock::now();
-    new AsyncUnaryCall(f_, cq_, method_, request_, body_, key_);
+    new AsyncUnaryCall(f_, cq_, method_, request_, body_, key_, may_wait_);
     answered_ = true;
     f_->Dispatch(
-        key_(req_), req_.ByteSizeLong(),
+        key_(req_), req_.ByteSizeLong(), may_wait_(req_),
         [this, arrived] {
           const auto start = std::chrono::steady_clock::now();
           double step = -1;
-          ::grpc::Status s =
-              f_->Handle(&ctx_, method_, [this, &step] { return body_(req_, &resp_, &step); });
+          ::grpc::Status s = f_->Handle(
+              &ctx_, method_, [this, &step] { return body_(req_, &resp_, &step, ctx_.deadline()); });
           if (f_->server_timing()) {
             std::vector<std::pair<const char*, double>> timings;
             if (step >= 0) timings.emplace_back("step", step);
@@ -469,6 +503,7 @@ class AsyncUnaryCall final : public AsyncTag {
   Request request_;
   Body body_;
   Key key_;
+  MayWait may_wait_;
   ServerContext ctx_;
   Req req_;
   Resp resp_;
@@ -562,19 +597,23 @@ class GrpcServerImpl final : public GrpcServer {
         [this](ServerContext* c, pb::RunSessionRequest* r,
                ::grpc::ServerAsyncResponseWriter<pb::RunSessionResponse>* w,
                ::grpc::ServerCompletionQueue* q, void* tag) { sessions_.RequestRun(c, r, w, q, q, tag); },
-        [this](const pb::RunSessionRequest& r, pb::RunSessionResponse* out, double* step) {
-          return sessions_.RunBody(r, out, step);
+        [this](const pb::RunSessionRequest& r, pb::RunSessionResponse* out, double* step,
+               std::chrono::system_clock::time_point deadline) {
+          return sessions_.RunBody(r, out, step, deadline);
         },
-        [](const pb::RunSessionRequest& r) { return "run " + r.session_id(); });
+        [](const pb::RunSessionRequest& r) { return "run " + r.session_id(); },
+        [this](const pb::RunSessionRequest& r) { return sessions_.RunMayWait(r); });
     new AsyncUnaryCall<pb::PredictRequest, pb::PredictResponse>(
         &frontend_, cq_.get(), "flowstate.v1.Jobs/Predict",
         [this](ServerContext* c, pb::PredictRequest* r,
                ::grpc::ServerAsyncResponseWriter<pb::PredictResponse>* w,
                ::grpc::ServerCompletionQueue* q, void* tag) { jobs_.RequestPredict(c, r, w, q, q, tag); },
-        [this](const pb::PredictRequest& r, pb::PredictResponse* out, double* step) {
-          return jobs_.PredictBody(r, out, step);
+        [this](const pb::PredictRequest& r, pb::PredictResponse* out, double* step,
+               std::chrono::system_clock::time_point deadline) {
+          return jobs_.PredictBody(r, out, step, deadline);
         },
-        [](const pb::PredictRequest& r) { return "predict " + r.job_id(); });
+        [](const pb::PredictRequest& r) { return "predict " + r.job_id(); },
+        [this](const pb::PredictRequest& r) { return jobs_.PredictMayWait(r); });
     spin_ = std::chrono::microseconds(std::max<int64_t>(0, options.spin_us));
     cq_thread_ = std::thread([this] { DrainQueue(); });
     if (::grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
@@ -593,7 +632,7 @@ class GrpcServerImpl final : public GrpcServer {
       health->SetServingStatus(false);
     }
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-    frontend_.StopPool();  // calls on the pool finish (and queue their tags)
+    frontend_.StopSteps();  // calls on the step threads finish (and queue their tags)
     server_->Wait();
     frontend_.watch_pump()->Stop();  // every Watch is done
     cq_->Shutdown();

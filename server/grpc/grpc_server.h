@@ -41,9 +41,12 @@ struct GrpcServerOptions {
   std::vector<std::string> tokens;  // empty: no authentication
   int64_t max_tensor_bytes = int64_t{64} << 20;
   // Session runs and predicts are served from a completion queue by one
-  // thread: a call runs on it when the last call for the same session or
-  // job took less than inline_below_us (0: never), else on a pool of
-  // handler_threads threads, so that a long step holds up no other call.
+  // thread: a call runs on it when its step cannot wait or run unbounded
+  // (no queue, Recv, collective or loop) and the last call for the same
+  // session or job took less than inline_below_us (0: never), else on a
+  // thread of its own (server/step_threads.h), so that no step -- a
+  // blocked dequeue, a long loop -- holds up another call. handler_threads
+  // of those threads are kept when idle.
   int handler_threads = 2;
   int64_t inline_below_us = 500;
   // The thread serving Run and Predict polls this long after each call

@@ -215,13 +215,20 @@ void Connection::Handle(http::request<http::string_body> req) {
     const size_t bytes = r.body.size();
     if (cost == RequestCost::kStep && policy.BeginInline(key, bytes)) {
       const Clock::time_point start = Clock::now();
+      r.must_not_wait = true;
       HttpResponse resp = HandleRequest(r, server_->ctx());
-      policy.Finish(key, bytes, Clock::now() - start, /*inlined=*/true);
-      OnHandled(std::move(resp), keep_alive, version, std::move(r.method), std::move(r.target), t0);
-      return;
+      r.must_not_wait = false;
+      if (!resp.deferred) {
+        policy.Finish(key, bytes, Clock::now() - start, /*inlined=*/true);
+        OnHandled(std::move(resp), keep_alive, version, std::move(r.method), std::move(r.target), t0);
+        return;
+      }
+      // This step may wait: the next of its path starts on the step
+      // threads too, until one of them is quick again.
+      policy.Finish(key, bytes, InlinePolicy::kMayWait, /*inlined=*/true);
     }
-    net::post(server_->pool(), [self = shared_from_this(), r = std::move(r), keep_alive, version,
-                                t0, key = std::move(key), bytes]() mutable {
+    auto handle = [self = shared_from_this(), r = std::move(r), keep_alive, version, t0,
+                   key = std::move(key), bytes]() mutable {
       Clock::time_point start = Clock::now();
       HttpResponse resp = HandleRequest(r, self->server_->ctx());
       self->server_->inline_policy().Finish(key, bytes, Clock::now() - start, /*inlined=*/false);
@@ -231,7 +238,16 @@ void Connection::Handle(http::request<http::string_body> req) {
                   self->OnHandled(std::move(resp), keep_alive, version, std::move(method),
                                   std::move(target), t0);
                 });
-    });
+    };
+    if (cost == RequestCost::kStep) {
+      // A thread of its own: a step that waits delays no other request.
+      if (!server_->step_threads().Schedule(std::move(handle))) {
+        OnHandled(ErrorResponse(Unavailable("the server is stopping"), 503), keep_alive, version,
+                  "POST", "", t0);
+      }
+      return;
+    }
+    net::post(server_->pool(), std::move(handle));
     return;
   }
   HttpResponse resp = HandleRequest(r, server_->ctx());

@@ -29,6 +29,7 @@
 
 #include "server/rest/http_routes.h"
 #include "server/inline_policy.h"
+#include "server/step_threads.h"
 #include "server/metrics.h"
 #include "server/server_timing.h"
 #include "graph/mutex.h"
@@ -178,6 +179,7 @@ class HttpServerImpl final : public HttpServer {
         acceptor_(net::make_strand(*iocs_[0])),
         retry_timer_(acceptor_.get_executor()),
         pool_(size_t(std::max(2, options.threads))),
+        step_threads_(StepThreads::Options{}),
         inline_policy_(InlinePolicy::Options{
             std::chrono::microseconds(options.inline_below_us),
             // One I/O thread always stays free of steps.
@@ -201,6 +203,7 @@ class HttpServerImpl final : public HttpServer {
   // For connections.
   RouteContext& ctx() { return ctx_; }
   net::thread_pool& pool() { return pool_; }
+  StepThreads& step_threads() { return step_threads_; }
   InlinePolicy& inline_policy() { return inline_policy_; }
   const HttpServerOptions& options() const { return options_; }
   Clock::duration read_timeout() const { return read_timeout_; }
@@ -241,7 +244,8 @@ class HttpServerImpl final : public HttpServer {
   size_t next_context_ = 0;  // round robin of new connections; on iocs_[0]
   tcp::acceptor acceptor_;
   net::steady_timer retry_timer_;
-  net::thread_pool pool_;
+  net::thread_pool pool_;       // kExpensive requests
+  StepThreads step_threads_;    // kStep requests that do not run inline
   InlinePolicy inline_policy_;
   std::vector<std::thread> threads_;
   int port_ = 0;

@@ -160,6 +160,19 @@ HttpResponse ExtendSession(const Call& c) {
   return JsonResponse(200, "{}");
 }
 
+std::vector<std::string> NamesOf(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  std::vector<std::string> names;
+  names.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) names.push_back(name);
+  return names;
+}
+
+HttpResponse Deferred() {
+  HttpResponse r;
+  r.deferred = true;
+  return r;
+}
+
 HttpResponse RunSession(const Call& c) {
   // Nested arrays read as the dtypes the session's Placeholders expect.
   StatusOr<api::RunRequest> req =
@@ -173,6 +186,10 @@ HttpResponse RunSession(const Call& c) {
   run.targets = std::move(req->targets);
   run.trace = req->trace;
   run.timeout_ms = req->timeout_ms;
+  if (c.req.must_not_wait &&
+      c.service().SessionStepMayWait(c.id, NamesOf(run.feeds), run.fetches, run.targets)) {
+    return Deferred();
+  }
   StepTrace trace;
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run, &trace);
@@ -241,6 +258,9 @@ HttpResponse Predict(const Call& c) {
         return c.service().JobInputDtype(c.id, name);
       });
   if (!req.ok()) return ErrorResponse(req.status());
+  if (c.req.must_not_wait && c.service().PredictMayWait(c.id, NamesOf(req->inputs), req->fetches)) {
+    return Deferred();
+  }
   std::vector<Tensor> outputs;
   const auto t0 = std::chrono::steady_clock::now();
   Status s = c.service().Predict(c.id, req->inputs, req->fetches, &outputs);
@@ -643,6 +663,7 @@ HttpResponse HandleRequest(const HttpRequest& req, RouteContext& ctx) {
   } catch (...) {
     r = ErrorResponse(Internal("internal error"));
   }
+  if (r.deferred) return r;  // handled again where it may wait
   const double secs = SecondsSince(t0);
   r.timings.emplace_back("handler", secs);
   if (ctx.metrics != nullptr) ctx.metrics->ObserveHttpRequest(route, r.status, secs);

@@ -58,6 +58,12 @@ struct HttpRequest {
   // Names lower-case; a header sent twice is here twice, in the order sent.
   std::multimap<std::string, std::string> headers;
   std::string body;
+  // Set by the socket layer when it handles the request on a thread that
+  // must not block (an I/O thread, InlinePolicy): a step route whose step
+  // may wait or run unbounded (Service::SessionStepMayWait,
+  // PredictMayWait) then answers `deferred` without running it, and the
+  // socket layer hands the request to its step threads.
+  bool must_not_wait = false;
 };
 
 // The body of a streaming response (text/event-stream), pulled piece by
@@ -100,6 +106,9 @@ struct HttpResponse {
   // "step" is the engine's part of a session run or predict, "handler" all
   // of HandleRequest; the socket layer adds "read" and "total".
   std::vector<std::pair<const char*, double>> timings;
+  // The request was not handled: it must run where it may wait
+  // (HttpRequest::must_not_wait). Nothing else is set, nothing recorded.
+  bool deferred = false;
 };
 
 struct RouteOptions {
@@ -135,10 +144,14 @@ enum class HeadVerdict { kRead, kReadUnauthenticated, kRefuse };
 HeadVerdict CheckHead(const HttpRequest& head, const RouteContext& ctx);
 
 // Where the socket layer runs a request: kCheap on its I/O thread;
-// kExpensive (parses and validates a graph, waits for steps) off it, on the
-// handler pool; kStep (POST /v1/sessions/{id}/run, /v1/jobs/{id}/predict)
-// on the pool too, unless the last one of the same path was quick
-// (InlinePolicy). Unknown routes and methods are kCheap (their 404/405 is).
+// kExpensive (parses and validates a graph, closes a session: bounded, but
+// not cheap) off it, on the handler pool; kStep (POST
+// /v1/sessions/{id}/run, /v1/jobs/{id}/predict: may wait on a queue or run
+// a loop) on the step threads (server/step_threads.h), where no step
+// delays another request -- or on the I/O thread when the last one of the
+// same path was quick (InlinePolicy) and this step cannot wait or run
+// unbounded (HttpRequest::must_not_wait). Unknown routes and methods are
+// kCheap (their 404/405 is).
 enum class RequestCost { kCheap, kExpensive, kStep };
 RequestCost CostOf(const HttpRequest& req);
 

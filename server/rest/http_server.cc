@@ -13,11 +13,16 @@
 // sleeps (RunContext). Cheap requests are
 // handled on the I/O thread; expensive ones (CostOf: graph
 // parsing, steps) on a small handler pool, whose result is posted back to the
-// connection's strand, so a long step stalls no other connection -- except
-// that a step (RequestCost::kStep: session run, predict) whose previous run
-// (same method and path) took less than options.inline_below_us runs on the
-// I/O thread too, at most threads - 1 at once (InlinePolicy): a tiny step
-// then costs no hand-off to the pool and back.
+// connection's strand, so a long step stalls no other connection. Steps
+// (RequestCost::kStep: session run, predict) run on StepThreads, a thread
+// each, so that steps blocked on a queue or in a loop hold up neither other
+// requests nor the QueueClose or DELETE that would end them -- except that
+// a step whose previous run (same method and path) took less than
+// options.inline_below_us runs on the I/O thread, at most threads - 1 at
+// once (InlinePolicy), when it cannot wait or run unbounded (no queue, no
+// Recv, no collective, no loop: Service::SessionStepMayWait; else the route
+// answers `deferred` and it goes to the step threads): a tiny step then
+// costs no hand-off and back.
 //
 // A connection handles one request at a time, in order: read it, handle it,
 // queue its response, read the next. Responses are written in order while
@@ -245,6 +250,9 @@ void HttpServerImpl::Stop() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   pool_.join();  // handlers under way finish; their answers go nowhere
+  // Steps under way finish (the service ends them first on a shutdown:
+  // Service::CloseSessions); their answers go nowhere.
+  step_threads_.Stop();
 }
 
 }  // namespace rest_internal
