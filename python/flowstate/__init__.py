@@ -12,13 +12,15 @@
 - ``flowstate.errors``: one exception class per server error code.
 """
 
-from . import dtypes, errors
+from . import dtypes, errors, layers
 from .client import Client, Job, Jobs, Session
 from .graph import Graph, Node, Output, get_default_graph
+from .model import History, Sequential
 from .ops import OpLibrary
 from .transport import Event
 
 __version__ = "0.1.0"
 
 __all__ = ["Client", "Session", "Job", "Jobs", "Event", "Graph", "Node", "Output", "OpLibrary",
-           "get_default_graph", "dtypes", "errors", "__version__"]
+           "get_default_graph", "Sequential", "History", "dtypes", "errors", "layers",
+           "__version__"]

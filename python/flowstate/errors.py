@@ -17,7 +17,7 @@ __all__ = [
     "FlowstateError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-    "from_code",
+    "from_code", "from_job",
 ]
 
 # A message that starts with a field path: "input.files: ...", "graph.nodes[3].attrs.T: ...".
@@ -119,3 +119,25 @@ def from_grpc(code_name, details):
         node = m.group(1)
         details = details[:m.start()]
     return from_code(code_name, details, node=node)
+
+
+_CODE_PREFIX = re.compile(r"^([A-Z_]+): (.*)$", re.S)
+
+
+def from_job(job):
+    """The error of a job that did not succeed (a dict as GET /v1/jobs/{id} gives it).
+
+    A FAILED job's "error" is "CODE: message [node: X]" when the server knows
+    the code: that class, else FailedPrecondition; a CANCELLED job is Cancelled.
+    """
+    state, error = job.get("state"), job.get("error") or ""
+    prefix = "job %s ended %s: " % (job.get("job_id"), state)
+    if state == "CANCELLED":
+        return Cancelled(prefix + (error or "cancelled"))
+    m = _CODE_PREFIX.match(error)
+    if m and m.group(1) in _BY_CODE:
+        e = from_grpc(m.group(1), m.group(2))
+        e.message = prefix + e.message
+        e.args = (e.message,)
+        return e
+    return FailedPrecondition(prefix + error)

@@ -156,6 +156,7 @@ class Graph:
         self._init_nodes = set()  # names of the client-made initializer nodes
         self._variables = []      # (variable node, its Assign node)
         self._scope = []
+        self._scopes_taken = set()  # by unique_scope
         self._devices = []
         self._control = []
         self._in_init = 0
@@ -226,6 +227,16 @@ class Graph:
         while "%s_%d" % (full, i) in self._by_name:
             i += 1
         return "%s_%d" % (full, i)
+
+    def unique_scope(self, base):
+        """A scope name not used by a node or an earlier unique_scope ("dense", "dense_1")."""
+        full = self.unique_name(base)
+        i = 0
+        while full in self._scopes_taken or any(n.startswith(full + "/") for n in self._by_name):
+            i += 1
+            full = self.unique_name("%s_%d" % (base, i))
+        self._scopes_taken.add(full)
+        return full.rsplit("/", 1)[-1]
 
     # -- nodes
 

@@ -46,6 +46,12 @@ def _write_points(root):
         for _ in range(256):
             x1, x2 = rng.uniform(-1, 1), rng.uniform(-1, 1)
             f.write("%.6f,%.6f,%.6f\n" % (x1, x2, 2 * x1 - 3 * x2 + 0.5))
+    # Three classes by the sign of a - b and of a + b (for layers and Sequential).
+    with open(os.path.join(root, "classes.csv"), "w") as f:
+        f.write("a,b,label\n")
+        for _ in range(512):
+            x1, x2 = rng.uniform(-1, 1), rng.uniform(-1, 1)
+            f.write("%.6f,%.6f,%d\n" % (x1, x2, 0 if x1 < x2 else (1 if x1 + x2 < 0 else 2)))
 
 
 class Server:
