@@ -332,7 +332,10 @@ class GrpcTransport:
         code = e.code() if hasattr(e, "code") else None
         name = code.name if code is not None else "UNKNOWN"
         details = e.details() if hasattr(e, "details") else str(e)
-        if name == "UNAVAILABLE" and not details.startswith("cannot reach"):
+        # gRPC's own connection failures (not the server's UNAVAILABLE): say where.
+        if name == "UNAVAILABLE" and any(s in details for s in (
+                "failed to connect", "Connection refused", "connections to all backends failing",
+                "Socket closed", "DNS resolution failed")):
             details = "cannot reach the server at %r: %s" % (self, details)
         return errors.from_grpc(name, details)
 
@@ -367,11 +370,10 @@ class GrpcTransport:
         return _msg_dict(self.call(self.cluster_stub.Get, self.pb.GetClusterRequest()))
 
     def health(self, timeout=None):
-        self.list_ops_cheap(timeout)
-        return {"status": "ok"}
-
-    def list_ops_cheap(self, timeout):
+        """{"status": "ok"} once a call of the API answers (the health service is not
+        in the generated stubs)."""
         self.call(self.devices_stub.List, self.pb.ListDevicesRequest(), timeout=timeout)
+        return {"status": "ok"}
 
     # -- sessions
 

@@ -29,7 +29,7 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
 
-def _binary():
+def binary():
     explicit = os.environ.get("FLOWSTATE_BINARY")
     path = explicit or os.path.join(SOURCE, "build", "flowstate")
     if not os.access(path, os.X_OK):
@@ -55,11 +55,12 @@ def _write_points(root):
 
 
 class Server:
-    def __init__(self, binary, tmp, extra_args=()):
+    def __init__(self, binary, tmp, extra_args=(), data_root=None):
         self.tmp = tmp
-        self.data_root = os.path.join(tmp, "datasets")
-        os.makedirs(self.data_root, exist_ok=True)
-        _write_points(self.data_root)
+        self.data_root = data_root or os.path.join(tmp, "datasets")
+        if data_root is None:
+            os.makedirs(self.data_root, exist_ok=True)
+            _write_points(self.data_root)
         port_file = os.path.join(tmp, "ports.json")
         self.log_path = os.path.join(tmp, "server.log")
         self.log = open(self.log_path, "wb")
@@ -122,9 +123,9 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server():
-    binary = _binary()
+    path = binary()
     with tempfile.TemporaryDirectory(prefix="flowstate-pytest-") as tmp:
-        s = Server(binary, tmp)
+        s = Server(path, tmp)
         try:
             yield s
         finally:
