@@ -1,4 +1,5 @@
-"""Keras-like layers that build into a Graph: Dense, Flatten, Reshape, Dropout, Rescale.
+"""Keras-like layers that build into a Graph: Dense, Conv2D, MaxPool2D, AveragePool2D,
+BatchNormalization, Embedding, Flatten, Reshape, Dropout, Rescale, Activation.
 
 A layer is called on an Output and returns one; it makes its variables on
 the first call, from the input's static shape (``Output.shape``), under a
@@ -177,3 +178,149 @@ class Activation(Layer):
 
     def call(self, g, x):
         return _activation(g, self.activation, x)
+
+
+def _pair(v):
+    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(x) for x in v)
+
+
+def _conv_out(size, k, stride, padding):
+    if size is None:
+        return None
+    if padding == "SAME":
+        return -(-size // stride)
+    return (size - k) // stride + 1
+
+
+def _check_padding(padding):
+    padding = padding.upper()
+    if padding not in ("SAME", "VALID"):
+        raise errors.InvalidArgument("padding is 'same' or 'valid', got %r" % (padding,),
+                                     field="padding")
+    return padding
+
+
+def _nhwc(layer, shape):
+    if shape is None or len(shape) != 4 or shape[3] is None:
+        raise errors.InvalidArgument("%s needs an NHWC input [batch, height, width, channels] "
+                                     "with channels known, got %s" % (type(layer).__name__, shape),
+                                     node=layer.name)
+
+
+class Conv2D(Layer):
+    """2-D convolution of an NHWC input with `filters` kernels of kernel_size (HWIO weights)."""
+
+    default_name = "conv2d"
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", activation=None,
+                 use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 name=None):
+        super().__init__(name)
+        self.filters, self.kernel_size, self.strides = int(filters), _pair(kernel_size), _pair(strides)
+        self.padding, self.activation, self.use_bias = _check_padding(padding), activation, use_bias
+        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+
+    def build(self, g, shape):
+        _nhwc(self, shape)
+        self.w = g.Variable(list(self.kernel_size) + [shape[3], self.filters],
+                            initializer=self.kernel_initializer, name="w")
+        self.variables = [self.w]
+        if self.use_bias:
+            self.b = g.Variable([self.filters], initializer=self.bias_initializer, name="b")
+            self.variables.append(self.b)
+
+    def call(self, g, x):
+        y = g.Conv2D(x, self.w, strides=[1, self.strides[0], self.strides[1], 1],
+                     padding=self.padding, name="conv")
+        if self.use_bias:
+            y = g.BiasAdd(y, self.b, name="pre" if self.activation else "bias_add")
+        y.shape = (x.shape[0],
+                   _conv_out(x.shape[1], self.kernel_size[0], self.strides[0], self.padding),
+                   _conv_out(x.shape[2], self.kernel_size[1], self.strides[1], self.padding),
+                   self.filters)
+        return _activation(g, self.activation, y)
+
+
+class _Pool2D(Layer):
+    op = None
+
+    def __init__(self, pool_size=2, strides=None, padding="valid", name=None):
+        super().__init__(name)
+        self.pool_size = _pair(pool_size)
+        self.strides = _pair(strides) if strides is not None else self.pool_size
+        self.padding = _check_padding(padding)
+
+    def call(self, g, x):
+        _nhwc(self, x.shape)
+        y = getattr(g, self.op)(x, ksize=[1, self.pool_size[0], self.pool_size[1], 1],
+                                strides=[1, self.strides[0], self.strides[1], 1],
+                                padding=self.padding, name="pool")
+        y.shape = (x.shape[0],
+                   _conv_out(x.shape[1], self.pool_size[0], self.strides[0], self.padding),
+                   _conv_out(x.shape[2], self.pool_size[1], self.strides[1], self.padding),
+                   x.shape[3])
+        return y
+
+
+class MaxPool2D(_Pool2D):
+    default_name = "max_pool"
+    op = "MaxPool"
+
+
+class AveragePool2D(_Pool2D):
+    default_name = "avg_pool"
+    op = "AvgPool"
+
+
+class BatchNormalization(Layer):
+    """Normalizes over every dimension but the last (the server's BatchNorm: batch statistics
+    and moving averages in training, the moving averages in evaluation graphs)."""
+
+    default_name = "batch_norm"
+
+    def __init__(self, momentum=0.99, epsilon=0.001, name=None):
+        super().__init__(name)
+        self.momentum, self.epsilon = float(momentum), float(epsilon)
+
+    def build(self, g, shape):
+        if shape is None or shape[-1] is None:
+            raise errors.InvalidArgument("BatchNormalization needs the input's last dimension",
+                                         node=self.name)
+        c = [shape[-1]]
+        self.gamma = g.Variable(c, initializer="ones", name="gamma")
+        self.beta = g.Variable(c, initializer="zeros", name="beta")
+        self.moving_mean = g.Variable(c, initializer="zeros", name="moving_mean")
+        self.moving_variance = g.Variable(c, initializer="ones", name="moving_variance")
+        self.variables = [self.gamma, self.beta, self.moving_mean, self.moving_variance]
+
+    def call(self, g, x):
+        y = g.BatchNorm(x, self.gamma, self.beta, self.moving_mean, self.moving_variance,
+                        epsilon=self.epsilon, momentum=self.momentum, name="bn")[0]
+        y.shape = x.shape
+        return y
+
+
+class Embedding(Layer):
+    """Rows of a [input_dim, output_dim] table at integer indices (Gather; its gradient
+    stays sparse on the server)."""
+
+    default_name = "embedding"
+
+    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", name=None):
+        super().__init__(name)
+        self.input_dim, self.output_dim = int(input_dim), int(output_dim)
+        self.initializer = embeddings_initializer
+
+    def build(self, g, shape):
+        self.table = g.Variable([self.input_dim, self.output_dim], initializer=self.initializer,
+                                name="table")
+        self.variables = [self.table]
+
+    def call(self, g, x):
+        if x.dtype not in ("int32", "int64"):
+            ids = g.Cast(x, DstT="int64", name="ids")
+            ids.shape = x.shape
+            x = ids
+        y = g.Gather(self.table, x, name="lookup")
+        y.shape = (tuple(x.shape) if x.shape is not None else (None,)) + (self.output_dim,)
+        return y

@@ -54,3 +54,28 @@ def test_fit_with_arrays_says_what_is_missing(client):
     model.compile()
     with pytest.raises(errors.Unimplemented, match="npy"):
         model.fit(np.zeros((4, 2)), np.zeros(4))
+
+
+def test_conv_pool_batchnorm_embedding_in_a_session(client):
+    g = client.graph()
+    x = g.placeholder("float32", [None, 6, 6, 1], name="x")
+    h = layers.Conv2D(4, 3, padding="same", activation="relu", kernel_initializer="ones")(x)
+    assert h.shape == (None, 6, 6, 4)
+    h = layers.MaxPool2D(2)(h)
+    assert h.shape == (None, 3, 3, 4)
+    h = layers.AveragePool2D(3, padding="valid")(h)
+    assert h.shape == (None, 1, 1, 4)
+    bn = layers.BatchNormalization()
+    h = bn(layers.Flatten()(h))
+    out = layers.Dense(2)(h)
+    ids = g.placeholder("float32", [None, 3], name="ids")
+    emb = layers.Embedding(10, 5, embeddings_initializer="ones")(ids)
+    assert emb.shape == (None, 3, 5)
+    with client.session(g) as s:
+        s.run(g.initializer())
+        image = np.arange(2 * 36, dtype=np.float32).reshape(2, 6, 6, 1)
+        y, normalized = s.run([out, h], {x: image})
+        assert y.shape == (2, 2)
+        np.testing.assert_allclose(normalized.mean(axis=0), 0, atol=1e-4)  # batch statistics
+        assert not np.allclose(s.run(bn.moving_mean), 0)  # training mode updated them
+        np.testing.assert_array_equal(s.run(emb, {ids: [[1, 2, 9]]}), np.ones((1, 3, 5)))
