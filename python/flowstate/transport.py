@@ -341,9 +341,14 @@ class GrpcTransport:
 
     # -- tensors
 
-    def _tensor(self, dtype, array):
+    @staticmethod
+    def _fill(t, dtype, array):
+        """Sets map entry `t` in place (a Tensor built apart and CopyFrom'd costs one
+        more copy of the bytes)."""
         shape, raw = dtypes.to_bytes(array, dtype)
-        return self.pb.Tensor(dtype=dtype, shape=shape, content=raw)
+        t.dtype = dtype
+        t.shape.extend(shape)
+        t.content = raw
 
     @staticmethod
     def _array(t):
@@ -390,7 +395,7 @@ class GrpcTransport:
         req = self.pb.RunSessionRequest(session_id=session_id, fetches=list(fetches),
                                         targets=list(targets), timeout_ms=int(timeout_ms or 0))
         for k, (d, a) in feeds.items():
-            req.feeds[k].CopyFrom(self._tensor(d, a))
+            self._fill(req.feeds[k], d, a)
         r = self.call(self.sessions.Run, req, timeout=timeout)
         return {k: self._array(v) for k, v in r.outputs.items()}
 
@@ -421,7 +426,7 @@ class GrpcTransport:
     def predict(self, job_id, inputs, fetches, timeout=None):
         req = self.pb.PredictRequest(job_id=job_id, fetches=list(fetches))
         for k, (d, a) in inputs.items():
-            req.inputs[k].CopyFrom(self._tensor(d, a))
+            self._fill(req.inputs[k], d, a)
         r = self.call(self.jobs.Predict, req, timeout=timeout)
         return {k: self._array(v) for k, v in r.outputs.items()}
 
