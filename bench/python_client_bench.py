@@ -19,11 +19,9 @@ grpc.max_message_bytes and (with base64) http.body_limit_bytes are 64 MiB.
 """
 
 import argparse
-import base64
 import http.client
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -98,8 +96,10 @@ def main():
                     arr = np.random.default_rng(1).standard_normal(a.mib << 18).astype(np.float32)
                     copy = min(timed(lambda: arr.copy(), 5))
                     feed = timed(lambda: s.run(big_out, {big_in: arr}), 5)
-                    line = "%-5s %d MiB feed+fetch round trip: best %.1f ms (a numpy copy %.1f ms: %.1fx)" % (
-                        c.transport.kind, a.mib, min(feed) * 1e3, copy * 1e3, min(feed) / copy)
+                    line = ("%-5s %d MiB feed+fetch round trip: best %.1f ms "
+                            "(a numpy copy %.1f ms: %.1fx)"
+                            % (c.transport.kind, a.mib, min(feed) * 1e3, copy * 1e3,
+                               min(feed) / copy))
                     if c.transport.kind == "grpc":
                         t = c.transport
                         req = t.pb.RunSessionRequest(session_id=s.id, fetches=["big_out"])

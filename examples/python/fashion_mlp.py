@@ -26,9 +26,9 @@ model = flowstate.Sequential(client, [
 model.compile(optimizer={"type": "adam", "learning_rate": 0.001,
                          "schedule": {"type": "cosine_decay", "decay_steps": 1407}},
               metrics=["accuracy", "loss"])
+test = {"x": F % ("t10k", "images", 3), "y": F % ("t10k", "labels", 1)}
 history = model.fit(files={"x": F % ("train", "images", 3), "y": F % ("train", "labels", 1)},
-                    validation_files={"x": F % ("t10k", "images", 3), "y": F % ("t10k", "labels", 1)},
-                    epochs=3, batch_size=128, max_steps=a.max_steps or None)
+                    validation_files=test, epochs=3, batch_size=128, max_steps=a.max_steps or None)
 print("test accuracy %.4f" % model.evaluate()["accuracy"])
 with gzip.open("%s/%s" % (a.data_root, F % ("t10k", "images", 3))) as f:
     images = np.frombuffer(f.read(), np.uint8, offset=16)[:8 * 784].reshape(8, 28, 28)

@@ -177,13 +177,15 @@ class Session:
                                              % (name, want, value), node=node,
                                              field="feeds." + name) from None
             if arr.dtype.kind == "f" and conv.dtype.kind in "iub" and not np.array_equal(conv, arr):
-                raise errors.InvalidArgument("feeds.%s: %r is not a whole number, as '%s' (%s) needs"
+                raise errors.InvalidArgument("feeds.%s: %r is not a whole number, as '%s' (%s) "
+                                             "needs"
                                              % (name, value, node, want), node=node,
                                              field="feeds." + name)
             arr = conv
         shape = placeholder.shape if placeholder is not None else None
         if shape is not None:
-            if len(shape) != arr.ndim or any(d is not None and d != s for d, s in zip(shape, arr.shape)):
+            if len(shape) != arr.ndim or any(d is not None and d != s
+                                             for d, s in zip(shape, arr.shape)):
                 raise errors.InvalidArgument(
                     "feeds.%s: shape %s does not fit '%s' of shape %s"
                     % (name, list(arr.shape), node,

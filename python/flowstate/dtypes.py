@@ -158,6 +158,6 @@ def from_json(value, dtype=None):
             data = [_float_of(x) for x in data]
         return np.asarray(data, dtype=numpy_dtype(dtype)).reshape(shape)
     dtype = canonical(dtype) if dtype else _nested_dtype(value)
-    if dtype in (FLOAT32, FLOAT64, FLOAT16, BFLOAT16):
-        value = np.vectorize(_float_of, otypes=[float])(value) if np.asarray(value).dtype.kind in "OU" else value
+    if dtype in (FLOAT32, FLOAT64, FLOAT16, BFLOAT16) and np.asarray(value).dtype.kind in "OU":
+        value = np.vectorize(_float_of, otypes=[float])(value)  # "NaN", "Infinity" inside
     return np.asarray(value, dtype=numpy_dtype(dtype))

@@ -268,7 +268,8 @@ class Graph:
             device = self._devices[-1]
         node = Node(self, name, op, inputs, attrs or {}, device or "")
         shapes = output_shapes or [None] * len(output_dtypes)
-        node.outputs = [Output(node, i, d, s) for i, (d, s) in enumerate(zip(output_dtypes, shapes))]
+        node.outputs = [Output(node, i, d, s)
+                        for i, (d, s) in enumerate(zip(output_dtypes, shapes))]
         if self._functions:
             fn = self._functions[-1]
             fn.nodes.append(node)
@@ -356,7 +357,8 @@ class Graph:
         dtype = dtypes.canonical(dtype)
         shape = shape_attr(shape)
         if shape is None or any(d < 0 for d in shape):
-            raise errors.InvalidArgument("a Variable needs a fully defined shape, got %r" % (shape,))
+            raise errors.InvalidArgument("a Variable needs a fully defined shape, got %r"
+                                         % (shape,))
         attrs = {"shape": shape, "dtype": dtype}
         if initial_value is None:
             if initializer not in INITIALIZERS:
@@ -503,11 +505,13 @@ class Graph:
         cond_doc["output"] = cond_out[0].name
         body_doc, body_out = self._call_function("body", body, loop_vars)
         if len(body_out) != len(loop_vars):
-            raise errors.InvalidArgument("while_loop's body returns %d tensors for %d loop variables"
+            raise errors.InvalidArgument("while_loop's body returns %d tensors for %d loop "
+                                         "variables"
                                          % (len(body_out), len(loop_vars)), field="body")
         for i, (v, o) in enumerate(zip(loop_vars, body_out)):
             if v.dtype and o.dtype and v.dtype != o.dtype:
-                raise errors.InvalidArgument("while_loop's body result %d is %s, loop variable %d is %s"
+                raise errors.InvalidArgument("while_loop's body result %d is %s, loop variable %d "
+                                             "is %s"
                                              % (i, o.dtype, i, v.dtype), field="body")
         body_doc["outputs"] = [o.name for o in body_out]
         node = self.add_node("While", [], {}, name=name,

@@ -83,7 +83,8 @@ class Dense(Layer):
         if shape is None or len(shape) != 2 or shape[1] is None:
             raise errors.InvalidArgument(
                 "Dense needs an input of shape [batch, features] with features known, got %s "
-                "(add a Flatten first)" % (list(shape) if shape is not None else "an unknown shape"),
+                "(add a Flatten first)"
+                % (list(shape) if shape is not None else "an unknown shape"),
                 node=self.name)
         self.w = g.Variable([shape[1], self.units], initializer=self.kernel_initializer, name="w")
         self.variables = [self.w]
@@ -216,7 +217,8 @@ class Conv2D(Layer):
                  use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  name=None):
         super().__init__(name)
-        self.filters, self.kernel_size, self.strides = int(filters), _pair(kernel_size), _pair(strides)
+        self.filters = int(filters)
+        self.kernel_size, self.strides = _pair(kernel_size), _pair(strides)
         self.padding, self.activation, self.use_bias = _check_padding(padding), activation, use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
 

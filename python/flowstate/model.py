@@ -71,9 +71,8 @@ class Sequential:
                 raise errors.InvalidArgument("unknown optimizer %r (expected one of %s)"
                                              % (optimizer, ", ".join(OPTIMIZERS)),
                                              field="optimizer")
-            optimizer = {"type": optimizer,
-                         "learning_rate": learning_rate or (0.001 if optimizer in ("adam", "rmsprop")
-                                                            else 0.01)}
+            default_rate = 0.001 if optimizer in ("adam", "rmsprop") else 0.01
+            optimizer = {"type": optimizer, "learning_rate": learning_rate or default_rate}
         if loss != "sparse_categorical_crossentropy":
             raise errors.Unimplemented("loss %r: only sparse_categorical_crossentropy yet" % loss,
                                        field="loss")

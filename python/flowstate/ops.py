@@ -136,7 +136,8 @@ def _tensor_attr(node, attr, v, dtype):
         cast = np.asarray(a, dtype=dtypes.numpy_dtype(dtype))
     except (TypeError, ValueError):
         raise _bad(node, attr, "a %s tensor" % dtype, v) from None
-    if cast.size <= 64 and dtype != "bfloat16" and (cast.dtype.kind != "f" or np.isfinite(cast).all()):
+    finite = cast.dtype.kind != "f" or np.isfinite(cast).all()
+    if cast.size <= 64 and dtype != "bfloat16" and finite:
         return {"dtype": dtype, "shape": list(cast.shape), "data": cast.reshape(-1).tolist()}
     return dtypes.to_json(cast, dtype)
 
@@ -162,7 +163,8 @@ def convert_attr(node, name, spec, value):
         try:
             return shape_attr(value)
         except errors.FlowstateError:
-            raise _bad(node, name, "a shape (a list of ints, -1 or None for unknown)", value) from None
+            raise _bad(node, name, "a shape (a list of ints, -1 or None for unknown)",
+                       value) from None
     if kind == "tensor":
         return value  # converted once the node's dtype is known
     if kind.startswith("list(") and kind.endswith(")"):
@@ -243,7 +245,8 @@ class _Builder:
             raise self.fail("%s: cannot make a %s tensor of %r" % (what, dtype, value)) from None
         if arr.dtype.kind == "f" and dtype not in ("float32", "float64", "float16", "bfloat16") \
                 and not np.array_equal(converted, arr):
-            raise self.fail("%s: %r is not a whole number, as dtype %s needs" % (what, value, dtype))
+            raise self.fail("%s: %r is not a whole number, as dtype %s needs"
+                            % (what, value, dtype))
         with self.graph.name_scope(self.name.rsplit("/", 1)[-1]):
             c = self.graph.ops.Const(value=converted, dtype=dtype, name="Const")
         return c.name, dtype
@@ -314,7 +317,8 @@ class _Builder:
                 types = self.attrs.get(arg.type_list_attr,
                                        self.op.attrs[arg.type_list_attr].get("default"))
                 if types is None:
-                    raise self.fail("the outputs '%s' need attr %s" % (arg.name, arg.type_list_attr))
+                    raise self.fail("the outputs '%s' need attr %s"
+                                    % (arg.name, arg.type_list_attr))
                 out.append((arg, list(types)))
             else:
                 out.append((arg, [self.want_dtype(arg)]))
@@ -373,7 +377,8 @@ def make_op_function(op):
             b.add_input(arg, given_inputs[arg.name])
         # Tensor attrs take the node's dtype attr, else theirs.
         for k, v in tensor_attrs.items():
-            if "dtype" in op.attrs and op.attrs["dtype"]["kind"] == "type" and "dtype" not in b.attrs:
+            has_dtype = "dtype" in op.attrs and op.attrs["dtype"]["kind"] == "type"
+            if has_dtype and "dtype" not in b.attrs:
                 b.attrs["dtype"] = dtypes.infer(v)
             b.attrs[k] = _tensor_attr(b.name, k, v, b.attrs.get("dtype"))
         for k, spec in op.attrs.items():

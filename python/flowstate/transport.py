@@ -12,7 +12,6 @@ A transport is safe to use from several threads: REST keeps one keep-alive
 connection per thread, gRPC one channel.
 """
 
-import base64
 import http.client
 import json
 import socket
@@ -110,8 +109,8 @@ class RestTransport:
         headers = dict(self.headers)
         if body is not None:
             data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
-            headers["Content-Type"] = ("application/octet-stream" if isinstance(body, (bytes, bytearray))
-                                       else "application/json")
+            binary = isinstance(body, (bytes, bytearray))
+            headers["Content-Type"] = "application/octet-stream" if binary else "application/json"
         what = "%s %s" % (method, path)
         for attempt in (0, 1):
             conn = self._conn(timeout)

@@ -57,8 +57,8 @@ def test_bad_functions_are_refused(client):
     g2 = client.graph()
     x = g2.placeholder("float32", [2, 2], name="x")
     w = g2.placeholder("float32", [3, 3], name="w")
-    g2.while_loop(lambda i, h: g2.Less(i, 2), lambda i, h: [g2.Add(i, 1), g2.MatMul(h, w, name="mm")],
-                  [0, x], name="rnn")
+    g2.while_loop(lambda i, h: g2.Less(i, 2),
+                  lambda i, h: [g2.Add(i, 1), g2.MatMul(h, w, name="mm")], [0, x], name="rnn")
     with pytest.raises(errors.InvalidArgument) as e:
         with client.session(g2):
             pass

@@ -17,8 +17,8 @@ def test_fashion_mlp_example_trains_and_predicts(tmp_path):
     server = Server(binary(), str(tmp_path), data_root=DATA_ROOT)
     try:
         env = dict(os.environ, PYTHONPATH=os.path.normpath(os.path.join(HERE, "..")))
-        r = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "fashion_mlp.py"),
-                            "--server", server.grpc, "--max-steps", "30"],
+        example = os.path.join(SOURCE, "examples", "python", "fashion_mlp.py")
+        r = subprocess.run([sys.executable, example, "--server", server.grpc, "--max-steps", "30"],
                            capture_output=True, text=True, timeout=120, env=env)
     finally:
         server.stop()
