@@ -128,6 +128,10 @@ class RestTransport:
                 raise self._fail(e, what, timeout) from None
             except (OSError, http.client.HTTPException) as e:
                 raise self._fail(e, what, timeout) from None
+            except BaseException:
+                # Ctrl-C mid-request: the connection has a response in flight; drop it.
+                self.close()
+                raise
             if resp.getheader("Connection", "").lower() == "close":
                 self.close()
             if 200 <= resp.status < 300:

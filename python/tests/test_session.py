@@ -222,3 +222,26 @@ def test_unreachable_server_is_unavailable_within_the_deadline():
 def test_wrong_scheme():
     with pytest.raises(errors.InvalidArgument):
         flowstate.Client("ftp://x:1")
+
+
+def test_ctrl_c_during_a_step_leaves_the_client_usable(client):
+    import os
+    import signal
+    import threading
+    g = client.graph()
+    q = g.FIFOQueue(component_types=["float32"], name="q")
+    d = g.QueueDequeue(q, component_types=["float32"], name="d")  # waits: the queue is empty
+    g.constant(1.0, name="one")
+    with client.session(g) as s:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        interrupted = False
+        try:
+            timer.start()
+            s.run(d, timeout=20)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            timer.cancel()
+        assert interrupted
+        # The interrupted call's connection (REST) was dropped, not reused mid-response.
+        assert s.run("one") == 1.0
