@@ -331,6 +331,7 @@ class Jobs:
 
     def __init__(self, client):
         self._client = client
+        self._dtypes = {}  # job id -> its placeholders' dtypes (predict with Python values)
 
     @property
     def _t(self):
@@ -400,10 +401,24 @@ class Jobs:
         names = [fetches] if single else list(fetches)
         feeds = {}
         for k, v in inputs.items():
-            arr = np.asarray(v)
-            feeds[k] = (dtypes.infer(v), arr)
+            if isinstance(v, np.ndarray):
+                feeds[k] = (dtypes.infer(v), v)
+                continue
+            # A Python value takes its placeholder's dtype, as the server reads JSON numbers.
+            want = self._placeholder_dtypes(job).get(k) or dtypes.infer(v)
+            feeds[k] = (want, np.asarray(v, dtype=dtypes.numpy_dtype(want)))
         out = self._t.predict(self._id(job), feeds, names, timeout=timeout)
         return out[names[0]] if single else out
+
+    def _placeholder_dtypes(self, job):
+        """{placeholder name: dtype} of the job's graph (its spec, read once per job)."""
+        job_id = self._id(job)
+        if job_id not in self._dtypes:
+            graph = self.spec(job_id).get("graph") or {}
+            self._dtypes[job_id] = {
+                n["name"]: n.get("attrs", {}).get("dtype")
+                for n in graph.get("nodes", []) if n.get("op") == "Placeholder"}
+        return self._dtypes[job_id]
 
     def history(self, job):
         return self._t.history(self._id(job))

@@ -152,11 +152,10 @@ class Sequential:
                 if bar is not None:
                     if j.get("total_steps") and bar.total != j["total_steps"]:
                         bar.total = j["total_steps"]
-                    bar.n = j.get("step", 0)
                     if isinstance(j.get("loss"), float) and j.get("step"):
                         bar.set_postfix(epoch=j.get("epoch", 0) + 1, loss="%.4f" % j["loss"],
                                         refresh=False)
-                    bar.refresh()
+                    bar.update(max(0, j.get("step", 0) - bar.n))  # redrawn at tqdm's own pace
                 if e.kind == "eval":
                     history.add(j.get("epoch", 0), j.get("metrics", {}))
                     if bar is not None:

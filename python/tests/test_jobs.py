@@ -71,6 +71,9 @@ def test_submit_watch_predict_export_delete(client):
     pred = job.predict({"x": x}, "pred")
     assert pred.dtype == np.float32 and pred.shape == (2,)
     np.testing.assert_allclose(pred, [2.5, -2.5], atol=0.1)
+    # Python numbers take the placeholder's dtype (whole numbers for a float32 x).
+    np.testing.assert_allclose(job.predict({"x": [[1, 0], [0, 1]]}, ["pred"])["pred"], pred)
+    assert client.jobs.spec(job)["name"] == "py-regression"
 
     history = job.history()
     assert history["steps"] and history["evals"]
