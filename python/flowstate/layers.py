@@ -1,5 +1,5 @@
 """Keras-like layers that build into a Graph: Dense, Conv2D, MaxPool2D, AveragePool2D,
-BatchNormalization, Embedding, Flatten, Reshape, Dropout, Rescale, Activation.
+BatchNormalization, Embedding, LSTM (a While), Flatten, Reshape, Dropout, Rescale, Activation.
 
 A layer is called on an Output and returns one; it makes its variables on
 the first call, from the input's static shape (``Output.shape``), under a
@@ -326,3 +326,57 @@ class Embedding(Layer):
         y = g.Gather(self.table, x, name="lookup")
         y.shape = (tuple(x.shape) if x.shape is not None else (None,)) + (self.output_dim,)
         return y
+
+
+class LSTM(Layer):
+    """An LSTM over [batch, time, features] as one While node; returns the last h
+    [batch, units] (gates i, f, c, o from one [features + units, 4 units] product,
+    forget bias 1). Gradients flow through the loop in a job's training graph."""
+
+    default_name = "lstm"
+
+    def __init__(self, units, parallel_iterations=2, forget_bias=1.0,
+                 kernel_initializer="glorot_uniform", name=None):
+        super().__init__(name)
+        self.units, self.parallel_iterations = int(units), int(parallel_iterations)
+        self.forget_bias, self.kernel_initializer = float(forget_bias), kernel_initializer
+
+    def build(self, g, shape):
+        if shape is None or len(shape) != 3 or shape[1] is None or shape[2] is None:
+            raise errors.InvalidArgument("LSTM needs an input [batch, time, features] with time "
+                                         "and features known, got %s" % (shape,), node=self.name)
+        u = self.units
+        self.wx = g.Variable([shape[2], 4 * u], initializer=self.kernel_initializer, name="wx")
+        self.wh = g.Variable([u, 4 * u], initializer=self.kernel_initializer, name="wh")
+        self.b = g.Variable([4 * u], initializer="zeros", name="b")
+        self.variables = [self.wx, self.wh, self.b]
+
+    def call(self, g, x):
+        u = self.units
+        rows = g.Transpose(x, np.array([1, 0, 2], np.int32), name="time_major")
+        batch = g.Slice(g.Shape(x, name="shape"), np.array([0], np.int32),
+                        np.array([1], np.int32), name="batch")
+        state_shape = g.Concat([batch, np.array([u], np.int32)], np.int32(0), name="state_shape")
+        h0 = g.Fill(state_shape, np.float32(0), name="h0")
+        steps = g.constant(np.int32(x.shape[1]), name="steps")
+
+        def body(i, h, c):
+            x_t = g.Gather(rows, i, name="x_t")
+            gates = g.BiasAdd(g.Add(g.MatMul(x_t, self.wx, name="xw"),
+                                    g.MatMul(h, self.wh, name="hw"), name="sum"),
+                              self.b, name="gates")
+            i_g, f_g, cand, o_g = g.Split(np.int32(1), gates, num_split=4, name="split")
+            forget = g.Sigmoid(g.Add(f_g, np.float32(self.forget_bias), name="forget_pre"),
+                               name="forget_gate")
+            c_new = g.Add(g.Mul(forget, c, name="kept"),
+                          g.Mul(g.Sigmoid(i_g, name="input_gate"), g.Tanh(cand, name="candidate"),
+                                name="written"), name="c_new")
+            h_new = g.Mul(g.Sigmoid(o_g, name="output_gate"), g.Tanh(c_new, name="c_tanh"),
+                          name="h_new")
+            return [g.Add(i, np.int32(1), name="next_i"), h_new, c_new]
+
+        _, h, _ = g.while_loop(lambda i, h, c: g.Less(i, steps, name="more"), body,
+                               [np.int32(0), h0, h0], parallel_iterations=self.parallel_iterations,
+                               name="while")
+        h.shape = (x.shape[0], u)
+        return h

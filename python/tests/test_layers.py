@@ -79,3 +79,27 @@ def test_conv_pool_batchnorm_embedding_in_a_session(client):
         np.testing.assert_allclose(normalized.mean(axis=0), 0, atol=1e-4)  # batch statistics
         assert not np.allclose(s.run(bn.moving_mean), 0)  # training mode updated them
         np.testing.assert_array_equal(s.run(emb, {ids: [[1, 2, 9]]}), np.ones((1, 3, 5)))
+
+
+def test_lstm_is_one_while_and_runs(client):
+    g = client.graph()
+    x = g.placeholder("float32", [None, 5, 3], name="x")
+    lstm = layers.LSTM(4)
+    h = lstm(x)
+    assert h.shape == (None, 4) and h.name == "lstm/while:1"
+    assert [n.op for n in g.nodes].count("While") == 1
+    with client.session(g) as s:
+        s.run(g.initializer())
+        out = s.run(h, {x: np.ones((2, 5, 3), np.float32)})
+        wx, wh, b = s.run(lstm.variables)
+    assert out.shape == (2, 4) and np.all(np.abs(out) < 1)
+    # The same cell in numpy.
+    hh, cc = np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32)
+    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    for _ in range(5):
+        gates = np.ones((2, 3), np.float32) @ wx + hh @ wh + b
+        i, f, c, o = np.split(gates, 4, axis=1)
+        cc = sig(f + 1) * cc + sig(i) * np.tanh(c)
+        hh = sig(o) * np.tanh(cc)
+    np.testing.assert_allclose(out, hh, rtol=1e-4, atol=1e-5)
+
