@@ -147,7 +147,11 @@ class Sequential:
             from tqdm import tqdm
             bar = tqdm(total=None, unit="step", desc=self.job.id, leave=True)
         try:
-            for e in self.job.watch(timeout=timeout):
+            # history=True: evaluations done before the stream opened (a fast job) are
+            # replayed; the stream only drives the bar and the lines, History below
+            # comes from the server's record.
+            seen = set()
+            for e in self.job.watch(history=True, timeout=timeout):
                 j = e.job
                 if bar is not None:
                     if j.get("total_steps") and bar.total != j["total_steps"]:
@@ -156,8 +160,8 @@ class Sequential:
                         bar.set_postfix(epoch=j.get("epoch", 0) + 1, loss="%.4f" % j["loss"],
                                         refresh=False)
                     bar.update(max(0, j.get("step", 0) - bar.n))  # redrawn at tqdm's own pace
-                if e.kind == "eval":
-                    history.add(j.get("epoch", 0), j.get("metrics", {}))
+                if e.kind == "eval" and (j.get("step"), j.get("epoch")) not in seen:
+                    seen.add((j.get("step"), j.get("epoch")))
                     if bar is not None:
                         bar.write("epoch %d: %s" % (j.get("epoch", 0) + 1, ", ".join(
                             "%s %.4f" % kv for kv in sorted(j.get("metrics", {}).items()))))
@@ -167,6 +171,8 @@ class Sequential:
         self.job.refresh()
         if self.job.state != "SUCCEEDED":
             raise errors.from_job(self.job.info)
+        for ev in self.job.history().get("evals", []):  # every evaluation, as kept
+            history.add(ev.get("epoch", 0), ev.get("metrics", {}))
         return history
 
     def evaluate(self):

@@ -58,7 +58,7 @@ def wait_for(job, states, timeout=30):
 def test_submit_watch_predict_export_delete(client):
     job = client.jobs.submit(job_doc(regression_graph(client)))
     assert job.id and job.state in ("QUEUED", "RUNNING")
-    events = list(job.watch(timeout=60))
+    events = list(job.watch(history=True, timeout=60))  # with the events before it opened
     assert events[0].kind == "state"
     assert events[-1].job["state"] == "SUCCEEDED", events[-1].job
     assert any(e.kind == "eval" for e in events)
