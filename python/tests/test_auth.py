@@ -32,7 +32,8 @@ def test_token(token_server, transport, monkeypatch):
     doc = {"name": "auth", "graph": {"nodes": [
         {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1, 2]}},
         {"name": "y", "op": "Placeholder", "attrs": {"dtype": "float32", "shape": [-1]}},
-        {"name": "w", "op": "Variable", "attrs": {"dtype": "float32", "shape": [2], "init": "zeros"}},
+        {"name": "w", "op": "Variable",
+         "attrs": {"dtype": "float32", "shape": [2], "init": "zeros"}},
         {"name": "p", "op": "Mul", "inputs": ["x", "w"]},
         {"name": "axes", "op": "Const", "attrs": {"dtype": "int32", "value": []}},
         {"name": "loss", "op": "Mean", "inputs": ["p", "axes"]}]},

@@ -126,3 +126,18 @@ def test_gradients_say_what_the_server_offers(client):
     g = client.graph()
     with pytest.raises(errors.Unimplemented, match="job"):
         g.gradients(g.constant(1.0), [])
+
+
+def test_api_reference_lists_every_op(server, tmp_path):
+    import os
+    import subprocess
+    import sys
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "api_reference.py")
+    out = tmp_path / "api.md"
+    subprocess.run([sys.executable, tool, "--server", server.http, "--out", str(out)],
+                   check=True, timeout=60)
+    text = out.read_text()
+    names = [op["name"] for op in flowstate.Client(server.http).list_ops()]
+    missing = [n for n in names if "### `%s(" % n not in text]
+    assert not missing, missing
+    assert "### `Session(" in text and "### `layers.Dense(" in text
