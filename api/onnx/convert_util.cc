@@ -1,0 +1,106 @@
+#include "api/onnx/convert_util.h"
+
+namespace flowstate::onnx_import {
+
+StatusOr<int> NormAxis(const NodeContext& c, int64_t axis, int rank, const char* what,
+                       bool inclusive) {
+  int64_t hi = inclusive ? rank : rank - 1;
+  if (axis < -rank || axis > hi) {
+    return c.Error("attribute '" + std::string(what) + "' = " + std::to_string(axis) +
+                   " is out of range for rank " + std::to_string(rank));
+  }
+  return int(axis < 0 ? axis + rank : axis);
+}
+
+Status NeedRank(const NodeContext& c, const Value& v, const char* what) {
+  if (v.rank() < 0) {
+    return c.Unsupported("the rank of input '" + std::string(what) +
+                         "' is unknown (ONNX shape inference could not infer it)");
+  }
+  return Status();
+}
+
+Status NeedFloat(const NodeContext& c, const Value& v, const char* what) {
+  if (v.dtype != DataType::kFloat32 && v.dtype != DataType::kFloat64 &&
+      v.dtype != DataType::kFloat16) {
+    return c.Unsupported("input '" + std::string(what) + "' has dtype " +
+                         std::string(DataTypeName(v.dtype)) + "; only floating types are supported");
+  }
+  return Status();
+}
+
+Output Transpose(NodeContext& c, const Output& x, const std::vector<int64_t>& perm) {
+  return c.Op("Transpose", {x, c.Ints32(perm)});
+}
+
+Output ShapeVector(NodeContext& c, const Output& x) {
+  return c.Op("Shape", {x}, {{"out_type", AttrValue(DataType::kInt64)}});
+}
+
+Output PadAxis(NodeContext& c, const Output& x, int rank, int axis, int64_t before, int64_t after,
+               const Output& fill, bool edge) {
+  if (before == 0 && after == 0) return x;
+  std::vector<Output> parts;
+  auto block = [&](int64_t n, bool at_start) {
+    if (edge) {
+      std::vector<int64_t> begin(rank, 0), size(rank, -1), mult(rank, 1);
+      size[axis] = 1;
+      Output edge_slice;
+      if (at_start) {
+        edge_slice = c.Op("Slice", {x, c.Ints64(begin), c.Ints64(size)});
+      } else {
+        // The last slice: StridedSlice x[..., -1:, ...].
+        std::vector<int64_t> b(rank, 0), e(rank, 0), s(rank, 1);
+        b[axis] = -1;
+        int64_t mask = ((int64_t(1) << rank) - 1) & ~(int64_t(1) << axis);
+        edge_slice = c.Op("StridedSlice", {x, c.Ints64(b), c.Ints64(e), c.Ints64(s)},
+                          {{"begin_mask", AttrValue(mask)},
+                           {"end_mask", AttrValue(int64_t((int64_t(1) << rank) - 1))}});
+      }
+      mult[axis] = n;
+      return c.Op("Tile", {edge_slice, c.Ints64(mult)});
+    }
+    std::vector<int64_t> keep(rank, 1), put(rank, 0);
+    keep[axis] = 0;
+    put[axis] = n;
+    Output dims = c.Op("Add", {c.Op("Mul", {ShapeVector(c, x), c.Ints64(keep)}), c.Ints64(put)});
+    return c.Op("Fill", {dims, fill});
+  };
+  if (before > 0) parts.push_back(block(before, true));
+  parts.push_back(x);
+  if (after > 0) parts.push_back(block(after, false));
+  std::vector<Output> in = parts;
+  in.push_back(c.Int32(axis));
+  return c.Op("Concat", in);
+}
+
+Output PadAll(NodeContext& c, const Output& x, int rank, const std::vector<int64_t>& pads,
+              const Output& fill, bool edge) {
+  Output y = x;
+  for (int a = 0; a < rank; ++a) y = PadAxis(c, y, rank, a, pads[a], pads[rank + a], fill, edge);
+  return y;
+}
+
+std::optional<std::vector<int64_t>> IntValues(const std::optional<Tensor>& t) {
+  if (!t) return std::nullopt;
+  std::vector<int64_t> out;
+  if (t->dtype() == DataType::kInt64) {
+    for (int64_t v : t->flat<int64_t>()) out.push_back(v);
+  } else if (t->dtype() == DataType::kInt32) {
+    for (int32_t v : t->flat<int32_t>()) out.push_back(v);
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+Tensor IntTensor(const std::vector<int64_t>& v, const std::vector<int64_t>& dims, DataType dtype) {
+  Tensor t(dtype, TensorShape(std::span<const int64_t>(dims)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DataType::kInt64) t.data<int64_t>()[i] = v[i];
+    else t.data<int32_t>()[i] = int32_t(v[i]);
+  }
+  return t;
+}
+
+}  // namespace flowstate::onnx_import
