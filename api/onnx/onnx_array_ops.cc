@@ -133,7 +133,24 @@ Status ConvertReshape(NodeContext& c) {
   auto dims = IntValues(shape.constant);
   if (!dims) {
     if (shape.dtype != DataType::kInt64) return c.Error("input 'shape' must be int64");
-    return c.SetOutput(0, c.Op("Reshape", {x.out, shape.out}), x.dtype);
+    Output target = shape.out;
+    // A 0 entry copies the input's dimension: select from Shape(x), cut or
+    // padded to the shape vector's length. (Where that length or the
+    // input's rank is unknown, the shape goes as it is: 0 stays 0.)
+    if (allowzero == 0 && shape.shape.rank_known() && shape.rank() == 1 &&
+        shape.shape.dim(0) >= 0 && x.rank() >= 0) {
+      int64_t n = shape.shape.dim(0);
+      Output dims_x = ShapeVector(c, x.out);
+      if (n <= x.rank()) {
+        dims_x = c.Op("Slice", {dims_x, c.Ints64({0}), c.Ints64({n})});
+      } else {
+        dims_x = c.Op("Concat", {dims_x, c.Ints64(std::vector<int64_t>(n - x.rank(), 0)),
+                                 c.Int32(0)});
+      }
+      Output zero = c.Op("Equal", {shape.out, c.Scalar(0, DataType::kInt64)});
+      target = c.Op("Select", {zero, dims_x, shape.out});
+    }
+    return c.SetOutput(0, c.Op("Reshape", {x.out, target}), x.dtype);
   }
   // 0 copies the input's dimension (unless allowzero); -1 is inferred.
   std::vector<Output> parts;

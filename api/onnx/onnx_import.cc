@@ -88,6 +88,13 @@ class Importer {
     out.producer = m.producer_name() +
                    (m.producer_version().empty() ? "" : " " + m.producer_version());
     if (out.opset < 0) {
+      for (const auto& n : m.graph().node()) {
+        if (!n.domain().empty() && n.domain() != "ai.onnx") {
+          return Unimplemented("ONNX node '" + n.name() + "' (" + n.op_type() +
+                                   "): ops of domain '" + n.domain() + "' are not supported",
+                               n.name());
+        }
+      }
       return InvalidArgument("the ONNX model imports no opset of the default domain "
                              "(field 'opset_import')");
     }

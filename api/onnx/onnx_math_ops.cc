@@ -28,7 +28,11 @@ std::optional<Tensor> FoldIntBinary(const char* op, const Value& a, const Value&
     else if (o == "Div" && q != 0) out[i] = p / q;
     else return std::nullopt;
   }
-  const Tensor& shape_from = x->size() >= y->size() ? *a.constant : *b.constant;
+  // The result has the broadcast shape: the larger operand's, or at equal
+  // sizes the one of higher rank (a scalar and a [1] make a [1]).
+  bool from_a = x->size() != y->size() ? x->size() > y->size()
+                                       : a.constant->rank() >= b.constant->rank();
+  const Tensor& shape_from = from_a ? *a.constant : *b.constant;
   return IntTensor(out, shape_from.shape().dim_vector(), a.dtype);
 }
 
@@ -141,8 +145,17 @@ Status ConvertPRelu(NodeContext& c) {  // max(x, 0) + slope * min(x, 0)
   FS_ASSIGN_OR_RETURN(Value slope, c.input(1));
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
   Output zero = c.Scalar(0, x.dtype);
+  Output s = slope.out;
+  // A [C] slope for an [N, C, ...] input that does not broadcast from the
+  // right is per channel (what older exporters meant).
+  if (slope.rank() == 1 && x.rank() >= 3 && slope.shape.dim(0) > 1 &&
+      slope.shape.dim(0) == x.shape.dim(1) && slope.shape.dim(0) != x.shape.dim(x.rank() - 1)) {
+    std::vector<int64_t> dims(x.rank() - 1, 1);
+    dims[0] = -1;
+    s = c.Op("Reshape", {s, c.Ints64(dims)});
+  }
   Output y = c.Op("Add", {c.Op("Maximum", {x.out, zero}),
-                          c.Op("Mul", {slope.out, c.Op("Minimum", {x.out, zero})})});
+                          c.Op("Mul", {s, c.Op("Minimum", {x.out, zero})})});
   return c.SetOutput(0, y, x.dtype, x.shape);
 }
 
