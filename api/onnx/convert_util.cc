@@ -37,28 +37,52 @@ Output ShapeVector(NodeContext& c, const Output& x) {
   return c.Op("Shape", {x}, {{"out_type", AttrValue(DataType::kInt64)}});
 }
 
+Output DimScalar(NodeContext& c, const Value& x, int axis) {
+  if (x.shape.rank_known() && x.shape.dim(axis) >= 0) {
+    return c.Scalar(double(x.shape.dim(axis)), DataType::kInt64);
+  }
+  return c.Op("Gather", {ShapeVector(c, x.out), c.Int32(axis)});
+}
+
+namespace {
+// x[..., b:e:s, ...] along one axis, the other axes whole.
+Output SliceAxis(NodeContext& c, const Output& x, int rank, int axis, int64_t b, int64_t e,
+                 int64_t s, bool to_end) {
+  std::vector<int64_t> begin(rank, 0), end(rank, 0), strides(rank, 1);
+  begin[axis] = b;
+  end[axis] = e;
+  strides[axis] = s;
+  int64_t all = (int64_t(1) << rank) - 1;
+  int64_t others = all & ~(int64_t(1) << axis);
+  return c.Op("StridedSlice", {x, c.Ints64(begin), c.Ints64(end), c.Ints64(strides)},
+              {{"begin_mask", AttrValue(others)},
+               {"end_mask", AttrValue(to_end ? all : others)}});
+}
+}  // namespace
+
+Output Reverse(NodeContext& c, const Output& x, int rank, int axis) {
+  std::vector<int64_t> zeros(rank, 0), strides(rank, 1);
+  strides[axis] = -1;
+  int64_t all = (int64_t(1) << rank) - 1;
+  return c.Op("StridedSlice", {x, c.Ints64(zeros), c.Ints64(zeros), c.Ints64(strides)},
+              {{"begin_mask", AttrValue(all)}, {"end_mask", AttrValue(all)}});
+}
+
 Output PadAxis(NodeContext& c, const Output& x, int rank, int axis, int64_t before, int64_t after,
-               const Output& fill, bool edge) {
+               const Output& fill, PadMode mode) {
   if (before == 0 && after == 0) return x;
-  std::vector<Output> parts;
   auto block = [&](int64_t n, bool at_start) {
-    if (edge) {
-      std::vector<int64_t> begin(rank, 0), size(rank, -1), mult(rank, 1);
-      size[axis] = 1;
-      Output edge_slice;
-      if (at_start) {
-        edge_slice = c.Op("Slice", {x, c.Ints64(begin), c.Ints64(size)});
-      } else {
-        // The last slice: StridedSlice x[..., -1:, ...].
-        std::vector<int64_t> b(rank, 0), e(rank, 0), s(rank, 1);
-        b[axis] = -1;
-        int64_t mask = ((int64_t(1) << rank) - 1) & ~(int64_t(1) << axis);
-        edge_slice = c.Op("StridedSlice", {x, c.Ints64(b), c.Ints64(e), c.Ints64(s)},
-                          {{"begin_mask", AttrValue(mask)},
-                           {"end_mask", AttrValue(int64_t((int64_t(1) << rank) - 1))}});
-      }
+    if (mode == PadMode::kReflect) {
+      // before: x[n], x[n-1], ..., x[1]; after: x[-2], ..., x[-n-1].
+      return at_start ? SliceAxis(c, x, rank, axis, n, 0, -1, false)
+                      : SliceAxis(c, x, rank, axis, -2, -n - 2, -1, false);
+    }
+    if (mode == PadMode::kEdge) {
+      Output edge = at_start ? SliceAxis(c, x, rank, axis, 0, 1, 1, false)
+                             : SliceAxis(c, x, rank, axis, -1, 0, 1, true);
+      std::vector<int64_t> mult(rank, 1);
       mult[axis] = n;
-      return c.Op("Tile", {edge_slice, c.Ints64(mult)});
+      return c.Op("Tile", {edge, c.Ints64(mult)});
     }
     std::vector<int64_t> keep(rank, 1), put(rank, 0);
     keep[axis] = 0;
@@ -66,18 +90,18 @@ Output PadAxis(NodeContext& c, const Output& x, int rank, int axis, int64_t befo
     Output dims = c.Op("Add", {c.Op("Mul", {ShapeVector(c, x), c.Ints64(keep)}), c.Ints64(put)});
     return c.Op("Fill", {dims, fill});
   };
+  std::vector<Output> parts;
   if (before > 0) parts.push_back(block(before, true));
   parts.push_back(x);
   if (after > 0) parts.push_back(block(after, false));
-  std::vector<Output> in = parts;
-  in.push_back(c.Int32(axis));
-  return c.Op("Concat", in);
+  parts.push_back(c.Int32(axis));
+  return c.Op("Concat", parts);
 }
 
 Output PadAll(NodeContext& c, const Output& x, int rank, const std::vector<int64_t>& pads,
-              const Output& fill, bool edge) {
+              const Output& fill, PadMode mode) {
   Output y = x;
-  for (int a = 0; a < rank; ++a) y = PadAxis(c, y, rank, a, pads[a], pads[rank + a], fill, edge);
+  for (int a = 0; a < rank; ++a) y = PadAxis(c, y, rank, a, pads[a], pads[rank + a], fill, mode);
   return y;
 }
 

@@ -24,14 +24,22 @@ Status NeedFloat(const NodeContext& c, const Value& v, const char* what);
 Output Transpose(NodeContext& c, const Output& x, const std::vector<int64_t>& perm);
 // Shape(x) as an int64 vector.
 Output ShapeVector(NodeContext& c, const Output& x);
+// Dimension `axis` of x as an int64 scalar: a Const when ONNX's shape
+// inference knows it, else Gather(Shape(x), axis).
+Output DimScalar(NodeContext& c, const Value& x, int axis);
+// x reversed along `axis` (a StridedSlice with stride -1).
+Output Reverse(NodeContext& c, const Output& x, int rank, int axis);
+
 // x padded along `axis` (of a tensor of rank `rank`) with `before` and
-// `after` copies of the scalar `fill` (Fill + Concat). `edge`: repeat the
-// edge slices instead.
+// `after` copies of the scalar `fill` (Fill + Concat), or in mode "edge"
+// the edge slices repeated, or in mode "reflect" the slices mirrored
+// (without the edge).
+enum class PadMode { kConstant, kEdge, kReflect };
 Output PadAxis(NodeContext& c, const Output& x, int rank, int axis, int64_t before, int64_t after,
-               const Output& fill, bool edge = false);
+               const Output& fill, PadMode mode = PadMode::kConstant);
 // Pads every axis: pads = [b_0, ..., b_{r-1}, e_0, ..., e_{r-1}], each >= 0.
 Output PadAll(NodeContext& c, const Output& x, int rank, const std::vector<int64_t>& pads,
-              const Output& fill, bool edge = false);
+              const Output& fill, PadMode mode = PadMode::kConstant);
 
 // Integer tensor helpers for constant folding of shape computations.
 std::optional<std::vector<int64_t>> IntValues(const std::optional<Tensor>& t);

@@ -1,7 +1,8 @@
 // The converter functions that the table in onnx_ops.cc lists, grouped by
 // file: onnx_math_ops.cc (element-wise, reductions, products, softmax),
 // onnx_array_ops.cc (shapes, slicing, constants), onnx_nn_ops.cc
-// (convolution, pooling, normalization). Internal to api/onnx/.
+// (convolution, pooling, normalization), onnx_loss_ops.cc (losses and the
+// index ops they build on). Internal to api/onnx/.
 #ifndef FLOWSTATE_API_ONNX_CONVERTERS_H_
 #define FLOWSTATE_API_ONNX_CONVERTERS_H_
 
@@ -70,6 +71,13 @@ Status ConvertGlobalPool(NodeContext& c, const char* op);
 Status ConvertBatchNormalization(NodeContext& c);
 Status ConvertInstanceNormalization(NodeContext& c);
 Status ConvertLayerNormalization(NodeContext& c);
+
+// onnx_loss_ops.cc
+Status ConvertNllLoss(NodeContext& c);
+Status ConvertSoftmaxCrossEntropyLoss(NodeContext& c);
+Status ConvertGatherElements(NodeContext& c);
+Status ConvertTrilu(NodeContext& c);
+Status ConvertHardmax(NodeContext& c);
 
 }  // namespace flowstate::onnx_import
 

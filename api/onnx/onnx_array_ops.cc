@@ -384,10 +384,64 @@ Status ConvertSqueeze(NodeContext& c) {
   return c.SetOutput(0, y, x.dtype, PartialShape(), folded);
 }
 
+namespace {
+// Slice with starts / ends computed at run time (axes and steps constant):
+// full-rank begin / end vectors assembled from their entries.
+Status DynamicSlice(NodeContext& c, const Value& x, const Value& starts, const Value& ends) {
+  const int r = x.rank();
+  if (starts.rank() != 1 || starts.shape.dim(0) < 0) {
+    return c.Unsupported("computed 'starts' of unknown length");
+  }
+  const int64_t n = starts.shape.dim(0);
+  std::vector<int64_t> axes, steps(n, 1);
+  if (c.has_input(3)) {
+    FS_ASSIGN_OR_RETURN(axes, c.ConstInts(3, "axes"));
+  } else {
+    for (int64_t i = 0; i < n; ++i) axes.push_back(i);
+  }
+  if (c.has_input(4)) {
+    FS_ASSIGN_OR_RETURN(steps, c.ConstInts(4, "steps"));
+  }
+  if (int64_t(axes.size()) != n || int64_t(steps.size()) != n) {
+    return c.Error("starts, ends, axes and steps must have the same length");
+  }
+  std::vector<int> pos(r, -1);
+  std::vector<int64_t> s(r, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    FS_ASSIGN_OR_RETURN(int a, NormAxis(c, axes[i], r, "axes"));
+    if (steps[i] == 0) return c.Error("a step is 0");
+    pos[a] = int(i);
+    s[a] = steps[i];
+  }
+  int64_t mask = 0;
+  auto vec = [&](const Value& v) {
+    Output v64 = v.dtype == DataType::kInt64
+                     ? v.out
+                     : c.Op("Cast", {v.out}, {{"DstT", AttrValue(DataType::kInt64)}});
+    std::vector<Output> parts;
+    for (int a = 0; a < r; ++a) {
+      parts.push_back(pos[a] < 0 ? c.Ints64({0})
+                                 : c.Op("Slice", {v64, c.Ints64({pos[a]}), c.Ints64({1})}));
+    }
+    parts.push_back(c.Int32(0));
+    return c.Op("Concat", parts);
+  };
+  for (int a = 0; a < r; ++a) {
+    if (pos[a] < 0) mask |= int64_t(1) << a;
+  }
+  Output y = c.Op("StridedSlice", {x.out, vec(starts), vec(ends), c.Ints64(s)},
+                  {{"begin_mask", AttrValue(mask)}, {"end_mask", AttrValue(mask)}});
+  return c.SetOutput(0, y, x.dtype);
+}
+}  // namespace
+
 Status ConvertSlice(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   FS_RETURN_IF_ERROR(NeedRank(c, x, "data"));
   const int r = x.rank();
+  FS_ASSIGN_OR_RETURN(Value starts_v, c.input(1));
+  FS_ASSIGN_OR_RETURN(Value ends_v, c.input(2));
+  if (!starts_v.constant || !ends_v.constant) return DynamicSlice(c, x, starts_v, ends_v);
   FS_ASSIGN_OR_RETURN(std::vector<int64_t> starts, c.ConstInts(1, "starts"));
   FS_ASSIGN_OR_RETURN(std::vector<int64_t> ends, c.ConstInts(2, "ends"));
   std::vector<int64_t> axes, steps(starts.size(), 1);
@@ -486,8 +540,8 @@ Status ConvertTile(NodeContext& c) {
 Status ConvertPad(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   FS_ASSIGN_OR_RETURN(std::string mode, c.String("mode", "constant"));
-  if (mode != "constant" && mode != "edge") {
-    return c.Unsupported("attribute 'mode' = \"" + mode + "\" (constant and edge are)");
+  if (mode != "constant" && mode != "edge" && mode != "reflect") {
+    return c.Error("attribute 'mode' = \"" + mode + "\" is not a valid value");
   }
   FS_RETURN_IF_ERROR(NeedRank(c, x, "data"));
   const int r = x.rank();
@@ -527,7 +581,9 @@ Status ConvertPad(NodeContext& c) {
     y = c.Op("StridedSlice", {y, c.Ints64(b), c.Ints64(e), c.Ints64(s)},
              {{"begin_mask", AttrValue(begin_mask)}, {"end_mask", AttrValue(end_mask)}});
   }
-  y = PadAll(c, y, r, grow, fill, mode == "edge");
+  y = PadAll(c, y, r, grow, fill,
+             mode == "edge" ? PadMode::kEdge
+                            : mode == "reflect" ? PadMode::kReflect : PadMode::kConstant);
   if (y.node == x.out.node) y = c.Op("Identity", {y});
   return c.SetOutput(0, y, x.dtype);
 }

@@ -361,6 +361,12 @@ Status ConvertReduce(NodeContext& c, const char* op, const char* pre, const char
   if (axes_input) {
     FS_ASSIGN_OR_RETURN(int64_t noop_attr, c.Int("noop_with_empty_axes", 0));
     if (c.has_input(1)) {
+      FS_ASSIGN_OR_RETURN(Value a, c.input(1));
+      if (!a.constant) {  // computed axes go to the reduction as they are
+        if (noop_attr != 0) return c.Unsupported("noop_with_empty_axes with computed axes");
+        Output y = c.Op(op, {x.out, a.out}, {{"keep_dims", AttrValue(keep != 0)}});
+        return c.SetOutput(0, y, x.dtype);
+      }
       FS_ASSIGN_OR_RETURN(axes, c.ConstInts(1, "axes"));
     }
     noop = axes.empty() && noop_attr != 0;
@@ -390,10 +396,17 @@ Status ConvertArgMax(NodeContext& c, const char* op) {
   FS_ASSIGN_OR_RETURN(int64_t axis_attr, c.Int("axis", 0));
   FS_ASSIGN_OR_RETURN(int64_t keep, c.Int("keepdims", 1));
   FS_ASSIGN_OR_RETURN(int64_t last, c.Int("select_last_index", 0));
-  if (last != 0) return c.Unsupported("attribute 'select_last_index' = 1");
   FS_RETURN_IF_ERROR(NeedRank(c, x, "data"));
   FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_attr, x.rank(), "axis"));
-  Output y = c.Op(op, {x.out, c.Int32(axis)}, {{"output_type", AttrValue(DataType::kInt64)}});
+  Output y;
+  if (last == 0) {
+    y = c.Op(op, {x.out, c.Int32(axis)}, {{"output_type", AttrValue(DataType::kInt64)}});
+  } else {  // the first of the reversed input, counted from the end
+    Output rev = c.Op(op, {Reverse(c, x.out, x.rank(), axis), c.Int32(axis)},
+                      {{"output_type", AttrValue(DataType::kInt64)}});
+    Output last_index = c.Op("Sub", {DimScalar(c, x, axis), c.Scalar(1, DataType::kInt64)});
+    y = c.Op("Sub", {last_index, rev});
+  }
   if (keep != 0) y = c.Op("ExpandDims", {y, c.Int32(axis)});
   return c.SetOutput(0, y, DataType::kInt64);
 }
