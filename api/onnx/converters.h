@@ -41,6 +41,11 @@ Status ConvertGemm(NodeContext& c);
 Status ConvertReduce(NodeContext& c, const char* op, const char* pre, const char* post,
                      bool axes_input);
 Status ConvertArgMax(NodeContext& c, const char* op);
+Status ConvertHyperbolic(NodeContext& c, const char* op);  // Sinh, Cosh, Asinh, Acosh, Atanh
+Status ConvertIsInf(NodeContext& c);
+Status ConvertShrink(NodeContext& c);
+Status ConvertCelu(NodeContext& c);
+Status ConvertRound(NodeContext& c);
 
 // onnx_array_ops.cc
 Status ConvertIdentity(NodeContext& c);
@@ -62,9 +67,12 @@ Status ConvertTile(NodeContext& c);
 Status ConvertPad(NodeContext& c);
 Status ConvertRange(NodeContext& c);
 Status ConvertDropout(NodeContext& c);
+Status ConvertDepthToSpace(NodeContext& c);
+Status ConvertSpaceToDepth(NodeContext& c);
 
 // onnx_nn_ops.cc
 Status ConvertConv(NodeContext& c);
+Status ConvertConvTranspose(NodeContext& c);
 Status ConvertMaxPool(NodeContext& c);
 Status ConvertAveragePool(NodeContext& c);
 Status ConvertGlobalPool(NodeContext& c, const char* op);

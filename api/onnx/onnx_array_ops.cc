@@ -193,7 +193,20 @@ Status ConvertReshape(NodeContext& c) {
     if (unknown >= 0 && known > 0) d[unknown] = x.constant->num_elements() / known;
     folded = Reshaped(x.constant, d);
   }
-  return c.SetOutput(0, c.Op("Reshape", {x.out, target}), x.dtype, PartialShape(), folded);
+  PartialShape known = PartialShape::Unknown();
+  if (!dynamic) {
+    std::vector<int64_t> d = out;
+    int64_t product = 1, unknown = -1;
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (d[i] == -1) unknown = int64_t(i);
+      else product *= d[i];
+    }
+    if (unknown >= 0) {
+      d[unknown] = x.shape.IsFullyDefined() && product > 0 ? x.shape.num_elements() / product : -1;
+    }
+    known = PartialShape(d);
+  }
+  return c.SetOutput(0, c.Op("Reshape", {x.out, target}), x.dtype, known, folded);
 }
 
 Status ConvertFlatten(NodeContext& c) {
@@ -480,12 +493,43 @@ Status ConvertSlice(NodeContext& c) {
   return c.SetOutput(0, y, x.dtype);
 }
 
+namespace {
+// Split with sizes computed at run time: output i is the Slice at the sum
+// of the sizes before it.
+Status DynamicSplit(NodeContext& c, const Value& x, const Value& sizes, int64_t axis_attr) {
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "input"));
+  FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_attr, x.rank(), "axis"));
+  Output sz = sizes.dtype == DataType::kInt64
+                  ? sizes.out
+                  : c.Op("Cast", {sizes.out}, {{"DstT", AttrValue(DataType::kInt64)}});
+  const int r = x.rank();
+  for (int i = 0; i < c.num_outputs(); ++i) {
+    Output offset = c.Op("Sum", {c.Op("Slice", {sz, c.Ints64({0}), c.Ints64({i})}),
+                                 c.Ints64({0})},
+                         {{"keep_dims", AttrValue(true)}});
+    Output len = c.Op("Slice", {sz, c.Ints64({i}), c.Ints64({1})});
+    std::vector<Output> begin, size;
+    for (int a = 0; a < r; ++a) {
+      begin.push_back(a == axis ? offset : c.Ints64({0}));
+      size.push_back(a == axis ? len : c.Ints64({-1}));
+    }
+    begin.push_back(c.Int32(0));
+    size.push_back(c.Int32(0));
+    Output y = c.Op("Slice", {x.out, c.Op("Concat", begin), c.Op("Concat", size)});
+    FS_RETURN_IF_ERROR(c.SetOutput(i, y, x.dtype));
+  }
+  return Status();
+}
+}  // namespace
+
 Status ConvertSplit(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   FS_ASSIGN_OR_RETURN(int64_t axis_attr, c.Int("axis", 0));
   std::vector<int64_t> split;
   if (c.opset() >= 13) {
     if (c.has_input(1)) {
+      FS_ASSIGN_OR_RETURN(Value sv, c.input(1));
+      if (!sv.constant) return DynamicSplit(c, x, sv, axis_attr);
       FS_ASSIGN_OR_RETURN(split, c.ConstInts(1, "split"));
     }
   } else {
@@ -616,6 +660,60 @@ Status ConvertDropout(NodeContext& c) {  // inference: the identity
     FS_RETURN_IF_ERROR(c.SetOutput(1, mask, DataType::kBool, x.shape));
   }
   return Status();
+}
+
+}  // namespace flowstate::onnx_import
+
+namespace flowstate::onnx_import {
+namespace {
+
+// [N, C, H, W] with C, H, W known (N may be dynamic).
+StatusOr<std::vector<int64_t>> StaticChw(NodeContext& c, const Value& x) {
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "input"));
+  if (x.rank() != 4) return c.Error("input must have rank 4 (NCHW)");
+  std::vector<int64_t> d = x.shape.dims();
+  if (d[1] < 0 || d[2] < 0 || d[3] < 0) {
+    return c.Unsupported("an input whose C, H and W are not all known");
+  }
+  return d;
+}
+
+}  // namespace
+
+Status ConvertDepthToSpace(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(int64_t b, c.Int("blocksize"));
+  FS_ASSIGN_OR_RETURN(std::string mode, c.String("mode", "DCR"));
+  if (mode != "DCR" && mode != "CRD") {
+    return c.Error("attribute 'mode' = \"" + mode + "\" is not a valid value");
+  }
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> d, StaticChw(c, x));
+  if (b < 1 || d[1] % (b * b) != 0) {
+    return c.Error("attribute 'blocksize' = " + std::to_string(b) + " does not divide C = " +
+                   std::to_string(d[1]) + " into blocks");
+  }
+  int64_t cc = d[1] / (b * b);
+  std::vector<int64_t> split = mode == "DCR" ? std::vector<int64_t>{-1, b, b, cc, d[2], d[3]}
+                                             : std::vector<int64_t>{-1, cc, b, b, d[2], d[3]};
+  std::vector<int64_t> perm = mode == "DCR" ? std::vector<int64_t>{0, 3, 4, 1, 5, 2}
+                                            : std::vector<int64_t>{0, 1, 4, 2, 5, 3};
+  Output y = c.Op("Reshape", {x.out, c.Ints64(split)});
+  y = Transpose(c, y, perm);
+  y = c.Op("Reshape", {y, c.Ints64({-1, cc, d[2] * b, d[3] * b})});
+  return c.SetOutput(0, y, x.dtype);
+}
+
+Status ConvertSpaceToDepth(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(int64_t b, c.Int("blocksize"));
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> d, StaticChw(c, x));
+  if (b < 1 || d[2] % b != 0 || d[3] % b != 0) {
+    return c.Error("attribute 'blocksize' = " + std::to_string(b) + " does not divide H and W");
+  }
+  Output y = c.Op("Reshape", {x.out, c.Ints64({-1, d[1], d[2] / b, b, d[3] / b, b})});
+  y = Transpose(c, y, {0, 3, 5, 1, 2, 4});
+  y = c.Op("Reshape", {y, c.Ints64({-1, d[1] * b * b, d[2] / b, d[3] / b})});
+  return c.SetOutput(0, y, x.dtype);
 }
 
 }  // namespace flowstate::onnx_import

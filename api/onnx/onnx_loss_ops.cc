@@ -39,8 +39,9 @@ Status NllLoss(NodeContext& c, const Value& logp, const Output& logp_out, const 
     c.Ignore("ignore_index");
   }
   FS_RETURN_IF_ERROR(NeedFloat(c, logp, "input"));
-  FS_RETURN_IF_ERROR(NeedRank(c, logp, "input"));
-  const int r = logp.rank();
+  // The input's rank is the target's plus one (the class axis).
+  const int r = logp.rank() >= 0 ? logp.rank() : target.rank() >= 0 ? target.rank() + 1 : -1;
+  if (r < 0) FS_RETURN_IF_ERROR(NeedRank(c, logp, "input"));
   if (r < 2) return c.Error("input must have rank >= 2 ([N, C, ...])");
   DataType dt = logp.dtype;
   Output t = ToInt64(c, target);

@@ -2,6 +2,7 @@
 // softmax (the table is in onnx_ops.cc).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "api/onnx/convert_util.h"
 #include "api/onnx/converters.h"
@@ -409,6 +410,89 @@ Status ConvertArgMax(NodeContext& c, const char* op) {
   }
   if (keep != 0) y = c.Op("ExpandDims", {y, c.Int32(axis)});
   return c.SetOutput(0, y, DataType::kInt64);
+}
+
+}  // namespace flowstate::onnx_import
+
+namespace flowstate::onnx_import {
+
+// Hyperbolic functions and their inverses from Exp, Log and Sqrt.
+Status ConvertHyperbolic(NodeContext& c, const char* op) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "input"));
+  DataType dt = x.dtype;
+  auto k = [&](double v) { return c.Scalar(v, dt); };
+  std::string o = op;
+  Output y;
+  if (o == "Sinh" || o == "Cosh") {
+    Output e = c.Op("Exp", {x.out}), en = c.Op("Exp", {c.Op("Neg", {x.out})});
+    y = c.Op("Mul", {c.Op(o == "Sinh" ? "Sub" : "Add", {e, en}), k(0.5)});
+  } else if (o == "Asinh" || o == "Acosh") {
+    Output r = c.Op("Sqrt", {c.Op(o == "Asinh" ? "Add" : "Sub", {c.Op("Square", {x.out}), k(1)})});
+    y = c.Op("Log", {c.Op("Add", {x.out, r})});
+  } else {  // Atanh
+    y = c.Op("Mul", {c.Op("Log", {c.Op("Div", {c.Op("Add", {k(1), x.out}),
+                                                c.Op("Sub", {k(1), x.out})})}),
+                     k(0.5)});
+  }
+  return c.SetOutput(0, y, dt, x.shape);
+}
+
+Status ConvertIsInf(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(int64_t neg, c.Int("detect_negative", 1));
+  FS_ASSIGN_OR_RETURN(int64_t pos, c.Int("detect_positive", 1));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
+  const double inf = std::numeric_limits<double>::infinity();
+  Output p = c.Op("Equal", {x.out, c.Scalar(inf, x.dtype)});
+  Output n = c.Op("Equal", {x.out, c.Scalar(-inf, x.dtype)});
+  Output y = pos && neg ? c.Op("LogicalOr", {p, n})
+             : pos      ? p
+             : neg      ? n
+                        : c.Op("NotEqual", {x.out, x.out}) /* all false but NaN: */;
+  if (!pos && !neg) y = c.Op("LogicalAnd", {y, c.Op("Equal", {x.out, x.out})});
+  return c.SetOutput(0, y, DataType::kBool, x.shape);
+}
+
+Status ConvertShrink(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(double bias, c.Float("bias", 0.0));
+  FS_ASSIGN_OR_RETURN(double lambd, c.Float("lambd", 0.5));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "input"));
+  DataType dt = x.dtype;
+  Output zeros = c.Op("ZerosLike", {x.out});
+  Output hi = c.Op("Select", {c.Op("Greater", {x.out, c.Scalar(lambd, dt)}),
+                              c.Op("Sub", {x.out, c.Scalar(bias, dt)}), zeros});
+  Output y = c.Op("Select", {c.Op("Less", {x.out, c.Scalar(-lambd, dt)}),
+                             c.Op("Add", {x.out, c.Scalar(bias, dt)}), hi});
+  return c.SetOutput(0, y, dt, x.shape);
+}
+
+Status ConvertCelu(NodeContext& c) {  // max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(double alpha, c.Float("alpha", 1.0));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
+  if (alpha == 0) return c.Error("attribute 'alpha' must not be 0");
+  DataType dt = x.dtype;
+  Output zero = c.Scalar(0, dt);
+  Output e = c.Op("Mul", {c.Op("Sub", {c.Op("Exp", {c.Op("Div", {x.out, c.Scalar(alpha, dt)})}),
+                                       c.Scalar(1, dt)}),
+                          c.Scalar(alpha, dt)});
+  Output y = c.Op("Add", {c.Op("Maximum", {x.out, zero}), c.Op("Minimum", {e, zero})});
+  return c.SetOutput(0, y, dt, x.shape);
+}
+
+// Round half to even: floor(x + 0.5), less one at an odd result of a tie.
+Status ConvertRound(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
+  DataType dt = x.dtype;
+  Output r = c.Op("Floor", {c.Op("Add", {x.out, c.Scalar(0.5, dt)})});
+  Output tie = c.Op("Equal", {c.Op("Sub", {r, x.out}), c.Scalar(0.5, dt)});
+  Output half = c.Op("Mul", {r, c.Scalar(0.5, dt)});
+  Output odd = c.Op("NotEqual", {c.Op("Floor", {half}), half});
+  Output y = c.Op("Select", {c.Op("LogicalAnd", {tie, odd}), c.Op("Sub", {r, c.Scalar(1, dt)}), r});
+  return c.SetOutput(0, y, dt, x.shape);
 }
 
 }  // namespace flowstate::onnx_import

@@ -236,6 +236,81 @@ Status ConvertConv(NodeContext& c) {
   return c.SetOutput(0, FromNhwc(c, y, x.rank()), x.dtype);
 }
 
+// The gradient of a VALID Conv2D with respect to its input
+// (Conv2DBackpropInput) at the full size, cropped by the pads.
+Status ConvertConvTranspose(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(Value w, c.input(1));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
+  FS_ASSIGN_OR_RETURN(int64_t group, c.Int("group", 1));
+  FS_RETURN_IF_ERROR(NeedRank(c, w, "W"));
+  FS_ASSIGN_OR_RETURN(Spatial s, ToNhwc(c, x, "X"));
+  const int n = x.rank() - 2;
+  if (w.rank() != x.rank()) return c.Error("W must have the rank of X");
+  std::vector<int64_t> kernel(w.shape.dims().begin() + 2, w.shape.dims().end());
+  FS_ASSIGN_OR_RETURN(Window win, ReadWindow(c, n, kernel, true));
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> out_pad,
+                      c.Ints("output_padding", std::vector<int64_t>(n, 0)));
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> out_shape,
+                      c.Ints("output_shape", std::vector<int64_t>{}));
+  if (int(out_pad.size()) != n || (!out_shape.empty() && int(out_shape.size()) != n)) {
+    return c.Error("output_padding and output_shape must have one entry per spatial axis");
+  }
+  if (group != 1) return c.Unsupported("attribute 'group' other than 1");
+  const int64_t cout = w.shape.dim(1);
+  if (cout < 0) return c.Unsupported("W of unknown shape");
+  std::vector<int64_t> op2{0, 0}, os2{-1, -1};
+  for (int i = 0; i < n; ++i) {
+    op2[2 - n + i] = out_pad[i];
+    if (!out_shape.empty()) os2[2 - n + i] = out_shape[i];
+  }
+  std::vector<int64_t> full(2);
+  for (int i = 0; i < 2; ++i) {
+    if (s.hw[i] < 0) return c.Unsupported("an input of unknown spatial size");
+    int64_t eff = (win.kernel[i] - 1) * win.dilations[i] + 1;
+    full[i] = (s.hw[i] - 1) * win.strides[i] + eff + op2[i];
+    int64_t target = os2[i];
+    if (target < 0 && (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER")) {
+      target = s.hw[i] * win.strides[i];
+    }
+    if (win.auto_pad == "VALID") {
+      win.pads[i] = win.pads[2 + i] = 0;
+    } else if (target >= 0) {
+      int64_t total = full[i] - target;
+      if (total < 0) {  // a larger output_shape adds output padding
+        if (-total >= std::max(win.strides[i], win.dilations[i])) {
+          return c.Error("output_shape is larger than the stride allows");
+        }
+        full[i] = target;
+        total = 0;
+      }
+      bool upper = win.auto_pad == "SAME_UPPER";
+      win.pads[i] = upper ? total / 2 : total - total / 2;
+      win.pads[2 + i] = total - win.pads[i];
+    }
+  }
+  Output filt = w.out;
+  if (n == 1) filt = c.Op("ExpandDims", {filt, c.Int32(2)});
+  filt = Transpose(c, filt, {2, 3, 1, 0});  // [Cin, Cout, kh, kw] -> [kh, kw, Cout, Cin]
+  Output batch = c.Op("Slice", {c.Op("Shape", {s.nhwc}, {{"out_type", AttrValue(DataType::kInt32)}}),
+                                c.Ints32({0}), c.Ints32({1})});
+  Output sizes = c.Op("Concat", {batch, c.Ints32({full[0], full[1], cout}), c.Int32(0)});
+  Output y = c.Op("Conv2DBackpropInput", {sizes, filt, s.nhwc},
+                  {{"strides", List4(win.strides[0], win.strides[1])},
+                   {"dilations", List4(win.dilations[0], win.dilations[1])},
+                   {"padding", AttrValue("VALID")}});
+  if (!NoPads(win)) {
+    int64_t h = full[0] - win.pads[0] - win.pads[2], wd = full[1] - win.pads[1] - win.pads[3];
+    if (h < 0 || wd < 0) return c.Error("the pads are larger than the output");
+    y = c.Op("Slice", {y, c.Ints64({0, win.pads[0], win.pads[1], 0}), c.Ints64({-1, h, wd, -1})});
+  }
+  if (c.has_input(2)) {
+    FS_ASSIGN_OR_RETURN(Value b, c.input(2));
+    y = c.Op("BiasAdd", {y, b.out});
+  }
+  return c.SetOutput(0, FromNhwc(c, y, x.rank()), x.dtype);
+}
+
 Status ConvertMaxPool(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
