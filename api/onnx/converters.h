@@ -46,6 +46,9 @@ Status ConvertIsInf(NodeContext& c);
 Status ConvertShrink(NodeContext& c);
 Status ConvertCelu(NodeContext& c);
 Status ConvertRound(NodeContext& c);
+Status ConvertMod(NodeContext& c);
+Status ConvertCumSum(NodeContext& c);
+Status ConvertOneHot(NodeContext& c);
 
 // onnx_array_ops.cc
 Status ConvertIdentity(NodeContext& c);
@@ -79,6 +82,9 @@ Status ConvertGlobalPool(NodeContext& c, const char* op);
 Status ConvertBatchNormalization(NodeContext& c);
 Status ConvertInstanceNormalization(NodeContext& c);
 Status ConvertLayerNormalization(NodeContext& c);
+
+// onnx_resize_ops.cc
+Status ConvertResize(NodeContext& c);
 
 // onnx_loss_ops.cc
 Status ConvertNllLoss(NodeContext& c);

@@ -496,3 +496,100 @@ Status ConvertRound(NodeContext& c) {
 }
 
 }  // namespace flowstate::onnx_import
+
+namespace flowstate::onnx_import {
+
+// fmod = 1: a - b * trunc(a / b) (C's fmod); fmod = 0: integers, a - b *
+// floor(a / b) (the sign of b, as Python's %).
+Status ConvertMod(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value a, c.input(0));
+  FS_ASSIGN_OR_RETURN(Value b, c.input(1));
+  FS_ASSIGN_OR_RETURN(int64_t fmod, c.Int("fmod", 0));
+  if (a.dtype != b.dtype) return c.Error("A and B have different dtypes");
+  DataType dt = a.dtype;
+  const bool floating = dt == DataType::kFloat32 || dt == DataType::kFloat64;
+  if (fmod == 0 && floating) return c.Error("fmod = 0 with floating inputs");
+  if (!floating && dt != DataType::kInt32 && dt != DataType::kInt64) {
+    return c.Unsupported("dtype " + std::string(DataTypeName(dt)));
+  }
+  Output q = c.Op("Div", {a.out, b.out});  // truncates for integers
+  if (floating) {  // trunc
+    q = c.Op("Mul", {c.Op("Sign", {q}), c.Op("Floor", {c.Op("Abs", {q})})});
+  }
+  Output r = c.Op("Sub", {a.out, c.Op("Mul", {q, b.out})});
+  if (fmod == 0) {  // move a remainder of the other sign than b by b
+    Output zero = c.Scalar(0, dt);
+    Output fix = c.Op("LogicalAnd",
+                      {c.Op("NotEqual", {r, zero}),
+                       c.Op("NotEqual", {c.Op("Less", {r, zero}), c.Op("Less", {b.out, zero})})});
+    r = c.Op("Select", {fix, c.Op("Add", {r, b.out}), r});
+  }
+  return c.SetOutput(0, r, dt);
+}
+
+// Along one axis: a product with a triangular matrix of ones (floating
+// types), the axis moved last and back.
+Status ConvertCumSum(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> axis_v, c.ConstInts(1, "axis"));
+  FS_ASSIGN_OR_RETURN(int64_t exclusive, c.Int("exclusive", 0));
+  FS_ASSIGN_OR_RETURN(int64_t reverse, c.Int("reverse", 0));
+  if (x.dtype != DataType::kFloat32 && x.dtype != DataType::kFloat64) {
+    return c.Unsupported("dtype " + std::string(DataTypeName(x.dtype)) + " (floats are)");
+  }
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "x"));
+  if (axis_v.size() != 1) return c.Error("'axis' must hold one value");
+  const int r = x.rank();
+  FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_v[0], r, "axis"));
+  const int64_t n = x.shape.dim(axis);
+  if (n < 0) return c.Unsupported("an axis of unknown size");
+  // m[i][j] = 1 when input i adds to output j.
+  Tensor m(x.dtype, TensorShape({n, n}));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      bool on = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
+      if (x.dtype == DataType::kFloat64) m.data<double>()[i * n + j] = on;
+      else m.data<float>()[i * n + j] = on;
+    }
+  }
+  std::vector<int64_t> perm(r);
+  for (int i = 0; i < r; ++i) perm[i] = i;
+  std::swap(perm[axis], perm[r - 1]);
+  Output t = axis == r - 1 ? x.out : Transpose(c, x.out, perm);
+  Output flat = c.Op("Reshape", {t, c.Ints64({-1, n})});
+  Output y = c.Op("MatMul", {flat, c.Const(m)});
+  y = c.Op("Reshape", {y, ShapeVector(c, t)});
+  if (axis != r - 1) y = Transpose(c, y, perm);
+  return c.SetOutput(0, y, x.dtype, x.shape);
+}
+
+Status ConvertOneHot(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value indices, c.input(0));
+  FS_ASSIGN_OR_RETURN(Value depth, c.input(1));
+  FS_ASSIGN_OR_RETURN(Value values, c.input(2));
+  FS_ASSIGN_OR_RETURN(int64_t axis_attr, c.Int("axis", -1));
+  FS_RETURN_IF_ERROR(NeedRank(c, indices, "indices"));
+  const int r = indices.rank() + 1;
+  FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_attr, r, "axis"));
+  auto to64 = [&](const Value& v) {
+    return v.dtype == DataType::kInt64
+               ? v.out
+               : c.Op("Cast", {v.out}, {{"DstT", AttrValue(DataType::kInt64)}});
+  };
+  Output d = c.Op("Reshape", {to64(depth), c.Ints64({})});
+  Output i = to64(indices);
+  i = c.Op("Select", {c.Op("Less", {i, c.Scalar(0, DataType::kInt64)}), c.Op("Add", {i, d}), i});
+  Output range = c.Op("Range", {c.Scalar(0, DataType::kInt64), d, c.Scalar(1, DataType::kInt64)});
+  std::vector<int64_t> dims(r, 1);
+  dims[axis] = -1;
+  Output hot = c.Op("Equal", {c.Op("ExpandDims", {i, c.Int32(axis)}),
+                              c.Op("Reshape", {range, c.Ints64(dims)})});
+  Output off = c.Op("Gather", {values.out, c.Int32(0)});
+  Output on = c.Op("Gather", {values.out, c.Int32(1)});
+  Output y = c.Op("Select", {hot, c.Op("Add", {c.Op("ZerosLike", {c.Op("Cast", {hot},
+                                                 {{"DstT", AttrValue(values.dtype)}})}), on}),
+                             off});
+  return c.SetOutput(0, y, values.dtype);
+}
+
+}  // namespace flowstate::onnx_import

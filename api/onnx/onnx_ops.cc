@@ -2,7 +2,7 @@
 // opset range). Ranges split where ONNX changed an op's signature within
 // opsets 11-17 (Softmax's axis at 13, Squeeze/Unsqueeze/ReduceSum/Split
 // taking inputs at 13, ...). The converters live in onnx_math_ops.cc,
-// onnx_array_ops.cc, onnx_nn_ops.cc and onnx_loss_ops.cc.
+// onnx_array_ops.cc, onnx_nn_ops.cc, onnx_resize_ops.cc and onnx_loss_ops.cc.
 #include "api/onnx/onnx_ops.h"
 
 #include "api/onnx/converters.h"
@@ -58,6 +58,9 @@ const ConverterEntry kTable[] = {
     CALL("Atanh", 11, 17, ConvertHyperbolic(c, "Atanh")),
     {"IsInf", 11, 17, ConvertIsInf},
     {"Round", 11, 17, ConvertRound},
+    {"Mod", 11, 17, ConvertMod},
+    {"CumSum", 11, 17, ConvertCumSum},
+    {"OneHot", 11, 17, ConvertOneHot},
     {"Clip", 11, 17, ConvertClip},
     {"Where", 11, 17, ConvertWhere},
     {"Cast", 11, 17, ConvertCast},
@@ -118,6 +121,7 @@ const ConverterEntry kTable[] = {
     {"Pad", 11, 17, ConvertPad},
     {"Range", 11, 17, ConvertRange},
     {"DepthToSpace", 11, 17, ConvertDepthToSpace},
+    {"Resize", 11, 17, ConvertResize},
     {"SpaceToDepth", 11, 17, ConvertSpaceToDepth},
     {"Dropout", 11, 11, ConvertDropout},
     {"Dropout", 12, 17, ConvertDropout},
