@@ -160,15 +160,30 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& t) {
     return InvalidArgument("tensor '" + name + "' is stored as external data");
   }
   const std::string* raw = t.has_raw_data() ? &t.raw_data() : nullptr;
+  // The data must match the shape before anything is allocated for it (a
+  // file's dims are not trusted).
+  if (raw != nullptr && raw->size() != bytes) {
+    return InvalidArgument("tensor '" + name + "' holds " + std::to_string(raw->size()) +
+                           " bytes of data for a shape of " + std::to_string(n) +
+                           " elements (" + std::to_string(bytes) + " bytes)");
+  }
+  if (raw == nullptr) {
+    int64_t have = 0;
+    switch (dt) {
+      case DataType::kFloat32: have = t.float_data_size(); break;
+      case DataType::kFloat64: have = t.double_data_size(); break;
+      case DataType::kInt64: have = t.int64_data_size(); break;
+      default: have = t.int32_data_size(); break;
+    }
+    if (have != n) {
+      return InvalidArgument("tensor '" + name + "' holds " + std::to_string(have) +
+                             " values for a shape of " + std::to_string(n) + " elements");
+    }
+  }
   StatusOr<Tensor> out_or = Tensor::Allocate(HostAllocator(), dt, shape);
   if (!out_or.ok()) return out_or.status();
   Tensor out = std::move(out_or).value();
   if (raw != nullptr) {
-    if (raw->size() != bytes) {
-      return InvalidArgument("tensor '" + name + "' holds " + std::to_string(raw->size()) +
-                             " bytes of data for a shape of " + std::to_string(n) +
-                             " elements (" + std::to_string(bytes) + " bytes)");
-    }
     if (bytes > 0) std::memcpy(out.raw_data(), raw->data(), bytes);  // little-endian host
     return out;
   }

@@ -543,6 +543,7 @@ Status ConvertCumSum(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_v[0], r, "axis"));
   const int64_t n = x.shape.dim(axis);
   if (n < 0) return c.Unsupported("an axis of unknown size");
+  if (n > 4096) return c.Unsupported("an axis over 4096 long (an n x n product)");
   // m[i][j] = 1 when input i adds to output j.
   Tensor m(x.dtype, TensorShape({n, n}));
   for (int64_t i = 0; i < n; ++i) {

@@ -63,10 +63,21 @@ AxisPlan PlanAxis(int64_t in, int64_t out, double scale, const std::string& ctm,
     double fl = std::floor(xo);
     double r = xo == fl ? 1.0 : xo - fl;
     std::vector<double> c = Coeffs(mode, nearest, a, r);
-    // The `taps` nearest indices of the edge-padded input, ties low.
+    // The `taps` nearest indices of the edge-padded input, ties low (all
+    // lie within taps of floor(xo)).
     const int64_t pad = (taps + 1) / 2;
     std::vector<int64_t> cand;
-    for (int64_t i = -pad; i < in + pad; ++i) cand.push_back(i);
+    const int64_t lo = std::max<int64_t>(-pad, int64_t(std::max(fl, -1e15)) - taps);
+    const int64_t hi = std::min<int64_t>(in + pad, int64_t(std::min(fl, 1e15)) + taps + 1);
+    for (int64_t i = lo; i < hi; ++i) cand.push_back(i);
+    if (int64_t(cand.size()) < taps) {
+      cand.clear();
+      for (int64_t i = std::max(-pad, in + pad - taps); i < in + pad; ++i) cand.push_back(i);
+      if (fl < 0) {
+        cand.clear();
+        for (int64_t i = -pad; i < -pad + taps; ++i) cand.push_back(i);
+      }
+    }
     std::stable_sort(cand.begin(), cand.end(), [&](int64_t u, int64_t v) {
       double du = std::fabs(xo - double(u)), dv = std::fabs(xo - double(v));
       return du != dv ? du < dv : u < v;
@@ -153,12 +164,15 @@ Status ConvertResize(NodeContext& c) {
     } else {
       scale = scales[i];
       if (!(scale > 0)) return c.Error("a scale is not positive");
-      out = int64_t(std::floor(double(in) * scale));
+      double o = std::floor(double(in) * scale);
+      if (!(o < double(int64_t(1) << 40))) return c.Error("a scale gives an output too large");
+      out = int64_t(o);
     }
     out_shape[i] = out;
     bool crop = ctm == "tf_crop_and_resize" && (roi[i] != 0 || roi[r + i] != 1);
     if (out == in && scale == 1.0 && !crop) continue;
     if (in == 0 || out <= 0) return c.Unsupported("an empty input or output dimension");
+    if (out > (int64_t(1) << 24)) return c.Error("an output dimension over 2^24");
     AxisPlan p = PlanAxis(in, out, scale, ctm, mode, nearest, a, exclude != 0,
                           crop || ctm == "tf_crop_and_resize" ? roi[i] : 0,
                           crop || ctm == "tf_crop_and_resize" ? roi[r + i] : 1);
