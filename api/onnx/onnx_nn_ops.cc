@@ -2,10 +2,14 @@
 // table is in onnx_ops.cc). ONNX is NCHW with OIHW filters; Flowstate's
 // Conv2D and pools are NHWC with HWIO filters, so each converter transposes
 // in and out (and 1-D ops run as 2-D ones of height 1). Explicit padding
-// that is not TensorFlow's SAME is built with Fill + Concat.
+// that is not TensorFlow's SAME is built with Fill + Concat. 3-D convolutions
+// and pools (depth known at import) are unrolled over the depth into 2-D
+// ones; dilated max pooling is the maximum of strided slices.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "api/onnx/convert_util.h"
 #include "api/onnx/converters.h"
@@ -129,7 +133,7 @@ StatusOr<Spatial> ToNhwc(NodeContext& c, const Value& x, const char* what) {
   FS_RETURN_IF_ERROR(NeedRank(c, x, what));
   if (x.rank() != 3 && x.rank() != 4) {
     return c.Unsupported("input '" + std::string(what) + "' of rank " + std::to_string(x.rank()) +
-                         ": only 1-D and 2-D convolutions and pools are supported");
+                         ": only 1-D, 2-D and 3-D convolutions and pools are supported");
   }
   Spatial s;
   Output in = x.out;
@@ -152,24 +156,28 @@ Output FromNhwc(NodeContext& c, const Output& y, int rank) {
 // Extra end padding that ceil_mode needs so that VALID windows give ONNX's
 // output size (from shape inference when known).
 StatusOr<std::vector<int64_t>> CeilExtra(NodeContext& c, const Window& w,
-                                         const std::vector<int64_t>& in, int rank) {
+                                         const std::vector<int64_t>& in,
+                                         const std::vector<int64_t>& out_hw) {
   std::vector<int64_t> extra{0, 0};
-  PartialShape out = c.OutputShape(0);
   for (int i = 0; i < 2; ++i) {
-    if (rank == 3 && i == 0) continue;
+    if (in[i] < 0) return c.Unsupported("ceil_mode over an input of unknown size");
     int64_t eff = (w.kernel[i] - 1) * w.dilations[i] + 1;
     int64_t span = in[i] + w.pads[i] + w.pads[2 + i] - eff;
-    int64_t o = -1;
-    if (out.rank_known() && out.rank() == rank) o = out.dim(rank == 3 ? 2 : 2 + i);
-    if (o < 0) {
-      if (in[i] < 0) return c.Unsupported("ceil_mode over an input of unknown size");
-      o = (span + w.strides[i] - 1) / w.strides[i] + 1;
-    }
-    if (in[i] < 0) return c.Unsupported("ceil_mode over an input of unknown size");
+    int64_t o = out_hw[i];
+    if (o < 0) o = (span + w.strides[i] - 1) / w.strides[i] + 1;
     extra[i] = std::max<int64_t>((o - 1) * w.strides[i] + eff - (in[i] + w.pads[i] + w.pads[2 + i]),
                                  0);
   }
   return extra;
+}
+
+// H, W of output 0 as ONNX inferred them (-1 unknown), for an output of
+// rank `rank` whose last two dims are H, W (1-D: H is 1).
+std::vector<int64_t> InferredHw(NodeContext& c, int rank) {
+  PartialShape out = c.OutputShape(0);
+  if (!out.rank_known() || out.rank() != rank) return {-1, -1};
+  if (rank == 3) return {1, out.dim(2)};
+  return {out.dim(rank - 2), out.dim(rank - 1)};
 }
 
 // Reshapes a per-channel vector to [C, 1, ..., 1] for an NC... tensor.
@@ -182,53 +190,161 @@ Output ChannelParam(NodeContext& c, const Output& p, int rank) {
 
 }  // namespace
 
+namespace {
+
+// A 2-D convolution of NHWC `in` (spatial size hw) with an HWIO filter,
+// `group` groups, padding as `win` says: NHWC out.
+StatusOr<Output> Conv2dCore(NodeContext& c, Output in, const std::vector<int64_t>& hw,
+                            Output filt, Window win, int64_t group, DataType dt) {
+  FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, hw));
+  std::string padding = "VALID";
+  if (!NoPads(win)) {
+    if (same) {
+      padding = "SAME";
+    } else {
+      in = PadAll(c, in, 4, NhwcPads(win.pads), c.Scalar(0, dt));
+    }
+  }
+  AttrMap attrs{{"strides", List4(win.strides[0], win.strides[1])},
+                {"dilations", List4(win.dilations[0], win.dilations[1])},
+                {"padding", AttrValue(padding)}};
+  if (group == 1) return c.Op("Conv2D", {in, filt}, attrs);
+  std::vector<Output> xs = c.OpN("Split", {c.Int32(3), in}, {{"num_split", AttrValue(group)}},
+                                 int(group));
+  std::vector<Output> fs = c.OpN("Split", {c.Int32(3), filt}, {{"num_split", AttrValue(group)}},
+                                 int(group));
+  std::vector<Output> ys;
+  for (int g = 0; g < group; ++g) ys.push_back(c.Op("Conv2D", {xs[g], fs[g]}, attrs));
+  ys.push_back(c.Int32(3));
+  return c.Op("Concat", ys);
+}
+
+// The 3-D attributes: the depth's (kernel, stride, dilation, pad before,
+// pad after) and the 2-D window of H, W.
+struct Window3 {
+  int64_t k = 1, s = 1, d = 1, pb = 0, pe = 0;
+  Window hw;
+};
+
+StatusOr<Window3> ReadWindow3(NodeContext& c, std::vector<int64_t> kernel, bool dilations) {
+  Window3 w;
+  std::vector<int64_t> ones(3, 1), zeros(6, 0);
+  if (c.HasAttr("kernel_shape") || kernel.empty()) {
+    FS_ASSIGN_OR_RETURN(kernel, c.Ints("kernel_shape"));
+  } else {
+    c.Ignore("kernel_shape");
+  }
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> st, c.Ints("strides", ones));
+  std::vector<int64_t> dil = ones;
+  if (dilations) {
+    FS_ASSIGN_OR_RETURN(dil, c.Ints("dilations", ones));
+  }
+  FS_ASSIGN_OR_RETURN(std::vector<int64_t> pads, c.Ints("pads", zeros));
+  FS_ASSIGN_OR_RETURN(w.hw.auto_pad, c.String("auto_pad", "NOTSET"));
+  if (kernel.size() != 3 || st.size() != 3 || dil.size() != 3 || pads.size() != 6) {
+    return c.Error("kernel_shape, strides, dilations and pads must have 3 (pads: 6) entries");
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (kernel[i] < 1 || st[i] < 1 || dil[i] < 1) {
+      return c.Error("kernel_shape, strides and dilations must be >= 1");
+    }
+  }
+  for (int64_t p : pads) {
+    if (p < 0) return c.Error("attribute 'pads' has a negative entry");
+  }
+  if (w.hw.auto_pad != "NOTSET" && w.hw.auto_pad != "VALID") {
+    return c.Unsupported("attribute 'auto_pad' = \"" + w.hw.auto_pad + "\" in 3-D");
+  }
+  w.k = kernel[0];
+  w.s = st[0];
+  w.d = dil[0];
+  w.pb = w.hw.auto_pad == "VALID" ? 0 : pads[0];
+  w.pe = w.hw.auto_pad == "VALID" ? 0 : pads[3];
+  w.hw.kernel = {kernel[1], kernel[2]};
+  w.hw.strides = {st[1], st[2]};
+  w.hw.dilations = {dil[1], dil[2]};
+  w.hw.pads = {pads[1], pads[2], pads[4], pads[5]};
+  return w;
+}
+
+// x[:, :, z] of an NCDHW tensor, as NHWC.
+Output DepthSliceNhwc(NodeContext& c, const Output& x, int64_t z) {
+  return Transpose(c, c.Op("Gather", {x, c.Int32(z)}, {{"axis", AttrValue(int64_t(2))}}),
+                   {0, 2, 3, 1});
+}
+
+// [N, H, W, C] per output depth -> NCDHW.
+Output StackDepth(NodeContext& c, const std::vector<Output>& planes) {
+  std::vector<Output> parts;
+  for (const Output& p : planes) parts.push_back(c.Op("ExpandDims", {p, c.Int32(1)}));
+  parts.push_back(c.Int32(1));
+  return Transpose(c, c.Op("Concat", parts), {0, 4, 1, 2, 3});
+}
+
+// A 3-D convolution as, for each output depth, the sum over the kernel's
+// depth of 2-D convolutions of input planes (the depth must be known).
+Status Conv3d(NodeContext& c, const Value& x, const Value& w, int64_t group) {
+  std::vector<int64_t> kernel(w.shape.dims().begin() + 2, w.shape.dims().end());
+  FS_ASSIGN_OR_RETURN(Window3 win, ReadWindow3(c, kernel, true));
+  const int64_t depth = x.shape.dim(2);
+  std::vector<int64_t> hw{x.shape.dim(3), x.shape.dim(4)};
+  if (depth < 0) return c.Unsupported("a 3-D input of unknown depth");
+  const int64_t eff = (win.k - 1) * win.d + 1;
+  const int64_t out_d = (depth + win.pb + win.pe - eff) / win.s + 1;
+  if (out_d < 1) return c.Error("the kernel is deeper than the padded input");
+  std::map<int64_t, Output> planes, filters;
+  std::vector<Output> outs;
+  for (int64_t od = 0; od < out_d; ++od) {
+    std::optional<Output> sum;
+    for (int64_t k = 0; k < win.k; ++k) {
+      int64_t z = od * win.s + k * win.d - win.pb;
+      if (z < 0 || z >= depth) continue;
+      if (!planes.count(z)) planes[z] = DepthSliceNhwc(c, x.out, z);
+      if (!filters.count(k)) {
+        filters[k] = Transpose(c, c.Op("Gather", {w.out, c.Int32(k)},
+                                       {{"axis", AttrValue(int64_t(2))}}),
+                               {2, 3, 1, 0});
+      }
+      FS_ASSIGN_OR_RETURN(Output y, Conv2dCore(c, planes[z], hw, filters[k], win.hw, group,
+                                               x.dtype));
+      sum = sum ? c.Op("Add", {*sum, y}) : y;
+    }
+    if (!sum) return c.Unsupported("an output plane that lies wholly in the padding");
+    outs.push_back(*sum);
+  }
+  Output y = StackDepth(c, outs);
+  if (c.has_input(2)) {
+    FS_ASSIGN_OR_RETURN(Value b, c.input(2));
+    y = c.Op("Add", {y, ChannelParam(c, b.out, 5)});
+  }
+  return c.SetOutput(0, y, x.dtype);
+}
+
+}  // namespace
+
 Status ConvertConv(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   FS_ASSIGN_OR_RETURN(Value w, c.input(1));
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
   FS_ASSIGN_OR_RETURN(int64_t group, c.Int("group", 1));
   FS_RETURN_IF_ERROR(NeedRank(c, w, "W"));
-  FS_ASSIGN_OR_RETURN(Spatial s, ToNhwc(c, x, "X"));
-  const int n = x.rank() - 2;
-  if (w.rank() != x.rank()) return c.Error("W must have the rank of X");
-  std::vector<int64_t> kernel(w.shape.dims().begin() + 2, w.shape.dims().end());
-  FS_ASSIGN_OR_RETURN(Window win, ReadWindow(c, n, kernel, true));
-  FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, s.hw));
   if (group < 1) return c.Error("attribute 'group' must be >= 1");
-  int64_t cin = x.shape.dim(1);
+  int64_t cin = x.shape.rank_known() && x.rank() >= 2 ? x.shape.dim(1) : -1;
   if (group > 1 && cin >= 0 && cin % group != 0) {
     return c.Error("attribute 'group' = " + std::to_string(group) + " does not divide the " +
                    std::to_string(cin) + " input channels");
   }
+  if (w.rank() != x.rank()) return c.Error("W must have the rank of X");
+  if (x.rank() == 5) return Conv3d(c, x, w, group);
+  FS_ASSIGN_OR_RETURN(Spatial s, ToNhwc(c, x, "X"));
+  const int n = x.rank() - 2;
+  std::vector<int64_t> kernel(w.shape.dims().begin() + 2, w.shape.dims().end());
+  FS_ASSIGN_OR_RETURN(Window win, ReadWindow(c, n, kernel, true));
   // OIHW -> HWIO.
   Output filt = w.out;
   if (n == 1) filt = c.Op("ExpandDims", {filt, c.Int32(2)});
   filt = Transpose(c, filt, {2, 3, 1, 0});
-  Output in = s.nhwc;
-  std::string padding = "VALID";
-  if (!NoPads(win)) {
-    if (same) {
-      padding = "SAME";
-    } else {
-      in = PadAll(c, in, 4, NhwcPads(win.pads), c.Scalar(0, x.dtype));
-    }
-  }
-  AttrMap attrs{{"strides", List4(win.strides[0], win.strides[1])},
-                {"dilations", List4(win.dilations[0], win.dilations[1])},
-                {"padding", AttrValue(padding)}};
-  Output y;
-  if (group == 1) {
-    y = c.Op("Conv2D", {in, filt}, attrs);
-  } else {
-    std::vector<Output> xs = c.OpN("Split", {c.Int32(3), in},
-                                   {{"num_split", AttrValue(group)}}, int(group));
-    std::vector<Output> fs = c.OpN("Split", {c.Int32(3), filt},
-                                   {{"num_split", AttrValue(group)}}, int(group));
-    std::vector<Output> ys;
-    for (int g = 0; g < group; ++g) ys.push_back(c.Op("Conv2D", {xs[g], fs[g]}, attrs));
-    ys.push_back(c.Int32(3));
-    y = c.Op("Concat", ys);
-  }
+  FS_ASSIGN_OR_RETURN(Output y, Conv2dCore(c, s.nhwc, s.hw, filt, win, group, x.dtype));
   if (c.has_input(2)) {
     FS_ASSIGN_OR_RETURN(Value b, c.input(2));
     y = c.Op("BiasAdd", {y, b.out});
@@ -311,24 +427,19 @@ Status ConvertConvTranspose(NodeContext& c) {
   return c.SetOutput(0, FromNhwc(c, y, x.rank()), x.dtype);
 }
 
-Status ConvertMaxPool(NodeContext& c) {
-  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
-  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
-  FS_ASSIGN_OR_RETURN(int64_t ceil_mode, c.Int("ceil_mode", 0));
-  FS_ASSIGN_OR_RETURN(int64_t storage_order, c.Int("storage_order", 0));
-  (void)storage_order;  // only the Indices output, which is not supported, depends on it
-  FS_ASSIGN_OR_RETURN(Spatial s, ToNhwc(c, x, "X"));
-  FS_ASSIGN_OR_RETURN(Window win, ReadWindow(c, x.rank() - 2, {}, true));
-  if (win.dilations != std::vector<int64_t>{1, 1}) {
-    return c.Unsupported("attribute 'dilations' other than 1");
-  }
-  FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, s.hw));
+namespace {
+
+// 2-D pools of NHWC `in` (spatial size hw): NHWC out. `out_hw`: the output
+// size ONNX inferred (-1 unknown), for ceil_mode.
+StatusOr<Output> MaxPool2dCore(NodeContext& c, Output in, const std::vector<int64_t>& hw,
+                               Window win, bool ceil_mode, const std::vector<int64_t>& out_hw,
+                               DataType dt) {
+  FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, hw));
   std::vector<int64_t> extra{0, 0};
-  if (ceil_mode != 0) {
-    FS_ASSIGN_OR_RETURN(extra, CeilExtra(c, win, s.hw, x.rank()));
+  if (ceil_mode) {
+    FS_ASSIGN_OR_RETURN(extra, CeilExtra(c, win, hw, out_hw));
   }
   std::string padding = "VALID";
-  Output in = s.nhwc;
   bool has_extra = extra[0] > 0 || extra[1] > 0;
   if (!NoPads(win) || has_extra) {
     if (same && !has_extra) {
@@ -337,13 +448,144 @@ Status ConvertMaxPool(NodeContext& c) {
       std::vector<int64_t> p = win.pads;
       p[2] += extra[0];
       p[3] += extra[1];
-      in = PadAll(c, in, 4, NhwcPads(p),
-                  c.Scalar(-std::numeric_limits<double>::infinity(), x.dtype));
+      in = PadAll(c, in, 4, NhwcPads(p), c.Scalar(-std::numeric_limits<double>::infinity(), dt));
     }
   }
-  Output y = c.Op("MaxPool", {in}, {{"ksize", List4(win.kernel[0], win.kernel[1])},
-                                    {"strides", List4(win.strides[0], win.strides[1])},
-                                    {"padding", AttrValue(padding)}});
+  if (win.dilations != std::vector<int64_t>{1, 1}) {
+    // Dilated: the maximum over the window's taps, each a strided slice.
+    if (padding == "SAME") {
+      in = PadAll(c, in, 4, NhwcPads(win.pads),
+                  c.Scalar(-std::numeric_limits<double>::infinity(), dt));
+    }
+    std::vector<int64_t> size_in = hw;
+    for (int i = 0; i < 2; ++i) {
+      if (size_in[i] < 0) return c.Unsupported("dilated pooling over an input of unknown size");
+      size_in[i] += win.pads[i] + win.pads[2 + i] + extra[i];
+    }
+    std::vector<int64_t> out(2);
+    for (int i = 0; i < 2; ++i) {
+      int64_t eff = (win.kernel[i] - 1) * win.dilations[i] + 1;
+      out[i] = (size_in[i] - eff) / win.strides[i] + 1;
+      if (out[i] < 1) return c.Error("the window is larger than the padded input");
+    }
+    std::optional<Output> y;
+    int64_t all = 15;
+    for (int64_t i = 0; i < win.kernel[0]; ++i) {
+      for (int64_t j = 0; j < win.kernel[1]; ++j) {
+        int64_t bi = i * win.dilations[0], bj = j * win.dilations[1];
+        Output tap = c.Op("StridedSlice",
+                          {in, c.Ints64({0, bi, bj, 0}),
+                           c.Ints64({0, bi + (out[0] - 1) * win.strides[0] + 1,
+                                     bj + (out[1] - 1) * win.strides[1] + 1, 0}),
+                           c.Ints64({1, win.strides[0], win.strides[1], 1})},
+                          {{"begin_mask", AttrValue(int64_t(9))},
+                           {"end_mask", AttrValue(int64_t(9))}});
+        (void)all;
+        y = y ? c.Op("Maximum", {*y, tap}) : tap;
+      }
+    }
+    return *y;
+  }
+  return c.Op("MaxPool", {in}, {{"ksize", List4(win.kernel[0], win.kernel[1])},
+                                {"strides", List4(win.strides[0], win.strides[1])},
+                                {"padding", AttrValue(padding)}});
+}
+
+StatusOr<Output> AvgPool2dCore(NodeContext& c, Output in, const std::vector<int64_t>& hw,
+                               Window win, bool ceil_mode, bool include_pad,
+                               const std::vector<int64_t>& out_hw, DataType dt) {
+  FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, hw));
+  std::vector<int64_t> extra{0, 0};
+  if (ceil_mode) {
+    FS_ASSIGN_OR_RETURN(extra, CeilExtra(c, win, hw, out_hw));
+  }
+  bool has_extra = extra[0] > 0 || extra[1] > 0;
+  AttrMap attrs{{"ksize", List4(win.kernel[0], win.kernel[1])},
+                {"strides", List4(win.strides[0], win.strides[1])}};
+  auto pool = [&](const Output& x, const char* padding) {
+    AttrMap a = attrs;
+    a["padding"] = AttrValue(padding);
+    return c.Op("AvgPool", {x}, a);
+  };
+  if (NoPads(win) && !has_extra) return pool(in, "VALID");
+  if (same && !has_extra && !include_pad) return pool(in, "SAME");  // the input's cells only
+  // The mean over the window of the zero-padded input, divided by the share
+  // of the window that counts (padding counts with count_include_pad,
+  // ceil_mode's overhang never does).
+  std::vector<int64_t> p = win.pads;
+  p[2] += extra[0];
+  p[3] += extra[1];
+  Output zero = c.Scalar(0, dt);
+  Output sum = pool(PadAll(c, in, 4, NhwcPads(p), zero), "VALID");
+  Output ones = c.Op("OnesLike", {in});
+  Output mask = PadAll(c, ones, 4, NhwcPads(win.pads), c.Scalar(include_pad ? 1 : 0, dt));
+  mask = PadAll(c, mask, 4, NhwcPads({0, 0, extra[0], extra[1]}), zero);
+  return c.Op("Div", {sum, pool(mask, "VALID")});
+}
+
+// A 3-D pool as, for each output depth, the maximum (or the mean) over the
+// kernel's depth of 2-D pools of input planes.
+Status Pool3d(NodeContext& c, const Value& x, bool max, bool ceil_mode, bool include_pad) {
+  FS_ASSIGN_OR_RETURN(Window3 win, ReadWindow3(c, {}, max));
+  if (max && (win.d != 1 || win.hw.dilations != std::vector<int64_t>{1, 1})) {
+    return c.Unsupported("attribute 'dilations' other than 1 in 3-D");
+  }
+  const int64_t depth = x.shape.dim(2);
+  std::vector<int64_t> hw{x.shape.dim(3), x.shape.dim(4)};
+  if (depth < 0) return c.Unsupported("a 3-D input of unknown depth");
+  PartialShape inferred = c.OutputShape(0);
+  int64_t out_d = inferred.rank_known() && inferred.rank() == 5 ? inferred.dim(2) : -1;
+  if (out_d < 0) {
+    int64_t span = depth + win.pb + win.pe - win.k;
+    out_d = (ceil_mode ? (span + win.s - 1) / win.s : span / win.s) + 1;
+  }
+  if (out_d < 1) return c.Error("the kernel is deeper than the padded input");
+  std::vector<int64_t> out_hw = {inferred.rank_known() && inferred.rank() == 5 ? inferred.dim(3) : -1,
+                                 inferred.rank_known() && inferred.rank() == 5 ? inferred.dim(4) : -1};
+  std::map<int64_t, Output> pooled;
+  std::vector<Output> outs;
+  for (int64_t od = 0; od < out_d; ++od) {
+    std::optional<Output> acc;
+    int64_t count = 0;
+    for (int64_t k = 0; k < win.k; ++k) {
+      int64_t z = od * win.s + k - win.pb;
+      if (z >= depth + win.pe) continue;  // ceil_mode's overhang
+      if (z < 0 || z >= depth) {
+        if (include_pad) ++count;
+        continue;
+      }
+      ++count;
+      if (!pooled.count(z)) {
+        Output plane = DepthSliceNhwc(c, x.out, z);
+        StatusOr<Output> p = max ? MaxPool2dCore(c, plane, hw, win.hw, ceil_mode, out_hw, x.dtype)
+                                 : AvgPool2dCore(c, plane, hw, win.hw, ceil_mode, include_pad,
+                                                 out_hw, x.dtype);
+        if (!p.ok()) return p.status();
+        pooled[z] = *p;
+      }
+      acc = !acc ? pooled[z] : c.Op(max ? "Maximum" : "Add", {*acc, pooled[z]});
+    }
+    if (!acc) return c.Unsupported("an output plane that lies wholly in the padding");
+    if (!max) acc = c.Op("Div", {*acc, c.Scalar(double(count), x.dtype)});
+    outs.push_back(*acc);
+  }
+  return c.SetOutput(0, StackDepth(c, outs), x.dtype);
+}
+
+}  // namespace
+
+Status ConvertMaxPool(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
+  FS_ASSIGN_OR_RETURN(int64_t ceil_mode, c.Int("ceil_mode", 0));
+  FS_ASSIGN_OR_RETURN(int64_t storage_order, c.Int("storage_order", 0));
+  (void)storage_order;  // only the Indices output, which is not supported, depends on it
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "X"));
+  if (x.rank() == 5) return Pool3d(c, x, true, ceil_mode != 0, false);
+  FS_ASSIGN_OR_RETURN(Spatial s, ToNhwc(c, x, "X"));
+  FS_ASSIGN_OR_RETURN(Window win, ReadWindow(c, x.rank() - 2, {}, true));
+  FS_ASSIGN_OR_RETURN(Output y, MaxPool2dCore(c, s.nhwc, s.hw, win, ceil_mode != 0,
+                                              InferredHw(c, x.rank()), x.dtype));
   return c.SetOutput(0, FromNhwc(c, y, x.rank()), x.dtype);
 }
 
@@ -352,40 +594,13 @@ Status ConvertAveragePool(NodeContext& c) {
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
   FS_ASSIGN_OR_RETURN(int64_t ceil_mode, c.Int("ceil_mode", 0));
   FS_ASSIGN_OR_RETURN(int64_t include_pad, c.Int("count_include_pad", 0));
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "X"));
+  if (x.rank() == 5) return Pool3d(c, x, false, ceil_mode != 0, include_pad != 0);
   FS_ASSIGN_OR_RETURN(Spatial s, ToNhwc(c, x, "X"));
   FS_ASSIGN_OR_RETURN(Window win, ReadWindow(c, x.rank() - 2, {}, false));
-  FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, s.hw));
-  std::vector<int64_t> extra{0, 0};
-  if (ceil_mode != 0) {
-    FS_ASSIGN_OR_RETURN(extra, CeilExtra(c, win, s.hw, x.rank()));
-  }
-  bool has_extra = extra[0] > 0 || extra[1] > 0;
-  AttrMap attrs{{"ksize", List4(win.kernel[0], win.kernel[1])},
-                {"strides", List4(win.strides[0], win.strides[1])}};
-  auto pool = [&](const Output& in, const char* padding) {
-    AttrMap a = attrs;
-    a["padding"] = AttrValue(padding);
-    return c.Op("AvgPool", {in}, a);
-  };
-  Output y;
-  if (NoPads(win) && !has_extra) {
-    y = pool(s.nhwc, "VALID");
-  } else if (same && !has_extra && include_pad == 0) {
-    y = pool(s.nhwc, "SAME");  // averages the cells inside the input only
-  } else {
-    // mean over the window of the zero-padded input, divided by the share
-    // of the window that counts (padding counts with count_include_pad,
-    // ceil_mode's overhang never does).
-    std::vector<int64_t> p = win.pads;
-    p[2] += extra[0];
-    p[3] += extra[1];
-    Output zero = c.Scalar(0, x.dtype);
-    Output sum = pool(PadAll(c, s.nhwc, 4, NhwcPads(p), zero), "VALID");
-    Output ones = c.Op("OnesLike", {s.nhwc});
-    Output mask = PadAll(c, ones, 4, NhwcPads(win.pads), c.Scalar(include_pad ? 1 : 0, x.dtype));
-    mask = PadAll(c, mask, 4, NhwcPads({0, 0, extra[0], extra[1]}), zero);
-    y = c.Op("Div", {sum, pool(mask, "VALID")});
-  }
+  FS_ASSIGN_OR_RETURN(Output y, AvgPool2dCore(c, s.nhwc, s.hw, win, ceil_mode != 0,
+                                              include_pad != 0, InferredHw(c, x.rank()),
+                                              x.dtype));
   return c.SetOutput(0, FromNhwc(c, y, x.rank()), x.dtype);
 }
 
@@ -410,7 +625,9 @@ Status ConvertBatchNormalization(NodeContext& c) {
   (void)momentum;  // used by training mode only
   if (c.opset() >= 14) {
     FS_ASSIGN_OR_RETURN(int64_t training, c.Int("training_mode", 0));
-    if (training != 0) return c.Unsupported("training_mode = 1");
+    if (training != 0) {
+      return c.Unsupported("attribute 'training_mode' = 1 (batch statistics are not imported yet)");
+    }
   }
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
   FS_RETURN_IF_ERROR(NeedRank(c, x, "X"));

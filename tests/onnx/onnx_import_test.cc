@@ -168,30 +168,22 @@ TEST(OnnxImport, UnsupportedOpNamesNodeAndOp) {
 }
 
 TEST(OnnxImport, UnsupportedAttributeValueNamesTheAttribute) {
-  onnx::ModelProto m = Mlp();
-  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();  // Gemm
-  a->set_name("transA");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(1);
-  onnx::ModelProto pool = NewModel(13);
-  onnx::GraphProto* g = pool.mutable_graph();
-  AddValue(g->mutable_input(), "x", {1, 1, 4, 4});
-  AddValue(g->mutable_output(), "y", {1, 1, 2, 2});
-  onnx::NodeProto* n = AddNode(g, "pool", "MaxPool", {"x"}, {"y"});
-  auto* k = n->add_attribute();
-  k->set_name("kernel_shape");
-  k->set_type(onnx::AttributeProto::INTS);
-  k->add_ints(2);
-  k->add_ints(2);
-  auto* d = n->add_attribute();
-  d->set_name("dilations");
-  d->set_type(onnx::AttributeProto::INTS);
-  d->add_ints(2);
-  d->add_ints(2);
-  StatusOr<ImportedModel> r = ImportOnnx(Bytes(pool));
+  onnx::ModelProto bn = NewModel(15);
+  onnx::GraphProto* g = bn.mutable_graph();
+  AddValue(g->mutable_input(), "x", {1, 2, 2, 2});
+  AddValue(g->mutable_output(), "y", {1, 2, 2, 2});
+  for (const char* p : {"scale", "bias", "mean", "var"}) AddInitializer(g, p, {2}, {1, 1});
+  onnx::NodeProto* n = AddNode(g, "norm", "BatchNormalization", {"x", "scale", "bias", "mean", "var"},
+                               {"y"});
+  auto* t = n->add_attribute();
+  t->set_name("training_mode");
+  t->set_type(onnx::AttributeProto::INT);
+  t->set_i(1);
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(bn));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnimplemented) << r.status().ToString();
-  EXPECT_NE(r.status().message().find("'pool' (MaxPool): attribute 'dilations'"),
+  EXPECT_EQ(r.status().node(), "norm");
+  EXPECT_NE(r.status().message().find("'norm' (BatchNormalization): attribute 'training_mode'"),
             std::string::npos)
       << r.status().ToString();
 }
