@@ -83,6 +83,11 @@ Status ConvertBatchNormalization(NodeContext& c);
 Status ConvertInstanceNormalization(NodeContext& c);
 Status ConvertLayerNormalization(NodeContext& c);
 
+// onnx_rnn_ops.cc
+Status ConvertLstm(NodeContext& c);
+Status ConvertGru(NodeContext& c);
+Status ConvertRnn(NodeContext& c);
+
 // onnx_resize_ops.cc
 Status ConvertResize(NodeContext& c);
 

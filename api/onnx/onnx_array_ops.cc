@@ -336,10 +336,26 @@ Status ConvertGather(NodeContext& c) {
                      x.dtype);
 }
 
+namespace {
+// A shape-only op whose `what` input is computed: a Reshape to the output
+// shape ONNX's shape inference found, when it found every dimension.
+Status ReshapeToInferred(NodeContext& c, const Value& x, const char* what) {
+  PartialShape out = c.OutputShape(0);
+  if (!out.rank_known() || !out.IsFullyDefined()) {
+    return c.Unsupported("input '" + std::string(what) +
+                         "' must be a constant (an initializer or a Constant), or the output's "
+                         "shape known");
+  }
+  return c.SetOutput(0, c.Op("Reshape", {x.out, c.Ints64(out.dims())}), x.dtype, out);
+}
+}  // namespace
+
 Status ConvertUnsqueeze(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   std::vector<int64_t> axes;
   if (c.opset() >= 13) {
+    FS_ASSIGN_OR_RETURN(Value a, c.input(1));
+    if (!a.constant) return ReshapeToInferred(c, x, "axes");
     FS_ASSIGN_OR_RETURN(axes, c.ConstInts(1, "axes"));
   } else {
     FS_ASSIGN_OR_RETURN(axes, c.Ints("axes"));
@@ -369,6 +385,8 @@ Status ConvertSqueeze(NodeContext& c) {
   std::vector<int64_t> axes;
   if (c.opset() >= 13) {
     if (c.has_input(1)) {
+      FS_ASSIGN_OR_RETURN(Value a, c.input(1));
+      if (!a.constant) return ReshapeToInferred(c, x, "axes");
       FS_ASSIGN_OR_RETURN(axes, c.ConstInts(1, "axes"));
     }
   } else {

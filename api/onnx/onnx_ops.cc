@@ -2,7 +2,8 @@
 // opset range). Ranges split where ONNX changed an op's signature within
 // opsets 11-17 (Softmax's axis at 13, Squeeze/Unsqueeze/ReduceSum/Split
 // taking inputs at 13, ...). The converters live in onnx_math_ops.cc,
-// onnx_array_ops.cc, onnx_nn_ops.cc, onnx_resize_ops.cc and onnx_loss_ops.cc.
+// onnx_array_ops.cc, onnx_nn_ops.cc, onnx_rnn_ops.cc, onnx_resize_ops.cc and
+// onnx_loss_ops.cc.
 #include "api/onnx/onnx_ops.h"
 
 #include "api/onnx/converters.h"
@@ -136,6 +137,10 @@ const ConverterEntry kTable[] = {
     {"BatchNormalization", 14, 17, ConvertBatchNormalization},
     {"InstanceNormalization", 11, 17, ConvertInstanceNormalization},
     {"LayerNormalization", 17, 17, ConvertLayerNormalization},
+    // Recurrent layers.
+    {"LSTM", 11, 17, ConvertLstm},
+    {"GRU", 11, 17, ConvertGru},
+    {"RNN", 11, 17, ConvertRnn},
     // Losses and index ops.
     {"NegativeLogLikelihoodLoss", 12, 17, ConvertNllLoss},
     {"SoftmaxCrossEntropyLoss", 12, 17, ConvertSoftmaxCrossEntropyLoss},
