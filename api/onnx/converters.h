@@ -71,6 +71,7 @@ Status ConvertPad(NodeContext& c);
 Status ConvertRange(NodeContext& c);
 Status ConvertDropout(NodeContext& c);
 Status ConvertDepthToSpace(NodeContext& c);
+Status ConvertEyeLike(NodeContext& c);
 Status ConvertSpaceToDepth(NodeContext& c);
 
 // onnx_nn_ops.cc
@@ -97,6 +98,8 @@ Status ConvertSoftmaxCrossEntropyLoss(NodeContext& c);
 Status ConvertGatherElements(NodeContext& c);
 Status ConvertTrilu(NodeContext& c);
 Status ConvertHardmax(NodeContext& c);
+Status ConvertScatterElements(NodeContext& c);
+Status ConvertTopK(NodeContext& c);
 
 }  // namespace flowstate::onnx_import
 

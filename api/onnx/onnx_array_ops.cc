@@ -466,12 +466,60 @@ Status DynamicSlice(NodeContext& c, const Value& x, const Value& starts, const V
 }
 }  // namespace
 
+namespace {
+// Slice with computed axes: begin, end and strides over every axis built at
+// run time by one-hot scatters of the given entries (axes not listed: the
+// whole axis). Steps must be constant.
+Status ScatteredSlice(NodeContext& c, const Value& x, const Value& starts, const Value& ends) {
+  const int r = x.rank();
+  FS_ASSIGN_OR_RETURN(Value axes, c.input(3));
+  auto to64 = [&](const Value& v) {
+    return v.dtype == DataType::kInt64
+               ? v.out
+               : c.Op("Cast", {v.out}, {{"DstT", AttrValue(DataType::kInt64)}});
+  };
+  Output rank = c.Scalar(r, DataType::kInt64);
+  Output a = to64(axes);
+  a = c.Op("Select", {c.Op("Less", {a, c.Scalar(0, DataType::kInt64)}), c.Op("Add", {a, rank}), a});
+  Output positions = c.Op("Reshape", {c.Op("Range", {c.Scalar(0, DataType::kInt64), rank,
+                                                     c.Scalar(1, DataType::kInt64)}),
+                                      c.Ints64({1, r})});
+  Output hot = c.Op("Equal", {c.Op("ExpandDims", {a, c.Int32(1)}), positions});  // [n, r]
+  Output hot64 = c.Op("Cast", {hot}, {{"DstT", AttrValue(DataType::kInt64)}});
+  Output listed = c.Op("Greater", {c.Op("Sum", {hot64, c.Ints64({0})}),
+                                   c.Scalar(0, DataType::kInt64)});  // [r]
+  auto scatter = [&](const Output& v) {  // [n] -> [r]
+    return c.Op("Sum", {c.Op("Mul", {hot64, c.Op("ExpandDims", {v, c.Int32(1)})}),
+                        c.Ints64({0})});
+  };
+  Output steps;
+  if (c.has_input(4)) {
+    FS_ASSIGN_OR_RETURN(Value st, c.input(4));
+    steps = to64(st);
+  } else {
+    steps = c.Op("OnesLike", {to64(starts)});
+  }
+  Output dims = ShapeVector(c, x.out);
+  Output ones = c.Ints64(std::vector<int64_t>(r, 1)), zeros = c.Ints64(std::vector<int64_t>(r, 0));
+  Output begin = c.Op("Select", {listed, scatter(to64(starts)), zeros});
+  Output end = c.Op("Select", {listed, scatter(to64(ends)), dims});
+  Output stride = c.Op("Select", {listed, scatter(steps), ones});
+  return c.SetOutput(0, c.Op("StridedSlice", {x.out, begin, end, stride}), x.dtype);
+}
+}  // namespace
+
 Status ConvertSlice(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   FS_RETURN_IF_ERROR(NeedRank(c, x, "data"));
   const int r = x.rank();
   FS_ASSIGN_OR_RETURN(Value starts_v, c.input(1));
   FS_ASSIGN_OR_RETURN(Value ends_v, c.input(2));
+  bool axes_computed = false;
+  if (c.has_input(3)) {
+    FS_ASSIGN_OR_RETURN(Value axes_v, c.input(3));
+    axes_computed = !axes_v.constant;
+  }
+  if (axes_computed) return ScatteredSlice(c, x, starts_v, ends_v);
   if (!starts_v.constant || !ends_v.constant) return DynamicSlice(c, x, starts_v, ends_v);
   FS_ASSIGN_OR_RETURN(std::vector<int64_t> starts, c.ConstInts(1, "starts"));
   FS_ASSIGN_OR_RETURN(std::vector<int64_t> ends, c.ConstInts(2, "ends"));
@@ -662,7 +710,16 @@ Status ConvertDropout(NodeContext& c) {  // inference: the identity
   if (c.opset() >= 12) {
     FS_ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", 0));
     (void)seed;
-    if (c.has_input(2)) {
+    // A ratio of 0 drops nothing, in training too.
+    bool zero_ratio = false;
+    if (c.has_input(1)) {
+      FS_ASSIGN_OR_RETURN(Value ratio, c.input(1));
+      if (ratio.constant) {
+        FS_ASSIGN_OR_RETURN(std::vector<double> rv, c.ConstDoubles(1, "ratio"));
+        zero_ratio = !rv.empty() && rv[0] == 0;
+      }
+    }
+    if (c.has_input(2) && !zero_ratio) {
       FS_ASSIGN_OR_RETURN(std::vector<double> training, c.ConstDoubles(2, "training_mode"));
       if (!training.empty() && training[0] != 0) {
         return c.Unsupported("training_mode = true (dropout in training mode)");
@@ -732,6 +789,33 @@ Status ConvertSpaceToDepth(NodeContext& c) {
   y = Transpose(c, y, {0, 3, 5, 1, 2, 4});
   y = c.Op("Reshape", {y, c.Ints64({-1, d[1] * b * b, d[2] / b, d[3] / b})});
   return c.SetOutput(0, y, x.dtype);
+}
+
+}  // namespace flowstate::onnx_import
+
+namespace flowstate::onnx_import {
+
+Status ConvertEyeLike(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(int64_t k, c.Int("k", 0));
+  DataType dt = x.dtype;
+  if (c.HasAttr("dtype")) {
+    FS_ASSIGN_OR_RETURN(int64_t t, c.Int("dtype"));
+    dt = FromOnnxType(int32_t(t));
+    if (dt == DataType::kInvalid) return c.Unsupported("attribute 'dtype' = " + OnnxTypeName(int32_t(t)));
+  } else {
+    c.Ignore("dtype");
+  }
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "input"));
+  if (x.rank() != 2) return c.Error("input must have rank 2");
+  auto range = [&](int axis, std::vector<int64_t> dims) {
+    Output r = c.Op("Range", {c.Scalar(0, DataType::kInt64), DimScalar(c, x, axis),
+                              c.Scalar(1, DataType::kInt64)});
+    return c.Op("Reshape", {r, c.Ints64(dims)});
+  };
+  Output rows = range(0, {-1, 1}), cols = range(1, {1, -1});
+  Output on = c.Op("Equal", {c.Op("Sub", {cols, rows}), c.Scalar(double(k), DataType::kInt64)});
+  return c.SetOutput(0, c.Op("Cast", {on}, {{"DstT", AttrValue(dt)}}), dt, x.shape);
 }
 
 }  // namespace flowstate::onnx_import

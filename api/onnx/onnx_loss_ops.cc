@@ -1,8 +1,11 @@
 // Converters of ONNX's loss functions and of the index ops they build on
 // (the table is in onnx_ops.cc): NegativeLogLikelihoodLoss,
-// SoftmaxCrossEntropyLoss, GatherElements, Trilu, Hardmax. Class picks are
+// SoftmaxCrossEntropyLoss, GatherElements, ScatterElements, TopK, Trilu,
+// Hardmax. Class picks are
 // one-hot masks (Equal against a Range) summed over the class axis, so
 // every op on the way has a gradient.
+#include <limits>
+
 #include "api/onnx/convert_util.h"
 #include "api/onnx/converters.h"
 
@@ -166,6 +169,107 @@ Status ConvertHardmax(NodeContext& c) {
   Output onehot = c.Op("Equal", {c.Op("ExpandDims", {arg, c.Int32(axis)}),
                                  RangeAlong(c, DimScalar(c, x, axis), x.rank(), axis)});
   return c.SetOutput(0, c.Op("Cast", {onehot}, {{"DstT", AttrValue(x.dtype)}}), x.dtype, x.shape);
+}
+
+}  // namespace flowstate::onnx_import
+
+namespace flowstate::onnx_import {
+
+// ScatterElements: the updates summed into their targets through a one-hot
+// mask along `axis` (indices, updates and data must agree on the other
+// axes); a target that an index hits takes the update (reduction none), the
+// sum or the product.
+Status ConvertScatterElements(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value data, c.input(0));
+  FS_ASSIGN_OR_RETURN(Value idx, c.input(1));
+  FS_ASSIGN_OR_RETURN(Value upd, c.input(2));
+  FS_ASSIGN_OR_RETURN(int64_t axis_attr, c.Int("axis", 0));
+  std::string reduction = "none";
+  if (c.opset() >= 16) {
+    FS_ASSIGN_OR_RETURN(reduction, c.String("reduction", "none"));
+  }
+  if (reduction != "none" && reduction != "add" && reduction != "mul") {
+    return c.Unsupported("attribute 'reduction' = \"" + reduction + "\"");
+  }
+  FS_RETURN_IF_ERROR(NeedRank(c, data, "data"));
+  const int r = data.rank();
+  if (idx.rank() != r || upd.rank() != r) return c.Error("indices and updates must have data's rank");
+  FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_attr, r, "axis"));
+  for (int i = 0; i < r; ++i) {
+    if (i == axis) continue;
+    if (idx.shape.dim(i) < 0 || idx.shape.dim(i) != data.shape.dim(i)) {
+      return c.Unsupported("indices that do not span data's other axes");
+    }
+  }
+  if (data.dtype == DataType::kBool) return c.Unsupported("bool data");
+  Output dim = DimScalar(c, data, axis);
+  Output i64 = ToInt64(c, idx);
+  i64 = c.Op("Select", {c.Op("Less", {i64, c.Scalar(0, DataType::kInt64)}), c.Op("Add", {i64, dim}),
+                        i64});
+  Output hot = c.Op("Equal", {c.Op("ExpandDims", {i64, c.Int32(axis + 1)}),
+                              RangeAlong(c, dim, r + 1, axis + 1)});
+  Output ue = c.Op("ExpandDims", {upd.out, c.Int32(axis + 1)});
+  Output along = c.Ints64({axis});
+  Output hit = c.Op("Greater", {c.Op("Sum", {c.Op("Cast", {hot}, {{"DstT", AttrValue(DataType::kInt64)}}),
+                                             along}),
+                                c.Scalar(0, DataType::kInt64)});
+  Output y;
+  if (reduction == "mul") {
+    Output ones = c.Op("OnesLike", {ue});
+    Output prod = c.Op("Prod", {c.Op("Select", {hot, ue, ones}), along});
+    y = c.Op("Mul", {data.out, prod});
+  } else {
+    Output sum = c.Op("Sum", {c.Op("Select", {hot, ue, c.Op("ZerosLike", {ue})}), along});
+    y = reduction == "add" ? c.Op("Add", {data.out, sum}) : c.Op("Select", {hit, sum, data.out});
+  }
+  return c.SetOutput(0, y, data.dtype, data.shape);
+}
+
+// TopK: k rounds of ArgMax, each masking its pick (ties: the lower index
+// first, as ONNX asks); K must be known at import.
+Status ConvertTopK(NodeContext& c) {
+  FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  FS_ASSIGN_OR_RETURN(int64_t axis_attr, c.Int("axis", -1));
+  FS_ASSIGN_OR_RETURN(Value kval, c.input(1));
+  std::vector<int64_t> kv;
+  PartialShape inferred = c.OutputShape(0);
+  if (!kval.constant && inferred.rank_known() && inferred.rank() == x.rank() && x.rank() > 0) {
+    int a = int(axis_attr < 0 ? axis_attr + x.rank() : axis_attr);
+    if (a >= 0 && a < x.rank() && inferred.dim(a) >= 0) kv = {inferred.dim(a)};  // K from the shape
+  }
+  if (kv.empty()) {
+    FS_ASSIGN_OR_RETURN(kv, c.ConstInts(1, "K"));
+  }
+  FS_ASSIGN_OR_RETURN(int64_t largest, c.Int("largest", 1));
+  FS_ASSIGN_OR_RETURN(int64_t sorted, c.Int("sorted", 1));
+  (void)sorted;  // the result is always sorted
+  FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
+  FS_RETURN_IF_ERROR(NeedRank(c, x, "X"));
+  const int r = x.rank();
+  FS_ASSIGN_OR_RETURN(int axis, NormAxis(c, axis_attr, r, "axis"));
+  if (kv.size() != 1 || kv[0] < 0) return c.Error("K must hold one non-negative value");
+  const int64_t k = kv[0];
+  if (k > 256) return c.Unsupported("K over 256");
+  if (x.shape.dim(axis) >= 0 && k > x.shape.dim(axis)) return c.Error("K is larger than the axis");
+  if (k == 0) return c.Unsupported("K = 0");
+  Output v = largest ? x.out : c.Op("Neg", {x.out});
+  Output range = RangeAlong(c, DimScalar(c, x, axis), r, axis);
+  Output lowest = c.Scalar(-std::numeric_limits<double>::infinity(), x.dtype);
+  std::vector<Output> values, indices;
+  for (int64_t i = 0; i < k; ++i) {
+    Output arg = c.Op("ArgMax", {v, c.Int32(axis)}, {{"output_type", AttrValue(DataType::kInt64)}});
+    Output arg_e = c.Op("ExpandDims", {arg, c.Int32(axis)});
+    Output hot = c.Op("Equal", {arg_e, range});
+    values.push_back(c.Op("Sum", {c.Op("Select", {hot, x.out, c.Op("ZerosLike", {x.out})}),
+                                  c.Ints64({axis})},
+                          {{"keep_dims", AttrValue(true)}}));
+    indices.push_back(arg_e);
+    if (i + 1 < k) v = c.Op("Select", {hot, c.Op("Add", {c.Op("ZerosLike", {v}), lowest}), v});
+  }
+  values.push_back(c.Int32(axis));
+  indices.push_back(c.Int32(axis));
+  FS_RETURN_IF_ERROR(c.SetOutput(0, c.Op("Concat", values), x.dtype));
+  return c.SetOutput(1, c.Op("Concat", indices), DataType::kInt64);
 }
 
 }  // namespace flowstate::onnx_import

@@ -122,6 +122,7 @@ const ConverterEntry kTable[] = {
     {"Pad", 11, 17, ConvertPad},
     {"Range", 11, 17, ConvertRange},
     {"DepthToSpace", 11, 17, ConvertDepthToSpace},
+    {"EyeLike", 11, 17, ConvertEyeLike},
     {"Resize", 11, 17, ConvertResize},
     {"SpaceToDepth", 11, 17, ConvertSpaceToDepth},
     {"Dropout", 11, 11, ConvertDropout},
@@ -147,6 +148,8 @@ const ConverterEntry kTable[] = {
     {"GatherElements", 11, 17, ConvertGatherElements},
     {"Trilu", 14, 17, ConvertTrilu},
     {"Hardmax", 13, 17, ConvertHardmax},
+    {"ScatterElements", 11, 17, ConvertScatterElements},
+    {"TopK", 11, 17, ConvertTopK},
 };
 
 #undef UNARY

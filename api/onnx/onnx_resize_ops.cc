@@ -140,7 +140,13 @@ Status ConvertResize(NodeContext& c) {
     FS_ASSIGN_OR_RETURN(scales, c.ConstDoubles(2, "scales"));
   }
   if (c.has_input(3)) {
-    FS_ASSIGN_OR_RETURN(sizes, c.ConstInts(3, "sizes"));
+    FS_ASSIGN_OR_RETURN(Value sv, c.input(3));
+    PartialShape inferred = c.OutputShape(0);
+    if (!sv.constant && inferred.rank_known() && inferred.IsFullyDefined()) {
+      sizes = inferred.dims();  // computed sizes: the output's known shape says them
+    } else {
+      FS_ASSIGN_OR_RETURN(sizes, c.ConstInts(3, "sizes"));
+    }
   }
   if (!sizes.empty() && !scales.empty()) return c.Error("has both 'scales' and 'sizes'");
   if (sizes.empty() && int(scales.size()) != r) {
