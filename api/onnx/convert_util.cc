@@ -1,5 +1,7 @@
 #include "api/onnx/convert_util.h"
 
+#include <algorithm>
+
 namespace flowstate::onnx_import {
 
 StatusOr<int> NormAxis(const NodeContext& c, int64_t axis, int rank, const char* what,
@@ -103,6 +105,18 @@ Output PadAll(NodeContext& c, const Output& x, int rank, const std::vector<int64
   Output y = x;
   for (int a = 0; a < rank; ++a) y = PadAxis(c, y, rank, a, pads[a], pads[rank + a], fill, mode);
   return y;
+}
+
+PartialShape BroadcastShape(const PartialShape& a, const PartialShape& b) {
+  if (!a.rank_known() || !b.rank_known()) return PartialShape::Unknown();
+  const int r = std::max(a.rank(), b.rank());
+  std::vector<int64_t> out(r);
+  for (int i = 0; i < r; ++i) {
+    int ia = i - (r - a.rank()), ib = i - (r - b.rank());
+    int64_t da = ia >= 0 ? a.dim(ia) : 1, db = ib >= 0 ? b.dim(ib) : 1;
+    out[i] = da == 1 ? db : db == 1 ? da : da == db ? da : -1;
+  }
+  return PartialShape(out);
 }
 
 std::optional<std::vector<int64_t>> IntValues(const std::optional<Tensor>& t) {

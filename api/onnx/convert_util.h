@@ -41,6 +41,10 @@ Output PadAxis(NodeContext& c, const Output& x, int rank, int axis, int64_t befo
 Output PadAll(NodeContext& c, const Output& x, int rank, const std::vector<int64_t>& pads,
               const Output& fill, PadMode mode = PadMode::kConstant);
 
+// NumPy broadcasting of known shapes (-1 where a dimension is unknown);
+// unknown rank when either is.
+PartialShape BroadcastShape(const PartialShape& a, const PartialShape& b);
+
 // Integer tensor helpers for constant folding of shape computations.
 std::optional<std::vector<int64_t>> IntValues(const std::optional<Tensor>& t);
 Tensor IntTensor(const std::vector<int64_t>& v, const std::vector<int64_t>& dims, DataType dtype);

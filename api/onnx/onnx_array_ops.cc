@@ -150,7 +150,11 @@ Status ConvertReshape(NodeContext& c) {
       Output zero = c.Op("Equal", {shape.out, c.Scalar(0, DataType::kInt64)});
       target = c.Op("Select", {zero, dims_x, shape.out});
     }
-    return c.SetOutput(0, c.Op("Reshape", {x.out, target}), x.dtype);
+    // The rank is the shape vector's length, where that is known.
+    PartialShape rank_only = shape.rank() == 1 && shape.shape.dim(0) >= 0
+                                 ? PartialShape::UnknownOfRank(int(shape.shape.dim(0)))
+                                 : PartialShape::Unknown();
+    return c.SetOutput(0, c.Op("Reshape", {x.out, target}), x.dtype, rank_only);
   }
   // 0 copies the input's dimension (unless allowzero); -1 is inferred.
   std::vector<Output> parts;
@@ -248,7 +252,13 @@ Status ConvertTranspose(NodeContext& c) {
     return c.Error("attribute 'perm' has " + std::to_string(perm.size()) +
                    " entries for an input of rank " + std::to_string(x.rank()));
   }
-  return c.SetOutput(0, Transpose(c, x.out, perm), x.dtype);
+  std::vector<int64_t> dims(perm.size(), -1);
+  if (x.rank() == int(perm.size())) {
+    for (size_t i = 0; i < perm.size(); ++i) {
+      if (perm[i] >= 0 && perm[i] < x.rank()) dims[i] = x.shape.dim(int(perm[i]));
+    }
+  }
+  return c.SetOutput(0, Transpose(c, x.out, perm), x.dtype, PartialShape(dims));
 }
 
 Status ConvertConcat(NodeContext& c) {

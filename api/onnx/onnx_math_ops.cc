@@ -55,31 +55,34 @@ Status BinaryOp(NodeContext& c, const char* op) {
   if (auto folded = FoldIntBinary(op, a, b)) {
     return c.SetOutput(0, c.Const(*folded), a.dtype, PartialShape(), folded);
   }
-  return c.SetOutput(0, c.Op(op, {a.out, b.out}), a.dtype);
+  return c.SetOutput(0, c.Op(op, {a.out, b.out}), a.dtype, BroadcastShape(a.shape, b.shape));
 }
 
 Status CompareOp(NodeContext& c, const char* op) {
   FS_ASSIGN_OR_RETURN(Value a, c.input(0));
   FS_ASSIGN_OR_RETURN(Value b, c.input(1));
   if (a.dtype != b.dtype) return c.Error("inputs A and B have different dtypes");
-  return c.SetOutput(0, c.Op(op, {a.out, b.out}), DataType::kBool);
+  return c.SetOutput(0, c.Op(op, {a.out, b.out}), DataType::kBool,
+                     BroadcastShape(a.shape, b.shape));
 }
 
 Status VariadicOp(NodeContext& c, const char* op, bool mean) {
   if (c.num_inputs() < 1) return c.Error("needs at least one input");
   FS_ASSIGN_OR_RETURN(Value acc, c.input(0));
   Output y = acc.out;
+  PartialShape shape = acc.shape;
   for (int i = 1; i < c.num_inputs(); ++i) {
     FS_ASSIGN_OR_RETURN(Value v, c.input(i));
     if (v.dtype != acc.dtype) return c.Error("inputs have different dtypes");
     y = c.Op(op, {y, v.out});
+    shape = BroadcastShape(shape, v.shape);
   }
   if (c.num_inputs() == 1) y = c.Op("Identity", {y});
   if (mean) {
     FS_RETURN_IF_ERROR(NeedFloat(c, acc, "data_0"));
     y = c.Op("Div", {y, c.Scalar(c.num_inputs(), acc.dtype)});
   }
-  return c.SetOutput(0, y, acc.dtype);
+  return c.SetOutput(0, y, acc.dtype, shape);
 }
 
 Status ConvertPow(NodeContext& c) {
@@ -87,7 +90,7 @@ Status ConvertPow(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value y, c.input(1));
   Output e = y.out;
   if (y.dtype != x.dtype) e = c.Op("Cast", {e}, {{"DstT", AttrValue(x.dtype)}});
-  return c.SetOutput(0, c.Op("Pow", {x.out, e}), x.dtype, x.shape);
+  return c.SetOutput(0, c.Op("Pow", {x.out, e}), x.dtype, BroadcastShape(x.shape, y.shape));
 }
 
 Status ConvertNot(NodeContext& c) {
@@ -241,7 +244,8 @@ Status ConvertWhere(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(1));
   FS_ASSIGN_OR_RETURN(Value y, c.input(2));
   if (x.dtype != y.dtype) return c.Error("X and Y have different dtypes");
-  return c.SetOutput(0, c.Op("Select", {cond.out, x.out, y.out}), x.dtype);
+  return c.SetOutput(0, c.Op("Select", {cond.out, x.out, y.out}), x.dtype,
+                     BroadcastShape(cond.shape, BroadcastShape(x.shape, y.shape)));
 }
 
 namespace {
@@ -327,7 +331,8 @@ Status ConvertMatMul(NodeContext& c) {
   if (a.rank() == 1) squeeze.push_back(rz - 2);
   if (b.rank() == 1) squeeze.push_back(rz - 1);
   if (!squeeze.empty()) z = c.Op("Squeeze", {z}, {{"axis", AttrValue(squeeze)}});
-  return c.SetOutput(0, z, a.dtype);
+  return c.SetOutput(0, z, a.dtype,
+                     PartialShape::UnknownOfRank(rz - int(squeeze.size())));
 }
 
 Status ConvertGemm(NodeContext& c) {

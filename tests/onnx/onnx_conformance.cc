@@ -3,7 +3,8 @@
 // per set and per op: passed, failed (with the largest error), unsupported.
 //
 //   onnx_conformance [--data DIR] [--sets node,simple,...] [--filter SUBSTR]
-//                    [--expected FILE] [--write-passing FILE] [--ops] [--jobs N] [-v]
+//                    [--expected FILE] [--write-passing FILE] [--ops] [--jobs N]
+//                    [--require-all] [-v]
 //
 // Each case is a folder with model.onnx and test_data_set_*/input_K.pb,
 // output_K.pb (serialized TensorProtos). The model is imported with its
@@ -13,7 +14,8 @@
 // Each case runs in a forked child (same code, this process's image; --jobs
 // of them at once, default 2), so that a crash or an assertion in one case
 // is reported as that case's failure instead of ending the run. With --expected, exits 1 when a case
-// listed there (one "set/case" per line, '#' comments) does not pass.
+// listed there (one "set/case" per line, '#' comments) does not pass; with
+// --require-all, when any case does not pass.
 // Exits 77 (ctest: skipped) when the data folder is missing.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -293,7 +295,7 @@ int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data";
   std::vector<std::string> sets = {"node", "pytorch-converted", "pytorch-operator", "simple"};
   std::string filter, expected_file, write_file;
-  bool verbose = false, op_table = false;
+  bool verbose = false, op_table = false, require_all = false;
   int jobs = 2;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -307,6 +309,7 @@ int main(int argc, char** argv) {
     else if (a == "--expected") expected_file = next();
     else if (a == "--write-passing") write_file = next();
     else if (a == "--ops") op_table = true;
+    else if (a == "--require-all") require_all = true;
     else if (a == "--jobs") jobs = std::max(1, std::atoi(next().c_str()));
     else if (a == "-v") verbose = true;
     else {
@@ -322,6 +325,7 @@ int main(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   std::map<std::string, OpRow> ops;
   std::vector<std::string> passing;
+  int total = 0;
   bool warm = false;
   std::printf("%-20s %7s %7s %7s %12s %8s\n", "set", "cases", "passed", "failed", "unsupported",
               "passed%");
@@ -373,6 +377,7 @@ int main(int argc, char** argv) {
       }
     }
     int n = int(cases.size());
+    total += n;
     std::printf("%-20s %7d %7d %7d %12d %7.1f%%\n", set.c_str(), n, passed, failed, unsupported,
                 n ? 100.0 * passed / n : 0.0);
   }
@@ -413,6 +418,10 @@ int main(int argc, char** argv) {
     }
     std::printf("%d of %d expected cases pass\n", expected - regressions, expected);
     if (regressions > 0) return 1;
+  }
+  if (require_all && int(passing.size()) != total) {
+    std::printf("%d of %d cases pass; --require-all asks for all\n", int(passing.size()), total);
+    return 1;
   }
   return 0;
 }
