@@ -69,14 +69,20 @@ Status CompareOp(NodeContext& c, const char* op) {
 Status VariadicOp(NodeContext& c, const char* op, bool mean) {
   if (c.num_inputs() < 1) return c.Error("needs at least one input");
   FS_ASSIGN_OR_RETURN(Value acc, c.input(0));
-  Output y = acc.out;
+  // float16 maxima and minima are exact in float32, where Flowstate has them.
+  const bool widen = acc.dtype == DataType::kFloat16 && !mean && std::string(op) != "Add";
+  auto in = [&](const Value& v) {
+    return widen ? c.Op("Cast", {v.out}, {{"DstT", AttrValue(DataType::kFloat32)}}) : v.out;
+  };
+  Output y = in(acc);
   PartialShape shape = acc.shape;
   for (int i = 1; i < c.num_inputs(); ++i) {
     FS_ASSIGN_OR_RETURN(Value v, c.input(i));
     if (v.dtype != acc.dtype) return c.Error("inputs have different dtypes");
-    y = c.Op(op, {y, v.out});
+    y = c.Op(op, {y, in(v)});
     shape = BroadcastShape(shape, v.shape);
   }
+  if (widen) y = c.Op("Cast", {y}, {{"DstT", AttrValue(DataType::kFloat16)}});
   if (c.num_inputs() == 1) y = c.Op("Identity", {y});
   if (mean) {
     FS_RETURN_IF_ERROR(NeedFloat(c, acc, "data_0"));

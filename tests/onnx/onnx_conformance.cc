@@ -4,13 +4,15 @@
 //
 //   onnx_conformance [--data DIR] [--sets node,simple,...] [--filter SUBSTR]
 //                    [--expected FILE] [--write-passing FILE] [--ops] [--jobs N]
-//                    [--require-all] [-v]
+//                    [--require-all] [--variables] [-v]
 //
 // Each case is a folder with model.onnx and test_data_set_*/input_K.pb,
 // output_K.pb (serialized TensorProtos). The model is imported with its
 // initializers as constants (older opsets upgraded by ONNX's version
 // converter), its inputs fed, its outputs compared as ONNX's backend tests
 // do: |actual - expected| <= atol + rtol * |expected|, rtol 1e-3, atol 1e-7.
+// With --variables the float initializers become Variables, assigned by the
+// model's init_op before the case runs (the path training takes).
 // Each case runs in a forked child (same code, this process's image; --jobs
 // of them at once, default 2), so that a crash or an assertion in one case
 // is reported as that case's failure instead of ending the run. With --expected, exits 1 when a case
@@ -116,10 +118,13 @@ std::string Compare(const Tensor& actual, const Tensor& expected, double* max_er
 }
 
 // Runs one case (in the child).
+// Import with Variables (run init_op first) instead of constants.
+bool g_variables = false;
+
 Result RunCase(const fs::path& dir) {
   Result r;
   OnnxImportOptions o;
-  o.initializers_as_constants = true;
+  o.initializers_as_constants = !g_variables;
   o.upgrade_older_opsets = true;
   StatusOr<ImportedModel> m = ImportOnnxFile((dir / "model.onnx").string(), o);
   if (!m.ok()) {
@@ -144,6 +149,14 @@ Result RunCase(const fs::path& dir) {
     return r;
   }
   Session* run = session->get();
+  if (!m->init_op.empty()) {
+    std::vector<Tensor> none;
+    Status s = run->Run({}, {}, {m->init_op}, &none);
+    if (!s.ok()) {
+      r.detail = "init_op: " + s.ToString();
+      return r;
+    }
+  }
   std::vector<fs::path> sets;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) {
@@ -310,6 +323,7 @@ int main(int argc, char** argv) {
     else if (a == "--write-passing") write_file = next();
     else if (a == "--ops") op_table = true;
     else if (a == "--require-all") require_all = true;
+    else if (a == "--variables") g_variables = true;
     else if (a == "--jobs") jobs = std::max(1, std::atoi(next().c_str()));
     else if (a == "-v") verbose = true;
     else {
