@@ -54,6 +54,12 @@ Status CheckpointImport(std::string_view input);
 // peer sent comes back as OK (its code is the peer's, not a decoder error).
 Status TensorWire(std::string_view input);
 
+// api/onnx/'s ImportOnnx (with Variables and with constants) and
+// ParseOnnxTensor of the input; an op, attribute value or dtype Flowstate
+// lacks (UNIMPLEMENTED with a message) counts as a clean refusal and
+// returns OK.
+Status OnnxModel(std::string_view input);
+
 // True when `s` is OK or an error a client's input may cause
 // (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, OUT_OF_RANGE, FAILED_PRECONDITION,
 // NOT_FOUND; DATA_LOSS where `data_loss_ok`) with a message.

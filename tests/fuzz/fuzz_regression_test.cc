@@ -34,6 +34,7 @@ const Target kTargets[] = {
     {"grpc_requests", GrpcRequests},
     {"checkpoint_import", CheckpointImport, /*data_loss_ok=*/true},
     {"tensor_wire", TensorWire},
+    {"onnx_model", OnnxModel},
 };
 
 std::vector<fs::path> Inputs(const std::string& folder) {

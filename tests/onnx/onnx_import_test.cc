@@ -1,0 +1,343 @@
+// The ONNX importer (api/onnx/onnx_import.h): bad input is refused with an
+// error naming the node, field or opset; small models import and run. The
+// models are built with ONNX's own protobuf classes (onnx_proto), which
+// only the tests and api/onnx/ link.
+#include "api/onnx/onnx_import.h"
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "devices/device_pool.h"
+#include "scheduler/session.h"
+
+namespace flowstate {
+namespace {
+
+namespace fs = std::filesystem;
+
+onnx::ValueInfoProto* AddValue(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
+                               const std::string& name, std::vector<int64_t> dims) {
+  onnx::ValueInfoProto* v = list->Add();
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) {
+    auto* dim = t->mutable_shape()->add_dim();
+    if (d >= 0) dim->set_dim_value(d);
+    else dim->set_dim_param("batch");
+  }
+  return v;
+}
+
+onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& name, const std::string& op,
+                         std::vector<std::string> in, std::vector<std::string> out) {
+  onnx::NodeProto* n = g->add_node();
+  n->set_name(name);
+  n->set_op_type(op);
+  for (const auto& i : in) n->add_input(i);
+  for (const auto& o : out) n->add_output(o);
+  return n;
+}
+
+onnx::TensorProto* AddInitializer(onnx::GraphProto* g, const std::string& name,
+                                  std::vector<int64_t> dims, std::vector<float> values) {
+  onnx::TensorProto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->add_dims(d);
+  for (float v : values) t->add_float_data(v);
+  return t;
+}
+
+onnx::ModelProto NewModel(int opset = 13) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("flowstate-test");
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  m.mutable_graph()->set_name("g");
+  return m;
+}
+
+// x [batch, 2] -> Gemm(w [2, 3], b [3]) -> Relu -> y [batch, 3]
+onnx::ModelProto Mlp(int opset = 13) {
+  onnx::ModelProto m = NewModel(opset);
+  onnx::GraphProto* g = m.mutable_graph();
+  AddValue(g->mutable_input(), "x", {-1, 2});
+  AddValue(g->mutable_output(), "y", {-1, 3});
+  AddInitializer(g, "w", {2, 3}, {1, -1, 0.5f, 2, 1, -0.5f});
+  AddInitializer(g, "b", {3}, {0.5f, 0, -1});
+  AddNode(g, "fc", "Gemm", {"x", "w", "b"}, {"h"});
+  AddNode(g, "act", "Relu", {"h"}, {"y"});
+  return m;
+}
+
+std::string Bytes(const onnx::ModelProto& m) { return m.SerializeAsString(); }
+
+DevicePool* Pool() {
+  static DevicePool* pool = [] {
+    DevicePoolOptions o;
+    o.intra_op_threads = 1;
+    return DevicePool::Create(o).value().release();
+  }();
+  return pool;
+}
+
+std::vector<float> RunMlp(const ImportedModel& m) {
+  SessionOptions so;
+  so.devices = Pool();
+  so.inter_op_threads = 1;
+  auto s = Session::Create(m.graph, so);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<Tensor> out;
+  if (!m.init_op.empty()) {
+    Status st = (*s)->Run({}, {}, {m.init_op}, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  Tensor x = Tensor::FromVector<float>({1, 2, -1, 0}, TensorShape({2, 2}));
+  Status st = (*s)->Run({{m.inputs[0].tensor, x}}, {m.outputs[0].tensor}, {}, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  if (!st.ok()) return {};
+  auto f = out[0].flat<float>();
+  return std::vector<float>(f.begin(), f.end());
+}
+
+TEST(OnnxImport, MlpWithVariablesStartsFromTheFileValues) {
+  StatusOr<ImportedModel> m = ImportOnnx(Bytes(Mlp()));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->inputs.size(), 1u);
+  EXPECT_EQ(m->inputs[0].onnx_name, "x");
+  EXPECT_EQ(m->inputs[0].shape, PartialShape({-1, 2}));
+  ASSERT_EQ(m->variables.size(), 2u);
+  EXPECT_FALSE(m->init_op.empty());
+  EXPECT_EQ(m->opset, 13);
+  // [1, 2] x w + b = [5.5, 1, -1.5] -> relu; [-1, 0] -> [-0.5, 1, -1.5] -> relu
+  std::vector<float> want = {5.5f, 1, 0, 0, 1, 0};
+  EXPECT_EQ(RunMlp(*m), want);
+}
+
+TEST(OnnxImport, MlpWithConstants) {
+  OnnxImportOptions o;
+  o.initializers_as_constants = true;
+  StatusOr<ImportedModel> m = ImportOnnx(Bytes(Mlp()), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->variables.empty());
+  EXPECT_TRUE(m->init_op.empty());
+  std::vector<float> want = {5.5f, 1, 0, 0, 1, 0};
+  EXPECT_EQ(RunMlp(*m), want);
+}
+
+TEST(OnnxImport, TruncatedFileIsRefused) {
+  std::string bytes = Bytes(Mlp());
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 3, size_t(5)}) {
+    StatusOr<ImportedModel> m = ImportOnnx(bytes.substr(0, cut));
+    ASSERT_FALSE(m.ok()) << "cut at " << cut;
+    EXPECT_EQ(m.status().code(), Code::kInvalidArgument) << m.status().ToString();
+  }
+  EXPECT_EQ(ImportOnnx("").status().code(), Code::kInvalidArgument);
+}
+
+TEST(OnnxImport, BytesThatAreNotAModelAreRefused) {
+  for (std::string bytes : {std::string("not a model at all, just text\n"),
+                            std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16),
+                            std::string("{\"graph\": {\"nodes\": []}}")}) {
+    StatusOr<ImportedModel> m = ImportOnnx(bytes);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), Code::kInvalidArgument) << m.status().ToString();
+    EXPECT_NE(m.status().message().find("ONNX model"), std::string::npos)
+        << m.status().ToString();
+  }
+}
+
+TEST(OnnxImport, UnsupportedOpNamesNodeAndOp) {
+  onnx::ModelProto m = Mlp();
+  onnx::GraphProto* g = m.mutable_graph();
+  g->mutable_node(1)->set_op_type("Det");  // a valid ONNX op Flowstate lacks
+  g->mutable_node(1)->set_name("determinant");
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(m));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnimplemented) << r.status().ToString();
+  EXPECT_EQ(r.status().node(), "determinant");
+  EXPECT_NE(r.status().message().find("'determinant' (Det)"), std::string::npos)
+      << r.status().ToString();
+}
+
+TEST(OnnxImport, UnsupportedAttributeValueNamesTheAttribute) {
+  onnx::ModelProto bn = NewModel(15);
+  onnx::GraphProto* g = bn.mutable_graph();
+  AddValue(g->mutable_input(), "x", {1, 2, 2, 2});
+  AddValue(g->mutable_output(), "y", {1, 2, 2, 2});
+  for (const char* p : {"scale", "bias", "mean", "var"}) AddInitializer(g, p, {2}, {1, 1});
+  onnx::NodeProto* n = AddNode(g, "norm", "BatchNormalization", {"x", "scale", "bias", "mean", "var"},
+                               {"y"});
+  auto* t = n->add_attribute();
+  t->set_name("training_mode");
+  t->set_type(onnx::AttributeProto::INT);
+  t->set_i(1);
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(bn));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnimplemented) << r.status().ToString();
+  EXPECT_EQ(r.status().node(), "norm");
+  EXPECT_NE(r.status().message().find("'norm' (BatchNormalization): attribute 'training_mode'"),
+            std::string::npos)
+      << r.status().ToString();
+}
+
+TEST(OnnxImport, OpsetOutsideTheRangeIsNamed) {
+  for (int opset : {9, 18}) {
+    StatusOr<ImportedModel> r = ImportOnnx(Bytes(Mlp(opset)));
+    ASSERT_FALSE(r.ok()) << opset;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("opset " + std::to_string(opset)), std::string::npos)
+        << r.status().ToString();
+  }
+  onnx::ModelProto none = Mlp();
+  none.clear_opset_import();
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(none));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("opset_import"), std::string::npos) << r.status().ToString();
+}
+
+TEST(OnnxImport, OlderOpsetIsUpgradedWhenAsked) {
+  OnnxImportOptions o;
+  o.upgrade_older_opsets = true;
+  o.initializers_as_constants = true;
+  StatusOr<ImportedModel> m = ImportOnnx(Bytes(Mlp(9)), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->opset, 9);
+  std::vector<float> want = {5.5f, 1, 0, 0, 1, 0};
+  EXPECT_EQ(RunMlp(*m), want);
+}
+
+TEST(OnnxImport, CycleIsRefusedNamingTheNode) {
+  onnx::ModelProto m = NewModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  AddValue(g->mutable_input(), "x", {2});
+  AddValue(g->mutable_output(), "y", {2});
+  AddNode(g, "first", "Add", {"x", "loop_back"}, {"y"});
+  AddNode(g, "second", "Relu", {"y"}, {"loop_back"});
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(m));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("loop_back"), std::string::npos) << r.status().ToString();
+}
+
+TEST(OnnxImport, MissingInitializerIsNamed) {
+  onnx::ModelProto m = Mlp();
+  m.mutable_graph()->mutable_initializer()->RemoveLast();  // "b"
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(m));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'b'"), std::string::npos) << r.status().ToString();
+}
+
+TEST(OnnxImport, WrongInitializerSizeIsNamed) {
+  onnx::ModelProto m = Mlp();
+  m.mutable_graph()->mutable_initializer(0)->add_float_data(7);  // "w": 7 values for [2, 3]
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(m));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'w'"), std::string::npos) << r.status().ToString();
+}
+
+class ExternalData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("onnx_external_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "model");
+    outside_ = root_.string() + "_outside.bin";
+    std::vector<float> w = {1, -1, 0.5f, 2, 1, -0.5f};
+    std::ofstream(root_ / "model" / "w.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(w.data()), sizeof(float) * w.size());
+    std::ofstream(outside_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(w.data()), sizeof(float) * w.size());
+  }
+  void TearDown() override {
+    fs::remove_all(root_);
+    fs::remove(outside_);
+  }
+  // The MLP with "w" stored as external data at `location`.
+  std::string Model(const std::string& location) {
+    onnx::ModelProto m = Mlp();
+    onnx::TensorProto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_float_data();
+    w->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* kv = w->add_external_data();
+    kv->set_key("location");
+    kv->set_value(location);
+    return Bytes(m);
+  }
+  StatusOr<ImportedModel> Import(const std::string& location) {
+    OnnxImportOptions o;
+    o.external_data_dir = (root_ / "model").string();
+    o.data_root = root_.string();
+    return ImportOnnx(Model(location), o);
+  }
+  fs::path root_;
+  std::string outside_;
+};
+
+TEST_F(ExternalData, ReadBeneathTheRoot) {
+  StatusOr<ImportedModel> m = Import("w.bin");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<float> want = {5.5f, 1, 0, 0, 1, 0};
+  EXPECT_EQ(RunMlp(*m), want);
+}
+
+TEST_F(ExternalData, DotDotIsRefused) {
+  StatusOr<ImportedModel> m = Import("../../" + fs::path(outside_).filename().string());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("'w'"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find(".."), std::string::npos) << m.status().ToString();
+}
+
+TEST_F(ExternalData, AbsolutePathIsRefused) {
+  StatusOr<ImportedModel> m = Import(outside_);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("relative"), std::string::npos) << m.status().ToString();
+}
+
+TEST_F(ExternalData, SymlinkEscapingTheRootIsRefused) {
+  fs::create_symlink(outside_, root_ / "model" / "link.bin");
+  StatusOr<ImportedModel> m = Import("link.bin");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("outside the data root"), std::string::npos)
+      << m.status().ToString();
+}
+
+TEST_F(ExternalData, RefusedWithoutAFolder) {
+  StatusOr<ImportedModel> m = ImportOnnx(Model("w.bin"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("'w'"), std::string::npos) << m.status().ToString();
+}
+
+TEST_F(ExternalData, ShortFileIsRefused) {
+  std::ofstream(root_ / "model" / "short.bin", std::ios::binary).write("abcd", 4);
+  StatusOr<ImportedModel> m = Import("short.bin");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("'w'"), std::string::npos) << m.status().ToString();
+}
+
+TEST(OnnxImport, SupportedOpsTableIsSortedAndCoversTheCommonOps) {
+  std::vector<OnnxOpSupport> ops = SupportedOnnxOps();
+  std::set<std::string> names;
+  for (const auto& o : ops) {
+    EXPECT_LE(o.since, o.until) << o.op;
+    names.insert(o.op);
+  }
+  for (const char* op : {"Gemm", "MatMul", "Conv", "BatchNormalization", "Softmax", "Reshape",
+                         "LayerNormalization", "Gather", "Slice", "Erf"}) {
+    EXPECT_TRUE(names.count(op)) << op;
+  }
+}
+
+}  // namespace
+}  // namespace flowstate
