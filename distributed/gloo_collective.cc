@@ -450,7 +450,8 @@ void GlooCollective::Impl::ExchangeSignatures(const std::vector<int64_t>& mine,
   all->assign(size_, {});
   for (int p = 0; p < size_; ++p) {
     (*all)[p].resize((offset[p + 1] - offset[p]) / 8);
-    std::memcpy((*all)[p].data(), in.data() + offset[p], (*all)[p].size() * 8);
+    // An empty vector's data() may be null: no memcpy for 0 bytes.
+    if (!(*all)[p].empty()) std::memcpy((*all)[p].data(), in.data() + offset[p], (*all)[p].size() * 8);
   }
   (*all)[rank_] = mine;
 }

@@ -154,10 +154,14 @@ void GlooCollective::Impl::Reduce(const std::vector<Tensor>& tensors, ReduceOp o
             : single   ? Scratch(dtype, first.shape())
                        : Scratch(dtype, TensorShape({total}));
     if (!single) {
+      // An empty tensor has no buffer (its data is null): nothing to copy,
+      // and memcpy must not be handed the null pointer even for 0 bytes.
       char* at = static_cast<char*>(r.out.raw_data());
       for (size_t i : r.idx) {
-        std::memcpy(at, tensors[i].raw_data(), tensors[i].TotalBytes());
-        at += tensors[i].TotalBytes();
+        const size_t n = tensors[i].TotalBytes();
+        if (n == 0) continue;
+        std::memcpy(at, tensors[i].raw_data(), n);
+        at += n;
       }
     }
     try {

@@ -70,6 +70,10 @@ struct Call {
 class RemoteGraph final : public RegisteredGraph {
  public:
   std::string handle;
+  // The task's incarnation that registered it (0: not known, an older
+  // task): RunGraph and DeregisterGraph name it, so that a restarted task
+  // neither runs nor drops a graph of its own under the same handle.
+  uint64_t incarnation = 0;
   std::vector<int> args;  // the _Arg indices of the partition
 };
 
@@ -112,6 +116,7 @@ class GrpcRemoteWorker final : public Worker {
     o_.tracker->Remove(token);
     FS_RETURN_IF_ERROR(WithTask(o_.task, StatusFromProto(resp.status())));
     g->handle = resp.graph_handle();
+    g->incarnation = resp.incarnation();
     std::map<std::string, std::string> pending;
     {
       MutexLock l(mu_);
@@ -136,6 +141,7 @@ class GrpcRemoteWorker final : public Worker {
     wpb::DeregisterGraphResponse resp;
     req.set_session_handle(o_.session_handle);
     req.set_graph_handle(g->handle);
+    req.set_expected_incarnation(g->incarnation);
     stub_->DeregisterGraph(&ctx, req, &resp);  // best effort
   }
 
@@ -147,6 +153,7 @@ class GrpcRemoteWorker final : public Worker {
     call->ctx.set_wait_for_ready(true);
     call->req.set_session_handle(o_.session_handle);
     call->req.set_graph_handle(g->handle);
+    call->req.set_expected_incarnation(g->incarnation);
     call->req.set_step_id(args.step_id);
     if (args.iterations > 1) call->req.set_iterations(args.iterations);
     {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <thread>
@@ -31,6 +32,13 @@ namespace flowstate {
 using namespace distributed_internal;  // NOLINT: this library's private helpers
 
 namespace {
+
+// An incarnation as error messages and rendezvous keys write it (hex).
+std::string HexIncarnation(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 // A call that waits for its work; Shutdown answers those still waiting.
 struct Waiting {
@@ -350,6 +358,7 @@ class WorkerService::Impl final : public WorkerBase {
       resp->set_graph_handle(handle);
       return Status();
     }();
+    resp->set_incarnation(c->local_incarnation());
     StatusToProto(WithTask(task, st), resp->mutable_status());
     r->Finish(::grpc::Status::OK);
     return r;
@@ -359,6 +368,14 @@ class WorkerService::Impl final : public WorkerBase {
                                               const wpb::DeregisterGraphRequest* req,
                                               wpb::DeregisterGraphResponse*) override {
     auto* r = ctx->DefaultReactor();
+    Cluster* c = cluster_.load();
+    if (req->expected_incarnation() != 0 &&
+        (c == nullptr || req->expected_incarnation() != c->local_incarnation())) {
+      // Registered on an earlier incarnation of this task: a graph of this
+      // one with the same handle is another graph.
+      r->Finish(::grpc::Status::OK);
+      return r;
+    }
     if (std::shared_ptr<WorkerSession> s = FindSession(req->session_handle())) {
       RegisteredGraph* g = nullptr;
       {
@@ -385,11 +402,28 @@ class WorkerService::Impl final : public WorkerBase {
       return r;
     }
     const std::string task = c->local_task();
+    const uint64_t incarnation = c->local_incarnation();
+    // Every answer says which incarnation of the task gave it (written
+    // before any answer is sent).
+    resp->set_incarnation(incarnation);
     auto fail = [&, p = p](const Status& st) {
       Answer(p, ::grpc::Status::OK, [&] { StatusToProto(WithTask(task, st), resp->mutable_status()); });
     };
     std::shared_ptr<WorkerSession> s = FindSession(req->session_handle());
     for (int64_t done_step : req->cleanup_step_ids()) Cleanup(c, s.get(), done_step);
+    if (req->expected_incarnation() != 0 && req->expected_incarnation() != incarnation) {
+      // The master registered the graph on an earlier incarnation of this
+      // task: it restarted since, and holds none of the session's graphs
+      // (a graph of its own may have the same handle). The master
+      // registers them again, or asks for a new session where state of it
+      // lived here (scheduler/session.h).
+      fail(Unavailable("the task restarted (incarnation " + HexIncarnation(incarnation) + ", was " +
+                       HexIncarnation(req->expected_incarnation()) + ") since graph '" +
+                       req->graph_handle() + "' of session '" + req->session_handle() +
+                       "' was registered on it: the step did not run there; the session registers "
+                       "its partitions on the new incarnation at its next step"));
+      return r;
+    }
     RegisteredGraph* g = nullptr;
     if (s != nullptr) {
       MutexLock l(s->mu);

@@ -6,13 +6,20 @@
 // there across steps, beside the task's data root, state/replica_input.h) and a LocalWorker over this task's DevicePool, whose
 // steps meet in the task's RendezvousMgr (Cluster::rendezvous_mgr()). The
 // RPCs: RegisterGraph (refused, ABORTED, when the master cut the partition
-// for another incarnation of this task), DeregisterGraph, RunGraph (the
-// call frame's arguments in, its results out, by index), RecvTensor (a
+// for another incarnation of this task; the answer names this task's
+// incarnation), DeregisterGraph, RunGraph (the call frame's arguments in,
+// its results out, by index; every answer carries this task's
+// incarnation), RecvTensor (a
 // tensor a _Send of this task produced; answered when it is sent or the step
 // is aborted, holding no thread while it waits), AbortStep, CleanupStep,
 // CloseSession, GetStatus (task, incarnation, devices: the heartbeat) and
 // ImportKernelStates (a checkpoint's random streams for a session's kernels
 // here).
+// DeregisterGraph and RunGraph name the incarnation the graph was
+// registered on: another incarnation (the task restarted since) drops
+// nothing and runs nothing — RunGraph answers UNAVAILABLE that the task
+// restarted, so that the master registers again — even where a graph of
+// its own has the same handle.
 // The engine's errors travel in the responses, prefixed with this task's
 // name; a non-OK gRPC status means the call did not reach a working task.
 //

@@ -554,6 +554,7 @@ namespace {
 
 // Row r of `from` (rows of row_bytes) to row `to_row` of `to`.
 void CopyRow(const Tensor& from, int64_t r, Tensor* to, int64_t to_row, size_t row_bytes) {
+  if (row_bytes == 0) return;  // empty rows: the tensors may have no buffer
   std::memcpy(static_cast<char*>(to->raw_data()) + to_row * row_bytes,
               static_cast<const char*>(from.raw_data()) + r * row_bytes, row_bytes);
 }

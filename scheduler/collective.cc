@@ -79,7 +79,7 @@ void ReduceSliceInPlace(const std::vector<std::vector<Tensor>*>& inputs, size_t 
     reduce_loops::Sum<T>(o + lo, o + lo, in + lo, size_t(hi - lo));
   }
   if (op == ReduceOp::kMean) reduce_loops::Divide<T>(o + lo, size_t(hi - lo), T(inputs.size()));
-  for (size_t r = 1; r < inputs.size(); ++r) {
+  for (size_t r = 1; r < inputs.size() && hi > lo; ++r) {
     T* dst = (*inputs[r])[index].data<T>();
     std::memcpy(dst + lo, o + lo, size_t(hi - lo) * sizeof(T));
   }

@@ -23,6 +23,7 @@ bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFlo
 // is NaN or Inf.
 void ScaleInto(const Tensor& x, double factor, void* out) {
   const size_t n = size_t(x.num_elements());
+  if (n == 0) return;  // an empty tensor's buffer is null
   if (factor == 0) {
     std::memset(out, 0, n * DataTypeSize(x.dtype()));
   } else if (x.dtype() == DataType::kFloat32) {
@@ -220,7 +221,8 @@ class SharedGatherOp final : public AsyncOpKernel {
         Tensor answer(dtype, TensorShape(dims));
         auto it = params.find(int64_t(p));
         if (it == params.end()) {
-          std::memset(answer.raw_data(), 0, answer.TotalBytes());  // another replica's part
+          // Another replica's part (no buffer when this replica looked up no rows).
+          if (answer.TotalBytes() > 0) std::memset(answer.raw_data(), 0, answer.TotalBytes());
           out.push_back(std::move(answer));
           continue;
         }
@@ -236,7 +238,7 @@ class SharedGatherOp final : public AsyncOpKernel {
         }
         const char* from = static_cast<const char*>(part.raw_data());
         char* to = static_cast<char*>(answer.raw_data());
-        for (int64_t i = 0; i < all[p].num_elements(); ++i) {
+        for (int64_t i = 0; bytes > 0 && i < all[p].num_elements(); ++i) {
           const int64_t r = all[p].data<int64_t>()[i];
           if (r < 0 || r >= n) {
             return InvalidArgument("_SharedGather '" + node + "': index " + std::to_string(r) +

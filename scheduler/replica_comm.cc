@@ -182,7 +182,7 @@ void ReplicaComm::FusedBucket::ZeroGaps(Tensor* flat) const {
   for (size_t i = 0; i < offsets.size(); ++i) {
     const int64_t end = offsets[i] + shapes[i].num_elements();
     const int64_t next = i + 1 < offsets.size() ? offsets[i + 1] : elements;
-    std::memset(base + size_t(end) * width, 0, size_t(next - end) * width);
+    if (next > end) std::memset(base + size_t(end) * width, 0, size_t(next - end) * width);
   }
 }
 
@@ -258,12 +258,12 @@ StatusOr<std::vector<std::vector<Tensor>>> ReplicaComm::JoinWithZeros(
     std::vector<Tensor> zeros;
     if (fused != nullptr) {
       Tensor flat(fused->dtype, TensorShape({fused->elements}));
-      std::memset(flat.raw_data(), 0, flat.TotalBytes());
+      if (flat.TotalBytes() > 0) std::memset(flat.raw_data(), 0, flat.TotalBytes());
       zeros.push_back(std::move(flat));
     } else {
       for (const auto& [dtype, shape] : bucket) {
         Tensor z(dtype, shape);
-        std::memset(z.raw_data(), 0, z.TotalBytes());
+        if (z.TotalBytes() > 0) std::memset(z.raw_data(), 0, z.TotalBytes());  // empty: no buffer
         zeros.push_back(std::move(z));
       }
     }
@@ -294,6 +294,7 @@ namespace {
 // joins a round of every rank with nothing.
 void ZeroAll(std::vector<Tensor>* tensors) {
   for (Tensor& t : *tensors) {
+    if (t.TotalBytes() == 0) continue;  // an empty tensor has no buffer
     if (!t.RefCountIsOne()) t = Tensor(t.dtype(), t.shape());
     std::memset(t.raw_data(), 0, t.TotalBytes());
   }

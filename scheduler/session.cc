@@ -202,6 +202,7 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
       }
     }
   }
+  if (remote != nullptr) FS_RETURN_IF_ERROR(CheckRemoteState(placement));
   FS_ASSIGN_OR_RETURN(std::vector<GraphPartition> parts,
                       PartitionGraph(g, placement, remote ? remote->local_incarnation() : 0));
   auto exe = std::make_shared<Executable>();
@@ -240,7 +241,60 @@ StatusOr<std::shared_ptr<Session::Executable>> Session::BuildExecutable(
       exe->workers.push_back(worker);
     }
   }
+  if (remote != nullptr) RecordRemoteState(g, placement);
   return exe;
+}
+
+namespace {
+
+// Whether `n` keeps the session's state in its task's resources across
+// steps: a stateful op with a shared_name (Variable, the queues). Kernels
+// that only keep a random stream, or state within a step, do not count.
+bool KeepsSessionState(const Node& n) {
+  return n.is_stateful() && n.op_def().FindAttr("shared_name") != nullptr;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+Status Session::CheckRemoteState(const std::vector<Device*>& placement) {
+  std::map<std::string, uint64_t> now;  // task -> the incarnation placed on
+  for (const Device* d : placement) {
+    if (const auto* rd = dynamic_cast<const RemoteDevice*>(d)) now.emplace(rd->task(), rd->incarnation());
+  }
+  MutexLock l(remote_mu_);
+  for (const auto& [task, incarnation] : now) {
+    auto it = remote_state_.find(task);
+    if (it == remote_state_.end() || it->second.incarnation == incarnation) continue;
+    const std::vector<std::string>& nodes = it->second.nodes;
+    std::string names;
+    for (size_t i = 0; i < nodes.size() && i < 5; ++i) names += (i ? ", '" : "'") + nodes[i] + "'";
+    if (nodes.size() > 5) names += " and " + std::to_string(nodes.size() - 5) + " more";
+    return Aborted(task + " restarted (incarnation " + Hex(incarnation) + ", was " +
+                   Hex(it->second.incarnation) + "): the state this session kept there is lost (" +
+                   names + "); recreate the session (and restore its variables, e.g. from a "
+                   "checkpoint) to run on it again");
+  }
+  return Status();
+}
+
+void Session::RecordRemoteState(const Graph& g, const std::vector<Device*>& placement) {
+  MutexLock l(remote_mu_);
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const auto* rd = dynamic_cast<const RemoteDevice*>(placement[i]);
+    if (rd == nullptr || !KeepsSessionState(g.node(i))) continue;
+    RemoteState& st = remote_state_[rd->task()];
+    if (st.incarnation == 0) st.incarnation = rd->incarnation();
+    if (st.incarnation != rd->incarnation()) continue;  // CheckRemoteState refused it first
+    if (std::find(st.nodes.begin(), st.nodes.end(), g.node(i).name()) == st.nodes.end()) {
+      st.nodes.push_back(g.node(i).name());
+    }
+  }
 }
 
 StatusOr<Worker*> Session::WorkerFor(const Device* device) {

@@ -74,7 +74,13 @@ struct SessionOptions {
   // devices (unplaced nodes still go to default_device, of this task), this
   // task's partitions use its rendezvous manager, step ids come from it
   // unless step_ids is set, and executables are rebuilt when its generation
-  // changes or after a step failed UNAVAILABLE. Null: this process only.
+  // changes or after a step failed UNAVAILABLE. A task that restarted (a
+  // new incarnation, seen by the heartbeat or in its answer to RunGraph,
+  // whether or not a step failed in between) gets the partitions again —
+  // unless the session kept state there (variables, queues), which the
+  // restart lost: then every step that would run there fails ABORTED,
+  // naming the task and the nodes, until the client recreates the session.
+  // Null: this process only.
   ClusterView* remote = nullptr;
 };
 
@@ -195,6 +201,13 @@ class Session {
   // Drops the cached executables that run on another task (after a step
   // failed UNAVAILABLE), so that the next Run places and registers again.
   void EvictRemoteExecutables();
+  // ABORTED when a task that `placement` puts nodes on restarted since this
+  // session kept state there (remote_state_): the message names the task
+  // and the lost nodes and tells the client to recreate the session.
+  Status CheckRemoteState(const std::vector<Device*>& placement);
+  // Records the state-keeping nodes of `g` placed on other tasks, on the
+  // incarnation they were registered on.
+  void RecordRemoteState(const Graph& g, const std::vector<Device*>& placement);
   // In a cluster, an error of this task's partitions is prefixed with this
   // task's name, as other tasks' errors are with theirs; errors already
   // prefixed ("/job:...") are left alone.
@@ -216,6 +229,17 @@ class Session {
   std::map<std::string, std::unique_ptr<Worker>> remote_workers_ ABSL_GUARDED_BY(remote_mu_);
   // Imported kernel states, for the workers of tasks created later.
   std::map<std::string, std::string> remote_kernel_states_ ABSL_GUARDED_BY(remote_mu_);
+  // Per task ("/job:worker/task:2"): the incarnation on which this session
+  // registered nodes that keep its state in that task's resources
+  // (variables, queues: the ops with a shared_name), and their names. A
+  // task that restarted since (another incarnation) lost that state:
+  // BuildExecutable fails ABORTED, asking for a new session, instead of
+  // registering there again.
+  struct RemoteState {
+    uint64_t incarnation = 0;
+    std::vector<std::string> nodes;
+  };
+  std::map<std::string, RemoteState> remote_state_ ABSL_GUARDED_BY(remote_mu_);
 
   mutable Mutex graph_mu_;
   GraphDef graph_def_ ABSL_GUARDED_BY(graph_mu_);

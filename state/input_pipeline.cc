@@ -273,6 +273,7 @@ Batch ConcatBatches(const std::vector<Batch>& batches) {
     char* at = static_cast<char*>(t.raw_data());
     for (const Batch& b : batches) {
       const Tensor& part = b.components.at(name);
+      if (part.TotalBytes() == 0) continue;  // no rows: no buffer
       std::memcpy(at, part.raw_data(), part.TotalBytes());
       at += part.TotalBytes();
     }

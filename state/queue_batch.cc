@@ -179,7 +179,7 @@ StatusOr<Queue::Tuple> Queue::Batch(const std::vector<Tuple>& elements) const {
     FS_ASSIGN_OR_RETURN(Tensor batch, Tensor::Allocate(options_.allocator, dtype, shape));
     char* dst = static_cast<char*>(batch.raw_data());
     const size_t slot = n == 0 ? 0 : batch.TotalBytes() / size_t(n);
-    if (!same) std::memset(dst, 0, batch.TotalBytes());
+    if (!same && batch.TotalBytes() > 0) std::memset(dst, 0, batch.TotalBytes());
     for (int64_t k = 0; k < n; ++k) {
       const Tensor& e = elements[k][c];
       if (same) {

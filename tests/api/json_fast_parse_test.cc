@@ -202,7 +202,9 @@ TEST(JsonFastParseTest, PackedTensorDataReadsAsTheDomWould) {
     ASSERT_EQ(got->dtype(), want->dtype()) << body;
     ASSERT_EQ(got->shape(), want->shape()) << body;
     ASSERT_EQ(got->TotalBytes(), want->TotalBytes());
-    ASSERT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->TotalBytes()), 0) << body;
+    if (want->TotalBytes() > 0) {  // an empty tensor's data is null
+      ASSERT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->TotalBytes()), 0) << body;
+    }
   }
   // Both outcomes were exercised.
   EXPECT_GT(packed_ok, 300);

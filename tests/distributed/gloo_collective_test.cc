@@ -662,6 +662,7 @@ TEST_F(GlooCollectiveTest, AllGatherMatchesInProcessOverRoundsOfChangingRows) {
       size_t at = 0;
       for (int r = 0; r < 3; ++r) {
         const Tensor mine = input(round, r)[k];
+        if (mine.TotalBytes() == 0) continue;  // no rows: no buffer (a null data pointer)
         EXPECT_EQ(std::memcmp(static_cast<const char*>(got[0][k].raw_data()) + at, mine.raw_data(),
                               mine.TotalBytes()),
                   0)
