@@ -157,14 +157,8 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
 bool Service::SessionStepMayWait(const std::string& id, const std::vector<std::string>& feeds,
                                  const std::vector<std::string>& fetches,
                                  const std::vector<std::string>& targets) {
-  std::shared_ptr<Session> s;
-  {
-    MutexLock l(mu_);
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) return true;
-    s = it->second.session;
-  }
-  return s->StepMayWait(feeds, fetches, targets);
+  StatusOr<std::shared_ptr<Session>> s = FindSession(id);
+  return !s.ok() || (*s)->StepMayWait(feeds, fetches, targets);
 }
 
 Status Service::CloseSession(const std::string& id) {
