@@ -567,15 +567,21 @@ TEST_F(ReplicasAcrossTasks, AContributorStoppedMidStepIsGivenUpAndTheOthersGoOn)
     using Clock = std::chrono::steady_clock;
     std::atomic<int64_t> stalled_step{-1};
     std::atomic<Clock::rep> stall_begin{0}, stall_end{0};
+    std::atomic<int> ended_while_held{0};
     ReplicaComm::SetTestStallHook([&](int rank, int64_t step, int bucket) {
       int64_t none = -1;
       if (rank != 2 || step < 8 || bucket != 0 || !stalled_step.compare_exchange_strong(none, step)) {
         return;
       }
       stall_begin = Clock::now().time_since_epoch().count();
-      // Long enough for several stall timeouts (4x a step period each)
-      // under a loaded CI: each one-batch epoch end waits one.
-      std::this_thread::sleep_for(std::chrono::seconds(5));
+      // Held until three steps have ended without it (each one-batch
+      // epoch end waits a stall timeout, 4x a step period, which a loaded
+      // CI stretches), or for 60 s: without giving its step up, the
+      // others end none and the check below fails.
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      while (ended_while_held.load() < 3 && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
       stall_end = Clock::now().time_since_epoch().count();
     });
     struct HookReset {
@@ -587,6 +593,9 @@ TEST_F(ReplicasAcrossTasks, AContributorStoppedMidStepIsGivenUpAndTheOthersGoOn)
       StatusOr<StepResult> r = (*j)->Step();
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ended.push_back(Clock::now().time_since_epoch().count());
+      if (stall_begin.load() != 0 && ended.back() > stall_begin.load() && stall_end.load() == 0) {
+        ++ended_while_held;
+      }
       ++steps;
       if (r->examples == 3 * batch) ++full;
       EXPECT_TRUE(std::isfinite(r->loss));
