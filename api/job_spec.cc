@@ -255,7 +255,66 @@ Status ParseTrace(const Json& t, JobSpec* job) {
   return Status();
 }
 
+Status ParseModel(const Json& m, JobSpec* job) {
+  const JsonPath p("model");
+  FS_RETURN_IF_ERROR(CheckObject(m, p, "a model", {"onnx", "inputs", "output", "labels", "loss"}));
+  ModelSpec spec;
+  FS_RETURN_IF_ERROR(ReadStringField(m, p, "onnx", &spec.onnx, true));
+  if (spec.onnx.empty()) return PathError(p.Key("onnx"), "must not be empty");
+  FS_ASSIGN_OR_RETURN(const Json* inputs, Required(m, p, "inputs"));
+  if (!inputs->is_object() || inputs->empty()) {
+    return PathError(p.Key("inputs"), "expected an object mapping dataset fields to ONNX inputs");
+  }
+  const JsonPath inputs_path = p.Key("inputs");  // the parent of ip (paths point to their parents)
+  for (auto it = inputs->begin(); it != inputs->end(); ++it) {
+    const JsonPath ip = inputs_path.Key(it.key());
+    OnnxFeedSpec feed;
+    if (it->is_string()) {
+      feed.input = it->get<std::string>();
+    } else if (it->is_object()) {
+      FS_RETURN_IF_ERROR(CheckObject(*it, ip, "an input", {"input", "scale", "shift"}));
+      FS_RETURN_IF_ERROR(ReadStringField(*it, ip, "input", &feed.input, true));
+      FS_RETURN_IF_ERROR(ReadNumberField(*it, ip, "scale", &feed.scale));
+      FS_RETURN_IF_ERROR(ReadNumberField(*it, ip, "shift", &feed.shift));
+      if (!std::isfinite(feed.scale)) return PathError(ip.Key("scale"), "must be finite");
+      if (!std::isfinite(feed.shift)) return PathError(ip.Key("shift"), "must be finite");
+    } else {
+      return PathError(ip, "expected the name of an ONNX input or {\"input\", \"scale\", \"shift\"}");
+    }
+    if (feed.input.empty()) return PathError(ip, "names no ONNX input");
+    spec.inputs[it.key()] = feed;
+  }
+  FS_RETURN_IF_ERROR(ReadStringField(m, p, "output", &spec.output));
+  FS_RETURN_IF_ERROR(ReadStringField(m, p, "labels", &spec.labels));
+  FS_RETURN_IF_ERROR(ReadStringField(m, p, "loss", &spec.loss));
+  const std::vector<std::string>& losses = OnnxLossNames();
+  if (std::find(losses.begin(), losses.end(), spec.loss) == losses.end()) {
+    std::string names;
+    for (const std::string& n : losses) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+    return PathError(p.Key("loss"), "unknown loss \"" + spec.loss + "\" (expected one of " + names + ")");
+  }
+  if (spec.loss == "output") {
+    if (!spec.labels.empty()) {
+      return PathError(p.Key("labels"), "a model whose output is its loss takes no labels "
+                                        "(feed the targets through \"inputs\")");
+    }
+  } else if (spec.labels.empty()) {
+    return PathError(p.Key("labels"), "is required (the dataset field holding the targets)");
+  } else if (spec.inputs.count(spec.labels)) {
+    return PathError(p.Key("labels"), "field \"" + spec.labels + "\" is also one of \"inputs\"");
+  }
+  job->model = std::move(spec);
+  return Status();
+}
+
 }  // namespace
+
+const std::vector<std::string>& OnnxLossNames() {
+  static const std::vector<std::string>* names = new std::vector<std::string>{
+      "softmax_cross_entropy", "mse", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+      "output"};
+  return *names;
+}
 
 StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   const JsonPath root("");
@@ -263,16 +322,28 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text) {
   FS_RETURN_IF_ERROR(api::internal::ParseJsonText(text, root, &j));
   JobSpec job;
   FS_RETURN_IF_ERROR(CheckObject(j, root, "a job",
-                                 {"name", "graph", "loss", "optimizer", "input", "eval",
+                                 {"name", "graph", "model", "loss", "optimizer", "input", "eval",
                                   "checkpoint", "devices", "replicas", "seed", "max_steps",
                                   "init_from", "on_nan", "bucket_bytes", "sparse_as_dense", "partitioned_tables", "backup_replicas",
                                   "check_replicas_every", "deterministic", "min_replicas",
                                   "replica_wait_seconds", "replicas_per_task",
                                   "trace"}));
   FS_RETURN_IF_ERROR(ReadStringField(j, root, "name", &job.name));
-  FS_ASSIGN_OR_RETURN(const Json* graph, Required(j, root, "graph"));
-  FS_ASSIGN_OR_RETURN(job.graph, api::internal::GraphFromJson(*graph, root.Key("graph"), {}));
-  FS_RETURN_IF_ERROR(ReadStringField(j, root, "loss", &job.loss, true));
+  const Json* graph = FindField(j, "graph");
+  const Json* model = FindField(j, "model");
+  if (graph != nullptr && model != nullptr) {
+    return PathError(root.Key("model"), "give either \"graph\" or \"model\", not both");
+  }
+  if (model != nullptr) {
+    FS_RETURN_IF_ERROR(ParseModel(*model, &job));
+    if (FindField(j, "loss") != nullptr) {
+      return PathError(root.Key("loss"), "is set by \"model\" (model.loss and model.output)");
+    }
+  } else {
+    if (graph == nullptr) return PathError(root.Key("graph"), "is required (or \"model\")");
+    FS_ASSIGN_OR_RETURN(job.graph, api::internal::GraphFromJson(*graph, root.Key("graph"), {}));
+    FS_RETURN_IF_ERROR(ReadStringField(j, root, "loss", &job.loss, true));
+  }
   FS_ASSIGN_OR_RETURN(const Json* optimizer, Required(j, root, "optimizer"));
   FS_RETURN_IF_ERROR(ParseOptimizer(*optimizer, &job));
   FS_ASSIGN_OR_RETURN(const Json* input, Required(j, root, "input"));

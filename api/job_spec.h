@@ -68,9 +68,36 @@ struct InitFromSpec {
 // next batch (the step is counted as skipped).
 enum class OnNan { kFail, kSkipStep };
 
+// "model": an ONNX model instead of "graph" (jobs/onnx_model.h builds the
+// forward graph, the loss and the starting values from it).
+struct OnnxFeedSpec {
+  std::string input;  // the ONNX graph input this dataset field feeds
+  // The field is cast to the input's dtype, then x * scale + shift, then
+  // reshaped to the input's shape (batch first).
+  double scale = 1;
+  double shift = 0;
+};
+
+struct ModelSpec {
+  // A file beneath the data root (its name ends in ".onnx") or the id of a
+  // model uploaded with POST /v1/models.
+  std::string onnx;
+  std::map<std::string, OnnxFeedSpec> inputs;  // dataset field -> what it feeds
+  std::string output;  // the ONNX output the loss reads; empty: the model's only output
+  std::string labels;  // the dataset field of the targets ("" with loss "output")
+  // "softmax_cross_entropy" (logits [batch, classes], integer labels),
+  // "mse", "binary_cross_entropy" (probabilities), "binary_cross_entropy_with_logits",
+  // or "output" (`output` is the loss already, a scalar).
+  std::string loss = "softmax_cross_entropy";
+};
+
+// The names ModelSpec::loss accepts.
+const std::vector<std::string>& OnnxLossNames();
+
 struct JobSpec {
   std::string name;
-  GraphDef graph;
+  GraphDef graph;  // empty when `model` is given (until jobs/onnx_model.h fills it)
+  std::optional<ModelSpec> model;
   std::string loss;
   std::string optimizer_type = "sgd";
   OptimizerOptions optimizer;

@@ -231,7 +231,7 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   if (stopping_) return Unavailable("the server is shutting down");
   auto job = std::make_shared<Job>();
   job->info.id = "job-" + std::to_string(next_id_++);
-  job->spec = std::move(spec);
+  job->spec = runner->spec();  // with the graph an ONNX model became
   job->spec_json = job_json;
   job->runner = std::move(runner);
   job->info.created = Now();

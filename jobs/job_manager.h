@@ -136,6 +136,7 @@
 #include "api/views.h"
 #include "jobs/fault_points.h"
 #include "jobs/job_state.h"
+#include "jobs/onnx_model.h"
 #include "graph/mutex.h"
 
 namespace flowstate {
@@ -187,6 +188,9 @@ struct CheckpointRequestResult {
 struct JobManagerOptions {
   DevicePool* devices = nullptr;   // required
   std::string data_root = "/usr/share/datasets";
+  // Uploaded ONNX models by id, for jobs given as "model": {"onnx": id}
+  // (empty: only files beneath data_root).
+  ModelReader read_model;
   int max_running = 2;             // jobs holding sessions at once, per device
   int workers = 1;                 // threads that run steps
   int inter_op_threads = 1;        // per job session

@@ -240,6 +240,7 @@ Status JobManager::Recover() {
       } else {
         job->spec = *spec;
         StatusOr<std::unique_ptr<TrainingJob>> runner = TrainingJob::Create(job->spec, RunnerOptions());
+        if (runner.ok()) job->spec = (*runner)->spec();  // with the graph an ONNX model became
         if (!runner.ok() && AcrossTasks(job->spec)) {
           // Replicas on other tasks, before the cluster has started: replica
           // 0 for now (a start builds the job with the tasks that answer).

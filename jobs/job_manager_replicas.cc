@@ -37,6 +37,7 @@ bool IsMembershipCode(Code c) {
 TrainingJobOptions JobManager::RunnerOptions() const {
   TrainingJobOptions o;
   o.data_root = options_.data_root;
+  o.read_model = options_.read_model;
   o.devices = options_.devices;
   o.inter_op_pool = inter_op_pool_.get();
   o.max_shape_bytes = options_.max_shape_bytes;

@@ -129,6 +129,16 @@ TrainingJob::~TrainingJob() {
 StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
                                                            const TrainingJobOptions& options) {
   if (options.devices == nullptr) return InvalidArgument("TrainingJobOptions.devices is required");
+  if (spec.model) {
+    // An ONNX model: its graph, loss and starting values, then as any job.
+    FS_ASSIGN_OR_RETURN(ResolvedModel m, ResolveOnnxModel(spec, options.data_root, options.read_model));
+    ResolvedModel* resolved = &m;
+    resolved->spec.model.reset();
+    FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> job, Create(resolved->spec, options));
+    job->spec_.model = spec.model;
+    job->model_values_ = std::move(resolved->initial_values);
+    return job;
+  }
   FS_ASSIGN_OR_RETURN(TrainingGraph g, BuildTrainingGraph(spec));
   {
     FS_ASSIGN_OR_RETURN(Graph whole, Graph::Create(g.graph));
@@ -277,16 +287,25 @@ Status TrainingJob::Start(bool load_data) {
   if (spec_.replicas > 1 && load_data) {
     FS_RETURN_IF_ERROR(ReplicasAcrossTasks() ? StartReplicasAcrossTasks() : StartReplicas());
   }
-  if (!initial_values_.empty()) {
-    FS_RETURN_IF_ERROR(CheckInitialValues(graph_, initial_values_, "init_from"));
+  // The ONNX file's values, then init_from's.
+  auto assign = [&](const std::vector<std::pair<std::string, Tensor>>& values,
+                    const std::string& what) -> Status {
+    FS_RETURN_IF_ERROR(CheckInitialValues(graph_, values, what));
     using Named = std::vector<std::pair<std::string, Tensor>>;
-    FS_ASSIGN_OR_RETURN(Named parts, SplitLogical(initial_values_, graph_.partitioned));
+    FS_ASSIGN_OR_RETURN(Named parts, SplitLogical(values, graph_.partitioned));
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [name, t] : parts) by_name[name] = &t;
     for (int i = 0; i < int(replicas_.size()); ++i) {
       Status s = AssignReplicaVariables(i, HeldBy(i, graph_.model_variables), by_name);
-      if (!s.ok()) return s.WithPrefix("init_from: replica " + std::to_string(i));
+      if (!s.ok()) return s.WithPrefix(what + ": replica " + std::to_string(i));
     }
+    return Status();
+  };
+  if (model_values_ != nullptr && !model_values_->empty()) {
+    FS_RETURN_IF_ERROR(assign(*model_values_, "model.onnx"));
+  }
+  if (!initial_values_.empty()) {
+    FS_RETURN_IF_ERROR(assign(initial_values_, "init_from"));
     initial_values_.clear();
   }
   started_ = true;
@@ -294,7 +313,9 @@ Status TrainingJob::Start(bool load_data) {
 }
 
 std::unique_ptr<TrainingJob> TrainingJob::Unstarted() const {
-  return std::unique_ptr<TrainingJob>(new TrainingJob(spec_, options_, graph_));
+  std::unique_ptr<TrainingJob> job(new TrainingJob(spec_, options_, graph_));
+  job->model_values_ = model_values_;
+  return job;
 }
 
 StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainingJob::ModelValues() {

@@ -101,6 +101,7 @@
 #include "api/job_spec.h"
 #include "graph/training_graph.h"
 #include "jobs/fault_points.h"
+#include "jobs/onnx_model.h"
 #include "state/data_source.h"
 #include "state/dataset.h"
 #include "state/input_pipeline.h"
@@ -149,6 +150,9 @@ struct TrainingJobOptions {
   // it runs the job with fewer (a task was lost), so that the global batch,
   // the steps per epoch and the training run stay those of the job.
   int batches_per_step = 0;
+  // A job given as "model": {"onnx": ...} names a file beneath data_root or
+  // an uploaded model, read through this (empty: no uploads).
+  ModelReader read_model;
   // Test hook (fault injection; no job spec reaches it): a slow replica.
   fault_points::Straggler test_straggler;
 };
@@ -500,6 +504,9 @@ class TrainingJob {
   StepTraceCollector* step_trace_ = nullptr;
   InputPipelineOptions pipeline_options_;
   std::vector<std::pair<std::string, Tensor>> initial_values_;
+  // A job of an ONNX model: the values its variables start from (the
+  // file's), assigned by every Start before initial_values_.
+  std::shared_ptr<const InitialValues> model_values_;
   int64_t step_ = 0;
   bool started_ = false;
   bool done_ = false;

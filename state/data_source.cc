@@ -88,6 +88,24 @@ class Reader {
 
 }  // namespace
 
+StatusOr<std::map<std::string, DataType>> DataSourceTypes(const std::string& data_root,
+                                                          const DataSource& source) {
+  std::map<std::string, DataType> types;
+  for (const auto& [name, file] : source.files) {
+    if (source.format == "idx") {
+      FS_ASSIGN_OR_RETURN(DataFile f, OpenDataFile(data_root, file));
+      FS_ASSIGN_OR_RETURN(IdxHeader h, ReadIdxHeader(std::move(f)));
+      types[name] = h.dtype;
+    } else if (source.format == "csv") {
+      auto col = source.columns.find(name);
+      types[name] = col != source.columns.end() ? col->second.dtype : CsvComponent().dtype;
+    } else {
+      return InvalidArgument("format: expected \"idx\" or \"csv\", got \"" + source.format + "\"");
+    }
+  }
+  return types;
+}
+
 std::string EncodeDataSource(const DataSource& s) {
   std::string out;
   Put(&out, s.format);

@@ -47,6 +47,12 @@ struct DataSource {
 // from ("input.files").
 StatusOr<Dataset> LoadDataSource(const std::string& data_root, const DataSource& source);
 
+// The dtype each component of `source` will have once loaded, read from
+// the IDX headers or the CSV columns' dtypes, without loading the data
+// (errors as LoadDataSource's).
+StatusOr<std::map<std::string, DataType>> DataSourceTypes(const std::string& data_root,
+                                                          const DataSource& source);
+
 std::string EncodeDataSource(const DataSource& source);
 // INVALID_ARGUMENT when `text` is not an encoded DataSource.
 StatusOr<DataSource> DecodeDataSource(std::string_view text);

@@ -49,6 +49,26 @@ void SwapToHost(unsigned char* data, size_t bytes, size_t width) {
   }
 }
 
+StatusOr<IdxHeader> ReadHeader(InputFile* file) {
+  const std::string& path = file->path();
+  unsigned char magic[4];
+  FS_RETURN_IF_ERROR(file->ReadExactly(magic, 4, "the IDX magic number"));
+  if (magic[0] != 0 || magic[1] != 0) {
+    return InvalidArgument("'" + path + "' is not an IDX file (bad magic number)");
+  }
+  IdxHeader h;
+  FS_ASSIGN_OR_RETURN(h.dtype, IdxDataType(path, magic[2]));
+  const int rank = magic[3];
+  if (rank < 1 || rank > kMaxRank) {
+    return InvalidArgument("'" + path + "' has IDX rank " + std::to_string(rank) +
+                           "; supported ranks are 1 to " + std::to_string(kMaxRank));
+  }
+  unsigned char raw_dims[4 * kMaxRank];
+  FS_RETURN_IF_ERROR(file->ReadExactly(raw_dims, 4 * size_t(rank), "the IDX dimensions"));
+  for (int i = 0; i < rank; ++i) h.dims.push_back(int64_t(BigEndian32(raw_dims + 4 * i)));
+  return h;
+}
+
 StatusOr<Tensor> ReadIdx(std::unique_ptr<InputFile> file) {
   const std::string& path = file->path();
 
@@ -102,6 +122,11 @@ StatusOr<Tensor> ReadIdxFile(const std::string& path) {
 StatusOr<Tensor> ReadIdxFile(DataFile file) {
   FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> f, InputFile::Open(std::move(file)));
   return ReadIdx(std::move(f));
+}
+
+StatusOr<IdxHeader> ReadIdxHeader(DataFile file) {
+  FS_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> f, InputFile::Open(std::move(file)));
+  return ReadHeader(f.get());
 }
 
 StatusOr<Dataset> LoadIdxDataset(const std::string& data_root,

@@ -20,6 +20,7 @@
 #define FLOWSTATE_STATE_IDX_READER_H_
 
 #include <map>
+#include <vector>
 #include <string>
 
 #include "graph/status.h"
@@ -34,6 +35,13 @@ namespace flowstate {
 StatusOr<Tensor> ReadIdxFile(const std::string& path);
 // The same from a file opened beneath the data root; errors name file.name().
 StatusOr<Tensor> ReadIdxFile(DataFile file);
+
+// An IDX file's header: what ReadIdxFile would return, without the data.
+struct IdxHeader {
+  DataType dtype = DataType::kInvalid;
+  std::vector<int64_t> dims;
+};
+StatusOr<IdxHeader> ReadIdxHeader(DataFile file);
 
 // Reads one IDX file per component: `files` maps a component name to a path
 // opened beneath `data_root` (OpenDataFile: PERMISSION_DENIED when it or a

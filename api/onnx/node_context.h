@@ -62,6 +62,8 @@ struct ModelState {
   // What ONNX's shape inference knows of a value: (elem type, shape).
   std::unordered_map<std::string, std::pair<int32_t, PartialShape>> inferred;
   std::set<std::string> scopes_taken;
+  bool training = false;  // OnnxImportOptions::training
+  std::set<std::string> variables;  // the Flowstate Variables made of initializers
 };
 
 class NodeContext {
@@ -71,6 +73,9 @@ class NodeContext {
   const std::string& name() const { return name_; }  // the node's name, or "<op>_<index>"
   const std::string& op() const { return node_.op_type(); }
   int opset() const { return opset_; }
+  bool training() const { return model_->training; }  // OnnxImportOptions::training
+  // True when `v` is an initializer made a Variable (a Ref an op may update).
+  bool IsVariable(const Value& v) const { return model_->variables.count(v.out.node) > 0; }
   const onnx::NodeProto& proto() const { return node_; }
 
   // Inputs; an optional input left out is absent (or named "").

@@ -502,11 +502,15 @@ Status ConvertRange(NodeContext& c) {
   return c.SetOutput(0, c.Op("Range", {start.out, limit.out, delta.out}), start.dtype);
 }
 
-Status ConvertDropout(NodeContext& c) {  // inference: the identity
+// Inference: the identity. Imported for training (OnnxImportOptions::
+// training), Flowstate's Dropout, which evaluation graphs make the identity
+// again; its ratio must then be known at import.
+Status ConvertDropout(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
+  double rate = 0.5;
+  int64_t seed = 0;
   if (c.opset() >= 12) {
-    FS_ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", 0));
-    (void)seed;
+    FS_ASSIGN_OR_RETURN(seed, c.Int("seed", 0));
     // A ratio of 0 drops nothing, in training too.
     bool zero_ratio = false;
     if (c.has_input(1)) {
@@ -514,8 +518,12 @@ Status ConvertDropout(NodeContext& c) {  // inference: the identity
       if (ratio.constant) {
         FS_ASSIGN_OR_RETURN(std::vector<double> rv, c.ConstDoubles(1, "ratio"));
         zero_ratio = !rv.empty() && rv[0] == 0;
+        if (rv.size() == 1) rate = rv[0];
+      } else if (c.training()) {
+        return c.Unsupported("a ratio computed by the graph (training needs it known at import)");
       }
     }
+    if (zero_ratio) rate = 0;
     if (c.has_input(2) && !zero_ratio) {
       FS_ASSIGN_OR_RETURN(std::vector<double> training, c.ConstDoubles(2, "training_mode"));
       if (!training.empty() && training[0] != 0) {
@@ -523,8 +531,18 @@ Status ConvertDropout(NodeContext& c) {  // inference: the identity
       }
     }
   } else {
-    FS_ASSIGN_OR_RETURN(double ratio, c.Float("ratio", 0.5));
-    (void)ratio;
+    FS_ASSIGN_OR_RETURN(rate, c.Float("ratio", 0.5));
+  }
+  if (c.training() && rate > 0 && IsFloating(x.dtype)) {
+    if (!(rate < 1)) return c.Error("ratio must be in [0, 1)");
+    std::vector<Output> d = c.OpN("Dropout", {x.out},
+                                  {{"rate", AttrValue(rate)}, {"seed", AttrValue(seed)}}, 2);
+    FS_RETURN_IF_ERROR(c.SetOutput(0, d[0], x.dtype, x.shape));
+    if (c.has_output(1)) {
+      Output mask = c.Op("NotEqual", {d[1], c.Scalar(0, x.dtype)});
+      FS_RETURN_IF_ERROR(c.SetOutput(1, mask, DataType::kBool, x.shape));
+    }
+    return Status();
   }
   FS_RETURN_IF_ERROR(c.SetOutput(0, c.Op("Identity", {x.out}), x.dtype, x.shape));
   if (c.has_output(1)) {

@@ -80,7 +80,7 @@ StatusOr<onnx::ModelProto> Parse(std::string_view bytes) {
 
 class Importer {
  public:
-  Importer(const OnnxImportOptions& o) : options_(o) {}
+  Importer(const OnnxImportOptions& o) : options_(o) { state_.training = o.training; }
 
   StatusOr<ImportedModel> Run(onnx::ModelProto m) {
     ImportedModel out;
@@ -180,17 +180,23 @@ class Importer {
         val.constant = *v;
       } else {
         Scope s = state_.root.WithOpName(Sanitize(t.name()));
-        std::string var = s.AddNode("Variable", "Variable", {},
-                                    {{"shape", AttrValue(val.shape)},
-                                     {"dtype", AttrValue(v->dtype())}});
+        AttrMap attrs{{"shape", AttrValue(val.shape)}, {"dtype", AttrValue(v->dtype())}};
+        if (options_.training) attrs["init"] = AttrValue(std::string("zeros"));
+        std::string var = s.AddNode("Variable", "Variable", {}, std::move(attrs));
+        val.out = Output(var);
+        state_.variables.insert(var);
+        out.variables.push_back({t.name(), var, v->dtype(), val.shape});
+        if (options_.training) {
+          out.initial_values.emplace_back(var, *v);
+          state_.values[t.name()] = std::move(val);
+          continue;
+        }
         Scope sub = state_.root.NewSubScope(var);
         std::string init = sub.WithOpName("initial_value")
                                .AddNode("Const", "Const", {},
                                         {{"value", AttrValue(*v)},
                                          {"dtype", AttrValue(v->dtype())}});
         assigns.push_back(sub.WithOpName("assign").AddNode("Assign", "Assign", {var, init}, {}));
-        val.out = Output(var);
-        out.variables.push_back({t.name(), var, v->dtype(), val.shape});
       }
       state_.values[t.name()] = std::move(val);
     }

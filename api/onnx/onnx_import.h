@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "graph/attr_value.h"
@@ -45,6 +46,15 @@ inline constexpr int kOnnxMaxOpset = 17;
 struct OnnxImportOptions {
   // Initializers become Consts (inference) instead of Variables (training).
   bool initializers_as_constants = false;
+  // The graph a training job trains (jobs/onnx_model.h): BatchNormalization
+  // becomes Flowstate's BatchNorm (batch statistics, the running mean and
+  // variance Variables updated with the node's momentum) and Dropout
+  // Flowstate's Dropout, which graph/modes.h's InferenceGraph turns back
+  // into their inference forms for evaluation and predictions. The
+  // Variables declare `init: "zeros"` and their file values are returned in
+  // ImportedModel::initial_values instead of being held by the graph (no
+  // init_op): the job assigns them once its variables exist.
+  bool training = false;
   // A model of an opset below kOnnxMinOpset is first converted to opset 13
   // by ONNX's own version converter (its errors are INVALID_ARGUMENT);
   // when false such a model is refused naming its opset.
@@ -75,6 +85,8 @@ struct ImportedModel {
   // A NoOp whose run assigns every variable the file's value; empty when
   // there is no variable.
   std::string init_op;
+  // With OnnxImportOptions::training: each Variable's value in the file.
+  std::vector<std::pair<std::string, Tensor>> initial_values;
   int64_t opset = 0;  // of the default domain, as read (before any upgrade)
   std::string producer;  // producer_name and producer_version
 };

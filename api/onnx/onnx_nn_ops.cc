@@ -622,7 +622,6 @@ Status ConvertBatchNormalization(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value var, c.input(4));
   FS_ASSIGN_OR_RETURN(double eps, c.Float("epsilon", 1e-5));
   FS_ASSIGN_OR_RETURN(double momentum, c.Float("momentum", 0.9));
-  (void)momentum;  // used by training mode only
   if (c.opset() >= 14) {
     FS_ASSIGN_OR_RETURN(int64_t training, c.Int("training_mode", 0));
     if (training != 0) {
@@ -639,6 +638,24 @@ Status ConvertBatchNormalization(NodeContext& c) {
     }
   }
   const int r = x.rank();
+  if (c.training() && c.IsVariable(mean) && c.IsVariable(var)) {
+    // Training form: Flowstate's BatchNorm normalizes over every dimension
+    // but the last, with the batch's statistics, and moves the running ones
+    // (running = momentum * running + (1 - momentum) * batch, as ONNX and
+    // PyTorch do); InferenceGraph switches it to the running ones. Channels
+    // (dimension 1) go last around it.
+    if (!(momentum >= 0 && momentum <= 1)) return c.Error("momentum must be in [0, 1]");
+    std::vector<int64_t> to_last{0}, from_last{0, r - 1};
+    for (int i = 2; i < r; ++i) to_last.push_back(i);
+    to_last.push_back(1);
+    for (int i = 1; i < r - 1; ++i) from_last.push_back(i);
+    Output xl = r > 2 ? Transpose(c, x.out, to_last) : x.out;
+    Output bn = c.Op("BatchNorm", {xl, scale.out, bias.out, mean.out, var.out},
+                     {{"epsilon", AttrValue(eps)}, {"momentum", AttrValue(momentum)},
+                      {"is_training", AttrValue(true)}});
+    Output y = r > 2 ? Transpose(c, bn, from_last) : bn;
+    return c.SetOutput(0, y, x.dtype, x.shape);
+  }
   Output inv = c.Op("Mul", {c.Op("Rsqrt", {c.Op("Add", {var.out, c.Scalar(eps, x.dtype)})}),
                             scale.out});
   Output y = c.Op("Add", {c.Op("Mul", {c.Op("Sub", {x.out, ChannelParam(c, mean.out, r)}),
