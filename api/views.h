@@ -147,6 +147,24 @@ struct JobCheckpointInfo {
   int64_t num_tensors = 0;
 };
 
+// An uploaded ONNX model (POST /v1/models; jobs/model_registry.h).
+struct ModelInfo {
+  struct Tensor {
+    std::string name;   // the ONNX name
+    std::string dtype;  // "float32"
+    std::vector<int64_t> shape;  // -1 for a dynamic dimension; empty with unknown rank
+    bool rank_known = true;
+  };
+  std::string id;    // "model-<n>"
+  std::string name;  // given at upload (?name=), else ""
+  int64_t bytes = 0;
+  double created = 0;  // seconds since the epoch
+  int64_t opset = 0;
+  std::string producer;
+  std::vector<Tensor> inputs, outputs;
+  int64_t parameters = 0;  // elements of the floating-point initializers
+};
+
 struct OpInfo {
   struct Arg {
     std::string name, type;  // type: "float32", "T", "N * T", "Ref(T)"

@@ -487,6 +487,67 @@ std::string JobDeletedToJson(const std::string& job_id) {
   return Dump(Json{{"job_id", job_id}, {"deleted", true}});
 }
 
+namespace {
+
+Json ModelJson(const ModelInfo& m) {
+  auto tensors = [](const std::vector<ModelInfo::Tensor>& list) {
+    Json out = Json::array();
+    for (const ModelInfo::Tensor& t : list) {
+      Json o{{"name", t.name}, {"dtype", t.dtype}};
+      o["shape"] = t.rank_known ? Json(t.shape) : Json(nullptr);
+      out.push_back(std::move(o));
+    }
+    return out;
+  };
+  return Json{{"model_id", m.id},       {"name", m.name},
+              {"bytes", m.bytes},       {"created", Time(m.created)},
+              {"created_unix", m.created}, {"opset", m.opset},
+              {"producer", m.producer}, {"inputs", tensors(m.inputs)},
+              {"outputs", tensors(m.outputs)}, {"parameters", m.parameters}};
+}
+
+}  // namespace
+
+std::string ModelInfoToJson(const ModelInfo& model) { return Dump(ModelJson(model)); }
+
+std::string ModelInfoListToJson(const std::vector<ModelInfo>& models) {
+  Json list = Json::array();
+  for (const ModelInfo& m : models) list.push_back(ModelJson(m));
+  return Dump(Json{{"models", std::move(list)}});
+}
+
+StatusOr<ModelInfo> ModelInfoFromJson(std::string_view text) {
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a model record");
+  try {
+    ModelInfo m;
+    m.id = j.at("model_id").get<std::string>();
+    m.name = j.at("name").get<std::string>();
+    m.bytes = j.at("bytes").get<int64_t>();
+    m.created = j.at("created_unix").get<double>();
+    m.opset = j.at("opset").get<int64_t>();
+    m.producer = j.at("producer").get<std::string>();
+    m.parameters = j.at("parameters").get<int64_t>();
+    for (const char* key : {"inputs", "outputs"}) {
+      for (const Json& t : j.at(key)) {
+        ModelInfo::Tensor v;
+        v.name = t.at("name").get<std::string>();
+        v.dtype = t.at("dtype").get<std::string>();
+        v.rank_known = !t.at("shape").is_null();
+        if (v.rank_known) v.shape = t.at("shape").get<std::vector<int64_t>>();
+        (std::string(key) == "inputs" ? m.inputs : m.outputs).push_back(std::move(v));
+      }
+    }
+    return m;
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("not a model record: ") + e.what());
+  }
+}
+
+std::string ModelDeletedToJson(const std::string& model_id) {
+  return Dump(Json{{"model_id", model_id}, {"deleted", true}});
+}
+
 std::string JobEventDataToJson(const JobEvent& event) {
   Json o = JobJson(event.info);
   o["time"] = Time(event.time);

@@ -77,6 +77,15 @@ std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, boo
 // DELETE /v1/jobs/{id}: {"job_id": id, "deleted": true}.
 std::string JobDeletedToJson(const std::string& job_id);
 
+// {"model_id", "name", "bytes", "created", "opset", "producer", "inputs":
+// [{"name", "dtype", "shape"}], "outputs": [...], "parameters"}; a list
+// is {"models": [...]}. ModelInfoFromJson reads ModelInfoToJson's text
+// back (the registry's record); INVALID_ARGUMENT when it is not one.
+std::string ModelInfoToJson(const ModelInfo& model);
+std::string ModelInfoListToJson(const std::vector<ModelInfo>& models);
+StatusOr<ModelInfo> ModelInfoFromJson(std::string_view text);
+std::string ModelDeletedToJson(const std::string& model_id);
+
 // {"jobs": [job, ...]}
 std::string JobInfoListToJson(const std::vector<JobInfo>& jobs);
 StatusOr<std::vector<JobInfo>> JobInfoListFromJson(std::string_view json);

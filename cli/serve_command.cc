@@ -302,6 +302,8 @@ int RunServer(int argc, char** argv, Mode mode) {
   so.max_step = std::chrono::milliseconds(cfg.sessions.max_step_ms);
   so.max_tensor_bytes = cfg.limits.max_tensor_bytes;
   so.max_event_streams = cfg.limits.max_event_streams;
+  so.max_model_bytes = cfg.limits.max_model_bytes;
+  so.max_models = cfg.limits.max_models;
   so.max_shape_bytes = cfg.limits.max_shape_bytes;
   so.jobs.max_running = cfg.jobs.max_running;
   so.jobs.workers = cfg.jobs.workers;

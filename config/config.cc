@@ -207,6 +207,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   const int64_t json_depth = j["limits"]["max_json_depth"];
   c->limits.max_json_depth = int(std::clamp<int64_t>(json_depth, 0, 1 << 30));
   c->limits.max_event_streams = j["limits"]["max_event_streams"];
+  c->limits.max_model_bytes = j["limits"]["max_model_bytes"];
+  c->limits.max_models = j["limits"]["max_models"];
   c->auth.tokens = j["auth"]["tokens"].get<std::vector<std::string>>();
   c->auth.open_routes = j["auth"]["open_routes"].get<std::vector<std::string>>();
   c->log.requests = j["log"]["requests"];
@@ -268,6 +270,8 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(json_depth >= 1 && json_depth <= 10000,
               "limits.max_json_depth: must be in [1, 10000]"),
         Check(c->limits.max_event_streams >= 1, "limits.max_event_streams: must be >= 1"),
+        Check(c->limits.max_model_bytes >= 1, "limits.max_model_bytes: must be >= 1"),
+        Check(c->limits.max_models >= 0, "limits.max_models: must be >= 0"),
         Check(c->task.index >= -1, "task.index: must be >= 0 (-1: not set)"),
         Check(c->cluster_options.heartbeat_interval_seconds > 0,
               "cluster_options.heartbeat_interval_seconds: must be > 0"),

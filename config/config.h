@@ -105,6 +105,10 @@ struct ServerConfig {
     int64_t max_shape_bytes = 0;
     // Arrays/objects nested deeper in any client JSON are refused (400).
     int max_json_depth = 100;
+    // Uploaded ONNX models (POST /v1/models): the largest, and how many
+    // the server keeps.
+    int64_t max_model_bytes = int64_t{64} << 20;
+    int max_models = 100;
   } limits;
   struct Auth {
     std::vector<std::string> tokens;  // empty: no authentication

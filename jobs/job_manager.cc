@@ -250,6 +250,15 @@ StatusOr<JobInfo> JobManager::Submit(const std::string& job_json) {
   return info;
 }
 
+std::string JobManager::JobNamingModel(const std::string& model_id) const {
+  MutexLock l(mu_);
+  for (const std::string& id : order_) {
+    const Job& j = *jobs_.at(id);
+    if (j.spec.model && j.spec.model->onnx == model_id) return id;
+  }
+  return "";
+}
+
 StatusOr<JobInfo> JobManager::Get(const std::string& id) const {
   MutexLock l(mu_);
   auto it = jobs_.find(id);

@@ -264,6 +264,9 @@ class JobManager {
   // Parses and validates the job (JSON path errors, INVALID_ARGUMENT), then
   // queues it. Nothing is created when it fails.
   StatusOr<JobInfo> Submit(const std::string& job_json);
+  // The first job (by id) whose "model" names uploaded model `model_id`;
+  // "" when none does.
+  std::string JobNamingModel(const std::string& model_id) const;
   StatusOr<JobInfo> Get(const std::string& id) const;
   std::vector<JobInfo> List() const;  // in submission order
   // The RUNNING jobs on each device (full device names), by job id in

@@ -45,6 +45,19 @@ Service::Service(const ServiceOptions& options) : options_(options) {
   jo.data_root = options.data_root;
   jo.max_shape_bytes = options.max_shape_bytes;
   if (!jo.remote && options.cluster_view) jo.remote = options.cluster_view;
+  ModelRegistryOptions mo;
+  mo.store = options.jobs.store;
+  mo.max_model_bytes = options.max_model_bytes;
+  mo.max_models = options.max_models;
+  StatusOr<std::unique_ptr<ModelRegistry>> models = ModelRegistry::Open(mo);
+  if (models.ok()) {
+    models_ = std::move(models).value();
+    ModelRegistry* registry = models_.get();
+    jo.read_model = [registry](const std::string& id) { return registry->Read(id); };
+  } else {
+    models_error_ = models.status();
+    fprintf(stderr, "flowstate: uploaded models are unavailable: %s\n", models_error_.ToString().c_str());
+  }
   jobs_ = std::make_unique<JobManager>(jo);
   if (options.jobs.store != nullptr) {
     // Not owned: the store outlives the service (an aliasing, owner-less
@@ -384,6 +397,31 @@ std::vector<DeviceInfo> Service::ListLocalDevices() const {
     out.push_back(i);
   }
   return out;
+}
+
+StatusOr<ModelInfo> Service::UploadModel(const std::string& bytes, const std::string& name) {
+  if (models_ == nullptr) return Unavailable("uploaded models are unavailable: " + models_error_.ToString());
+  return models_->Upload(bytes, name);
+}
+
+StatusOr<ModelInfo> Service::GetModel(const std::string& id) const {
+  if (models_ == nullptr) return Unavailable("uploaded models are unavailable: " + models_error_.ToString());
+  return models_->Get(id);
+}
+
+StatusOr<std::vector<ModelInfo>> Service::ListModels() const {
+  if (models_ == nullptr) return Unavailable("uploaded models are unavailable: " + models_error_.ToString());
+  return models_->List();
+}
+
+Status Service::DeleteModel(const std::string& id) {
+  if (models_ == nullptr) return Unavailable("uploaded models are unavailable: " + models_error_.ToString());
+  FS_RETURN_IF_ERROR(models_->Get(id).status());
+  std::string job = jobs_->JobNamingModel(id);
+  if (!job.empty()) {
+    return FailedPrecondition("model '" + id + "' is used by job '" + job + "'; delete the job first");
+  }
+  return models_->Delete(id);
 }
 
 }  // namespace flowstate

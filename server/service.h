@@ -33,6 +33,7 @@
 #include "graph/tensor.h"
 #include "api/views.h"
 #include "jobs/job_manager.h"
+#include "jobs/model_registry.h"
 #include "graph/mutex.h"
 
 namespace flowstate {
@@ -49,6 +50,9 @@ struct ServiceOptions {
   // Job event streams open at once, REST (GET /v1/jobs/{id}/events) and
   // gRPC (Jobs/Watch) together; WatchJob refuses more.
   int max_event_streams = 1024;
+  // Uploaded ONNX models (jobs/model_registry.h), kept in jobs.store.
+  int64_t max_model_bytes = int64_t{64} << 20;
+  int max_models = 100;
   std::chrono::seconds session_idle_timeout{600};
   // The longest a session step or a prediction may run (sessions.max_step_ms):
   // a step's own timeout_ms may only shorten it. 0: no bound.
@@ -153,6 +157,13 @@ class Service {
                           checkpoints::ExportFormat format,
                           std::vector<std::string>* converted = nullptr);
   StatusOr<std::pair<std::string, int64_t>> ImportCheckpoint(const std::string& path);
+
+  // Uploaded ONNX models (POST /v1/models). DeleteModel refuses
+  // (FAILED_PRECONDITION, naming the job) while a job names the model.
+  StatusOr<ModelInfo> UploadModel(const std::string& bytes, const std::string& name);
+  StatusOr<ModelInfo> GetModel(const std::string& id) const;
+  StatusOr<std::vector<ModelInfo>> ListModels() const;
+  Status DeleteModel(const std::string& id);
   // The manager itself, for the process that owns the service (recovery,
   // retention, metrics) and for tests; the frontends use the calls above.
   JobManager& jobs() { return *jobs_; }
@@ -194,6 +205,8 @@ class Service {
 
   ServiceOptions options_;
   std::unique_ptr<ThreadPool> session_pool_;
+  std::unique_ptr<ModelRegistry> models_;  // null when its index could not be read
+  Status models_error_;                    // why not
   std::unique_ptr<JobManager> jobs_;
   // Open event streams; shared with the streams, which may outlive us.
   std::shared_ptr<std::atomic<int>> open_streams_ = std::make_shared<std::atomic<int>>(0);

@@ -624,8 +624,11 @@ Status ConvertBatchNormalization(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(double momentum, c.Float("momentum", 0.9));
   if (c.opset() >= 14) {
     FS_ASSIGN_OR_RETURN(int64_t training, c.Int("training_mode", 0));
-    if (training != 0) {
-      return c.Unsupported("attribute 'training_mode' = 1 (batch statistics are not imported yet)");
+    // A model exported in training mode (PyTorch's TrainingMode.TRAINING)
+    // is imported for training as one exported for inference.
+    if (training != 0 && !c.training()) {
+      return c.Unsupported("attribute 'training_mode' = 1 outside a training job (batch statistics "
+                           "are used by training jobs only)");
     }
   }
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
@@ -650,10 +653,20 @@ Status ConvertBatchNormalization(NodeContext& c) {
     to_last.push_back(1);
     for (int i = 1; i < r - 1; ++i) from_last.push_back(i);
     Output xl = r > 2 ? Transpose(c, x.out, to_last) : x.out;
-    Output bn = c.Op("BatchNorm", {xl, scale.out, bias.out, mean.out, var.out},
-                     {{"epsilon", AttrValue(eps)}, {"momentum", AttrValue(momentum)},
-                      {"is_training", AttrValue(true)}});
-    Output y = r > 2 ? Transpose(c, bn, from_last) : bn;
+    std::vector<Output> bn = c.OpN("BatchNorm", {xl, scale.out, bias.out, mean.out, var.out},
+                                   {{"epsilon", AttrValue(eps)}, {"momentum", AttrValue(momentum)},
+                                    {"is_training", AttrValue(true)}},
+                                   5);
+    Output y = r > 2 ? Transpose(c, bn[0], from_last) : bn[0];
+    // Training mode's optional outputs, the running statistics after the
+    // update, computed from the batch's (the Variables are updated in place).
+    for (int k = 1; k <= 2; ++k) {
+      if (!c.has_output(k)) continue;
+      const Value& running = k == 1 ? mean : var;
+      Output moved = c.Op("Add", {c.Op("Mul", {c.Op("Identity", {running.out}), c.Scalar(momentum, x.dtype)}),
+                                  c.Op("Mul", {bn[k], c.Scalar(1 - momentum, x.dtype)})});
+      FS_RETURN_IF_ERROR(c.SetOutput(k, moved, x.dtype));
+    }
     return c.SetOutput(0, y, x.dtype, x.shape);
   }
   Output inv = c.Op("Mul", {c.Op("Rsqrt", {c.Op("Add", {var.out, c.Scalar(eps, x.dtype)})}),

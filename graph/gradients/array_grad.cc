@@ -83,15 +83,51 @@ Status StridedSliceGrad(GradContext* c, G* in) {
   return Status();
 }
 
+// Along an axis a > 0 (dense): the gradient's index dimensions go first,
+// flattened, are summed into the rows they came from (UnsortedSegmentSum
+// over params' dimension a), and the dimensions go back to params' order.
+// Needs the ranks of params and indices.
+Status GatherGradAlongAxis(GradContext* c, int64_t axis, G* in) {
+  const Scope& s = c->scope();
+  const Endpoint& pe = c->node().input(0);
+  const Endpoint& ie = c->node().input(1);
+  const PartialShape& ps = c->graph().node(pe.node).output_shape(pe.output);
+  const PartialShape& is = c->graph().node(ie.node).output_shape(ie.output);
+  if (!ps.rank_known() || !is.rank_known()) {
+    return Unimplemented("the gradient of Gather along axis " + std::to_string(axis) +
+                         " needs the ranks of params and indices");
+  }
+  const int r = ps.rank(), q = is.rank();
+  const int a = int(axis < 0 ? axis + r : axis);
+  // grad: params[:a] + indices + params[a+1:]  ->  indices + params[:a] + params[a+1:]
+  std::vector<int32_t> perm;
+  for (int i = 0; i < q; ++i) perm.push_back(a + i);
+  for (int i = 0; i < a; ++i) perm.push_back(i);
+  for (int i = a + q; i < r - 1 + q; ++i) perm.push_back(i);
+  Output g = ops::Transpose(s, c->grad(0), perm);
+  Output rest = ops::StridedSlice(s, ops::Shape(s, g), std::vector<int32_t>{q}, std::vector<int32_t>{0},
+                                  std::vector<int32_t>{1}, ops::StridedSliceAttrs{0, 1, 0, 0, 0});
+  g = ops::Reshape(s, g, ops::Concat(s, {ops::Const(s, std::vector<int32_t>{-1}), rest}, 0));
+  Output rows = ops::StridedSlice(s, ops::Shape(s, c->input(0)), std::vector<int32_t>{a},
+                                  std::vector<int32_t>{a + 1}, std::vector<int32_t>{1},
+                                  ops::StridedSliceAttrs{0, 0, 0, 0, 1});
+  Output indices = ops::Reshape(s, c->input(1), std::vector<int32_t>{-1});
+  Output sum = ops::Generic(s, "UnsortedSegmentSum", {g, indices, rows})[0];
+  // sum: params[a] + params[:a] + params[a+1:]  ->  params' order
+  std::vector<int32_t> back;
+  for (int j = 0; j < r; ++j) back.push_back(j < a ? j + 1 : j == a ? 0 : j);
+  (*in)[0] = Gradient::Dense(ops::Transpose(s, sum, back));
+  return Status();
+}
+
 // Sparse rows: only the gathered rows of params receive gradient.
 Status GatherGrad(GradContext* c, G* in) {
   const Scope& s = c->scope();
-  if (c->node().attrs().at("axis").i() != 0) {
-    return Unimplemented("the gradient of Gather is implemented for axis 0 only");
-  }
+  const int64_t axis = c->node().attrs().at("axis").i();
   Output params = c->input(0);
   const Endpoint& pe = c->node().input(0);
   const PartialShape& ps = c->graph().node(pe.node).output_shape(pe.output);
+  if (axis != 0 && !(ps.rank_known() && axis == -ps.rank())) return GatherGradAlongAxis(c, axis, in);
   Output values_shape;
   if (ps.IsFullyDefined()) {
     std::vector<int32_t> dims{-1};

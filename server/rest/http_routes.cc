@@ -381,6 +381,34 @@ HttpResponse ImportCheckpoint(const Call& c) {
   return JsonResponse(201, CheckpointRequestToJson(r->first, r->second, true));
 }
 
+// ONNX models: the body is the .onnx file's bytes; ?name= names it.
+HttpResponse UploadModel(const Call& c) {
+  std::string name = QueryParam(c.req.target, "name").value_or("");
+  StatusOr<ModelInfo> m = c.service().UploadModel(c.req.body, name);
+  // Over limits.max_model_bytes: 413, as a body over the HTTP limit.
+  if (!m.ok()) return ErrorResponse(m.status(), m.status().code() == Code::kResourceExhausted ? 413 : 0);
+  return JsonResponse(201, ModelInfoToJson(*m));
+}
+
+HttpResponse ListModels(const Call& c) {
+  StatusOr<std::vector<ModelInfo>> list = c.service().ListModels();
+  if (!list.ok()) return ErrorResponse(list.status());
+  return JsonResponse(200, ModelInfoListToJson(*list));
+}
+
+HttpResponse GetModel(const Call& c) {
+  StatusOr<ModelInfo> m = c.service().GetModel(c.id);
+  if (!m.ok()) return ErrorResponse(m.status());
+  return JsonResponse(200, ModelInfoToJson(*m));
+}
+
+HttpResponse DeleteModel(const Call& c) {
+  Status s = c.service().DeleteModel(c.id);
+  // A model a job names conflicts with its deletion: 409.
+  if (!s.ok()) return ErrorResponse(s, s.code() == Code::kFailedPrecondition ? 409 : 0);
+  return JsonResponse(200, ModelDeletedToJson(c.id));
+}
+
 // The web console's files (web/console_assets.h): public, cached until they
 // change (ETag), and allowed to load nothing but themselves and to talk to
 // nothing but this server (Content-Security-Policy).
@@ -441,6 +469,9 @@ const std::vector<Route>& Routes() {
       {"/v1/jobs/{id}/checkpoints", {{"GET", ListCheckpoints, RequestCost::kCheap}, {"POST", TakeCheckpoint, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/checkpoints/export", {{"GET", ExportCheckpoint, RequestCost::kExpensive}}},
       {"/v1/checkpoints/import", {{"POST", ImportCheckpoint, RequestCost::kExpensive}}},
+      // An upload is imported (checked) before it is stored.
+      {"/v1/models", {{"GET", ListModels, RequestCost::kCheap}, {"POST", UploadModel, RequestCost::kExpensive}}},
+      {"/v1/models/{id}", {{"GET", GetModel, RequestCost::kCheap}, {"DELETE", DeleteModel, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
       {"/v1/jobs/{id}/history", {{"GET", GetJobHistory, RequestCost::kCheap}}},
       {"/v1/jobs/{id}/spec", {{"GET", GetJobSpec, RequestCost::kCheap}}},

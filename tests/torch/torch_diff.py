@@ -278,6 +278,11 @@ def build_cases():
     case("Gather repeated rows", "Gather",
          [r.f((6, 4)), np.array([[5, 0], [5, 2], [1, 5]], dtype=np.int32)],
          ref=lambda t, a: [t[0][t[1].long()]])
+    case("Gather axis 1", "Gather",
+         [r.f((3, 5, 4)), np.array([[4, 0], [4, 2]], dtype=np.int64)], {"axis": 1},
+         ref=lambda t, a: [t[0][:, t[1].long()]])
+    case("Gather axis -1, scalar index", "Gather", [r.f((2, 3, 4)), np.int32(3)], {"axis": -1},
+         ref=lambda t, a: [t[0][..., 3]])
     case("DynamicStitch two parts", "DynamicStitch",
          [i32([0, 3]), i32([1, 2, 4]), r.f((2, 3)), r.f((3, 3))], {"N": 2},
          ref=lambda t, a: [torch.zeros(5, 3, dtype=torch.float64)
