@@ -199,7 +199,10 @@ class Importer {
     try {
       onnx::checker::check_model(m);
     } catch (const std::exception& e) {
-      return InvalidArgument(std::string("the ONNX model fails ONNX's checker: ") + e.what());
+      // The checker's message spans lines (a node printed as text): one line.
+      std::string why = e.what();
+      std::replace(why.begin(), why.end(), '\n', ' ');
+      return InvalidArgument("the ONNX model fails ONNX's checker: " + why);
     }
     try {
       onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
