@@ -360,10 +360,7 @@ std::optional<DataType> JobManager::InputDtype(const std::string& id,
   return PlaceholderDtype(it->second->spec.graph, name);
 }
 
-Status JobManager::Predict(const std::string& id,
-                           const std::vector<std::pair<std::string, Tensor>>& inputs,
-                           const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
-                           std::chrono::milliseconds timeout) {
+StatusOr<std::shared_ptr<TrainingJob>> JobManager::TrainedRunner(const std::string& id) {
   std::shared_ptr<Job> job;
   std::shared_ptr<TrainingJob> runner;
   bool lazy_start = false;
@@ -385,7 +382,22 @@ Status JobManager::Predict(const std::string& id,
     }
   }
   if (lazy_start) FS_RETURN_IF_ERROR(LoadFinished(job, runner));
+  return runner;
+}
+
+Status JobManager::Predict(const std::string& id,
+                           const std::vector<std::pair<std::string, Tensor>>& inputs,
+                           const std::vector<std::string>& fetches, std::vector<Tensor>* outputs,
+                           std::chrono::milliseconds timeout) {
+  FS_ASSIGN_OR_RETURN(std::shared_ptr<TrainingJob> runner, TrainedRunner(id));
   return runner->Predict(inputs, fetches, outputs, timeout);
+}
+
+StatusOr<std::string> JobManager::ExportOnnx(const std::string& id) {
+  FS_ASSIGN_OR_RETURN(std::shared_ptr<TrainingJob> runner, TrainedRunner(id));
+  StatusOr<std::string> bytes = runner->ExportOnnx();
+  if (!bytes.ok()) return bytes.status().WithPrefix("job '" + id + "'");
+  return bytes;
 }
 
 bool JobManager::PredictMayWait(const std::string& id, const std::vector<std::string>& inputs,

@@ -278,6 +278,10 @@ class JobManager {
   Status Cancel(const std::string& id);
   Status Pause(const std::string& id);
   Status Resume(const std::string& id);
+  // A job of an ONNX model as ONNX with its current variables
+  // (TrainingJob::ExportOnnx); FAILED_PRECONDITION as Predict, or for a job
+  // given as "graph".
+  StatusOr<std::string> ExportOnnx(const std::string& id);
   // Runs `fetches` of the job's inference graph with its current variables.
   // FAILED_PRECONDITION while the job has no variables (queued, or failed
   // before starting).
@@ -402,6 +406,9 @@ class JobManager {
   // checkpoint or the model values it kept (Predict, Checkpoint). Without
   // the lock; idempotent.
   Status LoadFinished(const std::shared_ptr<Job>& job, const std::shared_ptr<TrainingJob>& runner);
+  // The runner of a job that has variables: a running one, or a finished
+  // one loaded (LoadFinished) on first use. What Predict and ExportOnnx read.
+  StatusOr<std::shared_ptr<TrainingJob>> TrainedRunner(const std::string& id);
   // Starts a job whose runner has not started: restores the latest
   // checkpoint when it has one (or init_from values). Without the lock.
   Status StartRunner(Job* job, bool load_data, int64_t* restored_step);

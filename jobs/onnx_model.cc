@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "api/onnx/onnx_export.h"
 #include "api/onnx/onnx_import.h"
 #include "graph/op_builders.h"
 #include "graph/scope.h"
@@ -71,6 +72,22 @@ StatusOr<std::string> ReadModelBytes(const ModelSpec& m, const std::string& data
 
 bool NamesOnnxFile(const std::string& onnx) { return EndsWith(onnx, ".onnx"); }
 
+StatusOr<std::string> ExportTrainedModel(const OnnxSource& source, const InitialValues& values) {
+  std::map<std::string, const Tensor*> by_variable;
+  for (const auto& [name, t] : values) by_variable[name] = &t;
+  std::map<std::string, Tensor> by_initializer;
+  for (const auto& [onnx_name, variable] : source.variables) {
+    auto it = by_variable.find(variable);
+    if (it == by_variable.end()) return Internal("the trained model has no variable '" + variable + "'");
+    by_initializer[onnx_name] = *it->second;
+  }
+  OnnxImportOptions o;
+  o.training = true;
+  o.external_data_dir = source.external_data_dir;
+  o.data_root = source.data_root;
+  return ExportTrainedOnnx(source.bytes, by_initializer, o);
+}
+
 StatusOr<ResolvedModel> ResolveOnnxModel(const JobSpec& job, const std::string& data_root,
                                          const ModelReader& read_model) {
   if (!job.model) return InvalidArgument("model: the job has no \"model\"");
@@ -80,9 +97,12 @@ StatusOr<ResolvedModel> ResolveOnnxModel(const JobSpec& job, const std::string& 
 
   OnnxImportOptions io;
   io.training = true;
-  FS_ASSIGN_OR_RETURN(out.onnx_bytes, ReadModelBytes(m, data_root, read_model, &io.external_data_dir));
+  auto source = std::make_shared<OnnxSource>();
+  FS_ASSIGN_OR_RETURN(source->bytes, ReadModelBytes(m, data_root, read_model, &io.external_data_dir));
   if (!io.external_data_dir.empty()) io.data_root = data_root;
-  StatusOr<ImportedModel> imported = ImportOnnx(out.onnx_bytes, io);
+  source->external_data_dir = io.external_data_dir;
+  source->data_root = io.data_root;
+  StatusOr<ImportedModel> imported = ImportOnnx(source->bytes, io);
   if (!imported.ok()) return imported.status().WithPrefix("model.onnx");
   ImportedModel& model = *imported;
 
@@ -102,9 +122,9 @@ StatusOr<ResolvedModel> ResolveOnnxModel(const JobSpec& job, const std::string& 
   };
   for (const auto& [field, feed] : m.inputs) FS_RETURN_IF_ERROR(need_field(field, "model.inputs." + field));
   if (!m.labels.empty()) FS_RETURN_IF_ERROR(need_field(m.labels, "model.labels"));
-  StatusOr<DataSource> source = ToDataSource(job.input, "input");
-  if (!source.ok()) return source.status();
-  StatusOr<std::map<std::string, DataType>> types = DataSourceTypes(data_root, *source);
+  StatusOr<DataSource> data = ToDataSource(job.input, "input");
+  if (!data.ok()) return data.status();
+  StatusOr<std::map<std::string, DataType>> types = DataSourceTypes(data_root, *data);
   if (!types.ok()) return types.status().WithPrefix("input.files");
 
   // Which ONNX input each field feeds; every ONNX input must be fed.
@@ -173,7 +193,8 @@ StatusOr<ResolvedModel> ResolveOnnxModel(const JobSpec& job, const std::string& 
     return it == renamed.end() ? tensor : it->second + tensor.substr(TensorNode(tensor).size());
   };
   for (auto& [var, value] : model.initial_values) var = now(var);
-  for (const OnnxTensorInfo& v : model.variables) out.variables.emplace_back(v.onnx_name, now(v.tensor));
+  for (const OnnxTensorInfo& v : model.variables) source->variables.emplace_back(v.onnx_name, now(v.tensor));
+  out.source = std::move(source);
 
   Scope root(std::move(g));
   std::map<std::string, std::string> feeds;  // ONNX input's Placeholder -> its new input

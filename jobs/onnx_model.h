@@ -40,13 +40,24 @@ using ModelReader = std::function<StatusOr<std::string>(const std::string& model
 // Variable name -> the value it starts from.
 using InitialValues = std::vector<std::pair<std::string, Tensor>>;
 
-struct ResolvedModel {
-  JobSpec spec;  // `graph` and `loss` set; `model` kept (it says where they came from)
-  std::shared_ptr<const InitialValues> initial_values;
-  std::string onnx_bytes;  // the model as read (for export)
+// What the export of the trained model needs of the ONNX model a job
+// started from.
+struct OnnxSource {
+  std::string bytes;  // the model as read
+  std::string external_data_dir, data_root;  // where its external data lies
   // ONNX initializer name -> the Variable that holds it.
   std::vector<std::pair<std::string, std::string>> variables;
 };
+
+struct ResolvedModel {
+  JobSpec spec;  // `graph` and `loss` set; `model` kept (it says where they came from)
+  std::shared_ptr<const InitialValues> initial_values;
+  std::shared_ptr<const OnnxSource> source;
+};
+
+// The model of `source` with the trained `values` (variable name -> value,
+// TrainingJob::ModelValues) in its initializers: api/onnx/onnx_export.h.
+StatusOr<std::string> ExportTrainedModel(const OnnxSource& source, const InitialValues& values);
 
 // `spec` must have `model`. `read_model` may be empty (no uploads).
 StatusOr<ResolvedModel> ResolveOnnxModel(const JobSpec& spec, const std::string& data_root,

@@ -137,6 +137,7 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec,
     FS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingJob> job, Create(resolved->spec, options));
     job->spec_.model = spec.model;
     job->model_values_ = std::move(resolved->initial_values);
+    job->onnx_source_ = std::move(resolved->source);
     return job;
   }
   FS_ASSIGN_OR_RETURN(TrainingGraph g, BuildTrainingGraph(spec));
@@ -312,9 +313,19 @@ Status TrainingJob::Start(bool load_data) {
   return Status();
 }
 
+StatusOr<std::string> TrainingJob::ExportOnnx() {
+  if (onnx_source_ == nullptr) {
+    return FailedPrecondition("the job was given as \"graph\", not as an ONNX model; only jobs of ONNX "
+                              "models export as ONNX so far");
+  }
+  FS_ASSIGN_OR_RETURN(InitialValues values, ModelValues());
+  return ExportTrainedModel(*onnx_source_, values);
+}
+
 std::unique_ptr<TrainingJob> TrainingJob::Unstarted() const {
   std::unique_ptr<TrainingJob> job(new TrainingJob(spec_, options_, graph_));
   job->model_values_ = model_values_;
+  job->onnx_source_ = onnx_source_;
   return job;
 }
 

@@ -260,6 +260,10 @@ class TrainingJob {
   Status Restore(const JobSnapshot& snapshot);
   // Model variables Start() assigns after the initializers (fine-tuning
   // from another job's checkpoint); checked with CheckInitialValues there.
+  // A job of an ONNX model: the model with the variables' current values
+  // (api/onnx/onnx_export.h); FAILED_PRECONDITION for a job given as
+  // "graph". Between steps, as ModelValues().
+  StatusOr<std::string> ExportOnnx();
   void SetInitialValues(std::vector<std::pair<std::string, Tensor>> values) {
     initial_values_ = std::move(values);
   }
@@ -507,6 +511,7 @@ class TrainingJob {
   // A job of an ONNX model: the values its variables start from (the
   // file's), assigned by every Start before initial_values_.
   std::shared_ptr<const InitialValues> model_values_;
+  std::shared_ptr<const OnnxSource> onnx_source_;  // with model_values_
   int64_t step_ = 0;
   bool started_ = false;
   bool done_ = false;

@@ -160,6 +160,8 @@ class Service {
 
   // Uploaded ONNX models (POST /v1/models). DeleteModel refuses
   // (FAILED_PRECONDITION, naming the job) while a job names the model.
+  // GET /v1/jobs/{id}/model.onnx.
+  StatusOr<std::string> ExportJobOnnx(const std::string& id) { return jobs_->ExportOnnx(id); }
   StatusOr<ModelInfo> UploadModel(const std::string& bytes, const std::string& name);
   StatusOr<ModelInfo> GetModel(const std::string& id) const;
   StatusOr<std::vector<ModelInfo>> ListModels() const;

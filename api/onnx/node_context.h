@@ -55,6 +55,11 @@ Status InlineExternalData(onnx::TensorProto* t, const std::string& external_dir,
 // A TensorProto's value (external data must have been inlined).
 StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& t);
 
+// For training and for the export of a trained model: every
+// BatchNormalization's running mean and variance become initializers of
+// their own (onnx_import.cc says why).
+void GiveRunningStatisticsTheirOwnInitializers(onnx::GraphProto* g);
+
 // The importer's state for one model, shared by the node contexts.
 struct ModelState {
   Scope root;

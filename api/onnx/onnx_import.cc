@@ -58,66 +58,6 @@ int64_t DefaultOpset(const onnx::ModelProto& m) {
 }
 
 // Parses with protobuf, refusing what is not a model.
-// For training: every BatchNormalization's running mean and variance become
-// initializers of their own. Exporters deduplicate initializers of equal
-// values, so a fresh model's running mean (zeros) may be an Identity of the
-// BatchNorm's bias, or the same initializer as another node's input; the
-// statistics, which training moves, must not move the bias too. The copy
-// is named after the value the BatchNorm reads ("bn1.running_mean", as
-// PyTorch names it), and an Identity that produced it is dropped.
-void GiveRunningStatisticsTheirOwnInitializers(onnx::GraphProto* g) {
-  std::map<std::string, int> initializer;  // name -> index
-  for (int i = 0; i < g->initializer_size(); ++i) initializer[g->initializer(i).name()] = i;
-  std::map<std::string, int> uses;
-  for (const auto& n : g->node()) {
-    for (const auto& in : n.input()) ++uses[in];
-  }
-  std::set<int> dropped;
-  std::set<std::string> graph_outputs;
-  for (const auto& o : g->output()) graph_outputs.insert(o.name());
-  std::map<std::string, int> producer;  // value -> node index
-  for (int i = 0; i < g->node_size(); ++i) {
-    for (const auto& out : g->node(i).output()) producer[out] = i;
-  }
-  for (int i = 0; i < g->node_size(); ++i) {
-    onnx::NodeProto* n = g->mutable_node(i);
-    if (n->op_type() != "BatchNormalization" || !(n->domain().empty() || n->domain() == "ai.onnx")) continue;
-    for (int k = 3; k <= 4 && k < n->input_size(); ++k) {
-      const std::string value = n->input(k);
-      std::string source;
-      auto p = producer.find(value);
-      if (p != producer.end()) {
-        const onnx::NodeProto& id = g->node(p->second);
-        if (id.op_type() != "Identity" || id.input_size() != 1 || !initializer.count(id.input(0))) continue;
-        if (uses[value] != 1 || graph_outputs.count(value)) continue;
-        source = id.input(0);
-        dropped.insert(p->second);
-        producer.erase(p);
-      } else if (initializer.count(value) && uses[value] > 1) {
-        source = value;
-      } else {
-        continue;
-      }
-      onnx::TensorProto copy = g->initializer(initializer.at(source));
-      std::string name = value;
-      if (initializer.count(name)) {
-        for (int s = 1; initializer.count(name); ++s) name = value + "_" + std::to_string(s);
-      }
-      copy.set_name(name);
-      initializer[name] = g->initializer_size();
-      *g->add_initializer() = std::move(copy);
-      --uses[value];
-      n->set_input(k, name);
-    }
-  }
-  if (dropped.empty()) return;
-  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
-  for (int i = 0; i < g->node_size(); ++i) {
-    if (!dropped.count(i)) *kept.Add() = g->node(i);
-  }
-  g->mutable_node()->Swap(&kept);
-}
-
 StatusOr<onnx::ModelProto> Parse(std::string_view bytes) {
   if (bytes.empty()) return InvalidArgument("the ONNX model is empty (0 bytes)");
   if (bytes.size() > size_t(std::numeric_limits<int>::max())) {
@@ -174,7 +114,7 @@ class Importer {
         }
       }
     }
-    if (options_.training) GiveRunningStatisticsTheirOwnInitializers(mg);
+    if (options_.training) onnx_import::GiveRunningStatisticsTheirOwnInitializers(mg);
     if (opset < kOnnxMinOpset && options_.upgrade_older_opsets) {
       try {
         // The converter's adapters (Gemm's broadcast, ...) need shapes.
@@ -376,6 +316,67 @@ class Importer {
 };
 
 }  // namespace
+
+// For training: every BatchNormalization's running mean and variance become
+// initializers of their own. Exporters deduplicate initializers of equal
+// values, so a fresh model's running mean (zeros) may be an Identity of the
+// BatchNorm's bias, or the same initializer as another node's input; the
+// statistics, which training moves, must not move the bias too. The copy
+// is named after the value the BatchNorm reads ("bn1.running_mean", as
+// PyTorch names it), and an Identity that produced it is dropped.
+void onnx_import::GiveRunningStatisticsTheirOwnInitializers(onnx::GraphProto* g) {
+  std::map<std::string, int> initializer;  // name -> index
+  for (int i = 0; i < g->initializer_size(); ++i) initializer[g->initializer(i).name()] = i;
+  std::map<std::string, int> uses;
+  for (const auto& n : g->node()) {
+    for (const auto& in : n.input()) ++uses[in];
+  }
+  std::set<int> dropped;
+  std::set<std::string> graph_outputs;
+  for (const auto& o : g->output()) graph_outputs.insert(o.name());
+  std::map<std::string, int> producer;  // value -> node index
+  for (int i = 0; i < g->node_size(); ++i) {
+    for (const auto& out : g->node(i).output()) producer[out] = i;
+  }
+  for (int i = 0; i < g->node_size(); ++i) {
+    onnx::NodeProto* n = g->mutable_node(i);
+    if (n->op_type() != "BatchNormalization" || !(n->domain().empty() || n->domain() == "ai.onnx")) continue;
+    for (int k = 3; k <= 4 && k < n->input_size(); ++k) {
+      const std::string value = n->input(k);
+      std::string source;
+      auto p = producer.find(value);
+      if (p != producer.end()) {
+        const onnx::NodeProto& id = g->node(p->second);
+        if (id.op_type() != "Identity" || id.input_size() != 1 || !initializer.count(id.input(0))) continue;
+        if (uses[value] != 1 || graph_outputs.count(value)) continue;
+        source = id.input(0);
+        dropped.insert(p->second);
+        producer.erase(p);
+      } else if (initializer.count(value) && uses[value] > 1) {
+        source = value;
+      } else {
+        continue;
+      }
+      onnx::TensorProto copy = g->initializer(initializer.at(source));
+      std::string name = value;
+      if (initializer.count(name)) {
+        for (int s = 1; initializer.count(name); ++s) name = value + "_" + std::to_string(s);
+      }
+      copy.set_name(name);
+      initializer[name] = g->initializer_size();
+      *g->add_initializer() = std::move(copy);
+      --uses[value];
+      n->set_input(k, name);
+    }
+  }
+  if (dropped.empty()) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+  for (int i = 0; i < g->node_size(); ++i) {
+    if (!dropped.count(i)) *kept.Add() = g->node(i);
+  }
+  g->mutable_node()->Swap(&kept);
+}
+
 
 StatusOr<ImportedModel> ImportOnnx(std::string_view model_bytes, const OnnxImportOptions& options) {
   FS_ASSIGN_OR_RETURN(onnx::ModelProto m, Parse(model_bytes));

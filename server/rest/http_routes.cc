@@ -390,6 +390,16 @@ HttpResponse UploadModel(const Call& c) {
   return JsonResponse(201, ModelInfoToJson(*m));
 }
 
+HttpResponse ExportJobOnnx(const Call& c) {
+  StatusOr<std::string> bytes = c.service().ExportJobOnnx(c.id);
+  if (!bytes.ok()) return ErrorResponse(bytes.status());
+  HttpResponse r;
+  r.content_type = "application/octet-stream";
+  r.body = std::move(bytes).value();
+  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + c.id + ".onnx\"");
+  return r;
+}
+
 HttpResponse ListModels(const Call& c) {
   StatusOr<std::vector<ModelInfo>> list = c.service().ListModels();
   if (!list.ok()) return ErrorResponse(list.status());
@@ -473,6 +483,8 @@ const std::vector<Route>& Routes() {
       {"/v1/models", {{"GET", ListModels, RequestCost::kCheap}, {"POST", UploadModel, RequestCost::kExpensive}}},
       {"/v1/models/{id}", {{"GET", GetModel, RequestCost::kCheap}, {"DELETE", DeleteModel, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
+      // Reads the variables and writes the model out: the size of the model.
+      {"/v1/jobs/{id}/model.onnx", {{"GET", ExportJobOnnx, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/history", {{"GET", GetJobHistory, RequestCost::kCheap}}},
       {"/v1/jobs/{id}/spec", {{"GET", GetJobSpec, RequestCost::kCheap}}},
       {"/v1/jobs/{id}/traces", {{"GET", ListTraces, RequestCost::kCheap}}},

@@ -35,6 +35,7 @@ import urllib.request
 try:
     import numpy as np
     import onnx
+    import onnx.numpy_helper
     from onnx import helper, TensorProto
     import torch
 except ImportError as e:
@@ -55,6 +56,15 @@ def expect(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         FAILURES.append(what)
+
+
+def get_bytes(url, timeout=120):
+    """(status, body bytes)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 def request(method, url, body=None, raw=None, timeout=120):
@@ -200,7 +210,51 @@ def exactness(base, work, images, labels, test_images, name, shape, lr):
         err = np.max(np.abs(got - want)) / max(1.0, np.max(np.abs(want)))
         expect(err <= 1e-3, "%s: the job's predictions match PyTorch's trained model.eval() "
                "(largest difference %.2e)" % (name, err))
+        export_check(base, j["job_id"], name, shape, x, got)
     return up["model_id"], j["job_id"]
+
+
+def export_check(base, job_id, name, shape, x, predicted):
+    """GET /v1/jobs/{id}/model.onnx: ONNX's full check passes; its
+    initializers are PyTorch's parameter names with the trained values, so
+    a fresh PyTorch model loaded with them predicts what the job predicts."""
+    status, data = get_bytes(base + "/v1/jobs/%s/model.onnx" % job_id)
+    expect(status == 200, "%s: the trained model exports as ONNX (%d, %d bytes)" % (name, status, len(data)))
+    if status != 200:
+        return
+    try:
+        m = onnx.load_from_string(data)
+        onnx.checker.check_model(m, full_check=True)
+        checked = ""
+    except Exception as e:  # noqa: BLE001 (any checker failure is the finding)
+        checked = str(e)[:200]
+    expect(checked == "", "%s: the export passes onnx.checker with full_check %s" % (name, checked))
+    if checked:
+        return
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    fresh, _ = examples.build(name)
+    state = fresh.state_dict()
+    named = [k for k in state if k in inits]
+    changed = sum(1 for k in named if not np.array_equal(inits[k], state[k].numpy()))
+    expect(len(named) > 0 and changed > 0, "%s: %d of its initializers are PyTorch parameters, %d of "
+           "them trained away from the start" % (name, len(named), changed))
+    missing = [k for k in state if k not in inits and not k.endswith("num_batches_tracked")]
+    if missing:  # e.g. an LSTM's weights, which the exporter re-lays out
+        print("     (%s: %d parameters under other names in the export, e.g. %s)" % (name, len(missing), missing[0]))
+        return
+    for k in named:
+        state[k] = torch.from_numpy(inits[k].copy())
+    fresh.load_state_dict(state)
+    fresh.eval()
+    with torch.no_grad():
+        want = fresh(torch.from_numpy(x.astype(np.float32) / 255).reshape((-1,) + shape)).double().numpy()
+    err = np.max(np.abs(predicted - want)) / max(1.0, np.max(np.abs(want)))
+    expect(err <= 1e-5, "%s: PyTorch with the exported weights (BatchNorm statistics included) predicts what "
+           "the job predicts (largest difference %.2e)" % (name, err))
+    status, up = request("POST", base + "/v1/models?name=%s-trained" % name, raw=data)
+    expect(status == 201, "%s: the exported model uploads again (%d)" % (name, status))
+    if status == 201:
+        request("DELETE", base + "/v1/models/" + up["model_id"])
 
 
 def tiny_model(nodes, inits=(), opset=13, inputs=None, outputs=None, domains=()):
