@@ -257,6 +257,30 @@ def export_check(base, job_id, name, shape, x, predicted):
         request("DELETE", base + "/v1/models/" + up["model_id"])
 
 
+def walkthrough(base, work):
+    """examples/onnx/walkthrough.sh (curl only) with the exported CNN."""
+    out = os.path.join(work, "walk")
+    r = subprocess.run(["bash", os.path.join(HERE, "..", "..", "examples", "onnx", "walkthrough.sh"),
+                        "--server", base, "--onnx", os.path.join(work, "fashion_cnn.onnx"),
+                        "--max-steps", "20", "--out", out], capture_output=True, text=True, timeout=240)
+    expect(r.returncode == 0, "examples/onnx/walkthrough.sh trains and downloads (exit %d%s)"
+           % (r.returncode, (": " + r.stderr.strip()[-300:]) if r.returncode else ""))
+    path = os.path.join(out, "fashion_cnn.trained.onnx")
+    try:
+        onnx.checker.check_model(onnx.load(path), full_check=True)
+        ok = ""
+    except Exception as e:  # noqa: BLE001
+        ok = str(e)[:200]
+    expect(ok == "", "the walk-through's trained model passes onnx.checker %s" % ok)
+    # Leave nothing behind: its job, then its model.
+    ids = [line.split(":")[0] for line in r.stdout.splitlines() if line.startswith(("model-", "job-"))]
+    for job in [i for i in ids if i.startswith("job-")][:1]:
+        request("DELETE", base + "/v1/jobs/" + job)
+    for model in [i for i in ids if i.startswith("model-")][:1]:
+        status, _ = request("DELETE", base + "/v1/models/" + model)
+        expect(status == 200, "the walk-through's job and model are deleted (%d)" % status)
+
+
 def tiny_model(nodes, inits=(), opset=13, inputs=None, outputs=None, domains=()):
     g = helper.make_graph(
         nodes, "g",
@@ -334,6 +358,7 @@ def main():
         lstm = exactness(base, work, images, labels, test_images, "lstm", (28, 28), 0.05)
         with open(os.path.join(work, "fashion_cnn.onnx"), "rb") as f:
             bad_uploads(base, f.read())
+        walkthrough(base, work)
         if cnn:
             model_id, job_id = cnn
             status, body = request("DELETE", base + "/v1/models/" + model_id)
