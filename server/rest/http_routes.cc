@@ -392,7 +392,10 @@ HttpResponse UploadModel(const Call& c) {
 
 HttpResponse ExportJobOnnx(const Call& c) {
   StatusOr<std::string> bytes = c.service().ExportJobOnnx(c.id);
-  if (!bytes.ok()) return ErrorResponse(bytes.status());
+  // No variables yet, or a job not given as ONNX: 409.
+  if (!bytes.ok()) {
+    return ErrorResponse(bytes.status(), bytes.status().code() == Code::kFailedPrecondition ? 409 : 0);
+  }
   HttpResponse r;
   r.content_type = "application/octet-stream";
   r.body = std::move(bytes).value();
