@@ -622,14 +622,11 @@ Status ConvertBatchNormalization(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value var, c.input(4));
   FS_ASSIGN_OR_RETURN(double eps, c.Float("epsilon", 1e-5));
   FS_ASSIGN_OR_RETURN(double momentum, c.Float("momentum", 0.9));
+  int64_t training_mode = 0;
   if (c.opset() >= 14) {
-    FS_ASSIGN_OR_RETURN(int64_t training, c.Int("training_mode", 0));
     // A model exported in training mode (PyTorch's TrainingMode.TRAINING)
-    // is imported for training as one exported for inference.
-    if (training != 0 && !c.training()) {
-      return c.Unsupported("attribute 'training_mode' = 1 outside a training job (batch statistics "
-                           "are used by training jobs only)");
-    }
+    // is imported for a training job as one exported for inference.
+    FS_ASSIGN_OR_RETURN(training_mode, c.Int("training_mode", 0));
   }
   FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
   FS_RETURN_IF_ERROR(NeedRank(c, x, "X"));
@@ -668,6 +665,27 @@ Status ConvertBatchNormalization(NodeContext& c) {
       FS_RETURN_IF_ERROR(c.SetOutput(k, moved, x.dtype));
     }
     return c.SetOutput(0, y, x.dtype, x.shape);
+  }
+  if (training_mode != 0) {
+    // The operator's own training mode, outside a job (ONNX's definition):
+    // the batch's mean and (biased) variance normalize; outputs 1 and 2 are
+    // the running statistics moved towards them.
+    std::vector<int64_t> axes{0};
+    for (int i = 2; i < r; ++i) axes.push_back(i);
+    Output bm = c.Op("Mean", {x.out, c.Ints64(axes)}, {{"keep_dims", AttrValue(true)}});
+    Output d = c.Op("Sub", {x.out, bm});
+    Output bv = c.Op("Mean", {c.Op("Square", {d}), c.Ints64(axes)}, {{"keep_dims", AttrValue(true)}});
+    Output norm = c.Op("Mul", {d, c.Op("Rsqrt", {c.Op("Add", {bv, c.Scalar(eps, x.dtype)})})});
+    Output y = c.Op("Add", {c.Op("Mul", {norm, ChannelParam(c, scale.out, r)}), ChannelParam(c, bias.out, r)});
+    FS_RETURN_IF_ERROR(c.SetOutput(0, y, x.dtype, x.shape));
+    for (int k = 1; k <= 2; ++k) {
+      if (!c.has_output(k)) continue;
+      Output batch = c.Op("Reshape", {k == 1 ? bm : bv, c.Ints64({-1})});
+      Output moved = c.Op("Add", {c.Op("Mul", {(k == 1 ? mean : var).out, c.Scalar(momentum, x.dtype)}),
+                                  c.Op("Mul", {batch, c.Scalar(1 - momentum, x.dtype)})});
+      FS_RETURN_IF_ERROR(c.SetOutput(k, moved, x.dtype));
+    }
+    return Status();
   }
   Output inv = c.Op("Mul", {c.Op("Rsqrt", {c.Op("Add", {var.out, c.Scalar(eps, x.dtype)})}),
                             scale.out});
