@@ -51,6 +51,12 @@ constexpr const char* kJobsUsage =
     "plot draws the job's loss and eval metrics against the step (GET\n"
     "/v1/jobs/ID/history) as SVG or PNG, by the extension of --out.\n";
 
+constexpr const char* kModelsUsage =
+    "usage: flowstate models upload FILE.onnx [--name NAME] | list [--json] | get ID | delete ID\n"
+    "                        | export JOB_ID --out FILE.onnx [--server URL] [--token TOKEN]\n"
+    "upload prints the new model's id (a job names it: \"model\": {\"onnx\": ID, ...});\n"
+    "export writes a job's trained model (GET /v1/jobs/JOB_ID/model.onnx).\n";
+
 constexpr const char* kRunUsage =
     "usage: flowstate run GRAPH.json --fetch NAME [--fetch NAME ...] [--feed NAME=JSON ...]\n"
     "                     [--target NAME ...] [--encoding data|nested|b64]\n"
@@ -510,6 +516,102 @@ int JobsCommand(int argc, char** argv) {
       std::printf("%s\n", json_out ? ParseOk(r).dump(2).c_str() : Summary(job).c_str());
     } else {
       return Watch(client, positional[0]);
+    }
+  } catch (const Failure& f) {
+    std::fprintf(stderr, "flowstate: %s\n", f.message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+namespace {
+
+std::string PercentEncode(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out += char(ch);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// "model-1  cnn  84912 bytes  opset 14  20586 parameters"
+std::string ModelSummary(const Json& m) {
+  return Str(m, "model_id") + "  " + Str(m, "name") + "  " + std::to_string(m.value("bytes", int64_t{0})) +
+         " bytes  opset " + std::to_string(m.value("opset", int64_t{0})) + "  " +
+         std::to_string(m.value("parameters", int64_t{0})) + " parameters";
+}
+
+}  // namespace
+
+int ModelsCommand(int argc, char** argv) {
+  Common c;
+  std::string error;
+  if (!ParseCommon(argc, argv, &c, &error)) return Usage(kModelsUsage, error);
+  if (WantsHelp(c.args)) {
+    std::fputs(kModelsUsage, stdout);
+    return 0;
+  }
+  if (c.args.empty()) return Usage(kModelsUsage, "models: missing subcommand");
+  const std::string sub = c.args[0];
+  bool json_out = false;
+  std::string name, out_path;
+  std::vector<std::string> positional;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    const std::string& a = c.args[i];
+    if (a == "--json") {
+      json_out = true;
+    } else if ((a == "--name" && sub == "upload") || (a == "--out" && sub == "export")) {
+      if (i + 1 >= c.args.size()) return Usage(kModelsUsage, "models " + sub + ": " + a + " needs a value");
+      (a == "--name" ? name : out_path) = c.args[++i];
+    } else if (a.size() > 1 && a[0] == '-') {
+      return Usage(kModelsUsage, "models " + sub + ": unknown flag '" + a + "'");
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (sub != "upload" && sub != "list" && sub != "get" && sub != "delete" && sub != "export") {
+    return Usage(kModelsUsage, "models: unknown subcommand '" + sub + "'");
+  }
+  const size_t want = sub == "list" ? 0 : 1;
+  if (positional.size() != want) {
+    return Usage(kModelsUsage, "models " + sub + (want ? ": expected one argument" : ": takes no argument"));
+  }
+  if (sub == "export" && out_path.empty()) return Usage(kModelsUsage, "models export: --out FILE.onnx is required");
+  std::optional<Endpoint> ep = ParseUrl(c.server, &error);
+  if (!ep) return Usage(kModelsUsage, error);
+  Client client(*ep, c.token);
+  try {
+    if (sub == "upload") {
+      std::string path = "/v1/models" + (name.empty() ? "" : "?name=" + PercentEncode(name));
+      Json m = ParseOk(client.Do(http::verb::post, path, ReadFile(positional[0])), 201);
+      std::printf("%s\n", json_out ? m.dump(2).c_str() : Str(m, "model_id").c_str());
+      if (!json_out) std::fprintf(stderr, "uploaded %s\n", ModelSummary(m).c_str());
+    } else if (sub == "list") {
+      Json list = ParseOk(client.Do(http::verb::get, "/v1/models"));
+      if (json_out) {
+        std::printf("%s\n", list.dump(2).c_str());
+      } else {
+        for (const Json& m : list.value("models", Json::array())) std::printf("%s\n", ModelSummary(m).c_str());
+      }
+    } else if (sub == "get") {
+      std::printf("%s\n", ParseOk(client.Do(http::verb::get, "/v1/models/" + positional[0])).dump(2).c_str());
+    } else if (sub == "delete") {
+      ParseOk(client.Do(http::verb::delete_, "/v1/models/" + positional[0]));
+      std::printf("deleted %s\n", positional[0].c_str());
+    } else {
+      Response r = client.Do(http::verb::get, "/v1/jobs/" + positional[0] + "/model.onnx");
+      if (r.status != 200) throw Failure{ErrorMessage(r)};
+      std::ofstream out(out_path, std::ios::binary);
+      out.write(r.body.data(), std::streamsize(r.body.size()));
+      out.close();
+      if (!out) throw Failure{"cannot write " + out_path};
+      std::fprintf(stderr, "wrote %s (%zu bytes)\n", out_path.c_str(), r.body.size());
     }
   } catch (const Failure& f) {
     std::fprintf(stderr, "flowstate: %s\n", f.message.c_str());

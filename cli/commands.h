@@ -22,6 +22,10 @@ int CheckpointsCommand(int argc, char** argv);
 //                [--server URL] [--token T]
 int JobsCommand(int argc, char** argv);
 
+// flowstate models upload FILE.onnx | list | get ID | delete ID | export JOB --out FILE
+//                  [--server URL] [--token T]
+int ModelsCommand(int argc, char** argv);
+
 // flowstate cluster [--json] [--server URL] [--token T]: GET /v1/cluster
 int ClusterCommand(int argc, char** argv);
 

@@ -17,7 +17,9 @@ constexpr const char* kUsage =
     "  checkpoints      list, export, import checkpoints of a data directory\n"
     "  jobs             submit, list, get, watch, cancel, plot jobs of a server (flowstate jobs --help)\n"
     "  run GRAPH.json   run a graph once on a server (flowstate run --help)\n"
-    "  cluster          the tasks of a server's cluster (flowstate cluster --help)\n";
+    "  cluster          the tasks of a server's cluster (flowstate cluster --help)\n"
+    "  models           upload, list and delete ONNX models; export a job's trained one\n"
+    "                   (flowstate models --help)\n";
 
 }  // namespace
 
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   if (cmd == "jobs") return flowstate::JobsCommand(argc - 2, argv + 2);
   if (cmd == "run") return flowstate::RunCommand(argc - 2, argv + 2);
   if (cmd == "cluster") return flowstate::ClusterCommand(argc - 2, argv + 2);
+  if (cmd == "models") return flowstate::ModelsCommand(argc - 2, argv + 2);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;

@@ -73,7 +73,27 @@ HttpResponse JobResponse(const StatusOr<JobInfo>& job, int status = 200) {
   return JsonResponse(status, JobInfoToJson(*job));
 }
 
-// The value of `key` in the target's query ("?step=5&x=1"), if present.
+int HexValue(char c);
+
+// A query value percent-decoded ("my%20cnn", "my+cnn" -> "my cnn"); a '%'
+// not followed by two hex digits stays as it is.
+std::string DecodeQueryValue(std::string_view v) {
+  std::string out;
+  for (size_t k = 0; k < v.size(); ++k) {
+    int hi, lo;
+    if (v[k] == '%' && k + 2 < v.size() && (hi = HexValue(v[k + 1])) >= 0 &&
+        (lo = HexValue(v[k + 2])) >= 0) {
+      out += char(hi * 16 + lo);
+      k += 2;
+    } else {
+      out += v[k] == '+' ? ' ' : v[k];
+    }
+  }
+  return out;
+}
+
+// The value of `key` in the target's query ("?step=5&x=1"), if present,
+// percent-decoded.
 std::optional<std::string> QueryParam(std::string_view target, std::string_view key) {
   size_t q = target.find('?');
   if (q == std::string_view::npos) return std::nullopt;
@@ -84,7 +104,7 @@ std::optional<std::string> QueryParam(std::string_view target, std::string_view 
     std::string_view pair = query.substr(0, amp);
     size_t eq = pair.find('=');
     if (pair.substr(0, eq) == key) {
-      return std::string(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+      return DecodeQueryValue(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
     }
     if (amp == std::string_view::npos) break;
     query = query.substr(amp + 1);

@@ -281,6 +281,35 @@ def walkthrough(base, work):
         expect(status == 200, "the walk-through's job and model are deleted (%d)" % status)
 
 
+def cli(flowstate, base, work, job_id):
+    """flowstate models upload / list / export / delete."""
+    def run(*a):
+        return subprocess.run([flowstate, "models", *a, "--server", base], capture_output=True, text=True,
+                              timeout=120)
+    up = run("upload", os.path.join(work, "fashion_cnn.onnx"), "--name", "my cnn")
+    model_id = up.stdout.strip()
+    expect(up.returncode == 0 and model_id.startswith("model-"),
+           "flowstate models upload prints the id (%s %s)" % (model_id, up.stderr.strip()[-200:]))
+    listed = run("list")
+    expect(any(line.startswith(model_id + "  my cnn  ") for line in listed.stdout.splitlines()),
+           "flowstate models list shows it with its name decoded (%s)" % listed.stdout.strip()[-200:])
+    if job_id:
+        out = os.path.join(work, "cli_export.onnx")
+        ex = run("export", job_id, "--out", out)
+        ok = ex.returncode == 0 and os.path.exists(out)
+        if ok:
+            try:
+                onnx.checker.check_model(onnx.load(out), full_check=True)
+            except Exception:  # noqa: BLE001
+                ok = False
+        expect(ok, "flowstate models export writes the trained model (%s)" % ex.stderr.strip()[-200:])
+    gone = run("delete", model_id)
+    expect(gone.returncode == 0, "flowstate models delete (%s)" % gone.stderr.strip()[-200:])
+    bad = run("upload", os.path.join(work, "no-such-file.onnx"))
+    expect(bad.returncode == 1 and "cannot read" in bad.stderr, "a missing file is exit 1 saying so (%s)"
+           % bad.stderr.strip()[-200:])
+
+
 def tiny_model(nodes, inits=(), opset=13, inputs=None, outputs=None, domains=()):
     g = helper.make_graph(
         nodes, "g",
@@ -359,6 +388,7 @@ def main():
         with open(os.path.join(work, "fashion_cnn.onnx"), "rb") as f:
             bad_uploads(base, f.read())
         walkthrough(base, work)
+        cli(args.flowstate, base, work, cnn[1] if cnn else None)
         if cnn:
             model_id, job_id = cnn
             status, body = request("DELETE", base + "/v1/models/" + model_id)
