@@ -56,9 +56,9 @@ Status InlineExternalData(onnx::TensorProto* t, const std::string& external_dir,
 StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& t);
 
 // For training and for the export of a trained model: every
-// BatchNormalization's running mean and variance become initializers of
-// their own (onnx_import.cc says why).
-void GiveRunningStatisticsTheirOwnInitializers(onnx::GraphProto* g);
+// BatchNormalization's scale, bias and running statistics become
+// initializers of their own (onnx_import.cc says why).
+void GiveBatchNormsInitializersOfTheirOwn(onnx::GraphProto* g);
 
 // The importer's state for one model, shared by the node contexts.
 struct ModelState {

@@ -526,8 +526,10 @@ Status ConvertDropout(NodeContext& c) {
     if (zero_ratio) rate = 0;
     if (c.has_input(2) && !zero_ratio) {
       FS_ASSIGN_OR_RETURN(std::vector<double> training, c.ConstDoubles(2, "training_mode"));
-      if (!training.empty() && training[0] != 0) {
-        return c.Unsupported("training_mode = true (dropout in training mode)");
+      // A model exported for training (PyTorch's TrainingMode.TRAINING):
+      // in a job, Dropout as any other; elsewhere it would drop at random.
+      if (!training.empty() && training[0] != 0 && !c.training()) {
+        return c.Unsupported("training_mode = true (dropout in training mode) outside a training job");
       }
     }
   } else {

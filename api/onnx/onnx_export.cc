@@ -34,7 +34,7 @@ StatusOr<std::string> ExportTrainedOnnx(std::string_view model_bytes,
       }
     }
   }
-  if (options.training) onnx_import::GiveRunningStatisticsTheirOwnInitializers(g);
+  if (options.training) onnx_import::GiveBatchNormsInitializersOfTheirOwn(g);
   size_t replaced = 0;
   for (onnx::TensorProto& t : *g->mutable_initializer()) {
     auto it = values.find(t.name());

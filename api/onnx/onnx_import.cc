@@ -114,7 +114,7 @@ class Importer {
         }
       }
     }
-    if (options_.training) onnx_import::GiveRunningStatisticsTheirOwnInitializers(mg);
+    if (options_.training) onnx_import::GiveBatchNormsInitializersOfTheirOwn(mg);
     if (opset < kOnnxMinOpset && options_.upgrade_older_opsets) {
       try {
         // The converter's adapters (Gemm's broadcast, ...) need shapes.
@@ -317,56 +317,67 @@ class Importer {
 
 }  // namespace
 
-// For training: every BatchNormalization's running mean and variance become
-// initializers of their own. Exporters deduplicate initializers of equal
-// values, so a fresh model's running mean (zeros) may be an Identity of the
-// BatchNorm's bias, or the same initializer as another node's input; the
-// statistics, which training moves, must not move the bias too. The copy
-// is named after the value the BatchNorm reads ("bn1.running_mean", as
-// PyTorch names it), and an Identity that produced it is dropped.
-void onnx_import::GiveRunningStatisticsTheirOwnInitializers(onnx::GraphProto* g) {
+// For training: every BatchNormalization's scale, bias, running mean and
+// running variance become initializers of their own. Exporters deduplicate
+// initializers of equal values (PyTorch does when it exports for
+// inference): a fresh BatchNorm's running mean (zeros) becomes an Identity
+// of its bias, and two BatchNorms' scales (ones) one initializer, so that
+// training would tie what PyTorch trains apart. The copy is named after the
+// value the BatchNorm reads ("bn1.running_mean", as PyTorch names it) and
+// an Identity that produced it is dropped.
+void onnx_import::GiveBatchNormsInitializersOfTheirOwn(onnx::GraphProto* g) {
   std::map<std::string, int> initializer;  // name -> index
   for (int i = 0; i < g->initializer_size(); ++i) initializer[g->initializer(i).name()] = i;
   std::map<std::string, int> uses;
   for (const auto& n : g->node()) {
     for (const auto& in : n.input()) ++uses[in];
   }
-  std::set<int> dropped;
   std::set<std::string> graph_outputs;
   for (const auto& o : g->output()) graph_outputs.insert(o.name());
   std::map<std::string, int> producer;  // value -> node index
   for (int i = 0; i < g->node_size(); ++i) {
     for (const auto& out : g->node(i).output()) producer[out] = i;
   }
+  auto is_bn = [](const onnx::NodeProto& n) {
+    return n.op_type() == "BatchNormalization" && (n.domain().empty() || n.domain() == "ai.onnx");
+  };
+  auto add_copy = [&](const std::string& source, const std::string& wanted) {
+    onnx::TensorProto copy = g->initializer(initializer.at(source));
+    std::string name = wanted;
+    for (int s = 1; initializer.count(name); ++s) name = wanted + "_" + std::to_string(s);
+    copy.set_name(name);
+    initializer[name] = g->initializer_size();
+    *g->add_initializer() = std::move(copy);
+    return name;
+  };
+  // 1. A parameter that is an Identity of an initializer: a copy under the
+  // Identity's output name, the Identity dropped.
+  std::set<int> dropped;
   for (int i = 0; i < g->node_size(); ++i) {
-    onnx::NodeProto* n = g->mutable_node(i);
-    if (n->op_type() != "BatchNormalization" || !(n->domain().empty() || n->domain() == "ai.onnx")) continue;
-    for (int k = 3; k <= 4 && k < n->input_size(); ++k) {
-      const std::string value = n->input(k);
-      std::string source;
+    if (!is_bn(g->node(i))) continue;
+    for (int k = 1; k <= 4 && k < g->node(i).input_size(); ++k) {
+      const std::string value = g->node(i).input(k);
       auto p = producer.find(value);
-      if (p != producer.end()) {
-        const onnx::NodeProto& id = g->node(p->second);
-        if (id.op_type() != "Identity" || id.input_size() != 1 || !initializer.count(id.input(0))) continue;
-        if (uses[value] != 1 || graph_outputs.count(value)) continue;
-        source = id.input(0);
-        dropped.insert(p->second);
-        producer.erase(p);
-      } else if (initializer.count(value) && uses[value] > 1) {
-        source = value;
-      } else {
-        continue;
-      }
-      onnx::TensorProto copy = g->initializer(initializer.at(source));
-      std::string name = value;
-      if (initializer.count(name)) {
-        for (int s = 1; initializer.count(name); ++s) name = value + "_" + std::to_string(s);
-      }
-      copy.set_name(name);
-      initializer[name] = g->initializer_size();
-      *g->add_initializer() = std::move(copy);
+      if (p == producer.end() || initializer.count(value)) continue;
+      const onnx::NodeProto& id = g->node(p->second);
+      if (id.op_type() != "Identity" || id.input_size() != 1 || !initializer.count(id.input(0))) continue;
+      if (uses[value] != 1 || graph_outputs.count(value)) continue;
+      const std::string source = id.input(0);
+      dropped.insert(p->second);
+      producer.erase(p);
+      --uses[source];
+      g->mutable_node(i)->set_input(k, add_copy(source, value));
+    }
+  }
+  // 2. A parameter initializer that other inputs read too: a copy for each
+  // BatchNorm but the first.
+  for (int i = g->node_size() - 1; i >= 0; --i) {
+    if (!is_bn(g->node(i))) continue;
+    for (int k = 1; k <= 4 && k < g->node(i).input_size(); ++k) {
+      const std::string value = g->node(i).input(k);
+      if (!initializer.count(value) || uses[value] <= 1) continue;
       --uses[value];
-      n->set_input(k, name);
+      g->mutable_node(i)->set_input(k, add_copy(value, value));
     }
   }
   if (dropped.empty()) return;

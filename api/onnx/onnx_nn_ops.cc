@@ -192,11 +192,51 @@ Output ChannelParam(NodeContext& c, const Output& p, int rank) {
 
 namespace {
 
+// A depthwise convolution (one filter per channel: group = input channels
+// = output channels) of NHWC `in` with an HWIO filter [KH, KW, 1, C], as
+// KH * KW strided slices of the padded input, each scaled by its tap's
+// per-channel weights, summed: a few ops whatever the channel count (one
+// Conv2D per group would be C of them), their gradients the slices' and
+// products'. Needs explicit pads (win.pads, resolved) and a known H, W.
+Output DepthwiseTaps(NodeContext& c, Output in, const std::vector<int64_t>& hw, const Output& filt,
+                     const Window& win, DataType dt) {
+  if (!NoPads(win)) in = PadAll(c, in, 4, NhwcPads(win.pads), c.Scalar(0, dt));
+  int64_t out[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t padded = hw[i] + win.pads[i] + win.pads[2 + i];
+    const int64_t eff = (win.kernel[i] - 1) * win.dilations[i] + 1;
+    out[i] = (padded - eff) / win.strides[i] + 1;
+  }
+  AttrMap masks{{"begin_mask", AttrValue(int64_t(9))}, {"end_mask", AttrValue(int64_t(9))}};
+  std::optional<Output> sum;
+  for (int64_t ky = 0; ky < win.kernel[0]; ++ky) {
+    for (int64_t kx = 0; kx < win.kernel[1]; ++kx) {
+      const int64_t y0 = ky * win.dilations[0], x0 = kx * win.dilations[1];
+      Output tap = c.Op("StridedSlice",
+                        {in, c.Ints32({0, y0, x0, 0}),
+                         c.Ints32({0, y0 + (out[0] - 1) * win.strides[0] + 1, x0 + (out[1] - 1) * win.strides[1] + 1, 0}),
+                         c.Ints32({1, win.strides[0], win.strides[1], 1})},
+                        masks);
+      Output w = c.Op("Reshape", {c.Op("Slice", {filt, c.Ints32({ky, kx, 0, 0}), c.Ints32({1, 1, 1, -1})}),
+                                  c.Ints32({-1})});
+      Output term = c.Op("Mul", {tap, w});
+      sum = sum ? c.Op("Add", {*sum, term}) : term;
+    }
+  }
+  return *sum;
+}
+
 // A 2-D convolution of NHWC `in` (spatial size hw) with an HWIO filter,
-// `group` groups, padding as `win` says: NHWC out.
+// `group` groups, padding as `win` says: NHWC out. `depthwise`: one filter
+// per input channel (group = input channels = output channels).
 StatusOr<Output> Conv2dCore(NodeContext& c, Output in, const std::vector<int64_t>& hw,
-                            Output filt, Window win, int64_t group, DataType dt) {
+                            Output filt, Window win, int64_t group, DataType dt,
+                            bool depthwise = false) {
   FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, hw));
+  // With H and W known, ResolvePads has made every auto_pad explicit.
+  if (depthwise && group > 1 && hw[0] >= 0 && hw[1] >= 0) {
+    return DepthwiseTaps(c, in, hw, filt, win, dt);
+  }
   std::string padding = "VALID";
   if (!NoPads(win)) {
     if (same) {
@@ -344,7 +384,8 @@ Status ConvertConv(NodeContext& c) {
   Output filt = w.out;
   if (n == 1) filt = c.Op("ExpandDims", {filt, c.Int32(2)});
   filt = Transpose(c, filt, {2, 3, 1, 0});
-  FS_ASSIGN_OR_RETURN(Output y, Conv2dCore(c, s.nhwc, s.hw, filt, win, group, x.dtype));
+  const bool depthwise = group > 1 && cin == group && w.shape.dim(0) == group && w.shape.dim(1) == 1;
+  FS_ASSIGN_OR_RETURN(Output y, Conv2dCore(c, s.nhwc, s.hw, filt, win, group, x.dtype, depthwise));
   if (c.has_input(2)) {
     FS_ASSIGN_OR_RETURN(Value b, c.input(2));
     y = c.Op("BiasAdd", {y, b.out});

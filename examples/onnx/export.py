@@ -17,10 +17,14 @@ dynamic.
 - transformer: the rows embedded (linear, plus learned positions), one
   nn.TransformerEncoderLayer, the mean over rows, a linear layer.
 
-They are exported in eval mode with TrainingMode.PRESERVE, which keeps
-BatchNormalization nodes (the default, EVAL, folds BatchNorm into the
-convolutions, which then train without it); Flowstate trains them in
-training mode and evaluates them in inference mode.
+They are exported for training (training=TrainingMode.TRAINING): PyTorch
+then keeps BatchNormalization nodes (exported for inference, the default,
+it folds each into the convolution before it) and every parameter apart
+(for inference it merges parameters of equal values, such as the ones and
+zeros of fresh normalization layers, which would then train tied).
+Exporting runs the model once in training mode, which moves BatchNorm's
+running statistics one step; the file holds them as moved. Flowstate trains
+the models in training mode and evaluates them in inference mode.
 """
 import os
 import sys
@@ -96,9 +100,8 @@ NAMES = ["fashion_cnn", "resnet18", "mobilenet_v2", "lstm", "transformer"]
 
 
 def export(model, example, path):
-    model.eval()
     torch.onnx.export(model, example, path, opset_version=14,
-                      training=torch.onnx.TrainingMode.PRESERVE,
+                      training=torch.onnx.TrainingMode.TRAINING,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
 

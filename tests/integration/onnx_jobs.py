@@ -4,6 +4,7 @@ would: export with torch.onnx.export, upload (POST /v1/models), train with a
 job that names the model, predict, and get the bad uploads refused.
 
 - Exactness: the CNN with BatchNorm and the LSTM of examples/onnx/export.py,
+  and a MobileNet block (a depthwise convolution of stride 2),
   trained 100 steps with plain SGD on the same batches (Fashion-MNIST, not
   shuffled), give every step's loss within 1e-4 relative of PyTorch's own
   training of the same model from the same weights, and the trained job's
@@ -168,8 +169,31 @@ def torch_losses(model, images, labels, shape, lr, steps=STEPS):
 # A learning rate at which training is stable: where the loss jumps (the
 # CNN at 0.05 goes from 2.3 to 10 and back), float32 rounding differences
 # grow with it, and no two implementations stay within 1e-4.
+class DepthwiseBlock(torch.nn.Module):
+    """MobileNet's building block, small: a depthwise 3x3 convolution of
+    stride 2 between pointwise ones, with BatchNorm."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.net = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU6(),
+            nn.Conv2d(8, 16, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def build(name):
+    if name == "depthwise_block":
+        torch.manual_seed(0)
+        return DepthwiseBlock(), torch.zeros(2, 1, 28, 28)
+    return examples.build(name)
+
+
 def exactness(base, work, images, labels, test_images, name, shape, lr):
-    model, example = examples.build(name)
+    model, example = build(name)
     path = os.path.join(work, name + ".onnx")
     examples.export(model, example, path)
     with open(path, "rb") as f:
@@ -232,7 +256,7 @@ def export_check(base, job_id, name, shape, x, predicted):
     if checked:
         return
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
-    fresh, _ = examples.build(name)
+    fresh, _ = build(name)
     state = fresh.state_dict()
     named = [k for k in state if k in inits]
     changed = sum(1 for k in named if not np.array_equal(inits[k], state[k].numpy()))
@@ -385,6 +409,10 @@ def main():
         base = server.http
         cnn = exactness(base, work, images, labels, test_images, "fashion_cnn", (1, 28, 28), 0.01)
         lstm = exactness(base, work, images, labels, test_images, "lstm", (28, 28), 0.05)
+        dw = exactness(base, work, images, labels, test_images, "depthwise_block", (1, 28, 28), 0.01)
+        if dw:
+            request("DELETE", base + "/v1/jobs/" + dw[1])
+            request("DELETE", base + "/v1/models/" + dw[0])
         with open(os.path.join(work, "fashion_cnn.onnx"), "rb") as f:
             bad_uploads(base, f.read())
         walkthrough(base, work)

@@ -168,24 +168,57 @@ TEST(OnnxImport, UnsupportedOpNamesNodeAndOp) {
 }
 
 TEST(OnnxImport, UnsupportedAttributeValueNamesTheAttribute) {
+  onnx::ModelProto ln = NewModel(17);
+  onnx::GraphProto* g = ln.mutable_graph();
+  AddValue(g->mutable_input(), "x", {1, 2, 2});
+  AddValue(g->mutable_output(), "y", {1, 2, 2});
+  AddInitializer(g, "scale", {2}, {1, 1});
+  onnx::NodeProto* n = AddNode(g, "norm", "LayerNormalization", {"x", "scale"}, {"y"});
+  auto* t = n->add_attribute();
+  t->set_name("stash_type");
+  t->set_type(onnx::AttributeProto::INT);
+  t->set_i(10);  // float16 statistics
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(ln));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnimplemented) << r.status().ToString();
+  EXPECT_EQ(r.status().node(), "norm");
+  EXPECT_NE(r.status().message().find("'norm' (LayerNormalization): attribute 'stash_type'"),
+            std::string::npos)
+      << r.status().ToString();
+}
+
+// BatchNormalization's own training mode (training_mode = 1), outside a
+// job: the batch's statistics, as ONNX defines it.
+TEST(OnnxImport, BatchNormTrainingModeUsesTheBatchStatistics) {
   onnx::ModelProto bn = NewModel(15);
   onnx::GraphProto* g = bn.mutable_graph();
-  AddValue(g->mutable_input(), "x", {1, 2, 2, 2});
-  AddValue(g->mutable_output(), "y", {1, 2, 2, 2});
-  for (const char* p : {"scale", "bias", "mean", "var"}) AddInitializer(g, p, {2}, {1, 1});
+  AddValue(g->mutable_input(), "x", {2, 1, 1, 1});
+  AddValue(g->mutable_output(), "y", {2, 1, 1, 1});
+  AddInitializer(g, "scale", {1}, {2});
+  AddInitializer(g, "bias", {1}, {1});
+  AddInitializer(g, "mean", {1}, {100});
+  AddInitializer(g, "var", {1}, {100});
   onnx::NodeProto* n = AddNode(g, "norm", "BatchNormalization", {"x", "scale", "bias", "mean", "var"},
                                {"y"});
   auto* t = n->add_attribute();
   t->set_name("training_mode");
   t->set_type(onnx::AttributeProto::INT);
   t->set_i(1);
-  StatusOr<ImportedModel> r = ImportOnnx(Bytes(bn));
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kUnimplemented) << r.status().ToString();
-  EXPECT_EQ(r.status().node(), "norm");
-  EXPECT_NE(r.status().message().find("'norm' (BatchNormalization): attribute 'training_mode'"),
-            std::string::npos)
-      << r.status().ToString();
+  OnnxImportOptions o;
+  o.initializers_as_constants = true;
+  StatusOr<ImportedModel> r = ImportOnnx(Bytes(bn), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  SessionOptions so;
+  so.devices = Pool();
+  auto s = Session::Create(r->graph, so);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<Tensor> out;
+  Tensor x = Tensor::FromVector<float>({1, 3}, TensorShape({2, 1, 1, 1}));
+  ASSERT_TRUE((*s)->Run({{r->inputs[0].tensor, x}}, {r->outputs[0].tensor}, {}, &out).ok());
+  // Batch mean 2, biased variance 1: (x - 2) / sqrt(1 + 1e-5) * 2 + 1.
+  auto y = out[0].flat<float>();
+  EXPECT_NEAR(y[0], -1, 1e-4);
+  EXPECT_NEAR(y[1], 3, 1e-4);
 }
 
 TEST(OnnxImport, OpsetOutsideTheRangeIsNamed) {
