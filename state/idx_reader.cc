@@ -71,26 +71,12 @@ StatusOr<IdxHeader> ReadHeader(InputFile* file) {
 
 StatusOr<Tensor> ReadIdx(std::unique_ptr<InputFile> file) {
   const std::string& path = file->path();
-
-  unsigned char magic[4];
-  FS_RETURN_IF_ERROR(file->ReadExactly(magic, 4, "the IDX magic number"));
-  if (magic[0] != 0 || magic[1] != 0) {
-    return InvalidArgument("'" + path + "' is not an IDX file (bad magic number)");
-  }
-  FS_ASSIGN_OR_RETURN(DataType dtype, IdxDataType(path, magic[2]));
-  const int rank = magic[3];
-  if (rank < 1 || rank > kMaxRank) {
-    return InvalidArgument("'" + path + "' has IDX rank " + std::to_string(rank) +
-                           "; supported ranks are 1 to " + std::to_string(kMaxRank));
-  }
-
-  unsigned char raw_dims[4 * kMaxRank];
-  FS_RETURN_IF_ERROR(file->ReadExactly(raw_dims, 4 * size_t(rank), "the IDX dimensions"));
-  std::vector<int64_t> dims(static_cast<size_t>(rank));
+  FS_ASSIGN_OR_RETURN(IdxHeader header, ReadHeader(file.get()));
+  const DataType dtype = header.dtype;
+  const std::vector<int64_t>& dims = header.dims;
   int64_t bytes = int64_t(DataTypeSize(dtype));
-  for (int i = 0; i < rank; ++i) {
-    dims[i] = int64_t(BigEndian32(raw_dims + 4 * i));
-    if (__builtin_mul_overflow(bytes, dims[i], &bytes)) {
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
       return InvalidArgument("'" + path + "' declares a tensor too large to hold");
     }
   }

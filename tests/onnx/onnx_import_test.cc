@@ -13,56 +13,17 @@
 
 #include "devices/device_pool.h"
 #include "scheduler/session.h"
+#include "tests/onnx/onnx_test_models.h"
 
 namespace flowstate {
 namespace {
 
 namespace fs = std::filesystem;
 
-onnx::ValueInfoProto* AddValue(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
-                               const std::string& name, std::vector<int64_t> dims) {
-  onnx::ValueInfoProto* v = list->Add();
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) {
-    auto* dim = t->mutable_shape()->add_dim();
-    if (d >= 0) dim->set_dim_value(d);
-    else dim->set_dim_param("batch");
-  }
-  return v;
-}
-
-onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& name, const std::string& op,
-                         std::vector<std::string> in, std::vector<std::string> out) {
-  onnx::NodeProto* n = g->add_node();
-  n->set_name(name);
-  n->set_op_type(op);
-  for (const auto& i : in) n->add_input(i);
-  for (const auto& o : out) n->add_output(o);
-  return n;
-}
-
-onnx::TensorProto* AddInitializer(onnx::GraphProto* g, const std::string& name,
-                                  std::vector<int64_t> dims, std::vector<float> values) {
-  onnx::TensorProto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t->add_dims(d);
-  for (float v : values) t->add_float_data(v);
-  return t;
-}
-
-onnx::ModelProto NewModel(int opset = 13) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.set_producer_name("flowstate-test");
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(opset);
-  m.mutable_graph()->set_name("g");
-  return m;
-}
+using onnx_test::AddInitializer;
+using onnx_test::AddNode;
+using onnx_test::AddValue;
+using onnx_test::NewModel;
 
 // x [batch, 2] -> Gemm(w [2, 3], b [3]) -> Relu -> y [batch, 3]
 onnx::ModelProto Mlp(int opset = 13) {

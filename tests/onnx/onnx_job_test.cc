@@ -15,6 +15,7 @@
 #include "api/job_spec.h"
 #include "devices/device_pool.h"
 #include "jobs/training_job.h"
+#include "tests/onnx/onnx_test_models.h"
 
 namespace flowstate {
 namespace {
@@ -30,37 +31,10 @@ DevicePool* Pool() {
   return pool;
 }
 
-void AddValue(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
-              std::vector<int64_t> dims) {
-  onnx::ValueInfoProto* v = list->Add();
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) {
-    auto* dim = t->mutable_shape()->add_dim();
-    if (d >= 0) dim->set_dim_value(d);
-    else dim->set_dim_param("batch");
-  }
-}
-
-void AddInitializer(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
-                    std::vector<float> values) {
-  onnx::TensorProto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t->add_dims(d);
-  for (float v : values) t->add_float_data(v);
-}
-
-onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& name, const std::string& op,
-                         std::vector<std::string> in, std::vector<std::string> out) {
-  onnx::NodeProto* n = g->add_node();
-  n->set_name(name);
-  n->set_op_type(op);
-  for (const auto& i : in) n->add_input(i);
-  for (const auto& o : out) n->add_output(o);
-  return n;
-}
+using onnx_test::AddFloatAttr;
+using onnx_test::AddInitializer;
+using onnx_test::AddNode;
+using onnx_test::AddValue;
 
 // The file's values.
 const std::vector<float> kScale = {1.5f, 0.5f}, kBias = {0.1f, -0.2f};
@@ -71,14 +45,8 @@ constexpr float kEps = 1e-5f, kMomentum = 0.9f;
 
 // input [batch, 2] -> BatchNormalization -> Gemm [2, 3] -> logits [batch, 3]
 std::string Model() {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.set_producer_name("flowstate-test");
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(13);
+  onnx::ModelProto m = onnx_test::NewModel(13);
   onnx::GraphProto* g = m.mutable_graph();
-  g->set_name("g");
   AddValue(g->mutable_input(), "input", {-1, 2});
   AddValue(g->mutable_output(), "logits", {-1, 3});
   AddInitializer(g, "bn.weight", {2}, kScale);
@@ -90,14 +58,8 @@ std::string Model() {
   onnx::NodeProto* bn = AddNode(g, "bn", "BatchNormalization",
                                 {"input", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"},
                                 {"normed"});
-  auto* a = bn->add_attribute();
-  a->set_name("epsilon");
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(kEps);
-  a = bn->add_attribute();
-  a->set_name("momentum");
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(kMomentum);
+  AddFloatAttr(bn, "epsilon", kEps);
+  AddFloatAttr(bn, "momentum", kMomentum);
   AddNode(g, "fc", "Gemm", {"normed", "fc.weight", "fc.bias"}, {"logits"});
   return m.SerializeAsString();
 }
