@@ -43,8 +43,10 @@ const std::vector<float> kW = {0.3f, -0.2f, 0.1f, -0.4f, 0.25f, 0.05f};  // [2, 
 const std::vector<float> kB = {0.01f, -0.02f, 0.03f};
 constexpr float kEps = 1e-5f, kMomentum = 0.9f;
 
-// input [batch, 2] -> BatchNormalization -> Gemm [2, 3] -> logits [batch, 3]
-std::string Model() {
+// input [batch, 2] -> BatchNormalization -> Gemm [2, 3] -> logits [batch, 3];
+// with `dropout`, a Dropout in training mode (ratio 0.5) after the Gemm
+// whose mask is a second graph output.
+std::string Model(bool dropout = false) {
   onnx::ModelProto m = onnx_test::NewModel(13);
   onnx::GraphProto* g = m.mutable_graph();
   AddValue(g->mutable_input(), "input", {-1, 2});
@@ -60,7 +62,31 @@ std::string Model() {
                                 {"normed"});
   AddFloatAttr(bn, "epsilon", kEps);
   AddFloatAttr(bn, "momentum", kMomentum);
-  AddNode(g, "fc", "Gemm", {"normed", "fc.weight", "fc.bias"}, {"logits"});
+  if (!dropout) {
+    AddNode(g, "fc", "Gemm", {"normed", "fc.weight", "fc.bias"}, {"logits"});
+    return m.SerializeAsString();
+  }
+  AddNode(g, "fc", "Gemm", {"normed", "fc.weight", "fc.bias"}, {"pre"});
+  // As PyTorch exports them: Constant nodes.
+  onnx::NodeProto* ratio = AddNode(g, "ratio_value", "Constant", {}, {"ratio"});
+  auto* rv = ratio->add_attribute();
+  rv->set_name("value");
+  rv->set_type(onnx::AttributeProto::TENSOR);
+  rv->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  rv->mutable_t()->add_float_data(0.5f);
+  onnx::NodeProto* training = AddNode(g, "training_value", "Constant", {}, {"training"});
+  auto* tv = training->add_attribute();
+  tv->set_name("value");
+  tv->set_type(onnx::AttributeProto::TENSOR);
+  tv->mutable_t()->set_data_type(onnx::TensorProto::BOOL);
+  tv->mutable_t()->add_int32_data(1);
+  AddNode(g, "drop", "Dropout", {"pre", "ratio", "training"}, {"logits", "mask"});
+  onnx::ValueInfoProto* mask = g->add_output();
+  mask->set_name("mask");
+  auto* mt = mask->mutable_type()->mutable_tensor_type();
+  mt->set_elem_type(onnx::TensorProto::BOOL);
+  mt->mutable_shape()->add_dim()->set_dim_param("batch");
+  mt->mutable_shape()->add_dim()->set_dim_value(3);
   return m.SerializeAsString();
 }
 
@@ -198,6 +224,28 @@ TEST_F(OnnxJob, TrainingLearns) {
   ASSERT_TRUE(after.ok());
   EXPECT_LT(after->at("loss"), 0.5 * before->at("loss"));
   EXPECT_GT(after->at("accuracy"), 0.9);
+}
+
+// A Dropout exported in training mode drops in training and is the
+// identity in evaluation, its mask output then all true.
+TEST_F(OnnxJob, DropoutTrainsAndEvaluatesAsTheIdentity) {
+  std::ofstream(dir_ / "models" / "dropout.onnx", std::ios::binary) << Model(true);
+  StatusOr<std::unique_ptr<TrainingJob>> j = Make(Job(
+      R"({"onnx": "models/dropout.onnx", "inputs": {"x": "input"}, "labels": "y", "output": "logits"})"));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  Status started = (*j)->Start();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  StatusOr<std::map<std::string, double>> m = (*j)->Evaluate();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto [loss, accuracy] = FileModelLossAndAccuracy();
+  EXPECT_NEAR(m->at("loss"), loss, 1e-5 * loss) << "evaluation drops nothing";
+  std::vector<Tensor> out;
+  Tensor x = Tensor::FromVector<float>({1, 2, 3, 4}, TensorShape({2, 2}));
+  ASSERT_TRUE((*j)->Predict({{"x", x}}, {"mask"}, &out).ok());
+  for (bool b : out[0].flat<bool>()) EXPECT_TRUE(b);
+  StatusOr<StepResult> r = (*j)->Step();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::isfinite(r->loss));
 }
 
 TEST_F(OnnxJob, AnUploadedModelIsReadThroughTheReader) {
