@@ -152,6 +152,9 @@ class Importer {
       // rank say so, naming their node.
     }
     const onnx::GraphProto& g = m.graph();
+    if (g.output_size() == 0) {
+      return InvalidArgument("the ONNX model's graph has no outputs: there is nothing to compute");
+    }
     auto note = [&](const onnx::ValueInfoProto& v) {
       if (v.type().has_tensor_type()) {
         state_.inferred[v.name()] = {v.type().tensor_type().elem_type(), ShapeOf(v.type())};

@@ -20,6 +20,14 @@ no request may go unanswered past its bound, no /healthz over 100 ms, the
 server's CPU back to idle within 2 s of the end, then SIGTERM exits within
 the deadline and the store reopens.
 
+--sanitizer NAME (ctest passes it in a -fsanitize=NAME build, `make asan`):
+the /healthz bound is the control bound (1 s) instead of 100 ms. 100 ms is
+a latency promise of the release build; under a sanitizer, with the
+suite's other tests beside it on two cores, /healthz took up to 324 ms
+(2026-12-07) while every other check passed. A wedge (/healthz waiting
+behind a blocked step or an endless loop) still fails: it waits for
+seconds or forever.
+
 Every wait is bounded; only the processes this test started are stopped (by
 PID).
 
@@ -40,8 +48,9 @@ import urllib.error
 import urllib.request
 
 FAILURES = []
-HEALTHZ_BOUND = 0.100  # seconds
+HEALTHZ_BOUND = 0.100  # seconds; CONTROL_BOUND under --sanitizer
 CONTROL_BOUND = 1.0
+SANITIZER = ""  # --sanitizer
 
 
 def expect(cond, what):
@@ -195,7 +204,8 @@ class Bystanders:
                "%s: the other clients' %d quick steps and /healthz all answered 200 %s"
                % (what, self.steps, self.errors[:3]))
         expect(self.worst_healthz < HEALTHZ_BOUND,
-               "%s: /healthz never over 100 ms (worst %.1f ms)" % (what, self.worst_healthz * 1e3))
+               "%s: /healthz never over %d ms (worst %.1f ms)"
+               % (what, HEALTHZ_BOUND * 1e3, self.worst_healthz * 1e3))
         expect(self.worst_step < CONTROL_BOUND,
                "%s: no quick step over 1 s (worst %.1f ms)" % (what, self.worst_step * 1e3))
 
@@ -456,7 +466,9 @@ def stress(server, seconds):
     # /healthz is timed from a process of its own: a thread beside the 16
     # clients would wait for this interpreter's lock, and time that too.
     probe = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--probe", base,
-                              "--probe-seconds", str(seconds)], stdout=subprocess.PIPE)
+                              "--probe-seconds", str(seconds)]
+                             + (["--sanitizer", SANITIZER] if SANITIZER else []),
+                             stdout=subprocess.PIPE)
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(16)]
     for t in threads:
         t.start()
@@ -475,8 +487,8 @@ def stress(server, seconds):
     expect(not any(t.is_alive() for t in threads), what + ": every client ended")
     expect(not stats["stuck"], "%s: no stuck request among %d (%s)"
            % (what, stats["requests"], stats["stuck"][:5]))
-    expect(stats["healthz_failed"] == 0, "%s: no /healthz failed or over 100 ms (worst %.1f ms)"
-           % (what, stats["healthz_worst"] * 1e3))
+    expect(stats["healthz_failed"] == 0, "%s: no /healthz failed or over %d ms (worst %.1f ms)"
+           % (what, HEALTHZ_BOUND * 1e3, stats["healthz_worst"] * 1e3))
     cpu_back_to_idle(server, what)
 
 
@@ -501,7 +513,16 @@ def main():
     ap.add_argument("--stress", type=int, default=0, help="seconds of the stress test instead")
     ap.add_argument("--probe", default="", help=argparse.SUPPRESS)  # the stress test's /healthz prober
     ap.add_argument("--probe-seconds", type=float, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--sanitizer", default="",
+                    help="the server is built with -fsanitize=NAME: /healthz is bound by 1 s, not 100 ms")
     args = ap.parse_args()
+    global HEALTHZ_BOUND, SANITIZER
+    if args.sanitizer:
+        SANITIZER, HEALTHZ_BOUND = args.sanitizer, CONTROL_BOUND
+        if not args.probe:
+            print("note: a -fsanitize=%s build: /healthz is bound by %d ms here, not the release "
+                  "build's 100 ms (a wedge still fails it)" % (SANITIZER, HEALTHZ_BOUND * 1e3),
+                  flush=True)
     if args.probe:
         probe_healthz(args.probe, args.probe_seconds)
         return 0
