@@ -159,22 +159,34 @@ Status ConvertResize(NodeContext& c) {
     return c.Error("'roi' must have 2 entries per dimension for tf_crop_and_resize");
   }
   Output y = x.out;
+  // Each axis's output size and scale first: the whole output is bounded
+  // before any table of it is built (a model of a few bytes must not make
+  // the importer build tables for 10^15 elements).
   std::vector<int64_t> out_shape = x.shape.dims();
+  std::vector<double> axis_scale(r);
+  double elements = 1;
   for (int i = 0; i < r; ++i) {
-    int64_t in = x.shape.dim(i);
-    double scale;
-    int64_t out;
+    const int64_t in = x.shape.dim(i);
     if (!sizes.empty()) {
-      out = sizes[i];
-      scale = in > 0 ? double(out) / double(in) : 1.0;
+      out_shape[i] = sizes[i];
+      axis_scale[i] = in > 0 ? double(sizes[i]) / double(in) : 1.0;
     } else {
-      scale = scales[i];
-      if (!(scale > 0)) return c.Error("a scale is not positive");
-      double o = std::floor(double(in) * scale);
+      axis_scale[i] = scales[i];
+      if (!(scales[i] > 0)) return c.Error("a scale is not positive");
+      double o = std::floor(double(in) * scales[i]);
       if (!(o < double(int64_t(1) << 40))) return c.Error("a scale gives an output too large");
-      out = int64_t(o);
+      out_shape[i] = int64_t(o);
     }
-    out_shape[i] = out;
+    elements *= double(std::max<int64_t>(out_shape[i], 1));
+  }
+  if (elements > double(int64_t(1) << 32)) {
+    return c.Error("the output would have " + std::to_string(int64_t(std::min(elements, 9e18))) +
+                   " elements, over 2^32");
+  }
+  for (int i = 0; i < r; ++i) {
+    const int64_t in = x.shape.dim(i);
+    const double scale = axis_scale[i];
+    const int64_t out = out_shape[i];
     bool crop = ctm == "tf_crop_and_resize" && (roi[i] != 0 || roi[r + i] != 1);
     if (out == in && scale == 1.0 && !crop) continue;
     if (in == 0 || out <= 0) return c.Unsupported("an empty input or output dimension");
