@@ -84,8 +84,8 @@ Status ParseData(const Json& o, const JsonPath& path, std::string_view what,
                  std::initializer_list<std::string_view> allowed, DataSpec* d) {
   FS_RETURN_IF_ERROR(CheckObject(o, path, what, allowed));
   FS_RETURN_IF_ERROR(ReadStringField(o, path, "format", &d->format));
-  if (d->format != "idx" && d->format != "csv") {
-    return PathError(path.Key("format"), "must be \"idx\" or \"csv\", got \"" + d->format + "\"");
+  if (d->format != "idx" && d->format != "csv" && d->format != "npy") {
+    return PathError(path.Key("format"), "must be \"idx\", \"csv\" or \"npy\", got \"" + d->format + "\"");
   }
   FS_ASSIGN_OR_RETURN(const Json* files, Required(o, path, "files"));
   if (!files->is_object() || files->empty()) {

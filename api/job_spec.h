@@ -28,7 +28,7 @@ struct CsvColumns {
 };
 
 struct DataSpec {
-  std::string format = "idx";                // "idx" or "csv"
+  std::string format = "idx";                // "idx", "csv" or "npy"
   std::map<std::string, std::string> files;  // placeholder name -> path under the data root
   // csv only: one file for all components, columns chosen per component.
   std::map<std::string, CsvColumns> columns;

@@ -165,6 +165,22 @@ struct ModelInfo {
   int64_t parameters = 0;  // elements of the floating-point initializers
 };
 
+// A dataset uploaded for jobs to read (POST /v1/datasets;
+// jobs/dataset_uploads.h): an .npy or .npz file beneath the data root.
+struct DatasetInfo {
+  struct Array {
+    std::string name;   // the .npz member's key ("x" for x.npy); "" for an .npy
+    std::string dtype;  // "float32"
+    std::vector<int64_t> shape;
+  };
+  std::string id;    // "ds-<12 hex digits>"
+  std::string path;  // beneath the data root: "uploads/ds-....npz" (the job's input.files)
+  int64_t bytes = 0;
+  bool complete = false;  // false while chunks are still to come
+  double modified = 0;    // seconds since the epoch, of the last chunk
+  std::vector<Array> arrays;  // complete datasets only
+};
+
 struct OpInfo {
   struct Arg {
     std::string name, type;  // type: "float32", "T", "N * T", "Ref(T)"

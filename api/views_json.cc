@@ -508,6 +508,28 @@ Json ModelJson(const ModelInfo& m) {
 
 }  // namespace
 
+namespace {
+
+Json DatasetJson(const DatasetInfo& d) {
+  Json arrays = Json::array();
+  for (const DatasetInfo::Array& a : d.arrays) {
+    arrays.push_back(Json{{"name", a.name}, {"dtype", a.dtype}, {"shape", a.shape}});
+  }
+  return Json{{"dataset_id", d.id},          {"path", d.path},
+              {"bytes", d.bytes},            {"complete", d.complete},
+              {"modified", Time(d.modified)}, {"arrays", std::move(arrays)}};
+}
+
+}  // namespace
+
+std::string DatasetInfoToJson(const DatasetInfo& dataset) { return Dump(DatasetJson(dataset)); }
+
+std::string DatasetInfoListToJson(const std::vector<DatasetInfo>& datasets) {
+  Json list = Json::array();
+  for (const DatasetInfo& d : datasets) list.push_back(DatasetJson(d));
+  return Dump(Json{{"datasets", std::move(list)}});
+}
+
 std::string ModelInfoToJson(const ModelInfo& model) { return Dump(ModelJson(model)); }
 
 std::string ModelInfoListToJson(const std::vector<ModelInfo>& models) {

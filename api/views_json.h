@@ -81,6 +81,11 @@ std::string JobDeletedToJson(const std::string& job_id);
 // [{"name", "dtype", "shape"}], "outputs": [...], "parameters"}; a list
 // is {"models": [...]}. ModelInfoFromJson reads ModelInfoToJson's text
 // back (the registry's record); INVALID_ARGUMENT when it is not one.
+// A dataset upload (POST /v1/datasets ...): {"dataset_id", "path", "bytes",
+// "complete", "modified", "arrays": [{"name", "dtype", "shape"}]}; a list is
+// {"datasets": [...]}.
+std::string DatasetInfoToJson(const DatasetInfo& dataset);
+std::string DatasetInfoListToJson(const std::vector<DatasetInfo>& datasets);
 std::string ModelInfoToJson(const ModelInfo& model);
 std::string ModelInfoListToJson(const std::vector<ModelInfo>& models);
 StatusOr<ModelInfo> ModelInfoFromJson(std::string_view text);

@@ -134,38 +134,6 @@ StatusOr<ExportFormat> ParseExportFormat(std::string_view text) {
                          "(NumPy), got '" + std::string(text.substr(0, 64)) + "'");
 }
 
-std::string_view NpyDescr(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32: return "<f4";
-    case DataType::kFloat64: return "<f8";
-    case DataType::kInt32: return "<i4";
-    case DataType::kInt64: return "<i8";
-    case DataType::kUInt8: return "|u1";
-    case DataType::kBool: return "|b1";
-    case DataType::kFloat16: return "<f2";
-    case DataType::kBFloat16: return "<f4";  // widened (npz.h)
-    case DataType::kInvalid: break;
-  }
-  return "";
-}
-
-std::string NpyHeader(std::string_view descr, std::span<const int64_t> shape) {
-  std::string dict = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    dict += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) dict += ",";
-  dict += "), }";
-  // magic (6) + version (2) + header length (2) + dict + padding + '\n'.
-  const size_t unpadded = 10 + dict.size() + 1;
-  dict.append((64 - unpadded % 64) % 64, ' ');
-  dict += '\n';
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out.push_back(char(dict.size() & 0xff));
-  out.push_back(char(dict.size() >> 8));  // < 64 KiB: rank <= 64
-  return out + dict;
-}
-
 Status ExportSnapshotNpz(const Snapshot& snapshot, const std::string& path,
                          std::vector<std::string>* converted) {
   std::vector<std::unique_ptr<Member>> members;

@@ -28,6 +28,7 @@
 #include "checkpoints/store.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
+#include "state/npy.h"
 
 namespace flowstate::checkpoints {
 
@@ -39,13 +40,7 @@ std::string_view ExportFormatExtension(ExportFormat format);
 // "format: expected \"fsck\" or \"npz\", got 'zip'".
 StatusOr<ExportFormat> ParseExportFormat(std::string_view text);
 
-// The NumPy descriptor a tensor of `dtype` is written with ("<f4", ...);
-// bfloat16 gives "<f4" (converted), kInvalid "".
-std::string_view NpyDescr(DataType dtype);
-// The .npy format 1.0 header of an array of `descr` and `shape`: magic,
-// version, length, the dict padded with spaces and ending in '\n' so that
-// the data starts at a multiple of 64 bytes.
-std::string NpyHeader(std::string_view descr, std::span<const int64_t> shape);
+// The .npy headers (NpyDescr, NpyHeader) are state/npy.h's.
 
 // Writes `snapshot` to `path` as an .npz archive (via a temporary file
 // beside it, renamed when complete, so `path` is whole or absent).

@@ -304,6 +304,8 @@ int RunServer(int argc, char** argv, Mode mode) {
   so.max_event_streams = cfg.limits.max_event_streams;
   so.max_model_bytes = cfg.limits.max_model_bytes;
   so.max_models = cfg.limits.max_models;
+  so.max_dataset_bytes = cfg.limits.max_dataset_bytes;
+  so.max_datasets = cfg.limits.max_datasets;
   so.max_shape_bytes = cfg.limits.max_shape_bytes;
   so.jobs.max_running = cfg.jobs.max_running;
   so.jobs.workers = cfg.jobs.workers;

@@ -209,6 +209,8 @@ std::string Convert(const json& j, ServerConfig* c) {
   c->limits.max_event_streams = j["limits"]["max_event_streams"];
   c->limits.max_model_bytes = j["limits"]["max_model_bytes"];
   c->limits.max_models = j["limits"]["max_models"];
+  c->limits.max_dataset_bytes = j["limits"]["max_dataset_bytes"];
+  c->limits.max_datasets = j["limits"]["max_datasets"];
   c->auth.tokens = j["auth"]["tokens"].get<std::vector<std::string>>();
   c->auth.open_routes = j["auth"]["open_routes"].get<std::vector<std::string>>();
   c->log.requests = j["log"]["requests"];
@@ -272,6 +274,8 @@ std::string Convert(const json& j, ServerConfig* c) {
         Check(c->limits.max_event_streams >= 1, "limits.max_event_streams: must be >= 1"),
         Check(c->limits.max_model_bytes >= 1, "limits.max_model_bytes: must be >= 1"),
         Check(c->limits.max_models >= 0, "limits.max_models: must be >= 0"),
+        Check(c->limits.max_dataset_bytes >= 1, "limits.max_dataset_bytes: must be >= 1"),
+        Check(c->limits.max_datasets >= 0, "limits.max_datasets: must be >= 0"),
         Check(c->task.index >= -1, "task.index: must be >= 0 (-1: not set)"),
         Check(c->cluster_options.heartbeat_interval_seconds > 0,
               "cluster_options.heartbeat_interval_seconds: must be > 0"),

@@ -109,6 +109,8 @@ struct ServerConfig {
     // the server keeps.
     int64_t max_model_bytes = int64_t{64} << 20;
     int max_models = 100;
+    int64_t max_dataset_bytes = int64_t{4} << 30;  // uploaded datasets (POST /v1/datasets)
+    int max_datasets = 100;
   } limits;
   struct Auth {
     std::vector<std::string> tokens;  // empty: no authentication

@@ -38,7 +38,20 @@ std::string AttrValueJson(const std::string& op, const std::string& attr, const 
 
 }  // namespace
 
-Service::Service(const ServiceOptions& options) : options_(options) {
+namespace {
+
+DatasetUploadsOptions DatasetOptions(const ServiceOptions& o) {
+  DatasetUploadsOptions d;
+  d.data_root = o.data_root;
+  d.max_dataset_bytes = o.max_dataset_bytes;
+  d.max_datasets = o.max_datasets;
+  return d;
+}
+
+}  // namespace
+
+Service::Service(const ServiceOptions& options)
+    : options_(options), datasets_(DatasetOptions(options)) {
   session_pool_ = std::make_unique<ThreadPool>(std::max(1, options.jobs.inter_op_threads));
   JobManagerOptions jo = options.jobs;
   jo.devices = options.devices;

@@ -33,6 +33,7 @@
 #include "graph/tensor.h"
 #include "api/views.h"
 #include "jobs/job_manager.h"
+#include "jobs/dataset_uploads.h"
 #include "jobs/model_registry.h"
 #include "graph/mutex.h"
 
@@ -53,6 +54,9 @@ struct ServiceOptions {
   // Uploaded ONNX models (jobs/model_registry.h), kept in jobs.store.
   int64_t max_model_bytes = int64_t{64} << 20;
   int max_models = 100;
+  // Uploaded datasets (jobs/dataset_uploads.h), beneath data_root/uploads.
+  int64_t max_dataset_bytes = int64_t{4} << 30;
+  int max_datasets = 100;
   std::chrono::seconds session_idle_timeout{600};
   // The longest a session step or a prediction may run (sessions.max_step_ms):
   // a step's own timeout_ms may only shorten it. 0: no bound.
@@ -166,6 +170,17 @@ class Service {
   StatusOr<ModelInfo> GetModel(const std::string& id) const;
   StatusOr<std::vector<ModelInfo>> ListModels() const;
   Status DeleteModel(const std::string& id);
+  // Uploaded datasets (POST /v1/datasets, gRPC Datasets/*): chunks
+  // appended in order (`id` "" and offset 0 start one), the final one
+  // checked and the file renamed where jobs may read it
+  // (jobs/dataset_uploads.h).
+  StatusOr<DatasetInfo> UploadDataset(const std::string& id, int64_t offset, std::string_view chunk,
+                                      bool final) {
+    return datasets_.Append(id, offset, chunk, final);
+  }
+  StatusOr<DatasetInfo> GetDataset(const std::string& id) const { return datasets_.Get(id); }
+  std::vector<DatasetInfo> ListDatasets() const { return datasets_.List(); }
+  Status DeleteDataset(const std::string& id) { return datasets_.Delete(id); }
   // The manager itself, for the process that owns the service (recovery,
   // retention, metrics) and for tests; the frontends use the calls above.
   JobManager& jobs() { return *jobs_; }
@@ -209,6 +224,7 @@ class Service {
   std::unique_ptr<ThreadPool> session_pool_;
   std::unique_ptr<ModelRegistry> models_;  // null when its index could not be read
   Status models_error_;                    // why not
+  DatasetUploads datasets_;
   std::unique_ptr<JobManager> jobs_;
   // Open event streams; shared with the streams, which may outlive us.
   std::shared_ptr<std::atomic<int>> open_streams_ = std::make_shared<std::atomic<int>>(0);

@@ -4,6 +4,7 @@
 
 #include "state/csv_reader.h"
 #include "state/idx_reader.h"
+#include "state/npy.h"
 
 namespace flowstate {
 
@@ -11,6 +12,8 @@ StatusOr<Dataset> LoadDataSource(const std::string& data_root, const DataSource&
   Dataset d;
   if (source.format == "idx") {
     FS_ASSIGN_OR_RETURN(d, LoadIdxDataset(data_root, source.files));
+  } else if (source.format == "npy") {
+    FS_ASSIGN_OR_RETURN(d, LoadNpyDataset(data_root, source.files));
   } else if (source.format == "csv") {
     // One read per distinct file, with the components that come from it.
     std::map<std::string, std::vector<std::string>> by_file;
@@ -36,7 +39,7 @@ StatusOr<Dataset> LoadDataSource(const std::string& data_root, const DataSource&
     }
     FS_ASSIGN_OR_RETURN(d, Dataset::Make(std::move(components)));
   } else {
-    return InvalidArgument("format: expected \"idx\" or \"csv\", got \"" + source.format + "\"");
+    return InvalidArgument("format: expected \"idx\", \"csv\" or \"npy\", got \"" + source.format + "\"");
   }
   if (source.max_examples) d = d.Take(*source.max_examples);
   return d;
@@ -96,11 +99,15 @@ StatusOr<std::map<std::string, DataType>> DataSourceTypes(const std::string& dat
       FS_ASSIGN_OR_RETURN(DataFile f, OpenDataFile(data_root, file));
       FS_ASSIGN_OR_RETURN(IdxHeader h, ReadIdxHeader(std::move(f)));
       types[name] = h.dtype;
+    } else if (source.format == "npy") {
+      FS_ASSIGN_OR_RETURN(DataFile f, OpenDataFile(data_root, file));
+      FS_ASSIGN_OR_RETURN(NpyArrayInfo info, ReadNpyInfo(std::move(f), name));
+      types[name] = info.dtype;
     } else if (source.format == "csv") {
       auto col = source.columns.find(name);
       types[name] = col != source.columns.end() ? col->second.dtype : CsvComponent().dtype;
     } else {
-      return InvalidArgument("format: expected \"idx\" or \"csv\", got \"" + source.format + "\"");
+      return InvalidArgument("format: expected \"idx\", \"csv\" or \"npy\", got \"" + source.format + "\"");
     }
   }
   return types;

@@ -26,7 +26,7 @@
 namespace flowstate {
 
 struct DataSource {
-  std::string format = "idx";                // "idx" or "csv"
+  std::string format = "idx";                // "idx", "csv" or "npy" (state/npy.h)
   std::map<std::string, std::string> files;  // component name -> path under the data root
   // csv only: a component's columns by header name or by 0-based index
   // (at most one of the two), and its dtype.

@@ -9,11 +9,13 @@
 - ``client.session(graph)``: ``s.run(fetches, feed_dict)`` with numpy in and out;
 - ``client.jobs``: submit, list, get, watch, pause, resume, cancel, delete,
   predict, history, checkpoints, export;
+- ``client.datasets``: numpy arrays uploaded for jobs (``"format": "npy"``);
 - ``flowstate.errors``: one exception class per server error code.
 """
 
 from . import dtypes, errors, layers
 from .client import Client, Job, Jobs, Session
+from .datasets import Dataset, Datasets
 from .graph import Graph, Node, Output, get_default_graph
 from .model import History, Sequential
 from .ops import OpLibrary
@@ -21,6 +23,6 @@ from .transport import Event
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "Session", "Job", "Jobs", "Event", "Graph", "Node", "Output", "OpLibrary",
+__all__ = ["Client", "Session", "Job", "Jobs", "Dataset", "Datasets", "Event", "Graph", "Node", "Output", "OpLibrary",
            "get_default_graph", "Sequential", "History", "dtypes", "errors", "layers",
            "__version__"]

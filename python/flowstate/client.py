@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from . import dtypes, errors, transport
+from .datasets import Datasets
 from .graph import Graph, Node, Output
 from .ops import OpLibrary
 
@@ -37,6 +38,7 @@ class Client:
         self.transport = transport.connect(url, token=token, timeout=timeout)
         self._ops = None
         self.jobs = Jobs(self)
+        self.datasets = Datasets(self)
 
     def __repr__(self):
         return "Client(%r)" % self.url

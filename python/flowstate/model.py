@@ -109,7 +109,9 @@ class Sequential:
             raise errors.InvalidArgument("fit needs files={'x': ..., 'y': ...} beneath the "
                                          "server's data root", field="files")
         if format is None:  # by the files' names
-            format = "csv" if all(str(f).endswith(".csv") for f in files.values()) else "idx"
+            names = [str(f) for f in files.values()]
+            format = ("csv" if all(n.endswith(".csv") for n in names) else
+                      "npy" if all(n.endswith((".npy", ".npz")) for n in names) else "idx")
         spec = {"name": self.name, "graph": self.graph.as_dict(initializers=False),
                 "loss": "loss", "optimizer": self.compiled["optimizer"],
                 "input": {"format": format, "files": dict(files), "batch_size": int(batch_size),
@@ -131,14 +133,66 @@ class Sequential:
         spec.update(extra)
         return spec
 
-    def fit(self, x=None, y=None, files=None, verbose=1, timeout=None, **kwargs):
+    def _upload(self, x, y, field):
+        """x and y checked against the model's input and labels, uploaded as one .npz."""
+        x = np.asarray(x)
+        if x.ndim < 1 or tuple(x.shape[1:]) != self.input_shape:
+            raise errors.InvalidArgument("%s: x has shape %s; the model takes (N,) + %s"
+                                         % (field, tuple(x.shape), self.input_shape), field=field)
+        y = np.asarray(y)
+        if y.shape != (x.shape[0],):
+            raise errors.InvalidArgument("%s: y has shape %s; expected one label per example, (%d,)"
+                                         % (field, tuple(y.shape), x.shape[0]), field=field)
+        label = np.dtype(self.label_dtype)
+        if y.size and np.issubdtype(label, np.integer):
+            if not np.issubdtype(y.dtype, np.integer) and not np.all(np.equal(np.mod(y, 1), 0)):
+                raise errors.InvalidArgument("%s: labels must be whole class numbers" % field,
+                                             field=field)
+            info = np.iinfo(label)
+            if y.min() < max(info.min, 0) or y.max() > info.max:
+                raise errors.InvalidArgument(
+                    "%s: labels run %s..%s; the model's %s labels hold 0..%d (label_dtype=)"
+                    % (field, y.min(), y.max(), label, info.max), field=field)
+        return self.client.datasets.upload({"x": x.astype(self.input_dtype, copy=False),
+                                            "y": y.astype(label, copy=False)})
+
+    def fit(self, x=None, y=None, files=None, validation_data=None, keep_data=False, verbose=1,
+            timeout=None, **kwargs):
         """Trains as a job on the server; returns a History of per-epoch evaluations.
 
-        A job that did not succeed raises the error it failed with (errors.from_job).
+        x and y (numpy arrays) are uploaded as a dataset the job reads ("npy"), as is
+        validation_data=(x, y); without them, `files` names dataset files beneath the
+        server's data root. The uploads are deleted once the job has ended, unless
+        keep_data. A job that did not succeed raises the error it failed with
+        (errors.from_job).
         """
-        if x is not None or y is not None:
-            raise errors.Unimplemented("fit(x, y) with numpy arrays needs the server's npy input "
-                                       "format (not there yet); pass files={'x': ..., 'y': ...}")
+        uploaded = []
+        try:
+            if x is not None or y is not None:
+                if files:
+                    raise errors.InvalidArgument("give either x and y or files", field="files")
+                if x is None or y is None:
+                    raise errors.InvalidArgument("fit(x, y) needs both x and y",
+                                                 field="x" if x is None else "y")
+                uploaded.append(self._upload(x, y, "x"))
+                files, kwargs["format"] = uploaded[-1].files("x", "y"), "npy"
+                if validation_data is not None:
+                    uploaded.append(self._upload(*validation_data, "validation_data"))
+                    kwargs["validation_files"] = uploaded[-1].files("x", "y")
+            elif validation_data is not None:
+                raise errors.InvalidArgument("validation_data goes with fit(x, y); with files, "
+                                             "give validation_files", field="validation_data")
+            return self._run(files, verbose, timeout, kwargs)
+        finally:
+            if uploaded and not keep_data and (self.job is None or self.job.finished):
+                for d in uploaded:
+                    try:
+                        self.client.datasets.delete(d)
+                    except errors.FlowstateError:
+                        pass
+
+    def _run(self, files, verbose, timeout, kwargs):
+        self.job = None
         spec = self.job_spec(files=files, **kwargs)
         self.job = self.client.jobs.submit(spec)
         history = History(self.job)

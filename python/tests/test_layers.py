@@ -49,11 +49,45 @@ def test_sequential_fit_evaluate_predict(client, tmp_path):
     model.job.delete()
 
 
-def test_fit_with_arrays_says_what_is_missing(client):
+def _classes(n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, 2)).astype(np.float64)  # fit casts to the model's float32
+    y = np.where(x[:, 0] < x[:, 1], 0, np.where(x[:, 0] + x[:, 1] < 0, 1, 2))  # int64
+    return x, y
+
+
+def test_fit_with_numpy_arrays_trains_and_leaves_no_upload(client):
+    model = flowstate.Sequential(client, [layers.Dense(32, activation="relu"), layers.Dense(3)],
+                                 input_shape=(2,), name="py-arrays")
+    model.compile(optimizer="adam", learning_rate=0.02, metrics=["accuracy"])
+    before = {d.id for d in client.datasets.list()}
+    history = model.fit(*_classes(512, 1), validation_data=_classes(256, 2), epochs=15,
+                        batch_size=32, verbose=0, timeout=60)
+    assert len(history["accuracy"]) == 15
+    assert history["accuracy"][-1] > 0.9
+    spec = client.jobs.spec(model.job)
+    assert spec["input"]["format"] == "npy"
+    assert spec["input"]["files"]["x"].startswith("uploads/ds-")
+    assert {d.id for d in client.datasets.list()} == before  # deleted once the job ended
+    model.job.delete()
+
+
+def test_fit_with_arrays_refuses_what_does_not_fit_the_model(client):
     model = flowstate.Sequential(client, [layers.Dense(3)], input_shape=(2,))
     model.compile()
-    with pytest.raises(errors.Unimplemented, match="npy"):
-        model.fit(np.zeros((4, 2)), np.zeros(4))
+    before = {d.id for d in client.datasets.list()}
+    with pytest.raises(errors.InvalidArgument, match=r"x has shape \(4, 3\)") as e:
+        model.fit(np.zeros((4, 3)), np.zeros(4))
+    assert e.value.field == "x"
+    with pytest.raises(errors.InvalidArgument, match="one label per example"):
+        model.fit(np.zeros((4, 2)), np.zeros(5))
+    with pytest.raises(errors.InvalidArgument, match="labels run -1..2"):
+        model.fit(np.zeros((4, 2)), np.array([0, 1, 2, -1]))
+    with pytest.raises(errors.InvalidArgument, match="whole class numbers"):
+        model.fit(np.zeros((4, 2)), np.array([0, 1.5, 2, 1]))
+    with pytest.raises(errors.InvalidArgument, match="needs both"):
+        model.fit(np.zeros((4, 2)))
+    assert {d.id for d in client.datasets.list()} == before
 
 
 def test_conv_pool_batchnorm_embedding_in_a_session(client):

@@ -401,6 +401,56 @@ class DevicesService final : public pb::Devices::Service {
   Frontend* f_;
 };
 
+class DatasetsService final : public pb::Datasets::Service {
+ public:
+  explicit DatasetsService(Frontend* f) : f_(f) {}
+
+  ::grpc::Status Upload(ServerContext* ctx, const pb::UploadDatasetRequest* req,
+                        pb::Dataset* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Datasets/Upload", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(DatasetInfo d, f_->service().UploadDataset(req->dataset_id(), req->offset(),
+                                                                     req->data(), req->final()));
+      ToProto(d, resp);
+      return Status();
+    });
+  }
+  ::grpc::Status List(ServerContext* ctx, const pb::ListDatasetsRequest*,
+                      pb::ListDatasetsResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Datasets/List", [&]() -> Status {
+      for (const DatasetInfo& d : f_->service().ListDatasets()) ToProto(d, resp->add_datasets());
+      return Status();
+    });
+  }
+  ::grpc::Status Get(ServerContext* ctx, const pb::GetDatasetRequest* req, pb::Dataset* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Datasets/Get", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(DatasetInfo d, f_->service().GetDataset(req->dataset_id()));
+      ToProto(d, resp);
+      return Status();
+    });
+  }
+  ::grpc::Status Delete(ServerContext* ctx, const pb::DeleteDatasetRequest* req,
+                        pb::DeleteDatasetResponse*) override {
+    return f_->Handle(ctx, "flowstate.v1.Datasets/Delete",
+                      [&]() -> Status { return f_->service().DeleteDataset(req->dataset_id()); });
+  }
+
+ private:
+  static void ToProto(const DatasetInfo& d, pb::Dataset* out) {
+    out->set_dataset_id(d.id);
+    out->set_path(d.path);
+    out->set_bytes(d.bytes);
+    out->set_complete(d.complete);
+    out->set_modified(d.modified);
+    for (const DatasetInfo::Array& a : d.arrays) {
+      pb::DatasetArray* p = out->add_arrays();
+      p->set_name(a.name);
+      p->set_dtype(a.dtype);
+      for (int64_t dim : a.shape) p->add_shape(dim);
+    }
+  }
+  Frontend* f_;
+};
+
 class ClusterService final : public pb::Cluster::Service {
  public:
   explicit ClusterService(Frontend* f) : f_(f) {}
@@ -533,7 +583,8 @@ class GrpcServerImpl final : public GrpcServer {
         jobs_(&frontend_),
         devices_(&frontend_),
         cluster_(&frontend_),
-        ops_(&frontend_) {}
+        ops_(&frontend_),
+        datasets_(&frontend_) {}
 
   ~GrpcServerImpl() override { Stop(); }
 
@@ -563,6 +614,7 @@ class GrpcServerImpl final : public GrpcServer {
       builder.RegisterService(&sessions_);
       builder.RegisterService(&jobs_);
       builder.RegisterService(&ops_);
+      builder.RegisterService(&datasets_);
     }
     builder.RegisterService(&devices_);
     builder.RegisterService(&cluster_);
@@ -669,6 +721,7 @@ class GrpcServerImpl final : public GrpcServer {
   DevicesService devices_;
   ClusterService cluster_;
   OpsService ops_;
+  DatasetsService datasets_;
   Mutex stop_mu_;
   ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes
   std::unique_ptr<::grpc::Server> server_;

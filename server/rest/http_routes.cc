@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -442,6 +443,59 @@ HttpResponse DeleteModel(const Call& c) {
   return JsonResponse(200, ModelDeletedToJson(c.id));
 }
 
+// Uploaded datasets: the body is a chunk of an .npy or .npz file;
+// ?final=false when more chunks follow. Over limits.max_dataset_bytes (or
+// the disk's space): 413; an offset that is not the bytes received so far,
+// or a dataset already complete: 409.
+StatusOr<std::pair<int64_t, bool>> ChunkParams(const Call& c) {
+  int64_t offset = 0;
+  if (std::optional<std::string> o = QueryParam(c.req.target, "offset")) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(o->c_str(), &end, 10);
+    if (o->empty() || *end != '\0' || errno != 0 || v < 0) {
+      return InvalidArgument("offset: expected a byte offset >= 0, got '" + o->substr(0, 32) + "'");
+    }
+    offset = v;
+  }
+  std::string final = QueryParam(c.req.target, "final").value_or("true");
+  if (final != "true" && final != "false") {
+    return InvalidArgument("final: expected true or false, got '" + final.substr(0, 32) + "'");
+  }
+  return std::make_pair(offset, final == "true");
+}
+
+HttpResponse DatasetChunk(const Call& c, const std::string& id) {
+  StatusOr<std::pair<int64_t, bool>> p = ChunkParams(c);
+  if (!p.ok()) return ErrorResponse(p.status());
+  StatusOr<DatasetInfo> d = c.service().UploadDataset(id, p->first, c.req.body, p->second);
+  if (!d.ok()) {
+    const Code code = d.status().code();
+    return ErrorResponse(d.status(), code == Code::kResourceExhausted ? 413
+                                     : code == Code::kFailedPrecondition && !id.empty() ? 409 : 0);
+  }
+  return JsonResponse(id.empty() ? 201 : 200, DatasetInfoToJson(*d));
+}
+
+HttpResponse UploadDataset(const Call& c) { return DatasetChunk(c, ""); }
+HttpResponse AppendDataset(const Call& c) { return DatasetChunk(c, c.id); }
+
+HttpResponse ListDatasets(const Call& c) {
+  return JsonResponse(200, DatasetInfoListToJson(c.service().ListDatasets()));
+}
+
+HttpResponse GetDataset(const Call& c) {
+  StatusOr<DatasetInfo> d = c.service().GetDataset(c.id);
+  if (!d.ok()) return ErrorResponse(d.status());
+  return JsonResponse(200, DatasetInfoToJson(*d));
+}
+
+HttpResponse DeleteDataset(const Call& c) {
+  Status s = c.service().DeleteDataset(c.id);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, "{}");
+}
+
 // The web console's files (web/console_assets.h): public, cached until they
 // change (ETag), and allowed to load nothing but themselves and to talk to
 // nothing but this server (Content-Security-Policy).
@@ -505,6 +559,10 @@ const std::vector<Route>& Routes() {
       // An upload is imported (checked) before it is stored.
       {"/v1/models", {{"GET", ListModels, RequestCost::kCheap}, {"POST", UploadModel, RequestCost::kExpensive}}},
       {"/v1/models/{id}", {{"GET", GetModel, RequestCost::kCheap}, {"DELETE", DeleteModel, RequestCost::kExpensive}}},
+      // Chunks are written to disk; the final one reads the file through.
+      {"/v1/datasets", {{"GET", ListDatasets, RequestCost::kExpensive}, {"POST", UploadDataset, RequestCost::kExpensive}}},
+      {"/v1/datasets/{id}", {{"GET", GetDataset, RequestCost::kExpensive}, {"DELETE", DeleteDataset, RequestCost::kExpensive}}},
+      {"/v1/datasets/{id}/append", {{"POST", AppendDataset, RequestCost::kExpensive}}},
       {"/v1/jobs/{id}/predict", {{"POST", Predict, RequestCost::kStep}}},
       // Reads the variables and writes the model out: the size of the model.
       {"/v1/jobs/{id}/model.onnx", {{"GET", ExportJobOnnx, RequestCost::kExpensive}}},

@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "checkpoints/store.h"
+#include "state/data_path.h"
+#include "state/npy.h"
 #include "tests/util/temp_dir.h"
 
 namespace flowstate::checkpoints {
@@ -220,6 +222,63 @@ TEST(Npz, NumpyLoadReadsEveryDtype) {
             "f16 <f2 (2,) True [1.5, -0.25]\n"
             "scope/bf16 <f4 (2,) True [1.5, -384.0]\n"
             "scalar <i8 () True [42]\n");
+}
+
+// What the export writes, a job's "npy" input reads back (state/npy.h):
+// members by key, every dtype but the widened bfloat16, the listing of an
+// archive, and a missing key named with the members there are.
+TEST(Npz, AJobsNpyInputReadsTheExportBack) {
+  TempDir dir("npz");
+  Snapshot s;
+  s.tensors.push_back({"x", Tensor::FromVector<float>({0.5f, -1.25f, 3.0f, 4.0f, 5.5f, 6.0f},
+                                                     TensorShape({3, 2}))});
+  s.tensors.push_back({"y", Tensor::FromVector<int64_t>({1, 0, 2})});
+  s.tensors.push_back({"u", Tensor::FromVector<uint8_t>({0, 255, 17})});
+  ASSERT_TRUE(ExportSnapshotNpz(s, dir.Join("d.npz")).ok());
+  StatusOr<Dataset> d = LoadNpyDataset(dir.path(), {{"x", "d.npz"}, {"y", "d.npz"}, {"u", "d.npz"}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->DebugString(), "Dataset(3 examples; u: uint8[], x: float32[2], y: int64[])");
+  EXPECT_EQ(d->Find("x")->flat<float>()[5], 6.0f);
+  EXPECT_EQ(d->Find("u")->flat<uint8_t>()[1], 255);
+
+  StatusOr<DataFile> f = OpenDataFile(dir.path(), "d.npz");
+  ASSERT_TRUE(f.ok());
+  StatusOr<std::vector<NpyArrayInfo>> list = ListNpyArrays(std::move(f).value());
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].name, "x");
+  EXPECT_EQ((*list)[0].dims, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ((*list)[2].dtype, DataType::kUInt8);
+
+  StatusOr<Dataset> missing = LoadNpyDataset(dir.path(), {{"label", "d.npz"}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_NE(missing.status().message().find("no array 'label'"), std::string::npos) << missing.status().ToString();
+  EXPECT_NE(missing.status().message().find("'x.npy', 'y.npy', 'u.npy'"), std::string::npos)
+      << missing.status().ToString();
+}
+
+// A damaged archive is a clear error, not a crash: the central directory
+// cut off, and a member's bytes changed under its CRC.
+TEST(Npz, ADamagedArchiveIsNamed) {
+  TempDir dir("npz");
+  Snapshot s;
+  std::vector<float> v(1000, 1.5f);
+  s.tensors.push_back({"x", Tensor::FromVector<float>(v)});
+  ASSERT_TRUE(ExportSnapshotNpz(s, dir.Join("d.npz")).ok());
+  const std::string bytes = ReadFile(dir.Join("d.npz"));
+  std::ofstream(dir.Join("cut.npz"), std::ios::binary) << bytes.substr(0, bytes.size() - 30);
+  std::string flipped = bytes;
+  flipped[200] ^= 1;  // inside x.npy's data
+  std::ofstream(dir.Join("flip.npz"), std::ios::binary) << flipped;
+  StatusOr<Dataset> cut = LoadNpyDataset(dir.path(), {{"x", "cut.npz"}});
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("'cut.npz'"), std::string::npos) << cut.status().ToString();
+  StatusOr<DataFile> f = OpenDataFile(dir.path(), "flip.npz");
+  ASSERT_TRUE(f.ok());
+  StatusOr<std::vector<NpyArrayInfo>> list = ListNpyArrays(std::move(f).value());
+  ASSERT_FALSE(list.ok());
+  EXPECT_NE(list.status().message().find("'flip.npz' member 'x.npy'"), std::string::npos) << list.status().ToString();
 }
 
 }  // namespace

@@ -234,6 +234,20 @@ async function responses(specPath, flowstate, timeoutSeconds) {
     await call(400, "POST", "/v1/jobs", JSON.stringify({ graph: { nodes: [] }, loss: "loss" }));
     await call(403, "POST", "/v1/jobs", JSON.stringify(Object.assign({}, job, { input: Object.assign({}, job.input, { files: { x: "../../etc/passwd", y: "points.csv" } }) })));
     await call(200, "DELETE", `/v1/jobs/${id}`);
+
+    // Datasets: an .npy of two float32 in two chunks, a refused file, an offset out of order.
+    let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+    dict += " ".repeat((64 - ((10 + dict.length + 1) % 64)) % 64) + "\n";
+    const npy = Buffer.concat([Buffer.from([0x93]), Buffer.from("NUMPY"), Buffer.from([1, 0, dict.length & 255, dict.length >> 8]),
+                               Buffer.from(dict), Buffer.from(new Float32Array([1.5, -2]).buffer)]);
+    const part = (await call(201, "POST", "/v1/datasets?final=false", npy.subarray(0, 20), "application/octet-stream")).json();
+    await call(409, "POST", `/v1/datasets/${part.dataset_id}/append?offset=3`, npy.subarray(20), "application/octet-stream");
+    await call(200, "POST", `/v1/datasets/${part.dataset_id}/append?offset=20`, npy.subarray(20), "application/octet-stream");
+    await call(200, "GET", "/v1/datasets");
+    await call(200, "GET", `/v1/datasets/${part.dataset_id}`);
+    await call(400, "POST", "/v1/datasets", Buffer.from("a,b\n1,2\n"), "application/octet-stream");
+    await call(200, "DELETE", `/v1/datasets/${part.dataset_id}`);
+    await call(404, "GET", `/v1/datasets/${part.dataset_id}`);
   } finally {
     await cleanup();
     fs.closeSync(log);
