@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "graph/attr_value.h"
+#include "graph/gradients.h"
 #include "graph/op_def.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
@@ -177,6 +178,9 @@ struct RunRequest {
   // "timeout_ms": the step's deadline; a step still running then (waiting
   // on a queue, say) fails DEADLINE_EXCEEDED. 0 (the default): none.
   int64_t timeout_ms = 0;
+  // "step_tag": the client's name for the step, by which it may cancel it
+  // (POST /v1/sessions/{id}/cancel) while it runs. "": none.
+  std::string step_tag;
 };
 
 // The dtype the graph expects for a feed (or a predict input) `name`
@@ -222,6 +226,25 @@ StatusOr<PredictRequest> ParsePredictRequestJson(
 // read "graph.nodes[2]...".
 StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view what,
                                          const GraphJsonOptions& options = {});
+
+// POST /v1/sessions/{id}/cancel: {"step_tag": "..."} -> the tag.
+StatusOr<std::string> ParseCancelStepJson(std::string_view json);
+
+// POST /v1/gradients: {"graph": {"nodes": [...]}, "y": "loss", "xs": ["w",
+// "b"], "prefix": "gradients"} (prefix optional), and its answer
+// {"prefix": "gradients", "nodes": [the added nodes], "gradients": [{"dense":
+// "gradients/...:0"} | {"indices": ..., "values": ..., "dense_shape": ...} |
+// null, one per x]} (graph/gradients.h GradientsOfGraph).
+struct GradientsRequest {
+  GraphDef graph;
+  std::string y;
+  std::vector<std::string> xs;
+  std::string prefix = "gradients";
+};
+StatusOr<GradientsRequest> ParseGradientsRequestJson(std::string_view json,
+                                                     const GraphJsonOptions& options = {});
+std::string GradientsToJson(const GraphDef& added, const std::string& prefix,
+                            const std::vector<Gradient>& grads);
 
 // {"outputs": {name: tensor, ...}} in the order given; with a non-empty
 // `trace_json` (a JSON object: a traced run's Chrome trace), also

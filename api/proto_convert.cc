@@ -465,6 +465,11 @@ StatusOr<GraphDef> GraphFromRequest(const pb::ExtendSessionRequest& request,
   return GraphOf(request, options);
 }
 
+StatusOr<GraphDef> GraphFromRequest(const pb::GradientsRequest& request,
+                                    const GraphOptions& options) {
+  return GraphOf(request, options);
+}
+
 // ---------------------------------------------------------------------------
 // Responses.
 

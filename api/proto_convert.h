@@ -90,6 +90,8 @@ StatusOr<GraphDef> GraphFromRequest(const pb::CreateSessionRequest& request,
                                     const GraphOptions& options = {});
 StatusOr<GraphDef> GraphFromRequest(const pb::ExtendSessionRequest& request,
                                     const GraphOptions& options = {});
+StatusOr<GraphDef> GraphFromRequest(const pb::GradientsRequest& request,
+                                    const GraphOptions& options = {});
 
 // --- Responses.
 

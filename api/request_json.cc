@@ -102,7 +102,7 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v, /*pack_tensor_data=*/true));
   FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run request",
                                            {"feeds", "fetches", "targets", "encoding", "trace",
-                                            "timeout_ms"}));
+                                            "timeout_ms", "step_tag"}));
   RunRequest r;
   if (const Json* feeds = internal::FindField(v, "feeds")) {
     FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(*feeds, root.Key("feeds"),
@@ -125,6 +125,8 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
   }
   FS_RETURN_IF_ERROR(internal::ReadBoolField(v, root, "trace", &r.trace));
   FS_RETURN_IF_ERROR(internal::ReadIntField(v, root, "timeout_ms", &r.timeout_ms, 0));
+  FS_RETURN_IF_ERROR(internal::ReadStringField(v, root, "step_tag", &r.step_tag));
+  if (r.step_tag.size() > 128) return internal::PathError(root.Key("step_tag"), "longer than 128 characters");
   return r;
 }
 
@@ -168,6 +170,77 @@ StatusOr<GraphDef> ParseGraphRequestJson(std::string_view json, std::string_view
   return internal::GraphFromJson(*graph, root.Key("graph"), options);
 }
 
+StatusOr<std::string> ParseCancelStepJson(std::string_view json) {
+  JsonPath root("");
+  internal::Document doc;
+  Json& v = *doc;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a cancel request", {"step_tag"}));
+  std::string tag;
+  FS_RETURN_IF_ERROR(internal::ReadStringField(v, root, "step_tag", &tag));
+  if (tag.empty()) return internal::PathError(root.Key("step_tag"), "missing: the tag the run carried");
+  return tag;
+}
+
+StatusOr<GradientsRequest> ParseGradientsRequestJson(std::string_view json,
+                                                     const GraphJsonOptions& options) {
+  JsonPath root("");
+  internal::Document doc;
+  Json& v = *doc;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a gradients request", {"graph", "y", "xs", "prefix"}));
+  GradientsRequest r;
+  const Json* graph = internal::FindField(v, "graph");
+  if (graph == nullptr) return internal::PathError(root.Key("graph"), "missing");
+  FS_ASSIGN_OR_RETURN(r.graph, internal::GraphFromJson(*graph, root.Key("graph"), options));
+  const Json* y = internal::FindField(v, "y");
+  if (y == nullptr || !y->is_string()) {
+    return internal::PathError(root.Key("y"), "expected the name of the tensor to differentiate");
+  }
+  r.y = y->get<std::string>();
+  const Json* xs = internal::FindField(v, "xs");
+  if (xs == nullptr || !xs->is_array() || xs->empty()) {
+    return internal::PathError(root.Key("xs"), "expected a non-empty list of tensor names");
+  }
+  for (size_t i = 0; i < xs->size(); ++i) {
+    if (!(*xs)[i].is_string()) return internal::PathError(root.Key("xs").Index(int64_t(i)), "expected a tensor name");
+    r.xs.push_back((*xs)[i].get<std::string>());
+  }
+  if (const Json* p = internal::FindField(v, "prefix")) {
+    if (!p->is_string()) return internal::PathError(root.Key("prefix"), "expected a name");
+    r.prefix = p->get<std::string>();
+  }
+  return r;
+}
+
+std::string GradientsToJson(const GraphDef& added, const std::string& prefix,
+                            const std::vector<Gradient>& grads) {
+  std::string out = "{\"prefix\":";
+  internal::AppendJsonString(prefix, &out);
+  std::string nodes = GraphToJson(added);  // {"nodes":[...]}
+  out += "," + nodes.substr(1, nodes.size() - 2) + ",\"gradients\":[";
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (i) out.push_back(',');
+    const Gradient& g = grads[i];
+    if (g.is_none()) {
+      out += "null";
+    } else if (!g.is_sparse) {
+      out += "{\"dense\":";
+      internal::AppendJsonString(g.dense.name(), &out);
+      out.push_back('}');
+    } else {
+      out += "{\"indices\":";
+      internal::AppendJsonString(g.indices.name(), &out);
+      out += ",\"values\":";
+      internal::AppendJsonString(g.values.name(), &out);
+      out += ",\"dense_shape\":";
+      internal::AppendJsonString(g.dense_shape.name(), &out);
+      out.push_back('}');
+    }
+  }
+  return out + "]}";
+}
+
 std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) {
   std::string out = "{\"feeds\":";
   internal::AppendNamedTensors(request.feeds, feed_encoding, &out, /*self_describing=*/true);
@@ -184,6 +257,10 @@ std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) 
   internal::AppendJsonString(EncodingName(request.encoding), &out);
   if (request.trace) out += ",\"trace\":true";
   if (request.timeout_ms != 0) out += ",\"timeout_ms\":" + std::to_string(request.timeout_ms);
+  if (!request.step_tag.empty()) {
+    out += ",\"step_tag\":";
+    internal::AppendJsonString(request.step_tag, &out);
+  }
   out.push_back('}');
   return out;
 }

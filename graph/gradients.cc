@@ -449,3 +449,78 @@ Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Ou
 }
 
 }  // namespace flowstate
+
+namespace flowstate {
+
+StatusOr<GraphGradients> GradientsOfGraph(const GraphDef& graph, const std::string& y,
+                                          const std::vector<std::string>& xs,
+                                          const std::string& prefix) {
+  FS_RETURN_IF_ERROR(ValidateNodeName(prefix).WithPrefix("prefix"));
+  FS_ASSIGN_OR_RETURN(Graph g, Graph::Create(graph));
+  auto tensor = [&](const std::string& s, const std::string& field) -> StatusOr<Output> {
+    StatusOr<TensorId> id = ParseTensorId(s);
+    if (!id.ok() || id->is_control()) {
+      return InvalidArgument(field + ": '" + s.substr(0, 128) + "' is not a tensor name");
+    }
+    const Node* n = g.FindNode(id->node);
+    if (n == nullptr) return NotFound(field + ": the graph has no node '" + id->node + "'", id->node);
+    if (id->index >= n->num_outputs()) {
+      return InvalidArgument(field + ": node '" + id->node + "' has " +
+                                 std::to_string(n->num_outputs()) + " outputs",
+                             id->node);
+    }
+    return Output(id->node, id->index);
+  };
+  FS_ASSIGN_OR_RETURN(Output loss, tensor(y, "y"));
+  std::vector<Output> x_outputs;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    FS_ASSIGN_OR_RETURN(Output x, tensor(xs[i], "xs[" + std::to_string(i) + "]"));
+    x_outputs.push_back(std::move(x));
+  }
+  if (x_outputs.empty()) return InvalidArgument("xs: name at least one tensor");
+
+  // A prefix no node of the graph lives under.
+  GraphGradients out;
+  out.prefix = prefix;
+  for (int k = 1;; ++k) {
+    bool taken = false;
+    for (const NodeDef& n : graph.nodes) {
+      if (n.name == out.prefix || n.name.rfind(out.prefix + "/", 0) == 0) {
+        taken = true;
+        break;
+      }
+    }
+    if (!taken) break;
+    out.prefix = prefix + "_" + std::to_string(k);
+  }
+  const GraphDef forward = g.ToGraphDef();
+  Scope root(forward);
+  GradientOptions options;
+  options.prefix = out.prefix;
+  FS_RETURN_IF_ERROR(AddGradients(root, loss, x_outputs, &out.grads, options));
+  const GraphDef& all = root.graph_def();
+  // Differentiating a loop adds to the loop's own nodes: not expressible as
+  // nodes appended to the client's graph.
+  for (size_t i = 0; i < forward.nodes.size(); ++i) {
+    const NodeDef& before = forward.nodes[i];
+    const NodeDef& after = all.nodes[i];
+    if (after.name != before.name || after.inputs != before.inputs || !(after.attrs == before.attrs)) {
+      return Unimplemented("the gradient of '" + y + "' runs through the loop of node '" + before.name +
+                               "', whose differentiation changes the loop itself; submit the graph "
+                               "as a job (its loss and optimizer) to train through loops",
+                           before.name);
+    }
+  }
+  for (size_t i = forward.nodes.size(); i < all.nodes.size(); ++i) {
+    if (all.nodes[i].name.rfind(out.prefix + "/", 0) != 0) {
+      return Unimplemented("the gradient of '" + y + "' adds node '" + all.nodes[i].name +
+                               "' outside its prefix (a loop on the path); submit the graph as "
+                               "a job to train through loops",
+                           all.nodes[i].name);
+    }
+    out.added.nodes.push_back(all.nodes[i]);
+  }
+  return out;
+}
+
+}  // namespace flowstate

@@ -119,6 +119,26 @@ struct GradientOptions {
 Status AddGradients(const Scope& scope, const Output& loss, const std::vector<Output>& xs,
                     std::vector<Gradient>* grads, const GradientOptions& options = {});
 
+// The gradients of tensor `y` with respect to tensors `xs` ("w", "lstm:1")
+// of a whole graph, as the nodes to add to it: what a client that builds
+// its graph itself asks the server for (POST /v1/gradients; the Python
+// package's Graph.gradients). `added` holds only new nodes, named under
+// `prefix` (made unique: "gradients", "gradients_1", ... when the graph
+// already has nodes under it), so the client appends them to its graph
+// and to any session running it (an extend). Errors name the node or the
+// field: `graph` invalid as Graph::Create says, `y`/`xs` that name no
+// tensor (NOT_FOUND, "xs[1]: ..."), AddGradients' own; UNIMPLEMENTED when
+// the gradient runs through a loop, whose differentiation changes the
+// loop's own nodes (a job's training graph does that on the server).
+struct GraphGradients {
+  GraphDef added;
+  std::vector<Gradient> grads;  // one per x, None when x does not affect y
+  std::string prefix;           // the prefix used
+};
+StatusOr<GraphGradients> GradientsOfGraph(const GraphDef& graph, const std::string& y,
+                                          const std::vector<std::string>& xs,
+                                          const std::string& prefix = "gradients");
+
 namespace internal {
 // Registration functions of graph/gradients/*.cc.
 void RegisterMathGradients(GradientRegistry* r);

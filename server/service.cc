@@ -9,6 +9,7 @@
 #include "api/json_codec.h"
 #include "checkpoints/store.h"
 #include "devices/kernel_registry.h"
+#include "devices/op_kernel.h"
 #include "graph/op_def.h"
 #include "scheduler/rendezvous.h"
 #include "jobs/step_trace_view.h"
@@ -168,6 +169,26 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> Service::RunSession(
     collector = std::make_unique<StepTraceCollector>();
     options.trace = collector.get();
   }
+  // A tagged step can be cancelled by its client (CancelSessionStep).
+  CancellationManager cancel;
+  const std::pair<std::string, std::string> tag_key{id, req.step_tag};
+  if (!req.step_tag.empty()) {
+    MutexLock l(mu_);
+    if (!tagged_steps_.emplace(tag_key, &cancel).second) {
+      return AlreadyExists("step_tag: a step tagged '" + req.step_tag + "' is running in session '" +
+                           id + "'");
+    }
+    options.cancellation = &cancel;
+  }
+  struct Untag {
+    Service* service;
+    const std::pair<std::string, std::string>* key;
+    ~Untag() {
+      if (key->second.empty()) return;
+      MutexLock l(service->mu_);
+      service->tagged_steps_.erase(*key);
+    }
+  } untag{this, &tag_key};
   RunStats stats;
   Status run = s->Run(req.feeds, req.fetches, req.targets, &out, &stats, options);
   if (collector) *trace = MakeStepTrace(*collector, stats.step_id);
@@ -185,6 +206,15 @@ bool Service::SessionStepMayWait(const std::string& id, const std::vector<std::s
                                  const std::vector<std::string>& targets) {
   StatusOr<std::shared_ptr<Session>> s = FindSession(id);
   return !s.ok() || (*s)->StepMayWait(feeds, fetches, targets);
+}
+
+StatusOr<bool> Service::CancelSessionStep(const std::string& id, const std::string& step_tag) {
+  FS_RETURN_IF_ERROR(FindSession(id).status());
+  MutexLock l(mu_);
+  auto it = tagged_steps_.find({id, step_tag});
+  if (it == tagged_steps_.end()) return false;
+  it->second->StartCancel();
+  return true;
 }
 
 Status Service::CloseSession(const std::string& id) {

@@ -29,6 +29,7 @@
 
 #include "devices/device_pool.h"
 #include "graph/attr_value.h"
+#include "graph/gradients.h"
 #include "graph/status.h"
 #include "graph/tensor.h"
 #include "api/views.h"
@@ -39,6 +40,7 @@
 
 namespace flowstate {
 
+class CancellationManager;
 class ClusterView;
 class Session;
 class TensorStore;
@@ -96,6 +98,9 @@ struct SessionRunRequest {
   bool trace = false;
   // The step's deadline (RunOptions::timeout); 0: none.
   int64_t timeout_ms = 0;
+  // The client's name for the step, by which CancelSessionStep ends it; "":
+  // none. Two running steps of one session may not share one.
+  std::string step_tag;
 };
 
 class Service {
@@ -121,6 +126,10 @@ class Service {
   bool SessionStepMayWait(const std::string& id, const std::vector<std::string>& feeds,
                           const std::vector<std::string>& fetches,
                           const std::vector<std::string>& targets);
+  // Ends the running step of session `id` tagged `step_tag` (CANCELLED, "the
+  // step was cancelled by its caller"): true; false when none runs (it
+  // ended first, or never began). NOT_FOUND for an unknown session.
+  StatusOr<bool> CancelSessionStep(const std::string& id, const std::string& step_tag);
   // Closes the session: its running steps end at once with CANCELLED ("the
   // session was closed"), then it is gone.
   Status CloseSession(const std::string& id);
@@ -191,6 +200,15 @@ class Service {
   StatusOr<std::unique_ptr<JobEventStream>> WatchJob(const std::string& id, bool history);
   int num_event_streams() const { return *open_streams_; }
 
+  // --- Graphs a client builds itself.
+  // The nodes computing the gradients of `y` with respect to `xs` of
+  // `graph` (graph/gradients.h GradientsOfGraph): POST /v1/gradients,
+  // gRPC Graphs/Gradients.
+  StatusOr<GraphGradients> Gradients(const GraphDef& graph, const std::string& y,
+                                     const std::vector<std::string>& xs, const std::string& prefix) const {
+    return GradientsOfGraph(graph, y, xs, prefix.empty() ? "gradients" : prefix);
+  }
+
   // --- Introspection.
   std::vector<OpInfo> ListOps() const;
   // The devices of every task of the cluster (this process's alone without
@@ -231,6 +249,10 @@ class Service {
   std::shared_ptr<TensorStore> tensor_store_;  // on jobs.store; null without one
   mutable Mutex mu_;
   std::map<std::string, SessionEntry> sessions_ ABSL_GUARDED_BY(mu_);
+  // The running steps that carry a tag, by (session id, tag); each handle
+  // lives on its RunSession's stack while it is here.
+  std::map<std::pair<std::string, std::string>, CancellationManager*> tagged_steps_
+      ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

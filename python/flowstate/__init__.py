@@ -16,13 +16,14 @@
 from . import dtypes, errors, layers
 from .client import Client, Job, Jobs, Session
 from .datasets import Dataset, Datasets
+from .gradients import IndexedSlices
 from .graph import Graph, Node, Output, get_default_graph
 from .model import History, Sequential
 from .ops import OpLibrary
-from .transport import Event
+from .messages import Event
 
 __version__ = "0.1.0"
 
 __all__ = ["Client", "Session", "Job", "Jobs", "Dataset", "Datasets", "Event", "Graph", "Node", "Output", "OpLibrary",
-           "get_default_graph", "Sequential", "History", "dtypes", "errors", "layers",
+           "get_default_graph", "IndexedSlices", "Sequential", "History", "dtypes", "errors", "layers",
            "__version__"]

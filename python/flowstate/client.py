@@ -19,11 +19,13 @@ its own; every failure is a ``flowstate.errors.FlowstateError``.
 import io
 import json
 import os
+import uuid
 
 import numpy as np
 
 from . import dtypes, errors, transport
 from .datasets import Datasets
+from .messages import TERMINAL_STATES
 from .graph import Graph, Node, Output
 from .ops import OpLibrary
 
@@ -66,8 +68,11 @@ class Client:
         return self.transport.list_ops()
 
     def graph(self):
-        """A new Graph checked against this server's registry."""
-        return Graph(self.ops)
+        """A new Graph checked against this server's registry (and differentiated by it:
+        Graph.gradients)."""
+        g = Graph(self.ops)
+        g._client = self
+        return g
 
     def devices(self):
         return self.transport.devices()
@@ -228,8 +233,17 @@ class Session:
             run_targets.append(name.split(":")[0])
         feeds = dict(self._feed(k, v) for k, v in (feed_dict or {}).items())
         unique = list(dict.fromkeys(names))
-        out = self._t.run_session(self.id, feeds, unique, run_targets, timeout_ms=timeout_ms,
-                                  timeout=timeout)
+        tag = uuid.uuid4().hex
+        try:
+            out = self._t.run_session(self.id, feeds, unique, run_targets, timeout_ms=timeout_ms,
+                                      timeout=timeout, step_tag=tag)
+        except KeyboardInterrupt:
+            # Ctrl-C: the step ends on the server too (it would run on otherwise).
+            try:
+                self._t.cancel_step(self.id, tag, timeout=5)
+            except errors.FlowstateError:
+                pass
+            raise
 
         def rebuild(s):
             if s is None:
@@ -283,7 +297,7 @@ class Job:
 
     @property
     def finished(self):
-        return self.info.get("state") in transport.TERMINAL_STATES
+        return self.info.get("state") in TERMINAL_STATES
 
     def refresh(self):
         self.info = self._jobs.get(self.id).info

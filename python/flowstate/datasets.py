@@ -69,7 +69,7 @@ class _Rest:
 class _Grpc:
     def __init__(self, t):
         from ._gen import flowstate_pb2_grpc
-        from .transport import _msg_dict
+        from .messages import _msg_dict
         self.t, self.pb, self._dict = t, t.pb, _msg_dict
         self.stub = flowstate_pb2_grpc.DatasetsStub(t.channel)
 
@@ -102,7 +102,7 @@ class Datasets:
             self._calls = _Grpc(t) if t.kind == "grpc" else _Rest(t)
         return self._calls
 
-    def upload(self, arrays, chunk_bytes=CHUNK_BYTES, timeout=None):
+    def upload(self, arrays, chunk_bytes=CHUNK_BYTES):
         """Uploads a dict of arrays (as an .npz, one member per key), one array
         (an .npy), or the path of an .npy/.npz file; returns the Dataset."""
         if isinstance(arrays, (str, os.PathLike)):

@@ -33,6 +33,7 @@ import numpy as np
 
 from . import dtypes, errors
 from .control_flow import ControlFlowMixin
+from .gradients import GradientsMixin
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.\-/]*$")
 
@@ -147,7 +148,7 @@ def get_default_graph():
     return stack[-1]
 
 
-class Graph(ControlFlowMixin):
+class Graph(ControlFlowMixin, GradientsMixin):
     """A dataflow graph checked against the op registry `ops` (a flowstate.ops.OpLibrary)."""
 
     def __init__(self, ops=None):
@@ -440,14 +441,3 @@ class Graph(ControlFlowMixin):
             self._in_init -= 1
             self._scope = saved
 
-    def gradients(self, loss, xs):
-        """Not available: the server adds gradients only to a job's training graph.
-
-        A job's ``loss`` and ``optimizer`` make the server differentiate the
-        graph (graph/gradients.h) and apply the updates; there is no session
-        API that returns the backward graph yet.
-        """
-        raise errors.Unimplemented(
-            "gradients: the server builds gradients only for a job's training graph "
-            "(submit a job with \"loss\" and \"optimizer\"); it has no session-level "
-            "gradient API yet")

@@ -19,39 +19,7 @@ import threading
 import urllib.parse
 
 from . import dtypes, errors
-
-TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-
-def _nan_safe(v):
-    """REST writes NaN and the infinities as strings: back to floats."""
-    if isinstance(v, str) and v in ("NaN", "Infinity", "-Infinity"):
-        return float(v.replace("Infinity", "inf"))
-    return v
-
-
-def _fix_job(job):
-    for k in ("loss", "examples_per_sec", "eta_seconds"):
-        if k in job:
-            job[k] = _nan_safe(job[k])
-    if isinstance(job.get("metrics"), dict):
-        job["metrics"] = {k: _nan_safe(v) for k, v in job["metrics"].items()}
-    return job
-
-
-class Event:
-    """One event of a job's stream: kind ("state", "step", "eval", "checkpoint",
-    "resume", "nan"), the job right after it (a dict), its time (RFC 3339
-    string or None) and the message of checkpoint, resume and nan events."""
-
-    __slots__ = ("kind", "job", "time", "message")
-
-    def __init__(self, kind, job, time=None, message=""):
-        self.kind, self.job, self.time, self.message = kind, job, time, message
-
-    def __repr__(self):
-        return "Event(%r, %s %s step %s)" % (self.kind, self.job.get("job_id"),
-                                           self.job.get("state"), self.job.get("step"))
+from .messages import Event, _fix_job, _msg_dict
 
 
 # ---------------------------------------------------------------------------
@@ -164,17 +132,27 @@ class RestTransport:
     def create_session(self, graph):
         return self.request("POST", "/v1/sessions", {"graph": graph})["session_id"]
 
+    def gradients(self, graph, y, xs, prefix):
+        return self.request("POST", "/v1/gradients", {"graph": graph, "y": y, "xs": xs,
+                                                      "prefix": prefix})
+
     def extend_session(self, session_id, graph):
         self.request("POST", "/v1/sessions/%s/extend" % self._q(session_id), {"graph": graph})
 
-    def run_session(self, session_id, feeds, fetches, targets, timeout_ms=0, timeout=None):
+    def run_session(self, session_id, feeds, fetches, targets, timeout_ms=0, timeout=None,
+                    step_tag=""):
         body = {"feeds": {k: dtypes.to_json(a, d) for k, (d, a) in feeds.items()},
-                "fetches": list(fetches), "targets": list(targets), "encoding": "b64"}
+                "fetches": list(fetches), "targets": list(targets), "encoding": "b64",
+                "step_tag": step_tag}
         if timeout_ms:
             body["timeout_ms"] = int(timeout_ms)
         out = self.request("POST", "/v1/sessions/%s/run" % self._q(session_id), body,
                            timeout=timeout)
         return {k: dtypes.from_json(v) for k, v in out.get("outputs", {}).items()}
+
+    def cancel_step(self, session_id, step_tag, timeout=None):
+        return self.request("POST", "/v1/sessions/%s/cancel" % self._q(session_id),
+                            {"step_tag": step_tag}, timeout=timeout)["cancelled"]
 
     def close_session(self, session_id):
         self.request("DELETE", "/v1/sessions/%s" % self._q(session_id))
@@ -274,30 +252,6 @@ class RestTransport:
 # gRPC
 
 
-def _msg_dict(m):
-    """A message as REST's dict: ints stay ints, unset Timestamps and optionals are None."""
-    out = {}
-    for f in m.DESCRIPTOR.fields:
-        v = getattr(m, f.name)
-        if f.message_type is not None and f.message_type.GetOptions().map_entry:
-            vf = f.message_type.fields_by_name["value"]
-            out[f.name] = {k: (_msg_dict(x) if vf.message_type else x) for k, x in v.items()}
-        elif f.label == f.LABEL_REPEATED:
-            out[f.name] = [_msg_dict(x) if f.message_type else x for x in v]
-        elif f.message_type is not None:
-            if not m.HasField(f.name):
-                out[f.name] = None
-            elif f.message_type.full_name == "google.protobuf.Timestamp":
-                out[f.name] = v.ToJsonString()
-            else:
-                out[f.name] = _msg_dict(v)
-        elif f.containing_oneof is not None and f.containing_oneof.name.startswith("_"):
-            out[f.name] = v if m.HasField(f.name) else None  # proto3 optional
-        else:
-            out[f.name] = v
-    return out
-
-
 class GrpcTransport:
     kind = "grpc"
 
@@ -317,6 +271,7 @@ class GrpcTransport:
         self.ops = flowstate_pb2_grpc.OpsStub(self.channel)
         self.devices_stub = flowstate_pb2_grpc.DevicesStub(self.channel)
         self.cluster_stub = flowstate_pb2_grpc.ClusterStub(self.channel)
+        self.graphs = flowstate_pb2_grpc.GraphsStub(self.channel)
 
     def __repr__(self):
         return "grpc://%s:%d" % (self.host, self.port)
@@ -385,6 +340,13 @@ class GrpcTransport:
 
     # -- sessions
 
+    def gradients(self, graph, y, xs, prefix):
+        r = self.call(self.graphs.Gradients, self.pb.GradientsRequest(
+            graph_json=json.dumps(graph), y=y, xs=xs, prefix=prefix))
+        return {"prefix": r.prefix, "nodes": json.loads(r.graph_json)["nodes"],
+                "gradients": [None if not (g.dense or g.values) else
+                              {k: v for k, v in _msg_dict(g).items() if v} for g in r.gradients]}
+
     def create_session(self, graph):
         r = self.call(self.sessions.Create,
                       self.pb.CreateSessionRequest(graph_json=json.dumps(graph)))
@@ -394,13 +356,19 @@ class GrpcTransport:
         self.call(self.sessions.Extend, self.pb.ExtendSessionRequest(
             session_id=session_id, graph_json=json.dumps(graph)))
 
-    def run_session(self, session_id, feeds, fetches, targets, timeout_ms=0, timeout=None):
+    def run_session(self, session_id, feeds, fetches, targets, timeout_ms=0, timeout=None,
+                    step_tag=""):
         req = self.pb.RunSessionRequest(session_id=session_id, fetches=list(fetches),
-                                        targets=list(targets), timeout_ms=int(timeout_ms or 0))
+                                        targets=list(targets), timeout_ms=int(timeout_ms or 0),
+                                        step_tag=step_tag)
         for k, (d, a) in feeds.items():
             self._fill(req.feeds[k], d, a)
         r = self.call(self.sessions.Run, req, timeout=timeout)
         return {k: self._array(v) for k, v in r.outputs.items()}
+
+    def cancel_step(self, session_id, step_tag, timeout=None):
+        return self.call(self.sessions.CancelStep, self.pb.CancelStepRequest(
+            session_id=session_id, step_tag=step_tag), timeout=timeout).cancelled
 
     def close_session(self, session_id):
         self.call(self.sessions.Close, self.pb.CloseSessionRequest(session_id=session_id))

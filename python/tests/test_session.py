@@ -1,5 +1,7 @@
 """Sessions over both transports: numpy in and out, every dtype, extend, close, errors."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -205,7 +207,6 @@ def test_bad_graph_is_refused_naming_the_node(client):
 
 def test_unreachable_server_is_unavailable_within_the_deadline():
     import socket
-    import time
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -224,7 +225,7 @@ def test_wrong_scheme():
         flowstate.Client("ftp://x:1")
 
 
-def test_ctrl_c_during_a_step_leaves_the_client_usable(client):
+def test_ctrl_c_during_a_step_cancels_it_and_leaves_the_client_usable(client):
     import os
     import signal
     import threading
@@ -232,6 +233,8 @@ def test_ctrl_c_during_a_step_leaves_the_client_usable(client):
     q = g.FIFOQueue(component_types=["float32"], name="q")
     d = g.QueueDequeue(q, component_types=["float32"], name="d")  # waits: the queue is empty
     g.constant(1.0, name="one")
+    enqueue = g.QueueEnqueue(q, [g.constant(np.float32(7.0))], name="enqueue")
+    size = g.QueueSize(q, name="size")
     with client.session(g) as s:
         timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
         interrupted = False
@@ -245,3 +248,8 @@ def test_ctrl_c_during_a_step_leaves_the_client_usable(client):
         assert interrupted
         # The interrupted call's connection (REST) was dropped, not reused mid-response.
         assert s.run("one") == 1.0
+        # The step ended on the server too: a dequeue still waiting there would take
+        # the element enqueued now.
+        s.run(enqueue)
+        time.sleep(0.2)
+        assert s.run(size) == 1

@@ -63,6 +63,7 @@
 
 #include "api/flowstate.grpc.pb.h"
 #include "scheduler/thread_pool.h"
+#include "api/json_codec.h"
 #include "api/proto_convert.h"
 #include "checkpoints/npz.h"
 #include "api/views_json.h"
@@ -136,6 +137,8 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
       return InvalidArgument("timeout_ms: must be >= 0, got " + std::to_string(req.timeout_ms()));
     }
     run.timeout_ms = req.timeout_ms();
+    if (req.step_tag().size() > 128) return InvalidArgument("step_tag: longer than 128 characters");
+    run.step_tag = req.step_tag();
     // The call's gRPC deadline bounds the step as timeout_ms does.
     if (std::optional<int64_t> left = MillisecondsUntil(deadline)) {
       if (*left <= 0) return DeadlineExceeded("the call's deadline passed before the step began");
@@ -149,6 +152,15 @@ class SessionsService final : public pb::Sessions::WithAsyncMethod_Run<pb::Sessi
     proto_convert::NamedTensorsToProto(outputs, resp->mutable_outputs());
     if (run.trace) resp->set_trace_json(StepTraceToChromeJson(trace));
     return Status();
+  }
+
+  ::grpc::Status CancelStep(ServerContext* ctx, const pb::CancelStepRequest* req,
+                            pb::CancelStepResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Sessions/CancelStep", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(bool cancelled, f_->service().CancelSessionStep(req->session_id(), req->step_tag()));
+      resp->set_cancelled(cancelled);
+      return Status();
+    });
   }
 
   ::grpc::Status Close(ServerContext* ctx, const pb::CloseSessionRequest* req,
@@ -401,6 +413,36 @@ class DevicesService final : public pb::Devices::Service {
   Frontend* f_;
 };
 
+class GraphsService final : public pb::Graphs::Service {
+ public:
+  explicit GraphsService(Frontend* f) : f_(f) {}
+
+  ::grpc::Status Gradients(ServerContext* ctx, const pb::GradientsRequest* req,
+                           pb::GradientsResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Graphs/Gradients", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(GraphDef graph, proto_convert::GraphFromRequest(*req, f_->graph_options()));
+      std::vector<std::string> xs(req->xs().begin(), req->xs().end());
+      FS_ASSIGN_OR_RETURN(GraphGradients g, f_->service().Gradients(graph, req->y(), xs, req->prefix()));
+      resp->set_prefix(g.prefix);
+      resp->set_graph_json(api::GraphToJson(g.added));
+      for (const Gradient& grad : g.grads) {
+        pb::GradientRef* r = resp->add_gradients();
+        if (grad.is_sparse) {
+          r->set_indices(grad.indices.name());
+          r->set_values(grad.values.name());
+          r->set_dense_shape(grad.dense_shape.name());
+        } else if (!grad.is_none()) {
+          r->set_dense(grad.dense.name());
+        }
+      }
+      return Status();
+    });
+  }
+
+ private:
+  Frontend* f_;
+};
+
 class DatasetsService final : public pb::Datasets::Service {
  public:
   explicit DatasetsService(Frontend* f) : f_(f) {}
@@ -584,7 +626,8 @@ class GrpcServerImpl final : public GrpcServer {
         devices_(&frontend_),
         cluster_(&frontend_),
         ops_(&frontend_),
-        datasets_(&frontend_) {}
+        datasets_(&frontend_),
+        graphs_(&frontend_) {}
 
   ~GrpcServerImpl() override { Stop(); }
 
@@ -615,6 +658,7 @@ class GrpcServerImpl final : public GrpcServer {
       builder.RegisterService(&jobs_);
       builder.RegisterService(&ops_);
       builder.RegisterService(&datasets_);
+      builder.RegisterService(&graphs_);
     }
     builder.RegisterService(&devices_);
     builder.RegisterService(&cluster_);
@@ -722,6 +766,7 @@ class GrpcServerImpl final : public GrpcServer {
   ClusterService cluster_;
   OpsService ops_;
   DatasetsService datasets_;
+  GraphsService graphs_;
   Mutex stop_mu_;
   ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes
   std::unique_ptr<::grpc::Server> server_;

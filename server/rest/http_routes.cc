@@ -207,6 +207,7 @@ HttpResponse RunSession(const Call& c) {
   run.targets = std::move(req->targets);
   run.trace = req->trace;
   run.timeout_ms = req->timeout_ms;
+  run.step_tag = req->step_tag;
   if (c.req.must_not_wait &&
       c.service().SessionStepMayWait(c.id, NamesOf(run.feeds), run.fetches, run.targets)) {
     return Deferred();
@@ -220,6 +221,15 @@ HttpResponse RunSession(const Call& c) {
       200, api::RunOutputsToJson(*out, req->encoding, run.trace ? StepTraceToChromeJson(trace) : ""));
   r.timings.emplace_back("step", step);
   return r;
+}
+
+// {"step_tag": "..."} -> {"cancelled": true | false}.
+HttpResponse CancelStep(const Call& c) {
+  StatusOr<std::string> tag = api::ParseCancelStepJson(c.req.body);
+  if (!tag.ok()) return ErrorResponse(tag.status());
+  StatusOr<bool> cancelled = c.service().CancelSessionStep(c.id, *tag);
+  if (!cancelled.ok()) return ErrorResponse(cancelled.status());
+  return JsonResponse(200, *cancelled ? "{\"cancelled\":true}" : "{\"cancelled\":false}");
 }
 
 HttpResponse CloseSession(const Call& c) {
@@ -443,6 +453,19 @@ HttpResponse DeleteModel(const Call& c) {
   return JsonResponse(200, ModelDeletedToJson(c.id));
 }
 
+HttpResponse Gradients(const Call& c) {
+  if (std::all_of(c.req.body.begin(), c.req.body.end(), [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); })) {
+    return ErrorResponse(InvalidArgument("the request has no body; expected a gradients request (a JSON object)"));
+  }
+  api::GraphJsonOptions options;
+  options.max_tensor_bytes = size_t(std::max<int64_t>(0, c.max_tensor_bytes()));
+  StatusOr<api::GradientsRequest> r = api::ParseGradientsRequestJson(c.req.body, options);
+  if (!r.ok()) return ErrorResponse(r.status());
+  StatusOr<GraphGradients> g = c.service().Gradients(r->graph, r->y, r->xs, r->prefix);
+  if (!g.ok()) return ErrorResponse(g.status());
+  return JsonResponse(200, api::GradientsToJson(g->added, g->prefix, g->grads));
+}
+
 // Uploaded datasets: the body is a chunk of an .npy or .npz file;
 // ?final=false when more chunks follow. Over limits.max_dataset_bytes (or
 // the disk's space): 413; an offset that is not the bytes received so far,
@@ -540,10 +563,13 @@ const std::vector<Route>& Routes() {
       {"/v1/devices", {{"GET", ListDevices, RequestCost::kCheap}}},
       {"/v1/cluster", {{"GET", GetCluster, RequestCost::kCheap}}},
       {"/v1/sessions", {{"POST", CreateSession, RequestCost::kExpensive}}},
+      // Validates and differentiates the whole graph.
+      {"/v1/gradients", {{"POST", Gradients, RequestCost::kExpensive}}},
       // Closing waits for the session's running steps.
       {"/v1/sessions/{id}", {{"DELETE", CloseSession, RequestCost::kExpensive}}},
       {"/v1/sessions/{id}/extend", {{"POST", ExtendSession, RequestCost::kExpensive}}},
       {"/v1/sessions/{id}/run", {{"POST", RunSession, RequestCost::kStep}}},
+      {"/v1/sessions/{id}/cancel", {{"POST", CancelStep, RequestCost::kCheap}}},
       {"/v1/jobs", {{"GET", ListJobs, RequestCost::kCheap}, {"POST", SubmitJob, RequestCost::kExpensive}}},
       // Deleting waits for the job's checkpoint writes in flight.
       {"/v1/jobs/{id}", {{"GET", GetJob, RequestCost::kCheap}, {"DELETE", DeleteJob, RequestCost::kExpensive}}},

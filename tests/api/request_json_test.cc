@@ -48,7 +48,7 @@ TEST(RunRequestJson, Errors) {
   const std::pair<const char*, const char*> cases[] = {
       {"[]", "expected a run request (an object), got an array"},
       {R"({"feed": {}})", "feed: unknown field (a run request has \"feeds\", \"fetches\", "
-                          "\"targets\", \"encoding\", \"trace\", \"timeout_ms\")"},
+                          "\"targets\", \"encoding\", \"trace\", \"timeout_ms\", \"step_tag\")"},
       {R"({"trace": "yes"})", "trace: expected a bool"},
       {R"({"timeout_ms": -1})", "timeout_ms: must be >= 0"},
       {R"({"timeout_ms": 1.5})", "timeout_ms: expected an integer"},

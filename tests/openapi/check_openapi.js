@@ -173,6 +173,10 @@ async function responses(specPath, flowstate, timeoutSeconds) {
       { name: "x", op: "Placeholder", attrs: { dtype: "float32", shape: [-1] } },
       { name: "two", op: "Const", attrs: { dtype: "float32", value: 2.0 } },
       { name: "y", op: "Mul", inputs: ["x", "two"] } ] };
+    // Its gradients: dy/dx of the same graph, and a name it does not have.
+    await call(200, "POST", "/v1/gradients", JSON.stringify({ graph, y: "y", xs: ["x"] }));
+    await call(404, "POST", "/v1/gradients", JSON.stringify({ graph, y: "y", xs: ["nope"] }));
+    await call(400, "POST", "/v1/gradients", JSON.stringify({ graph, y: "y" }));
     const created = await call(201, "POST", "/v1/sessions", JSON.stringify({ graph }));
     const sid = created.json().session_id;
     await call(200, "POST", `/v1/sessions/${sid}/extend`, JSON.stringify({ graph: { nodes: [
@@ -182,6 +186,8 @@ async function responses(specPath, flowstate, timeoutSeconds) {
     }
     await call(404, "POST", `/v1/sessions/${sid}/run`, JSON.stringify({ feeds: { x: { dtype: "float32", shape: [2], data: [1, 2] } }, fetches: ["nope"] }));
     await call(400, "POST", `/v1/sessions/${sid}/run`, "{not json");
+    await call(200, "POST", `/v1/sessions/${sid}/cancel`, JSON.stringify({ step_tag: "none-running" }));
+    await call(400, "POST", `/v1/sessions/${sid}/cancel`, JSON.stringify({}));
     await call(400, "POST", "/v1/sessions", JSON.stringify({ graph: { nodes: [{ name: "a", op: "NoSuchOp" }] } }));
     await call(200, "DELETE", `/v1/sessions/${sid}`);
     await call(404, "DELETE", `/v1/sessions/${sid}`);

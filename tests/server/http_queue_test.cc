@@ -4,6 +4,7 @@
 // releases a step that waits on its queue.
 #include <chrono>
 #include <future>
+#include <thread>
 
 #include "tests/server/http_routes_fixture.h"
 
@@ -97,6 +98,63 @@ TEST_F(HttpRoutesTest, DeletingASessionReleasesAStepWaitingOnItsQueue) {
   r = waiting.get();
   EXPECT_EQ(ErrorOf(r).code(), Code::kCancelled) << r.body;
   EXPECT_EQ(r.status, 499) << r.body;
+}
+
+TEST_F(HttpRoutesTest, ATaggedStepIsCancelledByItsTagAndTheSessionGoesOn) {
+  HttpResponse r = Do("POST", "/v1/sessions", kQueueGraph);
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = Json::parse(r.body)["session_id"];
+  const std::string run = "/v1/sessions/" + id + "/run";
+  auto waiting = std::async(std::launch::async, [&] {
+    return Do("POST", run, R"({"fetches": ["batch:0"], "step_tag": "t1"})");
+  });
+  // Until the step has begun, a cancel finds nothing to end: retry it.
+  bool cancelled = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!cancelled && std::chrono::steady_clock::now() < deadline) {
+    HttpResponse c = Do("POST", "/v1/sessions/" + id + "/cancel", R"({"step_tag": "t1"})");
+    ASSERT_EQ(c.status, 200) << c.body;
+    cancelled = Json::parse(c.body)["cancelled"].get<bool>();
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(cancelled);
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  r = waiting.get();
+  EXPECT_EQ(r.status, 499) << r.body;
+  EXPECT_NE(ErrorOf(r).message().find("cancelled by its caller"), std::string::npos) << r.body;
+  // Nothing runs under that tag now; the session still runs steps.
+  r = Do("POST", "/v1/sessions/" + id + "/cancel", R"({"step_tag": "t1"})");
+  EXPECT_EQ(Json::parse(r.body)["cancelled"], false) << r.body;
+  r = Do("POST", run, R"({"fetches": ["size"], "step_tag": "t1"})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  // Bad requests.
+  EXPECT_EQ(Do("POST", "/v1/sessions/" + id + "/cancel", R"({"step_tag": ""})").status, 400);
+  EXPECT_EQ(Do("POST", "/v1/sessions/" + id + "/cancel", R"({"tag": "t1"})").status, 400);
+  EXPECT_EQ(Do("POST", "/v1/sessions/sess-404/cancel", R"({"step_tag": "t1"})").status, 404);
+  r = Do("POST", run, R"({"fetches": ["size"], "step_tag": ")" + std::string(129, 'x') + R"("})");
+  EXPECT_EQ(r.status, 400) << r.body;
+}
+
+TEST_F(HttpRoutesTest, TwoRunningStepsMayNotShareATag) {
+  HttpResponse r = Do("POST", "/v1/sessions", kQueueGraph);
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = Json::parse(r.body)["session_id"];
+  auto waiting = std::async(std::launch::async, [&] {
+    return Do("POST", "/v1/sessions/" + id + "/run", R"({"fetches": ["batch:0"], "step_tag": "same"})");
+  });
+  // The second may come before the first has registered its tag: retry
+  // until it is refused (it ends at once either way: size does not wait).
+  bool refused = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!refused && std::chrono::steady_clock::now() < deadline) {
+    r = Do("POST", "/v1/sessions/" + id + "/run", R"({"fetches": ["size"], "step_tag": "same"})");
+    refused = r.status == 409;
+    if (!refused) ASSERT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_NE(ErrorOf(r).message().find("step_tag"), std::string::npos) << r.body;
+  EXPECT_EQ(Do("DELETE", "/v1/sessions/" + id).status, 200);
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
 }
 
 }  // namespace
