@@ -10,9 +10,17 @@ class), then measures, one after the other:
   over --runs calls after a warm-up: what the package adds;
 - feeding an N MiB float32 array through Identity (a round trip: the array
   goes in and comes back), against a plain numpy copy of it and against the
-  raw stub with the same bytes.
+  raw stub with the same bytes;
+- with --service-bench (build/bench/service_bench), the C++ clients' round
+  trip of the same tiny Run (its sync gRPC stub and REST client, the best
+  p50 of 3 rounds, its own server process), run right after, and the ratio;
+- with --fit-steps N, the Fashion-MNIST MLP trained N steps as
+  examples/jobs/fashion_mlp.json (IDX files) and as
+  examples/python/fashion_mlp.py's Sequential through fit(x, y) (numpy arrays
+  uploaded as an .npz), alternating --fit-reps times: the jobs' examples/s.
 
     python3 bench/python_client_bench.py --flowstate build/flowstate [--runs 2000] [--mib 32]
+        [--service-bench build/bench/service_bench] [--fit-steps 300 --fit-reps 2]
 
 64 MiB cannot be fed with the defaults: limits.max_tensor_bytes,
 grpc.max_message_bytes and (with base64) http.body_limit_bytes are 64 MiB.
@@ -22,6 +30,8 @@ import argparse
 import http.client
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +67,12 @@ def main():
     ap.add_argument("--flowstate", required=True)
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--mib", type=int, default=32)
+    ap.add_argument("--service-bench", help="build/bench/service_bench: the C++ clients' round trip")
+    ap.add_argument("--fit-steps", type=int, default=0)
+    ap.add_argument("--fit-reps", type=int, default=2)
+    ap.add_argument("--data-root", default="/usr/share/datasets")
     a = ap.parse_args()
+    tiny = {}
     print("load average: %.2f %.2f %.2f" % os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         srv = Server(a.flowstate, tmp, extra_args=["--set", "limits.max_tensor_bytes=134217728",
@@ -90,6 +105,7 @@ def main():
                             r.read()
                         raw = timed(post, a.runs)
                     p, r = percentiles(pkg), percentiles(raw)
+                    tiny[c.transport.kind] = p[0]
                     print("%-5s tiny run p50/p99: flowstate %.0f / %.0f us, raw %.0f / %.0f us, "
                           "package adds %.0f us at p50" % (c.transport.kind, p[0], p[1], r[0], r[1],
                                                            p[0] - r[0]))
@@ -109,8 +125,59 @@ def main():
                         line += "; the raw stub %.1f ms" % (min(raw) * 1e3)
                     print(line)
                 c.close()
+            if a.fit_steps:
+                fit_bench(srv, a)
         finally:
             srv.stop()
+    if a.service_bench:
+        figures = {}
+        out = subprocess.run([a.service_bench, "--rounds", "3", "--requests", str(a.runs),
+                              "--no-wrk", "--no-predict"], capture_output=True, text=True,
+                             timeout=600, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("{"):
+                f = json.loads(line)
+                figures[f["name"]] = f["value"]
+        for kind, name in (("grpc", "service_run_grpc_p50"), ("http", "service_run_rest_p50")):
+            print("%-5s tiny run p50: Python package %.0f us, C++ client %.0f us: %.2fx"
+                  % (kind, tiny[kind], figures[name], tiny[kind] / figures[name]))
+
+
+def fit_bench(srv, a):
+    """The MLP as a JSON job (IDX files) and as Sequential.fit(x, y) (uploaded arrays)."""
+    import gzip
+    from flowstate import layers
+    c = flowstate.Client(srv.grpc, timeout=600)
+    src = os.path.join(a.data_root, "fashion-mnist")
+    dst = os.path.join(srv.data_root, "fashion-mnist")
+    if not os.path.exists(dst):
+        shutil.copytree(src, dst)
+    with gzip.open(os.path.join(src, "train-images-idx3-ubyte.gz")) as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+    with gzip.open(os.path.join(src, "train-labels-idx1-ubyte.gz")) as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    spec_path = os.path.join(HERE, "..", "examples", "jobs", "fashion_mlp.json")
+    rates = {"json": [], "fit": []}
+    for _ in range(a.fit_reps):
+        job = c.jobs.submit(spec_path, max_steps=a.fit_steps)
+        job.wait(timeout=600)
+        rates["json"].append(job.info["examples_per_sec"])
+        job.delete()
+        model = flowstate.Sequential(c, [
+            layers.Rescale(2.832861 / 255, -0.286 * 2.832861), layers.Flatten(),
+            layers.Dense(512, activation="relu"), layers.Dense(512, activation="relu"),
+            layers.Dense(10)], input_shape=(28, 28), input_dtype="uint8", name="fit-bench")
+        model.compile(optimizer={"type": "adam", "learning_rate": 0.001,
+                                 "schedule": {"type": "cosine_decay", "decay_steps": 1407}},
+                      metrics=["accuracy", "loss"])
+        model.fit(x, y, epochs=3, batch_size=128, max_steps=a.fit_steps, verbose=0)
+        rates["fit"].append(model.job.refresh().info["examples_per_sec"])
+        model.job.delete()
+    j, f = max(rates["json"]), max(rates["fit"])
+    print("MLP %d steps, best of %d: JSON job (IDX) %.0f ex/s, Sequential.fit(x, y) %.0f ex/s: "
+          "%.3fx (runs: json %s, fit %s)" % (a.fit_steps, a.fit_reps, j, f, f / j,
+                                            ["%.0f" % v for v in rates["json"]],
+                                            ["%.0f" % v for v in rates["fit"]]))
 
 
 if __name__ == "__main__":
