@@ -10,6 +10,7 @@
 - ``client.jobs``: submit, list, get, watch, pause, resume, cancel, delete,
   predict, history, checkpoints, export;
 - ``client.datasets``: numpy arrays uploaded for jobs (``"format": "npy"``);
+- ``client.models``: ONNX models uploaded for jobs; ``job.export_onnx()``;
 - ``flowstate.errors``: one exception class per server error code.
 """
 

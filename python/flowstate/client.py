@@ -26,6 +26,7 @@ import numpy as np
 from . import dtypes, errors, transport
 from .datasets import Datasets
 from .messages import TERMINAL_STATES
+from .models import Models, export_onnx
 from .graph import Graph, Node, Output
 from .ops import OpLibrary
 
@@ -41,6 +42,7 @@ class Client:
         self._ops = None
         self.jobs = Jobs(self)
         self.datasets = Datasets(self)
+        self.models = Models(self)
 
     def __repr__(self):
         return "Client(%r)" % self.url
@@ -340,6 +342,11 @@ class Job:
 
     def export(self, step=None):
         return self._jobs.export(self.id, step=step)
+
+    def export_onnx(self, path=None):
+        """The trained model of a job given as an ONNX "model", as .onnx bytes (and
+        written to `path` when given); FailedPrecondition for a job given as a graph."""
+        return export_onnx(self._jobs._client.transport, self.id, path)
 
 
 class Jobs:

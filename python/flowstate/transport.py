@@ -272,6 +272,8 @@ class GrpcTransport:
         self.devices_stub = flowstate_pb2_grpc.DevicesStub(self.channel)
         self.cluster_stub = flowstate_pb2_grpc.ClusterStub(self.channel)
         self.graphs = flowstate_pb2_grpc.GraphsStub(self.channel)
+        self.models = flowstate_pb2_grpc.ModelsStub(self.channel)
+        self.msg_dict = _msg_dict
 
     def __repr__(self):
         return "grpc://%s:%d" % (self.host, self.port)

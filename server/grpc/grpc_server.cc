@@ -332,6 +332,14 @@ class JobsService final
     });
   }
 
+  ::grpc::Status ExportOnnx(ServerContext* ctx, const pb::ExportOnnxRequest* req,
+                            pb::ExportOnnxResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Jobs/ExportOnnx", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(*resp->mutable_data(), svc().ExportJobOnnx(req->job_id()));
+      return Status();
+    });
+  }
+
   ::grpc::Status GetTrace(ServerContext* ctx, const pb::JobTraceRequest* req, pb::JobTrace* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Jobs/GetTrace", [&]() -> Status {
       if (req->step() < 0) return InvalidArgument("step: expected a step number (an integer >= 1), or 0 for the list");
@@ -410,6 +418,61 @@ class DevicesService final : public pb::Devices::Service {
   }
 
  private:
+  Frontend* f_;
+};
+
+class ModelsService final : public pb::Models::Service {
+ public:
+  explicit ModelsService(Frontend* f) : f_(f) {}
+
+  ::grpc::Status Upload(ServerContext* ctx, const pb::UploadModelRequest* req, pb::Model* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Models/Upload", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(ModelInfo m, f_->service().UploadModel(req->data(), req->name()));
+      ToProto(m, resp);
+      return Status();
+    });
+  }
+  ::grpc::Status List(ServerContext* ctx, const pb::ListModelsRequest*,
+                      pb::ListModelsResponse* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Models/List", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(std::vector<ModelInfo> list, f_->service().ListModels());
+      for (const ModelInfo& m : list) ToProto(m, resp->add_models());
+      return Status();
+    });
+  }
+  ::grpc::Status Get(ServerContext* ctx, const pb::GetModelRequest* req, pb::Model* resp) override {
+    return f_->Handle(ctx, "flowstate.v1.Models/Get", [&]() -> Status {
+      FS_ASSIGN_OR_RETURN(ModelInfo m, f_->service().GetModel(req->model_id()));
+      ToProto(m, resp);
+      return Status();
+    });
+  }
+  ::grpc::Status Delete(ServerContext* ctx, const pb::DeleteModelRequest* req,
+                        pb::DeleteModelResponse*) override {
+    return f_->Handle(ctx, "flowstate.v1.Models/Delete",
+                      [&]() -> Status { return f_->service().DeleteModel(req->model_id()); });
+  }
+
+ private:
+  static void ToProto(const ModelInfo& m, pb::Model* out) {
+    out->set_model_id(m.id);
+    out->set_name(m.name);
+    out->set_bytes(m.bytes);
+    out->set_created(m.created);
+    out->set_opset(m.opset);
+    out->set_producer(m.producer);
+    out->set_parameters(m.parameters);
+    for (const auto& [list, field] : {std::pair{&m.inputs, out->mutable_inputs()},
+                                      std::pair{&m.outputs, out->mutable_outputs()}}) {
+      for (const ModelInfo::Tensor& t : *list) {
+        pb::ModelTensor* p = field->Add();
+        p->set_name(t.name);
+        p->set_dtype(t.dtype);
+        p->set_rank_known(t.rank_known);
+        for (int64_t d : t.shape) p->add_shape(d);
+      }
+    }
+  }
   Frontend* f_;
 };
 
@@ -627,7 +690,8 @@ class GrpcServerImpl final : public GrpcServer {
         cluster_(&frontend_),
         ops_(&frontend_),
         datasets_(&frontend_),
-        graphs_(&frontend_) {}
+        graphs_(&frontend_),
+        models_(&frontend_) {}
 
   ~GrpcServerImpl() override { Stop(); }
 
@@ -659,6 +723,7 @@ class GrpcServerImpl final : public GrpcServer {
       builder.RegisterService(&ops_);
       builder.RegisterService(&datasets_);
       builder.RegisterService(&graphs_);
+      builder.RegisterService(&models_);
     }
     builder.RegisterService(&devices_);
     builder.RegisterService(&cluster_);
@@ -767,6 +832,7 @@ class GrpcServerImpl final : public GrpcServer {
   OpsService ops_;
   DatasetsService datasets_;
   GraphsService graphs_;
+  ModelsService models_;
   Mutex stop_mu_;
   ::grpc::ResourceQuota quota_{"flowstate"};  // options.memory_limit_bytes
   std::unique_ptr<::grpc::Server> server_;
