@@ -578,6 +578,40 @@ void OpToProto(const OpInfo& op, pb::Op* proto) {
   }
 }
 
+void ModelToProto(const ModelInfo& m, pb::Model* out) {
+  out->set_model_id(m.id);
+  out->set_name(m.name);
+  out->set_bytes(m.bytes);
+  out->set_created(m.created);
+  out->set_opset(m.opset);
+  out->set_producer(m.producer);
+  out->set_parameters(m.parameters);
+  for (const auto& [list, field] : {std::pair{&m.inputs, out->mutable_inputs()},
+                                    std::pair{&m.outputs, out->mutable_outputs()}}) {
+    for (const ModelInfo::Tensor& t : *list) {
+      pb::ModelTensor* p = field->Add();
+      p->set_name(t.name);
+      p->set_dtype(t.dtype);
+      p->set_rank_known(t.rank_known);
+      for (int64_t d : t.shape) p->add_shape(d);
+    }
+  }
+}
+
+void DatasetToProto(const DatasetInfo& d, pb::Dataset* out) {
+  out->set_dataset_id(d.id);
+  out->set_path(d.path);
+  out->set_bytes(d.bytes);
+  out->set_complete(d.complete);
+  out->set_modified(d.modified);
+  for (const DatasetInfo::Array& a : d.arrays) {
+    pb::DatasetArray* p = out->add_arrays();
+    p->set_name(a.name);
+    p->set_dtype(a.dtype);
+    for (int64_t dim : a.shape) p->add_shape(dim);
+  }
+}
+
 void DeviceToProto(const DeviceInfo& device, pb::Device* proto) {
   proto->set_name(device.name);
   proto->set_type(device.type);

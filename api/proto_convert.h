@@ -102,6 +102,9 @@ void CheckpointToProto(const JobCheckpointInfo& c, pb::JobCheckpoint* proto);
 void JobHistoryToProto(const JobHistory& h, pb::JobHistory* proto);
 void OpToProto(const OpInfo& op, pb::Op* proto);
 void DeviceToProto(const DeviceInfo& device, pb::Device* proto);
+// An uploaded ONNX model (gRPC Models/*) and dataset (Datasets/*).
+void ModelToProto(const ModelInfo& model, pb::Model* proto);
+void DatasetToProto(const DatasetInfo& dataset, pb::Dataset* proto);
 // `now`: seconds since the epoch, the time of the view (heartbeat ages), as
 // api/views_json.h's ClusterInfoToJson.
 void ClusterToProto(const ClusterInfo& cluster, double now, pb::GetClusterResponse* proto);

@@ -428,7 +428,7 @@ class ModelsService final : public pb::Models::Service {
   ::grpc::Status Upload(ServerContext* ctx, const pb::UploadModelRequest* req, pb::Model* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Models/Upload", [&]() -> Status {
       FS_ASSIGN_OR_RETURN(ModelInfo m, f_->service().UploadModel(req->data(), req->name()));
-      ToProto(m, resp);
+      proto_convert::ModelToProto(m, resp);
       return Status();
     });
   }
@@ -436,14 +436,14 @@ class ModelsService final : public pb::Models::Service {
                       pb::ListModelsResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Models/List", [&]() -> Status {
       FS_ASSIGN_OR_RETURN(std::vector<ModelInfo> list, f_->service().ListModels());
-      for (const ModelInfo& m : list) ToProto(m, resp->add_models());
+      for (const ModelInfo& m : list) proto_convert::ModelToProto(m, resp->add_models());
       return Status();
     });
   }
   ::grpc::Status Get(ServerContext* ctx, const pb::GetModelRequest* req, pb::Model* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Models/Get", [&]() -> Status {
       FS_ASSIGN_OR_RETURN(ModelInfo m, f_->service().GetModel(req->model_id()));
-      ToProto(m, resp);
+      proto_convert::ModelToProto(m, resp);
       return Status();
     });
   }
@@ -454,25 +454,6 @@ class ModelsService final : public pb::Models::Service {
   }
 
  private:
-  static void ToProto(const ModelInfo& m, pb::Model* out) {
-    out->set_model_id(m.id);
-    out->set_name(m.name);
-    out->set_bytes(m.bytes);
-    out->set_created(m.created);
-    out->set_opset(m.opset);
-    out->set_producer(m.producer);
-    out->set_parameters(m.parameters);
-    for (const auto& [list, field] : {std::pair{&m.inputs, out->mutable_inputs()},
-                                      std::pair{&m.outputs, out->mutable_outputs()}}) {
-      for (const ModelInfo::Tensor& t : *list) {
-        pb::ModelTensor* p = field->Add();
-        p->set_name(t.name);
-        p->set_dtype(t.dtype);
-        p->set_rank_known(t.rank_known);
-        for (int64_t d : t.shape) p->add_shape(d);
-      }
-    }
-  }
   Frontend* f_;
 };
 
@@ -515,21 +496,23 @@ class DatasetsService final : public pb::Datasets::Service {
     return f_->Handle(ctx, "flowstate.v1.Datasets/Upload", [&]() -> Status {
       FS_ASSIGN_OR_RETURN(DatasetInfo d, f_->service().UploadDataset(req->dataset_id(), req->offset(),
                                                                      req->data(), req->final()));
-      ToProto(d, resp);
+      proto_convert::DatasetToProto(d, resp);
       return Status();
     });
   }
   ::grpc::Status List(ServerContext* ctx, const pb::ListDatasetsRequest*,
                       pb::ListDatasetsResponse* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Datasets/List", [&]() -> Status {
-      for (const DatasetInfo& d : f_->service().ListDatasets()) ToProto(d, resp->add_datasets());
+      for (const DatasetInfo& d : f_->service().ListDatasets()) {
+        proto_convert::DatasetToProto(d, resp->add_datasets());
+      }
       return Status();
     });
   }
   ::grpc::Status Get(ServerContext* ctx, const pb::GetDatasetRequest* req, pb::Dataset* resp) override {
     return f_->Handle(ctx, "flowstate.v1.Datasets/Get", [&]() -> Status {
       FS_ASSIGN_OR_RETURN(DatasetInfo d, f_->service().GetDataset(req->dataset_id()));
-      ToProto(d, resp);
+      proto_convert::DatasetToProto(d, resp);
       return Status();
     });
   }
@@ -540,19 +523,6 @@ class DatasetsService final : public pb::Datasets::Service {
   }
 
  private:
-  static void ToProto(const DatasetInfo& d, pb::Dataset* out) {
-    out->set_dataset_id(d.id);
-    out->set_path(d.path);
-    out->set_bytes(d.bytes);
-    out->set_complete(d.complete);
-    out->set_modified(d.modified);
-    for (const DatasetInfo::Array& a : d.arrays) {
-      pb::DatasetArray* p = out->add_arrays();
-      p->set_name(a.name);
-      p->set_dtype(a.dtype);
-      for (int64_t dim : a.shape) p->add_shape(dim);
-    }
-  }
   Frontend* f_;
 };
 
