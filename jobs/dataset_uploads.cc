@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -212,15 +213,35 @@ StatusOr<DatasetInfo> DatasetUploads::Append(const std::string& id, int64_t offs
       unlinkat(dir.get(), partial.c_str(), 0);
       return Unavailable("writing dataset '" + dataset + "' failed: " + Errno());
     }
-    // The whole file is read through before any job may name it.
+    // The whole file is read through before any job may name it -- after
+    // its headers have said how much that is: an archive's members may
+    // inflate to far more than the upload (a few KB of deflated zeros can
+    // declare terabytes), and their data is bounded like the file.
     const std::string path = std::string(kDir) + "/" + partial;
-    StatusOr<DataFile> f = OpenDataFile(options_.data_root, path);
-    if (!f.ok()) return f.status();
-    StatusOr<bool> npz = IsNpzFile(*f);
-    StatusOr<std::vector<NpyArrayInfo>> arrays =
-        npz.ok() ? ListNpyArrays(std::move(f).value()) : npz.status();
+    StatusOr<bool> npz = false;
+    StatusOr<std::vector<NpyArrayInfo>> arrays = Internal("not read");
+    for (bool read_data : {false, true}) {
+      StatusOr<DataFile> f = OpenDataFile(options_.data_root, path);
+      if (!f.ok()) return f.status();
+      npz = IsNpzFile(*f);
+      arrays = npz.ok() ? ListNpyArrays(std::move(f).value(), read_data) : npz.status();
+      if (!arrays.ok() || read_data) break;
+      int64_t total = 0;
+      for (const NpyArrayInfo& a : *arrays) {
+        if (__builtin_add_overflow(total, a.data_bytes, &total)) total = INT64_MAX;
+      }
+      if (total > options_.max_dataset_bytes) {
+        arrays = Status(ResourceExhausted(
+            "its arrays hold " + std::to_string(total) + " bytes uncompressed, over the limit of " +
+            std::to_string(options_.max_dataset_bytes) + " (limits.max_dataset_bytes)"));
+        break;
+      }
+    }
     if (!arrays.ok()) {
       unlinkat(dir.get(), partial.c_str(), 0);
+      if (arrays.status().code() == Code::kResourceExhausted) {
+        return ResourceExhausted("dataset '" + dataset + "' was deleted: " + arrays.status().message());
+      }
       // The client's file is what is wrong: 400, not a server-side data loss.
       return InvalidArgument("dataset '" + dataset + "' is not an .npy or .npz file Flowstate reads, "
                              "and was deleted: " + arrays.status().message());

@@ -15,7 +15,9 @@
 // job can name is always a whole, readable array file.
 //
 // Limits: a dataset's bytes (max_dataset_bytes; RESOURCE_EXHAUSTED naming
-// limits.max_dataset_bytes, nothing of the chunk kept) and the number of
+// limits.max_dataset_bytes, nothing of the chunk kept), the same bound on
+// its arrays' data uncompressed (checked from the headers before the data
+// is read through: an archive bomb is refused at once), and the number of
 // datasets, partial ones included (max_datasets). A chunk the disk cannot
 // hold is cut off again (the dataset keeps its earlier bytes) and answered
 // RESOURCE_EXHAUSTED ("no space left"). Partial uploads untouched for

@@ -116,6 +116,19 @@ TEST(DatasetUploads, LimitsKeepNothingOfTheChunkOverThem) {
   EXPECT_NE(over.status().message().find("limits.max_dataset_bytes"), std::string::npos) << over.status().ToString();
   EXPECT_EQ(up.Get(d->id)->bytes, 80);  // unchanged
 
+  // A header that declares more data than the limit is refused before any
+  // of it is read (an archive member may inflate to far more than its
+  // bytes); it says so and the file is gone.
+  DatasetUploadsOptions small = o;
+  small.max_dataset_bytes = 200;
+  DatasetUploads bounded(small);
+  std::string big = NpyHeader("<f4", std::vector<int64_t>{1000});  // 128 bytes, 4000 declared
+  StatusOr<DatasetInfo> bomb = bounded.Append("", 0, big, true);
+  ASSERT_FALSE(bomb.ok());
+  EXPECT_EQ(bomb.status().code(), Code::kResourceExhausted) << bomb.status().ToString();
+  EXPECT_NE(bomb.status().message().find("uncompressed"), std::string::npos) << bomb.status().ToString();
+  EXPECT_EQ(up.List().size(), 1u);
+
   ASSERT_TRUE(up.Append("", 0, "a", false).ok());
   StatusOr<DatasetInfo> third = up.Append("", 0, "b", false);
   ASSERT_FALSE(third.ok());
