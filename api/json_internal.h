@@ -120,6 +120,12 @@ class Document {
   Json value_;
 };
 
+// A view's text (views_json.cc): compact, with invalid UTF-8 in a string
+// replaced, never thrown on.
+std::string DumpJson(const Json& j);
+// A view's time: RFC 3339 text (FormatRfc3339), null for none (<= 0).
+Json TimeJson(double seconds_since_epoch);
+
 // The member `key` of an object, or nullptr when absent or null (optional
 // fields treat null as absent).
 const Json* FindField(const Json& object, std::string_view key);

@@ -15,7 +15,9 @@
 namespace flowstate {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using api::internal::DumpJson;
+using api::internal::Json;
+using api::internal::TimeJson;
 
 // --- Writing.
 
@@ -23,11 +25,6 @@ Json Number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
   return v;
-}
-
-Json Time(double seconds) {
-  if (seconds <= 0) return nullptr;
-  return FormatRfc3339(seconds);
 }
 
 Json JobJson(const JobInfo& j) {
@@ -45,12 +42,12 @@ Json JobJson(const JobInfo& j) {
   o["examples_per_sec"] = Number(j.examples_per_sec);
   o["metrics"] = std::move(metrics);
   o["error"] = j.error;
-  o["created"] = Time(j.created);
-  o["started"] = Time(j.started);
-  o["finished"] = Time(j.finished);
+  o["created"] = TimeJson(j.created);
+  o["started"] = TimeJson(j.started);
+  o["finished"] = TimeJson(j.finished);
   if (j.checkpoint_step >= 0) {
     o["checkpoint"] = Json{{"step", j.checkpoint_step},
-                           {"time", Time(j.checkpoint_time)},
+                           {"time", TimeJson(j.checkpoint_time)},
                            {"bytes", j.checkpoint_bytes}};
   } else {
     o["checkpoint"] = nullptr;
@@ -127,18 +124,13 @@ Json TaskJson(const TaskInfo& t, double now) {
   o["address"] = t.address;
   o["state"] = std::string(TaskStateName(t.state));
   o["incarnation"] = t.incarnation != 0 ? Json(FormatIncarnation(t.incarnation)) : Json(nullptr);
-  o["last_heartbeat"] = Time(t.last_heartbeat);
+  o["last_heartbeat"] = TimeJson(t.last_heartbeat);
   o["heartbeat_age_seconds"] =
       t.last_heartbeat > 0 ? Json(std::max(0.0, std::round((now - t.last_heartbeat) * 1000) / 1000)) : Json(nullptr);
   o["is_self"] = t.is_self;
   o["error"] = t.error;
   o["devices"] = std::move(devices);
   return o;
-}
-
-std::string Dump(const Json& j) {
-  // Invalid UTF-8 in a name or message is replaced, never thrown on.
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 // --- Reading.
@@ -364,7 +356,7 @@ StatusOr<OpInfo> OpFrom(const Json& v, const std::string& path) {
       FS_RETURN_IF_ERROR(ReadString(a, ipath, "name", &at.name));
       FS_RETURN_IF_ERROR(ReadString(a, ipath, "kind", &at.kind));
       auto d = a.find("default");
-      if (d != a.end()) at.default_value = Dump(*d);
+      if (d != a.end()) at.default_value = DumpJson(*d);
       FS_RETURN_IF_ERROR(ReadStrings(a, ipath, "allowed", &at.allowed));
       op.attrs.push_back(std::move(at));
     }
@@ -432,7 +424,7 @@ StatusOr<TaskInfo> TaskFrom(const Json& v, const std::string& path) {
 std::string ClusterInfoToJson(const ClusterInfo& cluster, double now) {
   Json tasks = Json::array();
   for (const TaskInfo& t : cluster.tasks) tasks.push_back(TaskJson(t, now));
-  return Dump(Json{{"tasks", std::move(tasks)}});
+  return DumpJson(Json{{"tasks", std::move(tasks)}});
 }
 
 StatusOr<ClusterInfo> ClusterInfoFromJson(std::string_view json) {
@@ -467,114 +459,31 @@ StatusOr<uint64_t> ParseIncarnation(std::string_view hex) {
   return v;
 }
 
-std::string JobInfoToJson(const JobInfo& job) { return Dump(JobJson(job)); }
+std::string JobInfoToJson(const JobInfo& job) { return DumpJson(JobJson(job)); }
 
 std::string CheckpointListToJson(const std::string& job_id,
                                  const std::vector<JobCheckpointInfo>& checkpoints) {
   Json list = Json::array();
   for (const JobCheckpointInfo& c : checkpoints) {
-    list.push_back(Json{{"step", c.step}, {"time", Time(c.time)}, {"bytes", c.bytes},
+    list.push_back(Json{{"step", c.step}, {"time", TimeJson(c.time)}, {"bytes", c.bytes},
                         {"tensors", c.num_tensors}});
   }
-  return Dump(Json{{"job_id", job_id}, {"checkpoints", std::move(list)}});
+  return DumpJson(Json{{"job_id", job_id}, {"checkpoints", std::move(list)}});
 }
 
 std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, bool written) {
-  return Dump(Json{{"job_id", job_id}, {"step", step}, {"written", written}});
+  return DumpJson(Json{{"job_id", job_id}, {"step", step}, {"written", written}});
 }
 
 std::string JobDeletedToJson(const std::string& job_id) {
-  return Dump(Json{{"job_id", job_id}, {"deleted", true}});
-}
-
-namespace {
-
-Json ModelJson(const ModelInfo& m) {
-  auto tensors = [](const std::vector<ModelInfo::Tensor>& list) {
-    Json out = Json::array();
-    for (const ModelInfo::Tensor& t : list) {
-      Json o{{"name", t.name}, {"dtype", t.dtype}};
-      o["shape"] = t.rank_known ? Json(t.shape) : Json(nullptr);
-      out.push_back(std::move(o));
-    }
-    return out;
-  };
-  return Json{{"model_id", m.id},       {"name", m.name},
-              {"bytes", m.bytes},       {"created", Time(m.created)},
-              {"created_unix", m.created}, {"opset", m.opset},
-              {"producer", m.producer}, {"inputs", tensors(m.inputs)},
-              {"outputs", tensors(m.outputs)}, {"parameters", m.parameters}};
-}
-
-}  // namespace
-
-namespace {
-
-Json DatasetJson(const DatasetInfo& d) {
-  Json arrays = Json::array();
-  for (const DatasetInfo::Array& a : d.arrays) {
-    arrays.push_back(Json{{"name", a.name}, {"dtype", a.dtype}, {"shape", a.shape}});
-  }
-  return Json{{"dataset_id", d.id},          {"path", d.path},
-              {"bytes", d.bytes},            {"complete", d.complete},
-              {"modified", Time(d.modified)}, {"arrays", std::move(arrays)}};
-}
-
-}  // namespace
-
-std::string DatasetInfoToJson(const DatasetInfo& dataset) { return Dump(DatasetJson(dataset)); }
-
-std::string DatasetInfoListToJson(const std::vector<DatasetInfo>& datasets) {
-  Json list = Json::array();
-  for (const DatasetInfo& d : datasets) list.push_back(DatasetJson(d));
-  return Dump(Json{{"datasets", std::move(list)}});
-}
-
-std::string ModelInfoToJson(const ModelInfo& model) { return Dump(ModelJson(model)); }
-
-std::string ModelInfoListToJson(const std::vector<ModelInfo>& models) {
-  Json list = Json::array();
-  for (const ModelInfo& m : models) list.push_back(ModelJson(m));
-  return Dump(Json{{"models", std::move(list)}});
-}
-
-StatusOr<ModelInfo> ModelInfoFromJson(std::string_view text) {
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a model record");
-  try {
-    ModelInfo m;
-    m.id = j.at("model_id").get<std::string>();
-    m.name = j.at("name").get<std::string>();
-    m.bytes = j.at("bytes").get<int64_t>();
-    m.created = j.at("created_unix").get<double>();
-    m.opset = j.at("opset").get<int64_t>();
-    m.producer = j.at("producer").get<std::string>();
-    m.parameters = j.at("parameters").get<int64_t>();
-    for (const char* key : {"inputs", "outputs"}) {
-      for (const Json& t : j.at(key)) {
-        ModelInfo::Tensor v;
-        v.name = t.at("name").get<std::string>();
-        v.dtype = t.at("dtype").get<std::string>();
-        v.rank_known = !t.at("shape").is_null();
-        if (v.rank_known) v.shape = t.at("shape").get<std::vector<int64_t>>();
-        (std::string(key) == "inputs" ? m.inputs : m.outputs).push_back(std::move(v));
-      }
-    }
-    return m;
-  } catch (const std::exception& e) {
-    return InvalidArgument(std::string("not a model record: ") + e.what());
-  }
-}
-
-std::string ModelDeletedToJson(const std::string& model_id) {
-  return Dump(Json{{"model_id", model_id}, {"deleted", true}});
+  return DumpJson(Json{{"job_id", job_id}, {"deleted", true}});
 }
 
 std::string JobEventDataToJson(const JobEvent& event) {
   Json o = JobJson(event.info);
-  o["time"] = Time(event.time);
+  o["time"] = TimeJson(event.time);
   if (!event.message.empty()) o["message"] = event.message;
-  return Dump(o);
+  return DumpJson(o);
 }
 
 StatusOr<JobEvent> JobEventDataFromJson(std::string_view json) {
@@ -624,7 +533,7 @@ std::string JobRecordToJson(const JobRecord& record) {
                  {"job", JobJson(e.info)}});
   }
   r["history"] = std::move(h);
-  return Dump(r);
+  return DumpJson(r);
 }
 
 StatusOr<JobRecord> JobRecordFromJson(std::string_view json) {
@@ -714,31 +623,31 @@ StatusOr<JobInfo> JobInfoFromJson(std::string_view json) {
 std::string JobInfoListToJson(const std::vector<JobInfo>& jobs) {
   Json list = Json::array();
   for (const JobInfo& j : jobs) list.push_back(JobJson(j));
-  return Dump(Json{{"jobs", std::move(list)}});
+  return DumpJson(Json{{"jobs", std::move(list)}});
 }
 
 StatusOr<std::vector<JobInfo>> JobInfoListFromJson(std::string_view json) {
   return ListFrom<JobInfo>(json, "jobs", JobFrom);
 }
 
-std::string OpInfoToJson(const OpInfo& op) { return Dump(OpJson(op)); }
+std::string OpInfoToJson(const OpInfo& op) { return DumpJson(OpJson(op)); }
 
 std::string OpInfoListToJson(const std::vector<OpInfo>& ops) {
   Json list = Json::array();
   for (const OpInfo& op : ops) list.push_back(OpJson(op));
-  return Dump(Json{{"ops", std::move(list)}});
+  return DumpJson(Json{{"ops", std::move(list)}});
 }
 
 StatusOr<std::vector<OpInfo>> OpInfoListFromJson(std::string_view json) {
   return ListFrom<OpInfo>(json, "ops", OpFrom);
 }
 
-std::string DeviceInfoToJson(const DeviceInfo& device) { return Dump(DeviceJson(device)); }
+std::string DeviceInfoToJson(const DeviceInfo& device) { return DumpJson(DeviceJson(device)); }
 
 std::string DeviceInfoListToJson(const std::vector<DeviceInfo>& devices) {
   Json list = Json::array();
   for (const DeviceInfo& d : devices) list.push_back(DeviceJson(d));
-  return Dump(Json{{"devices", std::move(list)}});
+  return DumpJson(Json{{"devices", std::move(list)}});
 }
 
 StatusOr<std::vector<DeviceInfo>> DeviceInfoListFromJson(std::string_view json) {
@@ -817,5 +726,19 @@ StatusOr<double> ParseRfc3339(std::string_view text) {
   std::time_t t = timegm(&tm);
   return double(t) + frac;
 }
+
+namespace api::internal {
+
+std::string DumpJson(const Json& j) {
+  // Invalid UTF-8 in a name or message is replaced, never thrown on.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Json TimeJson(double seconds_since_epoch) {
+  if (seconds_since_epoch <= 0) return nullptr;
+  return FormatRfc3339(seconds_since_epoch);
+}
+
+}  // namespace api::internal
 
 }  // namespace flowstate

@@ -77,15 +77,15 @@ std::string CheckpointRequestToJson(const std::string& job_id, int64_t step, boo
 // DELETE /v1/jobs/{id}: {"job_id": id, "deleted": true}.
 std::string JobDeletedToJson(const std::string& job_id);
 
-// {"model_id", "name", "bytes", "created", "opset", "producer", "inputs":
-// [{"name", "dtype", "shape"}], "outputs": [...], "parameters"}; a list
-// is {"models": [...]}. ModelInfoFromJson reads ModelInfoToJson's text
-// back (the registry's record); INVALID_ARGUMENT when it is not one.
-// A dataset upload (POST /v1/datasets ...): {"dataset_id", "path", "bytes",
-// "complete", "modified", "arrays": [{"name", "dtype", "shape"}]}; a list is
-// {"datasets": [...]}.
+// Uploads (views_json_uploads.cc). A dataset (POST /v1/datasets ...):
+// {"dataset_id", "path", "bytes", "complete", "modified", "arrays":
+// [{"name", "dtype", "shape"}]}; a list is {"datasets": [...]}.
 std::string DatasetInfoToJson(const DatasetInfo& dataset);
 std::string DatasetInfoListToJson(const std::vector<DatasetInfo>& datasets);
+// A model: {"model_id", "name", "bytes", "created", "opset", "producer",
+// "inputs": [{"name", "dtype", "shape"}], "outputs": [...], "parameters"};
+// a list is {"models": [...]}. ModelInfoFromJson reads ModelInfoToJson's
+// text back (the registry's record); INVALID_ARGUMENT when it is not one.
 std::string ModelInfoToJson(const ModelInfo& model);
 std::string ModelInfoListToJson(const std::vector<ModelInfo>& models);
 StatusOr<ModelInfo> ModelInfoFromJson(std::string_view text);

@@ -1,7 +1,8 @@
-// PRIVATE to the gRPC frontend (grpc_server.cc, grpc_watch.cc): what its
-// services share (Frontend: the Service, the options, authentication, the
-// open Watch streams, where steps run) and the Watch machinery (WatchPump,
-// StartWatch; see grpc_server.cc's top comment).
+// PRIVATE to the gRPC frontend (grpc_server.cc, grpc_watch.cc,
+// grpc_catalog.cc): what its services share (Frontend: the Service, the
+// options, authentication, the open Watch streams, where steps run), the
+// Watch machinery (WatchPump, StartWatch; see grpc_server.cc's top comment)
+// and the catalog services' constructor.
 //
 // Thread safety: Frontend's methods may be called from any gRPC thread.
 #ifndef FLOWSTATE_SERVER_GRPC_GRPC_FRONTEND_H_
@@ -209,6 +210,16 @@ class Frontend {
   std::set<JobEventStream*> streams_ ABSL_GUARDED_BY(mu_);
 };
 
+
+// The services that are thin synchronous adapters over Service's catalog
+// calls (grpc_catalog.cc): `public_api` is registered only on a server with
+// the public API, `always` also on a worker's (Devices, Cluster). Each holds
+// `f`, which must outlive it.
+struct CatalogServices {
+  std::vector<std::unique_ptr<::grpc::Service>> public_api;
+  std::vector<std::unique_ptr<::grpc::Service>> always;
+};
+CatalogServices MakeCatalogServices(Frontend* f);
 
 // Starts serving a Jobs/Watch call (grpc_watch.cc): the reactor to return
 // from the callback method.

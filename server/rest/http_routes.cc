@@ -18,31 +18,37 @@
 #include "checkpoints/npz.h"
 #include "server/auth.h"
 #include "server/rest/http_bodies.h"
+#include "server/rest/http_handlers.h"
 #include "api/views_json.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "web/console_assets.h"
 
 namespace flowstate {
+
 namespace {
 
+using http_internal::AppendDataset;
+using http_internal::Call;
+using http_internal::DeleteDataset;
+using http_internal::DeleteModel;
+using http_internal::ExportJobOnnx;
+using http_internal::GetDataset;
+using http_internal::GetModel;
+using http_internal::Gradients;
+using http_internal::Handler;
+using http_internal::JsonResponse;
+using http_internal::ListDatasets;
+using http_internal::ListModels;
+using http_internal::QueryParam;
+using http_internal::UploadDataset;
+using http_internal::UploadModel;
 using http_internal::ParseGraphBody;
 using http_internal::ParsePredictBody;
 using http_internal::ParseRunBody;
 
 constexpr const char* kUnmatched = "unmatched";
 
-// One call of a route: the request, the context and the {id} of the path.
-struct Call {
-  const HttpRequest& req;
-  RouteContext& ctx;
-  const std::string& id;
-  const std::string& arg;  // the second parameter of the path ({step}), "" when none
-  Service& service() const { return *ctx.service; }
-  int64_t max_tensor_bytes() const { return ctx.options.max_tensor_bytes; }
-};
-
-using Handler = HttpResponse (*)(const Call&);
 
 struct MethodEntry {
   const char* method;
@@ -62,55 +68,9 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-HttpResponse JsonResponse(int status, std::string body) {
-  HttpResponse r;
-  r.status = status;
-  r.body = std::move(body);
-  return r;
-}
-
 HttpResponse JobResponse(const StatusOr<JobInfo>& job, int status = 200) {
   if (!job.ok()) return ErrorResponse(job.status());
   return JsonResponse(status, JobInfoToJson(*job));
-}
-
-int HexValue(char c);
-
-// A query value percent-decoded ("my%20cnn", "my+cnn" -> "my cnn"); a '%'
-// not followed by two hex digits stays as it is.
-std::string DecodeQueryValue(std::string_view v) {
-  std::string out;
-  for (size_t k = 0; k < v.size(); ++k) {
-    int hi, lo;
-    if (v[k] == '%' && k + 2 < v.size() && (hi = HexValue(v[k + 1])) >= 0 &&
-        (lo = HexValue(v[k + 2])) >= 0) {
-      out += char(hi * 16 + lo);
-      k += 2;
-    } else {
-      out += v[k] == '+' ? ' ' : v[k];
-    }
-  }
-  return out;
-}
-
-// The value of `key` in the target's query ("?step=5&x=1"), if present,
-// percent-decoded.
-std::optional<std::string> QueryParam(std::string_view target, std::string_view key) {
-  size_t q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view query = target.substr(q + 1);
-  query = query.substr(0, query.find('#'));
-  while (!query.empty()) {
-    size_t amp = query.find('&');
-    std::string_view pair = query.substr(0, amp);
-    size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == key) {
-      return DecodeQueryValue(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
-    }
-    if (amp == std::string_view::npos) break;
-    query = query.substr(amp + 1);
-  }
-  return std::nullopt;
 }
 
 // A scratch file for export/import bodies, removed when it goes out of scope.
@@ -412,113 +372,6 @@ HttpResponse ImportCheckpoint(const Call& c) {
   return JsonResponse(201, CheckpointRequestToJson(r->first, r->second, true));
 }
 
-// ONNX models: the body is the .onnx file's bytes; ?name= names it.
-HttpResponse UploadModel(const Call& c) {
-  std::string name = QueryParam(c.req.target, "name").value_or("");
-  StatusOr<ModelInfo> m = c.service().UploadModel(c.req.body, name);
-  // Over limits.max_model_bytes: 413, as a body over the HTTP limit.
-  if (!m.ok()) return ErrorResponse(m.status(), m.status().code() == Code::kResourceExhausted ? 413 : 0);
-  return JsonResponse(201, ModelInfoToJson(*m));
-}
-
-HttpResponse ExportJobOnnx(const Call& c) {
-  StatusOr<std::string> bytes = c.service().ExportJobOnnx(c.id);
-  // No variables yet, or a job not given as ONNX: 409.
-  if (!bytes.ok()) {
-    return ErrorResponse(bytes.status(), bytes.status().code() == Code::kFailedPrecondition ? 409 : 0);
-  }
-  HttpResponse r;
-  r.content_type = "application/octet-stream";
-  r.body = std::move(bytes).value();
-  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + c.id + ".onnx\"");
-  return r;
-}
-
-HttpResponse ListModels(const Call& c) {
-  StatusOr<std::vector<ModelInfo>> list = c.service().ListModels();
-  if (!list.ok()) return ErrorResponse(list.status());
-  return JsonResponse(200, ModelInfoListToJson(*list));
-}
-
-HttpResponse GetModel(const Call& c) {
-  StatusOr<ModelInfo> m = c.service().GetModel(c.id);
-  if (!m.ok()) return ErrorResponse(m.status());
-  return JsonResponse(200, ModelInfoToJson(*m));
-}
-
-HttpResponse DeleteModel(const Call& c) {
-  Status s = c.service().DeleteModel(c.id);
-  // A model a job names conflicts with its deletion: 409.
-  if (!s.ok()) return ErrorResponse(s, s.code() == Code::kFailedPrecondition ? 409 : 0);
-  return JsonResponse(200, ModelDeletedToJson(c.id));
-}
-
-HttpResponse Gradients(const Call& c) {
-  if (std::all_of(c.req.body.begin(), c.req.body.end(), [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); })) {
-    return ErrorResponse(InvalidArgument("the request has no body; expected a gradients request (a JSON object)"));
-  }
-  api::GraphJsonOptions options;
-  options.max_tensor_bytes = size_t(std::max<int64_t>(0, c.max_tensor_bytes()));
-  StatusOr<api::GradientsRequest> r = api::ParseGradientsRequestJson(c.req.body, options);
-  if (!r.ok()) return ErrorResponse(r.status());
-  StatusOr<GraphGradients> g = c.service().Gradients(r->graph, r->y, r->xs, r->prefix);
-  if (!g.ok()) return ErrorResponse(g.status());
-  return JsonResponse(200, api::GradientsToJson(g->added, g->prefix, g->grads));
-}
-
-// Uploaded datasets: the body is a chunk of an .npy or .npz file;
-// ?final=false when more chunks follow. Over limits.max_dataset_bytes (or
-// the disk's space): 413; an offset that is not the bytes received so far,
-// or a dataset already complete: 409.
-StatusOr<std::pair<int64_t, bool>> ChunkParams(const Call& c) {
-  int64_t offset = 0;
-  if (std::optional<std::string> o = QueryParam(c.req.target, "offset")) {
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(o->c_str(), &end, 10);
-    if (o->empty() || *end != '\0' || errno != 0 || v < 0) {
-      return InvalidArgument("offset: expected a byte offset >= 0, got '" + o->substr(0, 32) + "'");
-    }
-    offset = v;
-  }
-  std::string final = QueryParam(c.req.target, "final").value_or("true");
-  if (final != "true" && final != "false") {
-    return InvalidArgument("final: expected true or false, got '" + final.substr(0, 32) + "'");
-  }
-  return std::make_pair(offset, final == "true");
-}
-
-HttpResponse DatasetChunk(const Call& c, const std::string& id) {
-  StatusOr<std::pair<int64_t, bool>> p = ChunkParams(c);
-  if (!p.ok()) return ErrorResponse(p.status());
-  StatusOr<DatasetInfo> d = c.service().UploadDataset(id, p->first, c.req.body, p->second);
-  if (!d.ok()) {
-    const Code code = d.status().code();
-    return ErrorResponse(d.status(), code == Code::kResourceExhausted ? 413
-                                     : code == Code::kFailedPrecondition && !id.empty() ? 409 : 0);
-  }
-  return JsonResponse(id.empty() ? 201 : 200, DatasetInfoToJson(*d));
-}
-
-HttpResponse UploadDataset(const Call& c) { return DatasetChunk(c, ""); }
-HttpResponse AppendDataset(const Call& c) { return DatasetChunk(c, c.id); }
-
-HttpResponse ListDatasets(const Call& c) {
-  return JsonResponse(200, DatasetInfoListToJson(c.service().ListDatasets()));
-}
-
-HttpResponse GetDataset(const Call& c) {
-  StatusOr<DatasetInfo> d = c.service().GetDataset(c.id);
-  if (!d.ok()) return ErrorResponse(d.status());
-  return JsonResponse(200, DatasetInfoToJson(*d));
-}
-
-HttpResponse DeleteDataset(const Call& c) {
-  Status s = c.service().DeleteDataset(c.id);
-  if (!s.ok()) return ErrorResponse(s);
-  return JsonResponse(200, "{}");
-}
-
 // The web console's files (web/console_assets.h): public, cached until they
 // change (ETag), and allowed to load nothing but themselves and to talk to
 // nothing but this server (Content-Security-Policy).
@@ -794,6 +647,54 @@ HttpResponse Dispatch(const HttpRequest& req, RouteContext& ctx, std::string* ro
 }
 
 }  // namespace
+
+namespace http_internal {
+
+HttpResponse JsonResponse(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+// A query value percent-decoded ("my%20cnn", "my+cnn" -> "my cnn"); a '%'
+// not followed by two hex digits stays as it is.
+static std::string DecodeQueryValue(std::string_view v) {
+  std::string out;
+  for (size_t k = 0; k < v.size(); ++k) {
+    int hi, lo;
+    if (v[k] == '%' && k + 2 < v.size() && (hi = HexValue(v[k + 1])) >= 0 &&
+        (lo = HexValue(v[k + 2])) >= 0) {
+      out += char(hi * 16 + lo);
+      k += 2;
+    } else {
+      out += v[k] == '+' ? ' ' : v[k];
+    }
+  }
+  return out;
+}
+
+// The value of `key` in the target's query ("?step=5&x=1"), if present,
+// percent-decoded.
+std::optional<std::string> QueryParam(std::string_view target, std::string_view key) {
+  size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = target.substr(q + 1);
+  query = query.substr(0, query.find('#'));
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == key) {
+      return DecodeQueryValue(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    }
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace http_internal
 
 HttpResponse ErrorResponse(const Status& status, int http_status) {
   HttpResponse r;

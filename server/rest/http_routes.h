@@ -2,11 +2,14 @@
 // (plain structs, no sockets, no Boost) onto the Service and renders the
 // answer, exactly as DESIGN.md's route table and server/API.md say. The
 // socket layer (http_server.cc) only moves bytes; tests drive this directly.
+// The handlers are http_routes.cc's and, for the catalog (models, datasets,
+// gradients), http_catalog_routes.cc's (http_handlers.h).
 //
 //   GET    /healthz /readyz /metrics /v1/openapi.json
 //   GET    /v1/ops   /v1/devices   /v1/cluster
 //   POST   /v1/sessions                 DELETE /v1/sessions/{id}
 //   POST   /v1/sessions/{id}/extend     POST   /v1/sessions/{id}/run
+//   POST   /v1/sessions/{id}/cancel     POST   /v1/gradients
 //   GET    /v1/jobs   POST /v1/jobs     GET    /v1/jobs/{id}
 //   GET    /v1/jobs/{id}/events (server-sent events)
 //   POST   /v1/jobs/{id}/cancel | pause | resume | predict
@@ -15,6 +18,10 @@
 //   POST   /v1/checkpoints/import
 //   GET    /v1/jobs/{id}/spec (the document as submitted)
 //   GET    /v1/jobs/{id}/history   /v1/jobs/{id}/traces   /v1/jobs/{id}/traces/{step}
+//   GET    /v1/jobs/{id}/model.onnx
+//   GET    POST /v1/models              GET    DELETE /v1/models/{id}
+//   GET    POST /v1/datasets            GET    DELETE /v1/datasets/{id}
+//   POST   /v1/datasets/{id}/append
 //   GET    /  /console/{file}           the web console (web/), served without a token
 //
 // api/openapi.json describes every route of the table (RouteTable below;
