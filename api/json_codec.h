@@ -172,6 +172,9 @@ struct RunRequest {
   std::vector<std::string> fetches;  // "x" or "x:1"
   std::vector<std::string> targets;  // node names
   Encoding encoding = Encoding::kData;  // of the outputs
+  // "encoding": "binary": the outputs as a binary body (RunOutputsToBinary;
+  // `encoding` then stays kData).
+  bool binary_outputs = false;
   // "trace": true: the response carries the step's trace as Chrome trace
   // JSON ("trace": {...}, api/views_json.h StepTraceToChromeJson).
   bool trace = false;
@@ -195,9 +198,13 @@ using FeedDtypes = std::function<std::optional<DataType>(const std::string& name
 // names. A feed's dtype comes from its tensor object, from `dtypes` (nested
 // arrays), or is inferred (the session checks feeds against the
 // Placeholders). Each feed is limited to `max_tensor_bytes`.
+// `tensor_bytes`: a binary body's bytes after the JSON (SplitBinaryBody),
+// which feeds of the form {"data_offsets": [begin, end]} point into; nullopt
+// for a JSON body.
 StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path = "",
                                          size_t max_tensor_bytes = kDefaultMaxTensorBytes,
-                                         const FeedDtypes& dtypes = nullptr);
+                                         const FeedDtypes& dtypes = nullptr,
+                                         std::optional<std::string_view> tensor_bytes = std::nullopt);
 // The body ParseRunRequestJson reads (for clients and tests); feeds in
 // `feed_encoding`, except that a nested feed whose dtype would not be
 // inferred back (only float32, int32 and bool are) is written with its
@@ -215,10 +222,12 @@ struct PredictRequest {
   NamedTensors inputs;               // in the order of the body
   std::vector<std::string> fetches;  // "x" or "x:1"
   Encoding encoding = Encoding::kData;  // of the outputs
+  bool binary_outputs = false;          // "encoding": "binary", as for a run
 };
 StatusOr<PredictRequest> ParsePredictRequestJson(
     std::string_view json, std::string_view path = "",
-    size_t max_tensor_bytes = kDefaultMaxTensorBytes, const FeedDtypes& dtypes = nullptr);
+    size_t max_tensor_bytes = kDefaultMaxTensorBytes, const FeedDtypes& dtypes = nullptr,
+    std::optional<std::string_view> tensor_bytes = std::nullopt);
 
 // A body holding one graph, {"graph": {"nodes": [...]}} (POST /v1/sessions
 // and /extend): the document is parsed once (the graph is not re-printed).
@@ -254,6 +263,37 @@ std::string RunOutputsToJson(const NamedTensors& outputs, Encoding encoding,
 // The inverse, for clients and tests ({"outputs": ...}, nothing else).
 StatusOr<NamedTensors> ParseRunOutputsJson(std::string_view json, std::string_view path = "",
                                            size_t max_tensor_bytes = kDefaultMaxTensorBytes);
+
+// ---------------------------------------------------------------------------
+// Binary bodies (Content-Type application/x-flowstate-tensors): a run or
+// predict request, or their response, whose tensors travel as raw bytes
+// after the JSON instead of inside it -- safetensors' layout:
+//   8 bytes: n, unsigned little-endian | n bytes: the JSON document | the tensor bytes
+// The JSON is the ordinary request or response; a tensor in it may take the
+// form {"dtype", "shape", "data_offsets": [begin, end]}: bytes [begin, end)
+// of the tensor bytes, little-endian, row-major (the other forms stay
+// allowed). A request, JSON or binary, asks for a binary response with
+// "encoding": "binary". Why: a 64 MiB feed costs no base64 and no JSON
+// numbers, and a client can send an array's memory as it is (README,
+// "Large tensors").
+inline constexpr std::string_view kTensorsContentType = "application/x-flowstate-tensors";
+
+struct BinaryBody {
+  std::string_view json;          // the JSON document
+  std::string_view tensor_bytes;  // what follows it
+};
+// INVALID_ARGUMENT when the body is shorter than its 8-byte length, or the
+// length runs past the body's end. Views into `body`.
+StatusOr<BinaryBody> SplitBinaryBody(std::string_view body);
+
+// {"outputs": {name: {"dtype", "shape", "data_offsets"}}[, "trace": {...}]}
+// as a binary body, tensors one after the other in the order given (each
+// begins on a multiple of 64 bytes, so that a reader may view it in place).
+// REQUIRES: every output IsInitialized().
+std::string RunOutputsToBinary(const NamedTensors& outputs, std::string_view trace_json = {});
+// The inverse, for tests ({"outputs": ...}; a "trace" is skipped).
+StatusOr<NamedTensors> ParseRunOutputsBinary(std::string_view body,
+                                             size_t max_tensor_bytes = kDefaultMaxTensorBytes);
 
 // ---------------------------------------------------------------------------
 // Errors.

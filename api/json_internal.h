@@ -177,8 +177,12 @@ Status ReadBoolField(const Json& object, const JsonPath& path, std::string_view 
                      std::optional<bool>* out);
 
 // Tensors, graphs and named tensor maps held in a parsed document.
+// `tensor_bytes`: a binary body's bytes after its JSON, which tensors of the
+// form {"data_offsets": [begin, end]} point into; nullptr for a JSON body
+// (that form is then an error).
 StatusOr<Tensor> TensorFromJson(const Json& v, std::optional<DataType> dtype,
-                                const JsonPath& path, size_t max_bytes);
+                                const JsonPath& path, size_t max_bytes,
+                                const std::string_view* tensor_bytes = nullptr);
 StatusOr<GraphDef> GraphFromJson(const Json& v, const JsonPath& path,
                                  const GraphJsonOptions& options);
 // One plain node of a graph (name, op, inputs, attrs, device) into *node.
@@ -194,7 +198,8 @@ Status LowerControlFlowNodes(const Json& nodes, const JsonPath& nodes_path,
                              size_t max_bytes, GraphDef* graph);
 // {name: tensor}; names must parse as TensorIds without '^'.
 StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
-                                            size_t max_bytes, const FeedDtypes& dtypes = nullptr);
+                                            size_t max_bytes, const FeedDtypes& dtypes = nullptr,
+                                            const std::string_view* tensor_bytes = nullptr);
 
 // Writers: append JSON text to *out.
 void AppendJsonString(std::string_view s, std::string* out);  // quoted, escaped

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "api/json_internal.h"
+#include "graph/allocator.h"
 #include "graph/graph.h"
 
 namespace flowstate::api {
@@ -34,11 +35,21 @@ std::string CheckTensorName(const std::string& name) {
   return "";
 }
 
-StatusOr<Encoding> ReadEncoding(const Json& v, const JsonPath& path) {
+// A request's "encoding" of its outputs: one of the JSON encodings, or
+// "binary" (a binary body; *encoding stays as it was).
+Status ReadOutputEncoding(const Json& v, const JsonPath& path, Encoding* encoding, bool* binary) {
   FS_ASSIGN_OR_RETURN(std::string name, ReadString(v, path));
+  if (name == "binary") {
+    *binary = true;
+    return Status();
+  }
   StatusOr<Encoding> e = EncodingFromString(name);
-  if (!e.ok()) return PathError(path, e.status().message());
-  return *e;
+  if (!e.ok()) {
+    return PathError(path, "unknown encoding '" + name +
+                               "' (expected \"data\", \"b64\", \"nested\" or \"binary\")");
+  }
+  *encoding = *e;
+  return Status();
 }
 
 StatusOr<Code> CodeFromName(std::string_view name) {
@@ -51,7 +62,8 @@ StatusOr<Code> CodeFromName(std::string_view name) {
 }  // namespace
 
 StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
-                                            size_t max_bytes, const FeedDtypes& dtypes) {
+                                            size_t max_bytes, const FeedDtypes& dtypes,
+                                            const std::string_view* tensor_bytes) {
   if (!v.is_object()) {
     return PathError(path, "expected an object of named tensors, got " + DescribeValue(v));
   }
@@ -64,7 +76,7 @@ StatusOr<NamedTensors> NamedTensorsFromJson(const Json& v, const JsonPath& path,
     // A nested array takes the dtype the graph expects, when known.
     std::optional<DataType> dtype;
     if (dtypes && !it->is_object()) dtype = dtypes(it.key());
-    FS_ASSIGN_OR_RETURN(Tensor t, TensorFromJson(*it, dtype, tensor_path, max_bytes));
+    FS_ASSIGN_OR_RETURN(Tensor t, TensorFromJson(*it, dtype, tensor_path, max_bytes, tensor_bytes));
     out.emplace_back(it.key(), std::move(t));
   }
   return out;
@@ -95,7 +107,8 @@ using internal::Json;
 using internal::JsonPath;
 
 StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view path,
-                                         size_t max_tensor_bytes, const FeedDtypes& dtypes) {
+                                         size_t max_tensor_bytes, const FeedDtypes& dtypes,
+                                         std::optional<std::string_view> tensor_bytes) {
   JsonPath root(path);
   internal::Document doc;
   Json& v = *doc;
@@ -105,8 +118,9 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
                                             "timeout_ms", "step_tag"}));
   RunRequest r;
   if (const Json* feeds = internal::FindField(v, "feeds")) {
-    FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(*feeds, root.Key("feeds"),
-                                                                 max_tensor_bytes, dtypes));
+    FS_ASSIGN_OR_RETURN(r.feeds, internal::NamedTensorsFromJson(
+                                     *feeds, root.Key("feeds"), max_tensor_bytes, dtypes,
+                                     tensor_bytes ? &*tensor_bytes : nullptr));
   }
   if (const Json* fetches = internal::FindField(v, "fetches")) {
     FS_ASSIGN_OR_RETURN(r.fetches, internal::ReadNames(*fetches, root.Key("fetches"),
@@ -121,7 +135,8 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
                         internal::ReadNames(*targets, root.Key("targets"), check_node_name));
   }
   if (const Json* encoding = internal::FindField(v, "encoding")) {
-    FS_ASSIGN_OR_RETURN(r.encoding, internal::ReadEncoding(*encoding, root.Key("encoding")));
+    FS_RETURN_IF_ERROR(internal::ReadOutputEncoding(*encoding, root.Key("encoding"), &r.encoding,
+                                                    &r.binary_outputs));
   }
   FS_RETURN_IF_ERROR(internal::ReadBoolField(v, root, "trace", &r.trace));
   FS_RETURN_IF_ERROR(internal::ReadIntField(v, root, "timeout_ms", &r.timeout_ms, 0));
@@ -131,7 +146,8 @@ StatusOr<RunRequest> ParseRunRequestJson(std::string_view json, std::string_view
 }
 
 StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::string_view path,
-                                                 size_t max_tensor_bytes, const FeedDtypes& dtypes) {
+                                                 size_t max_tensor_bytes, const FeedDtypes& dtypes,
+                                                 std::optional<std::string_view> tensor_bytes) {
   JsonPath root(path);
   internal::Document doc;
   Json& v = *doc;
@@ -140,8 +156,9 @@ StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::str
                                            {"inputs", "fetches", "encoding"}));
   PredictRequest r;
   if (const Json* inputs = internal::FindField(v, "inputs")) {
-    FS_ASSIGN_OR_RETURN(r.inputs, internal::NamedTensorsFromJson(*inputs, root.Key("inputs"),
-                                                                  max_tensor_bytes, dtypes));
+    FS_ASSIGN_OR_RETURN(r.inputs, internal::NamedTensorsFromJson(
+                                      *inputs, root.Key("inputs"), max_tensor_bytes, dtypes,
+                                      tensor_bytes ? &*tensor_bytes : nullptr));
   }
   const Json* fetches = internal::FindField(v, "fetches");
   if (fetches == nullptr) {
@@ -150,7 +167,8 @@ StatusOr<PredictRequest> ParsePredictRequestJson(std::string_view json, std::str
   FS_ASSIGN_OR_RETURN(r.fetches, internal::ReadNames(*fetches, root.Key("fetches"),
                                                      internal::CheckTensorName));
   if (const Json* encoding = internal::FindField(v, "encoding")) {
-    FS_ASSIGN_OR_RETURN(r.encoding, internal::ReadEncoding(*encoding, root.Key("encoding")));
+    FS_RETURN_IF_ERROR(internal::ReadOutputEncoding(*encoding, root.Key("encoding"), &r.encoding,
+                                                    &r.binary_outputs));
   }
   return r;
 }
@@ -254,7 +272,8 @@ std::string RunRequestToJson(const RunRequest& request, Encoding feed_encoding) 
     out.push_back(']');
   }
   out += ",\"encoding\":";
-  internal::AppendJsonString(EncodingName(request.encoding), &out);
+  internal::AppendJsonString(request.binary_outputs ? "binary" : EncodingName(request.encoding),
+                             &out);
   if (request.trace) out += ",\"trace\":true";
   if (request.timeout_ms != 0) out += ",\"timeout_ms\":" + std::to_string(request.timeout_ms);
   if (!request.step_tag.empty()) {
@@ -287,6 +306,82 @@ StatusOr<NamedTensors> ParseRunOutputsJson(std::string_view json, std::string_vi
   const Json* outputs = internal::FindField(v, "outputs");
   if (outputs == nullptr) return internal::PathError(root, "missing \"outputs\"");
   return internal::NamedTensorsFromJson(*outputs, root.Key("outputs"), max_tensor_bytes);
+}
+
+StatusOr<BinaryBody> SplitBinaryBody(std::string_view body) {
+  if (body.size() < 8) {
+    return InvalidArgument("a binary body (" + std::string(kTensorsContentType) +
+                           ") begins with 8 bytes that give the JSON's length; this one has " +
+                           std::to_string(body.size()) + " bytes");
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(body[size_t(i)]);
+  if (n > body.size() - 8) {
+    return InvalidArgument("a binary body's JSON is " + std::to_string(n) + " bytes long, but only " +
+                           std::to_string(body.size() - 8) + " bytes follow its length");
+  }
+  return BinaryBody{body.substr(8, size_t(n)), body.substr(8 + size_t(n))};
+}
+
+std::string RunOutputsToBinary(const NamedTensors& outputs, std::string_view trace_json) {
+  constexpr size_t kAlign = 64;
+  std::string json = "{\"outputs\":{";
+  size_t offset = 0;
+  std::vector<size_t> begins;
+  begins.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = outputs[i].second;
+    offset = (offset + kAlign - 1) / kAlign * kAlign;
+    begins.push_back(offset);
+    if (i) json.push_back(',');
+    internal::AppendJsonString(outputs[i].first, &json);
+    json += ":{\"dtype\":";
+    internal::AppendJsonString(DataTypeName(t.dtype()), &json);
+    json += ",\"shape\":[";
+    for (int d = 0; d < t.shape().rank(); ++d) {
+      if (d) json.push_back(',');
+      json += std::to_string(t.shape().dim(d));
+    }
+    json += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+            std::to_string(offset + t.TotalBytes()) + "]}";
+    offset += t.TotalBytes();
+  }
+  json += "}";
+  if (!trace_json.empty()) {
+    json += ",\"trace\":";
+    json += trace_json;
+  }
+  json += "}";
+  // The JSON is padded with spaces so that the tensor bytes begin on a
+  // multiple of kAlign from the body's start, as each tensor does from theirs.
+  size_t head = 8 + json.size();
+  json.append((kAlign - head % kAlign) % kAlign, ' ');
+  std::string out;
+  out.reserve(8 + json.size() + offset);
+  AdviseHostHugePages(out.data(), out.capacity());
+  uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  out += json;
+  const size_t base = out.size();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = outputs[i].second;
+    out.append(base + begins[i] - out.size(), '\0');
+    out.append(static_cast<const char*>(t.raw_data()), t.TotalBytes());
+  }
+  return out;
+}
+
+StatusOr<NamedTensors> ParseRunOutputsBinary(std::string_view body, size_t max_tensor_bytes) {
+  FS_ASSIGN_OR_RETURN(BinaryBody b, SplitBinaryBody(body));
+  JsonPath root("");
+  internal::Document doc;
+  Json& v = *doc;
+  FS_RETURN_IF_ERROR(internal::ParseJsonText(b.json, root, &v));
+  FS_RETURN_IF_ERROR(internal::CheckObject(v, root, "a run response", {"outputs", "trace"}));
+  const Json* outputs = internal::FindField(v, "outputs");
+  if (outputs == nullptr) return internal::PathError(root, "missing \"outputs\"");
+  return internal::NamedTensorsFromJson(*outputs, root.Key("outputs"), max_tensor_bytes, nullptr,
+                                        &b.tensor_bytes);
 }
 
 std::string StatusToJson(const Status& status) {

@@ -1,6 +1,7 @@
 // Tensors in JSON: the nested, "data" and "b64" encodings (json_codec.h).
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -292,9 +293,68 @@ StatusOr<TensorShape> ReadTensorShape(const Json& v, const JsonPath& path) {
   return s;
 }
 
+// A bool tensor filled from raw bytes: any byte but 0 or 1 is not a valid
+// bool object.
+Status CheckBoolBytes(const Tensor& t, const JsonPath& path) {
+  if (t.dtype() != DataType::kBool) return Status();
+  const auto* bytes = static_cast<const uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < t.TotalBytes(); ++i) {
+    if (bytes[i] > 1) {
+      return PathError(path, "byte " + std::to_string(i) + " is " + std::to_string(bytes[i]) +
+                                 ", not a bool (0 or 1)");
+    }
+  }
+  return Status();
+}
+
+// {"dtype", "shape", "data_offsets": [begin, end]}: bytes [begin, end) of a
+// binary body's tensor bytes (json_codec.h, "Binary bodies").
+StatusOr<Tensor> OffsetsTensor(const Json& offsets, std::optional<DataType> dtype,
+                               const TensorShape& shape, const JsonPath& path, size_t max_bytes,
+                               const std::string_view* tensor_bytes) {
+  const JsonPath offsets_path = path.Key("data_offsets");
+  if (tensor_bytes == nullptr) {
+    return PathError(offsets_path, "only a binary body (Content-Type " +
+                                       std::string(kTensorsContentType) +
+                                       ") has tensor bytes to point into; give \"data\" or \"b64\"");
+  }
+  if (!dtype) return PathError(path, "a \"data_offsets\" tensor needs a \"dtype\"");
+  int64_t range[2] = {0, 0};
+  if (!offsets.is_array() || offsets.size() != 2) {
+    return PathError(offsets_path, "expected [begin, end], got " + DescribeValue(offsets));
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (JsonToInteger(offsets[size_t(i)], 0, int64_t(tensor_bytes->size()), &range[i]) !=
+        ScalarError::kNone) {
+      return PathError(offsets_path.Index(i),
+                       "expected a byte offset from 0 to " + std::to_string(tensor_bytes->size()) +
+                           " (the tensor bytes after the JSON), got " +
+                           DescribeValue(offsets[size_t(i)]));
+    }
+  }
+  if (range[1] < range[0]) {
+    return PathError(offsets_path, "ends (" + std::to_string(range[1]) + ") before it begins (" +
+                                       std::to_string(range[0]) + ")");
+  }
+  FS_RETURN_IF_ERROR(CheckSize(shape, *dtype, max_bytes, path));
+  const size_t want_bytes = size_t(shape.num_elements()) * DataTypeSize(*dtype);  // <= max_bytes
+  const size_t got = size_t(range[1] - range[0]);
+  if (got != want_bytes) {
+    return PathError(offsets_path, "spans " + std::to_string(got) + " bytes, but a " +
+                                       std::string(DataTypeName(*dtype)) + shape.ToString() +
+                                       " tensor has " + std::to_string(want_bytes));
+  }
+  FS_ASSIGN_OR_RETURN(Tensor t, AllocateAt(*dtype, shape, path));
+  if (got > 0) std::memcpy(t.raw_data(), tensor_bytes->data() + range[0], got);
+  FS_RETURN_IF_ERROR(CheckBoolBytes(t, offsets_path));
+  return t;
+}
+
 StatusOr<Tensor> ObjectFromJson(const Json& v, std::optional<DataType> want,
-                                const JsonPath& path, size_t max_bytes) {
-  FS_RETURN_IF_ERROR(CheckObject(v, path, "a tensor", {"dtype", "shape", "data", "b64"}));
+                                const JsonPath& path, size_t max_bytes,
+                                const std::string_view* tensor_bytes) {
+  FS_RETURN_IF_ERROR(
+      CheckObject(v, path, "a tensor", {"dtype", "shape", "data", "b64", "data_offsets"}));
   std::optional<DataType> dtype = want;
   if (const Json* d = FindField(v, "dtype")) {
     FS_ASSIGN_OR_RETURN(DataType t, ReadDataType(*d, path.Key("dtype")));
@@ -310,10 +370,14 @@ StatusOr<Tensor> ObjectFromJson(const Json& v, std::optional<DataType> want,
   FS_ASSIGN_OR_RETURN(TensorShape shape, ReadTensorShape(*shape_json, path.Key("shape")));
   const Json* data = FindField(v, "data");
   const Json* b64 = FindField(v, "b64");
-  if ((data == nullptr) == (b64 == nullptr)) {
-    return PathError(path, data ? "has both \"data\" and \"b64\"; give one"
-                                : "needs \"data\" (the values) or \"b64\" (the bytes)");
+  const Json* offsets = FindField(v, "data_offsets");
+  const int given = (data != nullptr) + (b64 != nullptr) + (offsets != nullptr);
+  if (given != 1) {
+    return PathError(path, given > 1 ? "has more than one of \"data\", \"b64\" and \"data_offsets\"; give one"
+                                     : "needs \"data\" (the values), \"b64\" (the bytes) or, in a "
+                                       "binary body, \"data_offsets\"");
   }
+  if (offsets != nullptr) return OffsetsTensor(*offsets, dtype, shape, path, max_bytes, tensor_bytes);
 
   if (data != nullptr) {
     const JsonPath data_path = path.Key("data");
@@ -355,16 +419,7 @@ StatusOr<Tensor> ObjectFromJson(const Json& v, std::optional<DataType> want,
   FS_ASSIGN_OR_RETURN(Tensor t, AllocateAt(*dtype, shape, path));
   Status s = Base64Decode(text, t.raw_data(), t.TotalBytes());
   if (!s.ok()) return PathError(b64_path, s.message());
-  if (*dtype == DataType::kBool) {
-    // Any other byte is not a valid bool object.
-    const auto* bytes = static_cast<const uint8_t*>(t.raw_data());
-    for (size_t i = 0; i < t.TotalBytes(); ++i) {
-      if (bytes[i] > 1) {
-        return PathError(b64_path, "byte " + std::to_string(i) + " is " +
-                                       std::to_string(bytes[i]) + ", not a bool (0 or 1)");
-      }
-    }
-  }
+  FS_RETURN_IF_ERROR(CheckBoolBytes(t, b64_path));
   return t;
 }
 
@@ -401,9 +456,10 @@ void AppendNested(const T* data, std::span<const int64_t> dims, size_t depth, in
 }  // namespace
 
 StatusOr<Tensor> TensorFromJson(const Json& v, std::optional<DataType> dtype,
-                                const JsonPath& path, size_t max_bytes) {
+                                const JsonPath& path, size_t max_bytes,
+                                const std::string_view* tensor_bytes) {
   if (dtype == DataType::kInvalid) dtype.reset();  // no expectation
-  if (v.is_object()) return ObjectFromJson(v, dtype, path, max_bytes);
+  if (v.is_object()) return ObjectFromJson(v, dtype, path, max_bytes, tensor_bytes);
   if (v.is_null()) {
     return PathError(path, "expected a tensor (a nested array, a scalar, or an object with "
                            "\"dtype\", \"shape\" and \"data\" or \"b64\"), got null");

@@ -8,9 +8,13 @@ class), then measures, one after the other:
   Session.run, against the same call through the raw generated stub
   (grpc) and through http.client with a hand-written body (REST), p50/p99
   over --runs calls after a warm-up: what the package adds;
-- feeding an N MiB float32 array through Identity (a round trip: the array
-  goes in and comes back), against a plain numpy copy of it and against the
-  raw stub with the same bytes;
+- feeding an N MiB float32 array and fetching only its Shape, against the
+  same bytes sent from a numpy array over a loopback socket to another
+  process that reads them into a numpy buffer ("a plain copy over
+  loopback", the issue's baseline);
+- feeding it through Identity (a round trip: the array goes in and comes
+  back), against a plain numpy copy of it and against the raw stub with the
+  same bytes;
 - with --service-bench (build/bench/service_bench), the C++ clients' round
   trip of the same tiny Run (its sync gRPC stub and REST client, the best
   p50 of 3 rounds, its own server process), run right after, and the ratio;
@@ -31,6 +35,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,6 +67,47 @@ def timed(fn, runs):
     return out
 
 
+# The receiving end of the baseline: reads each message of `n` bytes into a
+# numpy buffer (as a server would into its tensor) and answers one byte.
+RECEIVER = """
+import socket, sys, numpy as np
+n = int(sys.argv[1])
+srv = socket.create_server(("127.0.0.1", 0))
+print(srv.getsockname()[1], flush=True)
+c, _ = srv.accept()
+while True:
+    buf = np.empty(n, np.uint8)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = c.recv_into(view[got:])
+        if k == 0:
+            sys.exit(0)
+        got += k
+    c.sendall(b"k")
+"""
+
+
+def loopback_copy(n, runs):
+    """Best seconds to send n bytes from a numpy array to another process over
+    loopback TCP and hear back: "a plain copy over loopback"."""
+    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(n)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        port = int(proc.stdout.readline())
+        arr = np.random.default_rng(2).integers(0, 255, n, dtype=np.uint8)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def once():
+                sock.sendall(memoryview(arr))
+                if sock.recv(1) != b"k":
+                    raise RuntimeError("the loopback receiver went away")
+            return min(timed(once, runs))
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flowstate", required=True)
@@ -74,6 +120,7 @@ def main():
     a = ap.parse_args()
     tiny = {}
     print("load average: %.2f %.2f %.2f" % os.getloadavg())
+    loopback = loopback_copy(a.mib << 20, 5)
     with tempfile.TemporaryDirectory() as tmp:
         srv = Server(a.flowstate, tmp, extra_args=["--set", "limits.max_tensor_bytes=134217728",
                                                    "--set", "http.body_limit_bytes=268435456",
@@ -86,6 +133,7 @@ def main():
                 y = g.Add(x, np.float32(1), name="y")
                 big_in = g.placeholder("float32", None, name="big")
                 big_out = g.Identity(big_in, name="big_out")
+                big_shape = g.Shape(big_in, name="big_shape")
                 one = np.float32(1)
                 with c.session(g) as s:
                     pkg = timed(lambda: s.run(y, {x: one}), a.runs)
@@ -111,6 +159,11 @@ def main():
                                                            p[0] - r[0]))
                     arr = np.random.default_rng(1).standard_normal(a.mib << 18).astype(np.float32)
                     copy = min(timed(lambda: arr.copy(), 5))
+                    feed_only = min(timed(lambda: s.run(big_shape, {big_in: arr}), 5))
+                    print("%-5s %d MiB feed (fetching its shape): best %.1f ms; the same bytes "
+                          "over a loopback socket to another process %.1f ms: %.2fx"
+                          % (c.transport.kind, a.mib, feed_only * 1e3, loopback * 1e3,
+                             feed_only / loopback))
                     feed = timed(lambda: s.run(big_out, {big_in: arr}), 5)
                     line = ("%-5s %d MiB feed+fetch round trip: best %.1f ms "
                             "(a numpy copy %.1f ms: %.1fx)"

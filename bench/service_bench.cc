@@ -614,11 +614,11 @@ int Main(int argc, char** argv) {
       print_own("service_predict_mlp_b1_grpc", own_grpc);
       // Where the rest of the request goes: parsing its JSON body (784 numbers).
       Percentiles parse = Measure(requests / 4, [&] {
-        if (!http_internal::ParsePredictBody(body, int64_t{64} << 20).ok()) Die("parse");
+        if (!http_internal::ParsePredictBody(body, false, int64_t{64} << 20).ok()) Die("parse");
       });
       bench::PrintFigure("service_predict_mlp_b1_parse_json_body_p50", parse.p50, "us");
       Percentiles parse_b64 = Measure(requests / 4, [&] {
-        if (!http_internal::ParsePredictBody(body_b64, int64_t{64} << 20).ok()) Die("parse");
+        if (!http_internal::ParsePredictBody(body_b64, false, int64_t{64} << 20).ok()) Die("parse");
       });
       bench::PrintFigure("service_predict_mlp_b1_parse_b64_body_p50", parse_b64.p50, "us");
       std::vector<Tensor> logits;

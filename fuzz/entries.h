@@ -33,8 +33,9 @@ Status GraphJson(std::string_view input);
 Status TensorJson(std::string_view input);
 // The request bodies: ParseRunRequestJson, ParsePredictRequestJson,
 // ParseGraphRequestJson, ParseRunOutputsJson and StatusFromJson on the same
-// text; a run request that is accepted prints and reads back. Returns the
-// run request's Status.
+// text; a run request that is accepted prints and reads back. The same bytes
+// as a binary body (SplitBinaryBody): accepted feeds write out as a binary
+// answer and read back. Returns the run request's Status.
 Status Requests(std::string_view input);
 // ParseJobSpec (api/job_spec.h), a job file or POST /v1/jobs body.
 Status JobSpec(std::string_view input);

@@ -125,6 +125,30 @@ Status Requests(std::string_view input) {
   CheckClientError(api::ParseRunOutputsJson(input, "", kFuzzMaxTensorBytes).status(),
                    "Requests(outputs)");
   (void)api::StatusFromJson(input);  // any Status; it must just not crash
+  // The same bytes as a binary body: an accepted one's feeds write out as a
+  // binary answer and read back the same.
+  if (StatusOr<api::BinaryBody> b = api::SplitBinaryBody(input); b.ok()) {
+    StatusOr<api::RunRequest> binary =
+        api::ParseRunRequestJson(b->json, "", kFuzzMaxTensorBytes, nullptr, b->tensor_bytes);
+    CheckClientError(binary.status(), "Requests(binary run)");
+    if (binary.ok()) {
+      for (const auto& [name, t] : binary->feeds) CheckTensor(t, "Requests(binary run)");
+      StatusOr<api::NamedTensors> back =
+          api::ParseRunOutputsBinary(api::RunOutputsToBinary(binary->feeds), kFuzzMaxTensorBytes);
+      if (!back.ok() || back->size() != binary->feeds.size()) {
+        Fail("Requests", "a binary body's feeds do not read back as a binary answer: " +
+                             (back.ok() ? std::string("another count") : back.status().ToString()));
+      }
+      for (size_t i = 0; back.ok() && i < back->size(); ++i) {
+        const Tensor& a = binary->feeds[i].second;
+        const Tensor& t = (*back)[i].second;
+        if (a.dtype() != t.dtype() || a.shape() != t.shape() ||
+            std::memcmp(a.raw_data(), t.raw_data(), a.TotalBytes()) != 0) {
+          Fail("Requests", "feed '" + binary->feeds[i].first + "' read back different in binary");
+        }
+      }
+    }
+  }
   StatusOr<api::RunRequest> r = api::ParseRunRequestJson(input, "", kFuzzMaxTensorBytes);
   CheckClientError(r.status(), "Requests(run)");
   if (!r.ok()) return r.status();

@@ -1,10 +1,12 @@
 #include "graph/allocator.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 #ifdef __linux__
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace flowstate {
@@ -44,6 +46,16 @@ size_t HostHugePageMinBytes() { return HugePageMinBytes().load(std::memory_order
 
 void SetHostHugePageMinBytes(size_t bytes) {
   HugePageMinBytes().store(bytes, std::memory_order_relaxed);
+}
+
+void AdviseHostHugePages(void* p, size_t bytes) {
+  if (p == nullptr || HostHugePageMinBytes() == 0 || bytes < 2 * kHugePageBytes) return;
+#ifdef __linux__
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page;
+  const uintptr_t end = (uintptr_t(p) + bytes) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
 }
 
 Allocator* HostAllocator() {

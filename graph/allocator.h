@@ -59,6 +59,14 @@ inline constexpr size_t kDefaultHugePageMinBytes = size_t{64} << 20;
 size_t HostHugePageMinBytes();
 void SetHostHugePageMinBytes(size_t bytes);
 
+// Advises the whole pages of [p, p + bytes) as transparent huge pages, when
+// `bytes` is at least 4 MiB and huge pages are not turned off
+// (HostHugePageMinBytes() is not 0): for a large
+// buffer that another allocator made (a request body, a response string)
+// before it is first written, so that writing it faults once per 2 MiB
+// instead of once per 4 KiB. Advice only; does nothing elsewhere than Linux.
+void AdviseHostHugePages(void* p, size_t bytes);
+
 }  // namespace flowstate
 
 #endif  // FLOWSTATE_GRAPH_ALLOCATOR_H_

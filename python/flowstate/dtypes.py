@@ -88,6 +88,18 @@ def to_bytes(array, dtype):
     return list(a.shape), np.ascontiguousarray(a).tobytes()
 
 
+def to_view(array, dtype):
+    """(shape, flat little-endian byte view) of `array` as wire dtype `dtype`: the
+    array's own memory where it is C-contiguous in that dtype (nothing is copied),
+    else a converted copy's."""
+    a = np.asarray(array)
+    if dtype == BFLOAT16:
+        raw = _bf16_from_f32(a)
+    else:
+        raw = np.ascontiguousarray(a, dtype=_NUMPY[dtype].newbyteorder("<"))
+    return list(a.shape), memoryview(raw).cast("B")
+
+
 def from_bytes(dtype, shape, content):
     """The numpy array of a wire tensor (a read-only view of `content` where it can be)."""
     dtype = canonical(dtype)

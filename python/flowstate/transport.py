@@ -18,13 +18,12 @@ import socket
 import threading
 import urllib.parse
 
-from . import dtypes, errors
+from . import binary_body, dtypes, errors
 from .messages import Event, _fix_job, _msg_dict
 
 
 # ---------------------------------------------------------------------------
 # REST
-
 
 class RestTransport:
     kind = "http"
@@ -67,15 +66,26 @@ class RestTransport:
                                            % (what, self, timeout))
         return errors.Unavailable("%s: cannot reach the server at %r: %s" % (what, self, e))
 
-    def request(self, method, path, body=None, timeout=None, raw=False, query=None):
-        """The decoded JSON (or, with raw, (headers, bytes)) of a 2xx answer."""
+    def request(self, method, path, body=None, timeout=None, raw=False, query=None,
+                chunks=None):
+        """The decoded JSON (or, with raw, (headers, bytes)) of a 2xx answer; a binary
+        answer (binary_body.TENSORS) as (its JSON, its tensor bytes as a numpy uint8
+        array).
+
+        `chunks`: a binary body (binary_body.TENSORS) as a list of byte views, sent
+        one after the other as they are (an array's memory is not copied)."""
         timeout = self.timeout if timeout is None else timeout
         url = self.base_path + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = None
         headers = dict(self.headers)
-        if body is not None:
+        if chunks is not None:
+            data = chunks
+            headers["Content-Type"] = binary_body.TENSORS
+            headers["Content-Length"] = str(sum(c.nbytes if isinstance(c, memoryview) else len(c)
+                                                for c in chunks))
+        elif body is not None:
             data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
             binary = isinstance(body, (bytes, bytearray))
             headers["Content-Type"] = "application/octet-stream" if binary else "application/json"
@@ -86,7 +96,11 @@ class RestTransport:
             try:
                 conn.request(method, url, body=data, headers=headers)
                 resp = conn.getresponse()
-                payload = resp.read()
+                binary = resp.getheader("Content-Type", "") == binary_body.TENSORS
+                if 200 <= resp.status < 300 and binary:
+                    payload = binary_body.read(resp)
+                else:
+                    payload = resp.read()
                 self._local.used = True
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 # A keep-alive connection the server closed while idle: once more, anew.
@@ -103,8 +117,8 @@ class RestTransport:
             if resp.getheader("Connection", "").lower() == "close":
                 self.close()
             if 200 <= resp.status < 300:
-                if raw:
-                    return resp, payload
+                if raw or isinstance(payload, tuple):
+                    return (resp, payload) if raw else payload
                 return json.loads(payload) if payload else {}
             raise errors.from_http(resp.status, payload)
         raise AssertionError("unreachable")
@@ -139,16 +153,20 @@ class RestTransport:
     def extend_session(self, session_id, graph):
         self.request("POST", "/v1/sessions/%s/extend" % self._q(session_id), {"graph": graph})
 
+    def _tensors_call(self, path, doc, key, tensors, timeout):
+        """POSTs `doc` as a binary body with doc[key] the tensors (name -> (dtype,
+        array)); the outputs of the binary answer."""
+        doc, buf = self.request("POST", path, chunks=binary_body.encode(doc, key, tensors),
+                                timeout=timeout)
+        return binary_body.decode_outputs(doc, buf)
+
     def run_session(self, session_id, feeds, fetches, targets, timeout_ms=0, timeout=None,
                     step_tag=""):
-        body = {"feeds": {k: dtypes.to_json(a, d) for k, (d, a) in feeds.items()},
-                "fetches": list(fetches), "targets": list(targets), "encoding": "b64",
-                "step_tag": step_tag}
+        doc = {"fetches": list(fetches), "targets": list(targets), "step_tag": step_tag}
         if timeout_ms:
-            body["timeout_ms"] = int(timeout_ms)
-        out = self.request("POST", "/v1/sessions/%s/run" % self._q(session_id), body,
-                           timeout=timeout)
-        return {k: dtypes.from_json(v) for k, v in out.get("outputs", {}).items()}
+            doc["timeout_ms"] = int(timeout_ms)
+        return self._tensors_call("/v1/sessions/%s/run" % self._q(session_id), doc, "feeds",
+                                  feeds, timeout)
 
     def cancel_step(self, session_id, step_tag, timeout=None):
         return self.request("POST", "/v1/sessions/%s/cancel" % self._q(session_id),
@@ -175,10 +193,8 @@ class RestTransport:
         self.request("DELETE", "/v1/jobs/%s" % self._q(job_id))
 
     def predict(self, job_id, inputs, fetches, timeout=None):
-        body = {"inputs": {k: dtypes.to_json(a, d) for k, (d, a) in inputs.items()},
-                "fetches": list(fetches), "encoding": "b64"}
-        out = self.request("POST", "/v1/jobs/%s/predict" % self._q(job_id), body, timeout=timeout)
-        return {k: dtypes.from_json(v) for k, v in out.get("outputs", {}).items()}
+        return self._tensors_call("/v1/jobs/%s/predict" % self._q(job_id),
+                                  {"fetches": list(fetches)}, "inputs", inputs, timeout)
 
     def history(self, job_id):
         return self.request("GET", "/v1/jobs/%s/history" % self._q(job_id))

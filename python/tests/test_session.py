@@ -1,5 +1,7 @@
 """Sessions over both transports: numpy in and out, every dtype, extend, close, errors."""
 
+import json
+import struct
 import time
 
 import numpy as np
@@ -127,6 +129,44 @@ def test_large_feed_round_trips(client):
     value = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)  # 4 MiB
     with client.session(g) as s:
         np.testing.assert_array_equal(s.run(y, {x: value}), value)
+
+
+def test_strided_fortran_and_big_endian_feeds_arrive_as_their_values(client):
+    g = client.graph()
+    x = g.placeholder("float32", name="x")
+    i = g.placeholder("int64", name="i")
+    y, j = g.Identity(x, name="y"), g.Identity(i, name="j")
+    base = np.arange(60, dtype=np.float32).reshape(6, 10)
+    feeds = [base[::2, 1::3],                                   # strided
+             np.asfortranarray(base),                           # column-major
+             base.astype(">f4")]                                # big-endian
+    with client.session(g) as s:
+        for value in feeds:
+            np.testing.assert_array_equal(s.run(y, {x: value}), value)
+        ids = np.array([[1 << 40, -3]], dtype=">i8")
+        np.testing.assert_array_equal(s.run(j, {i: ids}), ids)
+
+
+def test_a_bad_binary_body_is_invalid_argument_naming_the_field(server):
+    # What the package never sends, as a hostile client would: a range that is
+    # not the tensor's size, then an offset past the bytes.
+    c = flowstate.Client(server.http, timeout=30)
+    g = c.graph()
+    x = g.placeholder("float32", [2], name="x")
+    g.Identity(x, name="y")
+    with c.session(g) as s:
+        t = c.transport
+        for offsets, want in (([0, 12], "feeds.x.data_offsets: spans 12 bytes, but a float32[2]"),
+                              ([0, 17], "feeds.x.data_offsets[1]: expected a byte offset from 0 to 16")):
+            head = json.dumps({"feeds": {"x": {"dtype": "float32", "shape": [2],
+                                               "data_offsets": offsets}},
+                               "fetches": ["y"], "encoding": "binary"}).encode()
+            with pytest.raises(errors.InvalidArgument) as e:
+                t.request("POST", "/v1/sessions/%s/run" % s.id,
+                          chunks=[struct.pack("<Q", len(head)) + head, bytes(16)])
+            assert want in e.value.message
+        np.testing.assert_array_equal(s.run("y", {x: np.array([1, 2], np.float32)}), [1, 2])
+    c.close()
 
 
 def test_feed_of_the_wrong_dtype_or_shape_is_refused_naming_the_node(client):

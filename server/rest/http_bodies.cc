@@ -86,16 +86,54 @@ StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
   return api::ParseGraphRequestJson(body, what, options);
 }
 
-StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes,
+bool IsTensorsBody(const HttpRequest& req) {
+  auto it = req.headers.find("content-type");
+  if (it == req.headers.end()) return false;
+  std::string_view v = it->second;
+  v = v.substr(0, v.find(';'));  // parameters, if any, say nothing here
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
+  return v.size() == api::kTensorsContentType.size() &&
+         std::equal(v.begin(), v.end(), api::kTensorsContentType.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == b;
+         });
+}
+
+StatusOr<api::RunRequest> ParseRunBody(std::string_view body, bool binary, int64_t max_tensor_bytes,
                                        const api::FeedDtypes& dtypes) {
+  if (binary) {
+    FS_ASSIGN_OR_RETURN(api::BinaryBody b, api::SplitBinaryBody(body));
+    FS_RETURN_IF_ERROR(CheckHasBody(b.json, "a run request"));
+    return api::ParseRunRequestJson(b.json, "", TensorLimit(max_tensor_bytes), dtypes,
+                                    b.tensor_bytes);
+  }
   FS_RETURN_IF_ERROR(CheckHasBody(body, "a run request"));
   return api::ParseRunRequestJson(body, "", TensorLimit(max_tensor_bytes), dtypes);
 }
 
-StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes,
+StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, bool binary,
+                                               int64_t max_tensor_bytes,
                                                const api::FeedDtypes& dtypes) {
+  if (binary) {
+    FS_ASSIGN_OR_RETURN(api::BinaryBody b, api::SplitBinaryBody(body));
+    FS_RETURN_IF_ERROR(CheckHasBody(b.json, "a predict request"));
+    return api::ParsePredictRequestJson(b.json, "", TensorLimit(max_tensor_bytes), dtypes,
+                                        b.tensor_bytes);
+  }
   FS_RETURN_IF_ERROR(CheckHasBody(body, "a predict request"));
   return api::ParsePredictRequestJson(body, "", TensorLimit(max_tensor_bytes), dtypes);
+}
+
+HttpResponse OutputsResponse(const api::NamedTensors& outputs, bool binary, api::Encoding encoding,
+                             std::string_view trace_json) {
+  HttpResponse r;
+  if (binary) {
+    r.content_type = std::string(api::kTensorsContentType);
+    r.body = api::RunOutputsToBinary(outputs, trace_json);
+  } else {
+    r.body = api::RunOutputsToJson(outputs, encoding, trace_json);
+  }
+  return r;
 }
 
 std::shared_ptr<EventSource> MakeJobEventSource(std::unique_ptr<JobEventStream> stream,

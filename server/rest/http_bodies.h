@@ -28,15 +28,26 @@ namespace flowstate::http_internal {
 StatusOr<GraphDef> ParseGraphBody(std::string_view body, std::string_view what,
                                   int64_t max_tensor_bytes);
 
+// Whether a request's Content-Type is api::kTensorsContentType (a binary
+// body: the JSON after its 8-byte length, then the tensor bytes); any other
+// type, or none, is read as JSON.
+bool IsTensorsBody(const HttpRequest& req);
+
 // {"feeds": {name: tensor}, "fetches": [...], "targets": [...], "encoding": "data"}
-// (POST /v1/sessions/{id}/run).
-StatusOr<api::RunRequest> ParseRunBody(std::string_view body, int64_t max_tensor_bytes,
+// (POST /v1/sessions/{id}/run), in JSON or, with `binary`, a binary body.
+StatusOr<api::RunRequest> ParseRunBody(std::string_view body, bool binary, int64_t max_tensor_bytes,
                                        const api::FeedDtypes& dtypes = nullptr);
 
 // {"inputs": {name: tensor}, "fetches": [...], "encoding": "data"}
-// (POST /v1/jobs/{id}/predict). "fetches" is required.
-StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, int64_t max_tensor_bytes,
+// (POST /v1/jobs/{id}/predict), as a run's. "fetches" is required.
+StatusOr<api::PredictRequest> ParsePredictBody(std::string_view body, bool binary,
+                                               int64_t max_tensor_bytes,
                                                const api::FeedDtypes& dtypes = nullptr);
+
+// The outputs of a run or predict: binary (api::RunOutputsToBinary) when the
+// request asked "encoding": "binary", else JSON in `encoding`.
+HttpResponse OutputsResponse(const api::NamedTensors& outputs, bool binary, api::Encoding encoding,
+                             std::string_view trace_json = {});
 
 // The events of one job as text/event-stream ("event: step\ndata: {job}\n\n"),
 // with ": keep-alive" comments after `keep_alive` of silence; ends after the

@@ -125,6 +125,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ReadHeader();
   void OnHeader(beast::error_code ec);
   void ReadBody();
+  // A body of a declared length of at least kAdvisedBodyBytes, read
+  // straight into its string in reads as large as the socket gives.
+  void ReadLargeBody(uint64_t length);
+  void ReadLargeBodySome(size_t length, size_t got);
   void OnBody(beast::error_code ec);
   void OnReadError(beast::error_code ec);
   // Answers a request refused on its header, without reading its body.

@@ -44,6 +44,8 @@ using http_internal::QueryParam;
 using http_internal::UploadDataset;
 using http_internal::UploadModel;
 using http_internal::ParseGraphBody;
+using http_internal::IsTensorsBody;
+using http_internal::OutputsResponse;
 using http_internal::ParsePredictBody;
 using http_internal::ParseRunBody;
 
@@ -157,9 +159,8 @@ HttpResponse Deferred() {
 HttpResponse RunSession(const Call& c) {
   // Nested arrays read as the dtypes the session's Placeholders expect.
   StatusOr<api::RunRequest> req =
-      ParseRunBody(c.req.body, c.max_tensor_bytes(), [&c](const std::string& name) {
-        return c.service().SessionFeedDtype(c.id, name);
-      });
+      ParseRunBody(c.req.body, IsTensorsBody(c.req), c.max_tensor_bytes(),
+                   [&c](const std::string& name) { return c.service().SessionFeedDtype(c.id, name); });
   if (!req.ok()) return ErrorResponse(req.status());
   SessionRunRequest run;
   run.feeds = std::move(req->feeds);
@@ -177,8 +178,8 @@ HttpResponse RunSession(const Call& c) {
   StatusOr<std::vector<std::pair<std::string, Tensor>>> out = c.service().RunSession(c.id, run, &trace);
   const double step = SecondsSince(t0);
   if (!out.ok()) return ErrorResponse(out.status());
-  HttpResponse r = JsonResponse(
-      200, api::RunOutputsToJson(*out, req->encoding, run.trace ? StepTraceToChromeJson(trace) : ""));
+  HttpResponse r = OutputsResponse(*out, req->binary_outputs, req->encoding,
+                                   run.trace ? StepTraceToChromeJson(trace) : "");
   r.timings.emplace_back("step", step);
   return r;
 }
@@ -245,9 +246,8 @@ HttpResponse JobEvents(const Call& c) {
 
 HttpResponse Predict(const Call& c) {
   StatusOr<api::PredictRequest> req =
-      ParsePredictBody(c.req.body, c.max_tensor_bytes(), [&c](const std::string& name) {
-        return c.service().JobInputDtype(c.id, name);
-      });
+      ParsePredictBody(c.req.body, IsTensorsBody(c.req), c.max_tensor_bytes(),
+                       [&c](const std::string& name) { return c.service().JobInputDtype(c.id, name); });
   if (!req.ok()) return ErrorResponse(req.status());
   if (c.req.must_not_wait && c.service().PredictMayWait(c.id, NamesOf(req->inputs), req->fetches)) {
     return Deferred();
@@ -261,7 +261,7 @@ HttpResponse Predict(const Call& c) {
   for (size_t i = 0; i < outputs.size() && i < req->fetches.size(); ++i) {
     named.emplace_back(req->fetches[i], std::move(outputs[i]));
   }
-  HttpResponse r = JsonResponse(200, api::RunOutputsToJson(named, req->encoding));
+  HttpResponse r = OutputsResponse(named, req->binary_outputs, req->encoding);
   r.timings.emplace_back("step", step);
   return r;
 }

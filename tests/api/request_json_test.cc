@@ -65,8 +65,8 @@ TEST(RunRequestJson, Errors) {
       {R"({"fetches": ["loss:"]})", "fetches[0]: malformed input 'loss:'"},
       {R"({"fetches": ["^train"]})", "fetches[0]: '^train' is a control input, not a tensor"},
       {R"({"targets": ["a:0"]})", "targets[0]: node name 'a:0' has a character other than"},
-      {R"({"encoding": "xml"})", "encoding: unknown encoding 'xml' (expected \"data\", \"b64\" "
-                                 "or \"nested\")"},
+      {R"({"encoding": "xml"})", "encoding: unknown encoding 'xml' (expected \"data\", \"b64\", "
+                                 "\"nested\" or \"binary\")"},
       {R"({"encoding": 1})", "encoding: expected a string, got 1"},
       {"{", "malformed JSON: parse error at line 1"},
   };

@@ -288,11 +288,15 @@ TEST(TensorJson, RejectsMalformedObjects) {
                 "tensor: missing \"shape\"");
   ExpectInvalid(ParseTensorJson(R"({"dtype": "float32", "shape": [1], "data": [1], "colour": 1})"),
                 "tensor.colour: unknown field (a tensor has \"dtype\", \"shape\", \"data\", "
-                "\"b64\")");
+                "\"b64\", \"data_offsets\")");
   ExpectInvalid(ParseTensorJson(R"({"dtype": "uint8", "shape": [1], "data": [1], "b64": "AQ=="})"),
-                "tensor: has both \"data\" and \"b64\"");
+                "tensor: has more than one of \"data\", \"b64\" and \"data_offsets\"; give one");
   ExpectInvalid(ParseTensorJson(R"({"dtype": "uint8", "shape": [1]})"),
-                "tensor: needs \"data\" (the values) or \"b64\" (the bytes)");
+                "tensor: needs \"data\" (the values), \"b64\" (the bytes) or, in a binary body, "
+                "\"data_offsets\"");
+  ExpectInvalid(ParseTensorJson(R"({"dtype": "uint8", "shape": [1], "data_offsets": [0, 1]})"),
+                "tensor.data_offsets: only a binary body (Content-Type "
+                "application/x-flowstate-tensors) has tensor bytes to point into");
   ExpectInvalid(ParseTensorJson(R"({"dtype": "float33", "shape": [1], "data": [1]})"),
                 "tensor.dtype: unknown dtype 'float33'");
   ExpectInvalid(ParseTensorJson(R"({"dtype": 1, "shape": [1], "data": [1]})"),

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -287,6 +288,66 @@ TEST_F(HttpServerTest, OversizedBodyIs413ThenClose) {
   r = ok.Read();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 201) << r->body;
+}
+
+// A body of 4 MiB or more is read straight into its string in large reads
+// (Connection::ReadLargeBody): it arrives whole however it is split, a
+// request pipelined after it is still served, and a client that stops
+// mid-body is dropped without an answer while the server goes on.
+TEST_F(HttpServerTest, ALargeBodyArrivesWholeInPiecesAndTheRequestAfterItIsServed) {
+  StartServer();
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Request("POST", "/v1/sessions", R"({"graph": {"nodes": [
+      {"name": "x", "op": "Placeholder", "attrs": {"dtype": "float32"}},
+      {"name": "y", "op": "Identity", "inputs": ["x"]}]}})")));
+  std::optional<Response> r = c.Read();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  // {"session_id":"sess-..."}
+  const size_t quote = r->body.find("sess-");
+  ASSERT_NE(quote, std::string::npos) << r->body;
+  const std::string id = r->body.substr(quote, r->body.find('"', quote) - quote);
+  const int64_t n = int64_t{3} << 19;  // 1.5 M floats: 6 MiB
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[size_t(i)] = float(i % 1000) * 0.5f;
+  const std::string json = R"({"feeds": {"x": {"dtype": "float32", "shape": [)" +
+                           std::to_string(n) + R"(], "data_offsets": [0, )" +
+                           std::to_string(n * 4) + R"(]}}, "fetches": ["y"], "encoding": "binary"})";
+  std::string body(8, '\0');
+  for (int i = 0; i < 8; ++i) body[size_t(i)] = char((uint64_t(json.size()) >> (8 * i)) & 0xff);
+  body += json;
+  body.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  const std::string request = Request("POST", "/v1/sessions/" + id + "/run", body,
+                                      "Content-Type: application/x-flowstate-tensors\r\n");
+  // The header and a third of the body, a pause, the rest with a request after it.
+  const size_t split = request.size() - body.size() + body.size() / 3;
+  ASSERT_TRUE(c.Send(request.substr(0, split)));
+  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(c.Send(request.substr(split) + Request("GET", "/healthz")));
+  r = c.Read(milliseconds(30000));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body.substr(0, 300);
+  EXPECT_EQ(r->header("content-type"), "application/x-flowstate-tensors");
+  StatusOr<api::NamedTensors> out = api::ParseRunOutputsBinary(r->body, size_t{64} << 20);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->size(), 1u);
+  ASSERT_EQ((*out)[0].second.num_elements(), n);
+  EXPECT_EQ(std::memcmp((*out)[0].second.raw_data(), values.data(), values.size() * sizeof(float)), 0);
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, R"({"status":"ok"})");
+
+  // Half a large body, then the client goes away: no answer, the server serves on.
+  {
+    RawClient quitter(server_->port());
+    ASSERT_TRUE(quitter.Send(request.substr(0, request.size() / 2)));
+  }
+  RawClient after(server_->port());
+  ASSERT_TRUE(after.Send(Request("GET", "/healthz")));
+  r = after.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 TEST_F(HttpServerTest, ExpectContinueIsHonoured) {
