@@ -32,7 +32,18 @@ Status NeedFloat(const NodeContext& c, const Value& v, const char* what) {
 }
 
 Output Transpose(NodeContext& c, const Output& x, const std::vector<int64_t>& perm) {
-  return c.Op("Transpose", {x, c.Ints32(perm)});
+  // x = Transpose(w, p): transposed by perm, x is w permuted by p then perm
+  // (dimension i from w's p[perm[i]]); when that is every i, w itself.
+  if (const auto* t = c.TransposeOf(x); t != nullptr && t->second.size() == perm.size()) {
+    bool inverse = true;
+    for (size_t i = 0; i < perm.size() && inverse; ++i) {
+      inverse = perm[i] >= 0 && size_t(perm[i]) < perm.size() && t->second[size_t(perm[i])] == int64_t(i);
+    }
+    if (inverse) return t->first;
+  }
+  Output y = c.Op("Transpose", {x, c.Ints32(perm)});
+  c.NoteTranspose(y, x, perm);
+  return y;
 }
 
 Output ShapeVector(NodeContext& c, const Output& x) {

@@ -21,6 +21,9 @@ Status NeedRank(const NodeContext& c, const Value& v, const char* what);
 // UNIMPLEMENTED unless v is float16/32/64 (Flowstate's float kernels).
 Status NeedFloat(const NodeContext& c, const Value& v, const char* what);
 
+// x transposed by perm; when x is itself a Transpose by the inverse perm,
+// that Transpose's input (no node is added). Every Transpose made is noted
+// (ModelState::transposes) for the element-wise ops to move through.
 Output Transpose(NodeContext& c, const Output& x, const std::vector<int64_t>& perm);
 // Shape(x) as an int64 vector.
 Output ShapeVector(NodeContext& c, const Output& x);

@@ -69,6 +69,12 @@ struct ModelState {
   std::set<std::string> scopes_taken;
   bool training = false;  // OnnxImportOptions::training
   std::set<std::string> variables;  // the Flowstate Variables made of initializers
+  // Every Transpose the converters made (convert_util.h Transpose): its
+  // output's name -> (its input, perm). A Transpose of one of these by the
+  // inverse perm is its input itself, and element-wise ops move through
+  // them, so that an imported NCHW model does not go to NHWC and back
+  // around each convolution and BatchNorm.
+  std::unordered_map<std::string, std::pair<Output, std::vector<int64_t>>> transposes;
 };
 
 class NodeContext {
@@ -81,6 +87,14 @@ class NodeContext {
   bool training() const { return model_->training; }  // OnnxImportOptions::training
   // True when `v` is an initializer made a Variable (a Ref an op may update).
   bool IsVariable(const Value& v) const { return model_->variables.count(v.out.node) > 0; }
+  // The Transpose that made `y` (its input and perm), or nullptr.
+  const std::pair<Output, std::vector<int64_t>>* TransposeOf(const Output& y) const {
+    auto it = model_->transposes.find(y.name());
+    return it == model_->transposes.end() ? nullptr : &it->second;
+  }
+  void NoteTranspose(const Output& y, const Output& x, std::vector<int64_t> perm) {
+    model_->transposes[y.name()] = {x, std::move(perm)};
+  }
   const onnx::NodeProto& proto() const { return node_; }
 
   // Inputs; an optional input left out is absent (or named "").

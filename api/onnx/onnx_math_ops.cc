@@ -2,6 +2,7 @@
 // softmax (the table is in onnx_ops.cc).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "api/onnx/convert_util.h"
@@ -37,12 +38,25 @@ std::optional<Tensor> FoldIntBinary(const char* op, const Value& a, const Value&
   return IntTensor(out, shape_from.shape().dim_vector(), a.dtype);
 }
 
+// An element-wise op of x, where x = Transpose(w, perm) is computed as
+// Transpose(op(w), perm): the Transpose then cancels against the next
+// converter's inverse one (an NCHW model's Relu between two convolutions
+// stays NHWC), and is pruned when nothing else reads it.
+Output ThroughTranspose(NodeContext& c, const Output& x,
+                        const std::function<Output(const Output&)>& op) {
+  const auto* t = c.TransposeOf(x);
+  if (t == nullptr) return op(x);
+  const std::vector<int64_t> perm = t->second;
+  return Transpose(c, op(t->first), perm);
+}
+
 }  // namespace
 
 Status UnaryOp(NodeContext& c, const char* op, bool float_only) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
   if (float_only) FS_RETURN_IF_ERROR(NeedFloat(c, x, "X"));
-  return c.SetOutput(0, c.Op(op, {x.out}), x.dtype, x.shape);
+  Output y = ThroughTranspose(c, x.out, [&](const Output& w) { return c.Op(op, {w}); });
+  return c.SetOutput(0, y, x.dtype, x.shape);
 }
 
 Status BinaryOp(NodeContext& c, const char* op) {
@@ -54,6 +68,24 @@ Status BinaryOp(NodeContext& c, const char* op) {
   }
   if (auto folded = FoldIntBinary(op, a, b)) {
     return c.SetOutput(0, c.Const(*folded), a.dtype, PartialShape(), folded);
+  }
+  // Both transposed alike (the same rank, so broadcasting commutes with the
+  // perm), or one transposed and the other a scalar: through the Transpose.
+  const auto* ta = c.TransposeOf(a.out);
+  const auto* tb = c.TransposeOf(b.out);
+  if (ta != nullptr && tb != nullptr && ta->second == tb->second && a.rank() >= 0 &&
+      a.rank() == b.rank()) {
+    const Output wa = ta->first, wb = tb->first;
+    const std::vector<int64_t> perm = ta->second;
+    return c.SetOutput(0, Transpose(c, c.Op(op, {wa, wb}), perm), a.dtype,
+                       BroadcastShape(a.shape, b.shape));
+  }
+  if ((ta != nullptr && b.rank() == 0) || (tb != nullptr && a.rank() == 0)) {
+    const bool left = ta != nullptr;
+    Output y = ThroughTranspose(c, left ? a.out : b.out, [&](const Output& w) {
+      return c.Op(op, {left ? w : a.out, left ? b.out : w});
+    });
+    return c.SetOutput(0, y, a.dtype, BroadcastShape(a.shape, b.shape));
   }
   return c.SetOutput(0, c.Op(op, {a.out, b.out}), a.dtype, BroadcastShape(a.shape, b.shape));
 }
@@ -233,15 +265,23 @@ Status ConvertTan(NodeContext& c) {
 
 Status ConvertClip(NodeContext& c) {
   FS_ASSIGN_OR_RETURN(Value x, c.input(0));
-  Output y = x.out;
+  std::vector<std::pair<const char*, Output>> bounds;
+  bool scalars = true;
   for (int i = 1; i <= 2; ++i) {
     if (!c.has_input(i)) continue;
     FS_ASSIGN_OR_RETURN(Value b, c.input(i));
     if (b.dtype != x.dtype) return c.Error(std::string(i == 1 ? "min" : "max") +
                                            " has another dtype than input");
-    y = c.Op(i == 1 ? "Maximum" : "Minimum", {y, b.out});
+    bounds.emplace_back(i == 1 ? "Maximum" : "Minimum", b.out);
+    scalars = scalars && b.rank() == 0;
   }
-  if (y.node == x.out.node) y = c.Op("Identity", {y});
+  auto clip = [&](const Output& w) {
+    Output y = w;
+    for (const auto& [op, bound] : bounds) y = c.Op(op, {y, bound});
+    return y.node == w.node ? c.Op("Identity", {y}) : y;
+  };
+  // Scalar bounds (ReLU6) are element-wise: through a Transpose.
+  Output y = scalars ? ThroughTranspose(c, x.out, clip) : clip(x.out);
   return c.SetOutput(0, y, x.dtype, x.shape);
 }
 

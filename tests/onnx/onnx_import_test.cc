@@ -8,6 +8,8 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 
@@ -318,6 +320,70 @@ TEST_F(ExternalData, ShortFileIsRefused) {
   StatusOr<ImportedModel> m = Import("short.bin");
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("'w'"), std::string::npos) << m.status().ToString();
+}
+
+// The Transpose nodes of activations that a fetch of `tensor` runs: those
+// reachable from it.
+int TransposesReaching(const GraphDef& g, const std::string& tensor) {
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& n : g.nodes) by_name[n.name] = &n;
+  std::set<std::string> seen;
+  std::vector<std::string> todo = {ParseTensorId(tensor).value().node};
+  int count = 0;
+  while (!todo.empty()) {
+    std::string name = todo.back();
+    todo.pop_back();
+    if (!seen.insert(name).second || by_name.count(name) == 0) continue;
+    const NodeDef& n = *by_name[name];
+    if (n.op == "Transpose") {
+      // Of an activation, not of a filter (a Const or Variable, OIHW -> HWIO).
+      auto in = by_name.find(ParseTensorId(n.inputs[0]).value().node);
+      if (in == by_name.end() || (in->second->op != "Const" && in->second->op != "Variable")) ++count;
+    }
+    for (const std::string& in : n.inputs) {
+      todo.push_back(in[0] == '^' ? in.substr(1) : ParseTensorId(in).value().node);
+    }
+  }
+  return count;
+}
+
+// An NCHW residual block as PyTorch exports it: Conv, Relu, Conv, Add (the
+// skip), Clip(0, 6), MaxPool. Every convolution and pool runs NHWC; the
+// element-wise ops between them move through the layout changes, so a step
+// transposes only the block's input and its output (6 before).
+TEST(OnnxImport, AnNchwBlockTransposesOnlyAtItsEnds) {
+  onnx::ModelProto m = NewModel(13);
+  onnx::GraphProto* g = m.mutable_graph();
+  AddValue(g->mutable_input(), "x", {1, 2, 4, 4});
+  AddValue(g->mutable_output(), "y", {1, 2, 2, 2});
+  std::vector<float> w(2 * 2 * 3 * 3);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 7) - 3) * 0.1f;
+  AddInitializer(g, "w1", {2, 2, 3, 3}, w);
+  AddInitializer(g, "w2", {2, 2, 3, 3}, w);
+  AddInitializer(g, "lo", {}, {0});
+  AddInitializer(g, "hi", {}, {6});
+  auto ints = [](onnx::NodeProto* n, const char* name, std::vector<int64_t> v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  };
+  auto conv = [&](const char* name, const char* in, const char* filt, const char* out) {
+    onnx::NodeProto* n = AddNode(g, name, "Conv", {in, filt}, {out});
+    ints(n, "kernel_shape", {3, 3});
+    ints(n, "pads", {1, 1, 1, 1});
+  };
+  conv("c1", "x", "w1", "h1");
+  AddNode(g, "relu", "Relu", {"h1"}, {"r1"});
+  conv("c2", "r1", "w2", "h2");
+  AddNode(g, "skip", "Add", {"h2", "h1"}, {"s"});
+  AddNode(g, "six", "Clip", {"s", "lo", "hi"}, {"c"});
+  onnx::NodeProto* pool = AddNode(g, "pool", "MaxPool", {"c"}, {"y"});
+  ints(pool, "kernel_shape", {2, 2});
+  ints(pool, "strides", {2, 2});
+  StatusOr<ImportedModel> imported = ImportOnnx(Bytes(m));
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  EXPECT_EQ(TransposesReaching(imported->graph, imported->outputs[0].tensor), 2);
 }
 
 TEST(OnnxImport, SupportedOpsTableIsSortedAndCoversTheCommonOps) {
