@@ -233,8 +233,12 @@ StatusOr<Output> Conv2dCore(NodeContext& c, Output in, const std::vector<int64_t
                             Output filt, Window win, int64_t group, DataType dt,
                             bool depthwise = false) {
   FS_ASSIGN_OR_RETURN(bool same, ResolvePads(c, &win, hw));
+  // float32 and float64 have Conv2D kernels, grouped ones included (one
+  // Conv2D whatever the groups: oneDNN's grouped primitives for float32);
+  // other dtypes go group by group, a depthwise one as taps.
+  const bool conv_kernels = dt == DataType::kFloat32 || dt == DataType::kFloat64;
   // With H and W known, ResolvePads has made every auto_pad explicit.
-  if (depthwise && group > 1 && hw[0] >= 0 && hw[1] >= 0) {
+  if (!conv_kernels && depthwise && group > 1 && hw[0] >= 0 && hw[1] >= 0) {
     return DepthwiseTaps(c, in, hw, filt, win, dt);
   }
   std::string padding = "VALID";
@@ -248,7 +252,7 @@ StatusOr<Output> Conv2dCore(NodeContext& c, Output in, const std::vector<int64_t
   AttrMap attrs{{"strides", List4(win.strides[0], win.strides[1])},
                 {"dilations", List4(win.dilations[0], win.dilations[1])},
                 {"padding", AttrValue(padding)}};
-  if (group == 1) return c.Op("Conv2D", {in, filt}, attrs);
+  if (group == 1 || conv_kernels) return c.Op("Conv2D", {in, filt}, attrs);
   std::vector<Output> xs = c.OpN("Split", {c.Int32(3), in}, {{"num_split", AttrValue(group)}},
                                  int(group));
   std::vector<Output> fs = c.OpN("Split", {c.Int32(3), filt}, {{"num_split", AttrValue(group)}},

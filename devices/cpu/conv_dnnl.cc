@@ -61,7 +61,7 @@ std::shared_ptr<const DnnlConvCache::Entry> DnnlConvCache::Get(Kind kind,
                                                                 const Conv2DGeometry& g) {
   const Key key = {int64_t(kind), g.n,        g.h,        g.w,          g.c,        g.kh,
                    g.kw,          g.o,        g.stride_h, g.stride_w,   g.dilation_h,
-                   g.dilation_w,  g.pad_top,  g.pad_left, g.pad_bottom, g.pad_right};
+                   g.dilation_w,  g.pad_top,  g.pad_left, g.pad_bottom, g.pad_right, g.groups};
   MutexLock l(mu_);
   auto it = entries_.find(key);
   if (it != entries_.end()) return it->second;
@@ -72,11 +72,18 @@ std::shared_ptr<const DnnlConvCache::Entry> DnnlConvCache::Get(Kind kind,
     dnnl::engine& eng = Engine();
     const memory::desc src = ActivationDesc(g.n, g.c, g.h, g.w);
     const memory::desc dst = ActivationDesc(g.n, g.o, g.oh, g.ow);
-    const memory::desc wei_user({g.o, g.c, g.kh, g.kw}, memory::data_type::f32, Tag::hwio);
+    // Grouped: weights [G, O/G, C/G, KH, KW], of which an HWIO filter
+    // [KH, KW, C/G, O] is the layout hwigo (output channel g * O/G + j).
+    const bool grouped = g.groups > 1;
+    const memory::dims wei_dims =
+        grouped ? memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}
+                : memory::dims{g.o, g.c, g.kh, g.kw};
+    const Tag user_tag = grouped ? Tag::hwigo : Tag::hwio;
+    const memory::desc wei_user(wei_dims, memory::data_type::f32, user_tag);
     const bool fixed_weights =
-        kind == Kind::kBackwardData && g.c < kDirectBackwardDataMinChannels;
-    const memory::desc wei_any({g.o, g.c, g.kh, g.kw}, memory::data_type::f32,
-                               fixed_weights ? Tag::hwio : Tag::any);
+        kind == Kind::kBackwardData && g.c / g.groups < kDirectBackwardDataMinChannels && !grouped;
+    const memory::desc wei_any(wei_dims, memory::data_type::f32,
+                               fixed_weights ? user_tag : Tag::any);
     const memory::dims strides = {g.stride_h, g.stride_w};
     const memory::dims dilates = {g.dilation_h - 1, g.dilation_w - 1};
     const memory::dims pad_l = {g.pad_top, g.pad_left}, pad_r = {g.pad_bottom, g.pad_right};
@@ -194,7 +201,7 @@ bool DnnlConvCache::RunShard(Kind kind, Device* device, const Conv2DGeometry& g,
 
 bool DnnlConvCache::Run(Kind kind, Device* device, const Conv2DGeometry& g, const float* src,
                         const float* wei, const float* dst, float* out) {
-  const int64_t macs = g.n * g.oh * g.ow * g.kh * g.kw * g.c * g.o;
+  const int64_t macs = g.n * g.oh * g.ow * g.kh * g.kw * (g.c / g.groups) * g.o;
   const int64_t shards =
       std::max<int64_t>(1, std::min({int64_t(device->num_threads()), g.n, macs / kMinShardMacs}));
   // Filter-gradient shards 1.. write partial gradients here.

@@ -1,5 +1,5 @@
-// Internal to devices/cpu: float32 Conv2D and its two backprops through
-// oneDNN's convolution primitives (only when built with oneDNN,
+// Internal to devices/cpu: float32 Conv2D and its two backprops, grouped
+// (depthwise) ones included, through oneDNN's convolution primitives (only when built with oneDNN,
 // FLOWSTATE_HAVE_ONEDNN). Layouts as in nn_kernels_common.h.
 //
 // Each convolution kernel owns one DnnlConvCache: the primitives it has
@@ -57,7 +57,7 @@ class DnnlConvCache {
  private:
   enum class Kind { kForward, kBackwardData, kBackwardWeights };
   struct Entry;  // the primitives; oneDNN's types stay out of this header
-  using Key = std::array<int64_t, 16>;
+  using Key = std::array<int64_t, 17>;
 
   bool Run(Kind kind, Device* device, const Conv2DGeometry& g, const float* src, const float* wei,
            const float* dst, float* out);

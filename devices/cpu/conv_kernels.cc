@@ -1,16 +1,21 @@
 // Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter on the CPU, float32
 // and float64; NHWC activations, HWIO filters, TensorFlow's SAME/VALID
-// arithmetic (nn_kernels_common.h).
+// arithmetic (nn_kernels_common.h). Grouped convolutions by TensorFlow's
+// rule: a filter of fewer input channels than the input has makes
+// groups = input channels / filter input channels (depthwise: one each).
 //
 // float32 runs through oneDNN's convolution primitives when built with it
 // (conv_dnnl.h: cached per shape, the batch split over the device's
-// threads); float64, float32 without oneDNN, and any geometry oneDNN
-// declines run as im2col + Eigen GEMM (conv_gemm.h). The kernels validate
+// threads; grouped ones as oneDNN's grouped primitives); float64, float32
+// without oneDNN, and any geometry oneDNN declines run as im2col + Eigen
+// GEMM (conv_gemm.h), a grouped one group by group on copies of its
+// channels. The kernels validate
 // every input themselves (the shape function cannot see fed values) and
 // name the node in their errors.
 //
 // RegisterConvKernels() also registers the pooling (pool_kernels.cc) and batch
 // normalization (batch_norm_kernels.cc) kernels.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -109,6 +114,77 @@ Status CheckFilterSpatial(int64_t kh, int64_t kw, const std::string& node) {
   return Status();
 }
 
+// The groups of a convolution whose input has `c` channels and whose filter
+// has `fi` input and `fo` output channels: c / fi. `input` and `filter`
+// name the two in messages.
+StatusOr<int64_t> ConvGroups(int64_t c, int64_t fi, int64_t fo, const std::string& input,
+                             const std::string& filter, const std::string& node) {
+  if (fi < 1 || c % fi != 0) {
+    return InvalidArgument(input + " has " + std::to_string(c) + " channels but " + filter +
+                               " expects " + std::to_string(fi) +
+                               (fi > 0 ? " (or, grouped, a multiple of it)" : ""),
+                           node);
+  }
+  const int64_t groups = c / fi;
+  if (groups > 1 && fo % groups != 0) {
+    return InvalidArgument(filter + " has " + std::to_string(fo) + " output channels, not a " +
+                               "multiple of the " + std::to_string(groups) + " groups (" + input +
+                               " channels " + std::to_string(c) + " / " + std::to_string(fi) + ")",
+                           node);
+  }
+  return groups;
+}
+
+// Channels [c0, c0 + n) of each of `rows` rows of `width` into dst (rows x
+// n), and back.
+template <typename T>
+void TakeChannels(const T* src, int64_t rows, int64_t width, int64_t c0, int64_t n, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * width + c0, n, dst + r * n);
+}
+template <typename T>
+void PutChannels(const T* src, int64_t rows, int64_t width, int64_t c0, int64_t n, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * n, n, dst + r * width + c0);
+}
+
+enum class ConvPart { kForward, kBackpropInput, kBackpropFilter };
+
+// The GEMM path of a grouped convolution, group by group: each group's
+// channels of the two inputs copied out, convolved as an ungrouped one, its
+// result copied into its channels of the output. Inputs and output as the
+// three kernels take them: (x, f) -> y, (f, dy) -> dx, (x, dy) -> df.
+template <typename T>
+Status GroupedGemm(ConvPart part, Device* device, const Conv2DGeometry& g, const T* a,
+                   const T* b, T* out) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  Conv2DGeometry sub = g;
+  sub.c = cg, sub.o = og, sub.groups = 1;
+  const int64_t x_rows = g.n * g.h * g.w, f_rows = g.kh * g.kw * cg, y_rows = g.n * g.oh * g.ow;
+  std::vector<T> xk(size_t(x_rows * cg)), fk(size_t(f_rows * og)), yk(size_t(y_rows * og));
+  for (int64_t k = 0; k < g.groups; ++k) {
+    switch (part) {
+      case ConvPart::kForward:
+        TakeChannels(a, x_rows, g.c, k * cg, cg, xk.data());
+        TakeChannels(b, f_rows, g.o, k * og, og, fk.data());
+        FS_RETURN_IF_ERROR(Conv2DForwardGemm<T>(device, sub, xk.data(), fk.data(), yk.data()));
+        PutChannels(yk.data(), y_rows, g.o, k * og, og, out);
+        break;
+      case ConvPart::kBackpropInput:
+        TakeChannels(a, f_rows, g.o, k * og, og, fk.data());
+        TakeChannels(b, y_rows, g.o, k * og, og, yk.data());
+        FS_RETURN_IF_ERROR(Conv2DBackpropInputGemm<T>(device, sub, fk.data(), yk.data(), xk.data()));
+        PutChannels(xk.data(), x_rows, g.c, k * cg, cg, out);
+        break;
+      case ConvPart::kBackpropFilter:
+        TakeChannels(a, x_rows, g.c, k * cg, cg, xk.data());
+        TakeChannels(b, y_rows, g.o, k * og, og, yk.data());
+        FS_RETURN_IF_ERROR(Conv2DBackpropFilterGemm<T>(device, sub, xk.data(), yk.data(), fk.data()));
+        PutChannels(fk.data(), f_rows, g.o, k * og, og, out);
+        break;
+    }
+  }
+  return Status();
+}
+
 // out_backprop must have the shape Conv2D would give.
 Status CheckOutBackprop(const Tensor& dy, const Conv2DGeometry& g, const std::string& node) {
   const TensorShape want({g.n, g.oh, g.ow, g.o});
@@ -152,14 +228,11 @@ class Conv2DOp final : public ConvKernelBase<T> {
                    InvalidArgument("input must be NHWC (rank 4), got " + ShapeString(x), node));
     FS_OP_REQUIRES(ctx, f.rank() == 4,
                    InvalidArgument("filter must be HWIO (rank 4), got " + ShapeString(f), node));
-    FS_OP_REQUIRES(ctx, x.dim(3) == f.dim(2),
-                   InvalidArgument("input has " + std::to_string(x.dim(3)) +
-                                       " channels but the filter expects " +
-                                       std::to_string(f.dim(2)),
-                                   node));
+    StatusOr<int64_t> groups = ConvGroups(x.dim(3), f.dim(2), f.dim(3), "input", "the filter", node);
+    FS_OP_REQUIRES_OK(ctx, groups.status());
     FS_OP_REQUIRES_OK(ctx, CheckFilterSpatial(f.dim(0), f.dim(1), node));
     const Conv2DGeometry g = MakeConv2DGeometry(x.dim(0), x.dim(1), x.dim(2), x.dim(3), f.dim(0),
-                                                f.dim(1), f.dim(3), this->attrs_);
+                                                f.dim(1), f.dim(3), this->attrs_, *groups);
     Tensor* y = nullptr;
     FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({g.n, g.oh, g.ow, g.o}), &y));
     if (g.output_size() == 0) return;
@@ -171,6 +244,10 @@ class Conv2DOp final : public ConvKernelBase<T> {
       if (g.input_size() > 0 && this->dnnl_.Forward(ctx->device(), g, xd, fd, yd)) return;
     }
 #endif
+    if (g.groups > 1) {
+      FS_OP_REQUIRES_OK(ctx, GroupedGemm<T>(ConvPart::kForward, ctx->device(), g, xd, fd, yd));
+      return;
+    }
     FS_OP_REQUIRES_OK(ctx, Conv2DForwardGemm<T>(ctx->device(), g, xd, fd, yd));
   }
 };
@@ -191,14 +268,12 @@ class Conv2DBackpropInputOp final : public ConvKernelBase<T> {
     FS_OP_REQUIRES(ctx, dy.rank() == 4,
                    InvalidArgument("out_backprop must be NHWC (rank 4), got " + ShapeString(dy),
                                    node));
-    FS_OP_REQUIRES(ctx, in[3] == f.dim(2),
-                   InvalidArgument("input_sizes " + Dims(in) + " has " + std::to_string(in[3]) +
-                                       " channels but the filter expects " +
-                                       std::to_string(f.dim(2)),
-                                   node));
+    StatusOr<int64_t> groups =
+        ConvGroups(in[3], f.dim(2), f.dim(3), "input_sizes " + Dims(in), "the filter", node);
+    FS_OP_REQUIRES_OK(ctx, groups.status());
     FS_OP_REQUIRES_OK(ctx, CheckFilterSpatial(f.dim(0), f.dim(1), node));
-    const Conv2DGeometry g =
-        MakeConv2DGeometry(in[0], in[1], in[2], in[3], f.dim(0), f.dim(1), f.dim(3), this->attrs_);
+    const Conv2DGeometry g = MakeConv2DGeometry(in[0], in[1], in[2], in[3], f.dim(0), f.dim(1),
+                                                f.dim(3), this->attrs_, *groups);
     FS_OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g, node));
     Tensor* dx = nullptr;
     FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({in[0], in[1], in[2], in[3]}), &dx));
@@ -213,6 +288,10 @@ class Conv2DBackpropInputOp final : public ConvKernelBase<T> {
       }
     }
 #endif
+    if (g.groups > 1) {
+      FS_OP_REQUIRES_OK(ctx, GroupedGemm<T>(ConvPart::kBackpropInput, ctx->device(), g, fd, dyd, dxd));
+      return;
+    }
     FS_OP_REQUIRES_OK(ctx, Conv2DBackpropInputGemm<T>(ctx->device(), g, fd, dyd, dxd));
   }
 };
@@ -233,14 +312,12 @@ class Conv2DBackpropFilterOp final : public ConvKernelBase<T> {
     FS_OP_REQUIRES(ctx, dy.rank() == 4,
                    InvalidArgument("out_backprop must be NHWC (rank 4), got " + ShapeString(dy),
                                    node));
-    FS_OP_REQUIRES(ctx, x.dim(3) == fs[2],
-                   InvalidArgument("input has " + std::to_string(x.dim(3)) +
-                                       " channels but filter_sizes " + Dims(fs) + " expects " +
-                                       std::to_string(fs[2]),
-                                   node));
+    StatusOr<int64_t> groups =
+        ConvGroups(x.dim(3), fs[2], fs[3], "input", "filter_sizes " + Dims(fs), node);
+    FS_OP_REQUIRES_OK(ctx, groups.status());
     FS_OP_REQUIRES_OK(ctx, CheckFilterSpatial(fs[0], fs[1], node));
     const Conv2DGeometry g = MakeConv2DGeometry(x.dim(0), x.dim(1), x.dim(2), x.dim(3), fs[0],
-                                                fs[1], fs[3], this->attrs_);
+                                                fs[1], fs[3], this->attrs_, *groups);
     FS_OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g, node));
     Tensor* df = nullptr;
     FS_OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({fs[0], fs[1], fs[2], fs[3]}), &df));
@@ -255,6 +332,10 @@ class Conv2DBackpropFilterOp final : public ConvKernelBase<T> {
       }
     }
 #endif
+    if (g.groups > 1) {
+      FS_OP_REQUIRES_OK(ctx, GroupedGemm<T>(ConvPart::kBackpropFilter, ctx->device(), g, xd, dyd, dfd));
+      return;
+    }
     FS_OP_REQUIRES_OK(ctx, Conv2DBackpropFilterGemm<T>(ctx->device(), g, xd, dyd, dfd));
   }
 };

@@ -69,16 +69,21 @@ Status ParsePoolAttrs(OpKernelConstruction* c, WindowAttrs* a);
 inline std::string ShapeString(const Tensor& t) { return t.shape().ToString(); }
 
 // The geometry of one Conv2D: input NHWC [n, h, w, c], filter HWIO
-// [kh, kw, c, o], output NHWC [n, oh, ow, o].
+// [kh, kw, c / groups, o], output NHWC [n, oh, ow, o]. With groups > 1
+// (TensorFlow's rule: groups = c / the filter's input channels) output
+// channel j of group k = j / (o / groups) sees input channels
+// [k * c / groups, (k + 1) * c / groups) only; groups = c = o is a
+// depthwise convolution.
 struct Conv2DGeometry {
   int64_t n = 0, h = 0, w = 0, c = 0;
   int64_t kh = 0, kw = 0, o = 0;
   int64_t oh = 0, ow = 0;
   int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int64_t groups = 1;  // divides c and o
 
   int64_t input_size() const { return n * h * w * c; }
-  int64_t filter_size() const { return kh * kw * c * o; }
+  int64_t filter_size() const { return kh * kw * (c / groups) * o; }
   int64_t output_size() const { return n * oh * ow * o; }
   // The same convolution over images [0, batch) only.
   Conv2DGeometry WithBatch(int64_t batch) const {
@@ -91,9 +96,10 @@ struct Conv2DGeometry {
 // Fills the geometry from the input and filter dimensions (REQUIRES: all
 // >= 0, kh, kw >= 1).
 inline Conv2DGeometry MakeConv2DGeometry(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
-                                         int64_t kw, int64_t o, const WindowAttrs& a) {
+                                         int64_t kw, int64_t o, const WindowAttrs& a,
+                                         int64_t groups = 1) {
   Conv2DGeometry g;
-  g.n = n, g.h = h, g.w = w, g.c = c, g.kh = kh, g.kw = kw, g.o = o;
+  g.n = n, g.h = h, g.w = w, g.c = c, g.kh = kh, g.kw = kw, g.o = o, g.groups = groups;
   g.stride_h = a.stride_h, g.stride_w = a.stride_w;
   g.dilation_h = a.dilation_h, g.dilation_w = a.dilation_w;
   const WindowDim dh = ComputeWindowDim(h, kh, a.stride_h, a.dilation_h, a.same);

@@ -97,9 +97,14 @@ Status Conv2DShape(InferenceContext* c) {
     c->set_output(0, PartialShape::UnknownOfRank(4));
     return Status();
   }
-  if (in.dim(3) >= 0 && f.dim(2) >= 0 && in.dim(3) != f.dim(2)) {
+  // Grouped (TensorFlow's rule): groups = input channels / the filter's.
+  if (in.dim(3) >= 0 && f.dim(2) >= 0 && (f.dim(2) == 0 || in.dim(3) % f.dim(2) != 0)) {
     return c->Error("input has " + std::to_string(in.dim(3)) + " channels but the filter expects " +
-                    std::to_string(f.dim(2)));
+                    std::to_string(f.dim(2)) + " (or, grouped, a multiple of it)");
+  }
+  if (in.dim(3) >= 0 && f.dim(2) > 0 && f.dim(3) >= 0 && f.dim(3) % (in.dim(3) / f.dim(2)) != 0) {
+    return c->Error("the filter has " + std::to_string(f.dim(3)) + " output channels, not a " +
+                    "multiple of the " + std::to_string(in.dim(3) / f.dim(2)) + " groups");
   }
   int64_t oh = -1, ow = -1;
   if (f.dim(0) >= 0) {
@@ -260,7 +265,11 @@ void RegisterNnOps(OpRegistry* r) {
     OpDefBuilder b("Conv2D");
     b.Input("input: T").Input("filter: T").Output("output: T").Attr(kFloat);
     for (const char* a : kConvAttrs) b.Attr(a);
-    b.SetShapeFn(Conv2DShape).Doc("2-D convolution of NHWC input with an HWIO filter.");
+    b.SetShapeFn(Conv2DShape).Doc(
+        "2-D convolution of NHWC input with an HWIO filter. A filter of fewer input channels than "
+        "the input has is grouped (TensorFlow's rule): groups = input channels / filter input "
+        "channels, each group's output channels seeing its own input channels; one input channel "
+        "per group is a depthwise convolution.");
     MustRegister(r, b);
   }
   {

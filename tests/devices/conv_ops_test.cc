@@ -2,7 +2,8 @@
 // nested-loop references in double, for float32 (oneDNN when built with it)
 // and float64 (im2col + Eigen): SAME/VALID, strides 1 and 2, dilation 2, odd
 // sizes, batches of 0, 1 and 3 (and sizes that split unevenly over two
-// threads), 1x1 filters, windows larger than the input. The backprops are
+// threads), 1x1 filters, windows larger than the input, grouped and
+// depthwise convolutions (float64: group by group through the GEMM path). The backprops are
 // also checked as the exact adjoints of the forward convolution:
 // <conv(x, f), dy> = <x, backprop_input(f, dy)> = <f, backprop_filter(x, dy)>.
 #include <gtest/gtest.h>
@@ -22,12 +23,15 @@ struct ConvCase {
   int64_t n, h, w, c, kh, kw, o;
   int64_t sh, sw, dh, dw;
   bool same;
+  int64_t groups = 1;  // the filter has c / groups input channels
+  int64_t cg() const { return c / groups; }
 
   std::string Name() const {
     return "n" + std::to_string(n) + " " + std::to_string(h) + "x" + std::to_string(w) + "x" +
            std::to_string(c) + " k" + std::to_string(kh) + "x" + std::to_string(kw) + "->" +
            std::to_string(o) + " s" + std::to_string(sh) + std::to_string(sw) + " d" +
-           std::to_string(dh) + std::to_string(dw) + (same ? " SAME" : " VALID");
+           std::to_string(dh) + std::to_string(dw) + (same ? " SAME" : " VALID") +
+           (groups > 1 ? " groups " + std::to_string(groups) : "");
   }
 };
 
@@ -72,9 +76,10 @@ void ForEachTap(const ConvCase& t, const F& fn) {
           for (int64_t b = 0; b < t.kw; ++b) {
             const int64_t ih = i * t.sh - g.pt + a * t.dh, iw = j * t.sw - g.pl + b * t.dw;
             if (ih < 0 || ih >= t.h || iw < 0 || iw >= t.w) continue;
-            for (int64_t c = 0; c < t.c; ++c)
-              for (int64_t o = 0; o < t.o; ++o) {
-                fn(((n * t.h + ih) * t.w + iw) * t.c + c, ((a * t.kw + b) * t.c + c) * t.o + o,
+            for (int64_t o = 0; o < t.o; ++o)
+              for (int64_t ci = 0; ci < t.cg(); ++ci) {
+                const int64_t c = o / (t.o / t.groups) * t.cg() + ci;  // of o's group
+                fn(((n * t.h + ih) * t.w + iw) * t.c + c, ((a * t.kw + b) * t.cg() + ci) * t.o + o,
                    ((n * g.oh + i) * g.ow + j) * t.o + o);
               }
           }
@@ -108,11 +113,11 @@ Tensor RefBackpropInput(const ConvCase& t, const Tensor& f, const Tensor& dy) {
 
 template <typename T>
 Tensor RefBackpropFilter(const ConvCase& t, const Tensor& x, const Tensor& dy) {
-  std::vector<double> df(size_t(t.kh * t.kw * t.c * t.o), 0.0);
+  std::vector<double> df(size_t(t.kh * t.kw * t.cg() * t.o), 0.0);
   ForEachTap(t, [&](int64_t xi, int64_t fi, int64_t yi) {
     df[size_t(fi)] += double(x.data<T>()[xi]) * double(dy.data<T>()[yi]);
   });
-  return FromDoubles<T>(df, TensorShape({t.kh, t.kw, t.c, t.o}));
+  return FromDoubles<T>(df, TensorShape({t.kh, t.kw, t.cg(), t.o}));
 }
 
 Tensor Sizes(std::vector<int64_t> d) {
@@ -145,7 +150,7 @@ ConvResults RunAll(const ConvCase& t, const Tensor& x, const Tensor& f, const Te
   ConvResults r;
   r.y = RunOp1("Conv2D", {x, f}, ConvAttrs(t), device);
   r.dx = RunOp1("Conv2DBackpropInput", {Sizes({t.n, t.h, t.w, t.c}), f, dy}, ConvAttrs(t), device);
-  r.df = RunOp1("Conv2DBackpropFilter", {x, Sizes({t.kh, t.kw, t.c, t.o}), dy}, ConvAttrs(t),
+  r.df = RunOp1("Conv2DBackpropFilter", {x, Sizes({t.kh, t.kw, t.cg(), t.o}), dy}, ConvAttrs(t),
                 device);
   return r;
 }
@@ -155,10 +160,10 @@ void CheckCase(const ConvCase& t, uint64_t seed) {
   SCOPED_TRACE(t.Name() + (std::is_same_v<T, float> ? " float32" : " float64"));
   const Geom g = GeomOf(t);
   const Tensor x = RandomTensor<T>(TensorShape({t.n, t.h, t.w, t.c}), seed);
-  const Tensor f = RandomTensor<T>(TensorShape({t.kh, t.kw, t.c, t.o}), seed + 1);
+  const Tensor f = RandomTensor<T>(TensorShape({t.kh, t.kw, t.cg(), t.o}), seed + 1);
   const Tensor dy = RandomTensor<T>(TensorShape({t.n, g.oh, g.ow, t.o}), seed + 2);
   const ConvResults r = RunAll<T>(t, x, f, dy, CpuTestDevice(1));
-  const int64_t k = t.kh * t.kw * t.c;
+  const int64_t k = t.kh * t.kw * t.cg();
   EXPECT_TRUE(TensorNear(r.y, RefConv<T>(t, x, f), 1e-5, Atol<T>(k)));
   EXPECT_TRUE(TensorNear(r.dx, RefBackpropInput<T>(t, f, dy), 1e-5, Atol<T>(t.kh * t.kw * t.o)));
   EXPECT_TRUE(TensorNear(r.df, RefBackpropFilter<T>(t, x, dy), 1e-5,
@@ -197,6 +202,13 @@ const ConvCase kCases[] = {
     {3, 28, 28, 1, 5, 5, 8, 1, 1, 1, 1, true},  // the CNN's first layer, narrower
     {7, 14, 14, 16, 5, 5, 16, 1, 1, 1, 1, true},  // splits 3 + 4 over two threads
     {5, 11, 13, 17, 3, 3, 20, 2, 2, 1, 1, true},  // channels that fit no vector width
+    // Grouped (TensorFlow's rule: groups = c / the filter's input channels).
+    {2, 7, 7, 4, 3, 3, 6, 1, 1, 1, 1, true, 2},     // 2 groups of 2 -> 3
+    {3, 9, 8, 6, 3, 3, 6, 2, 2, 1, 1, true, 3},     // 3 groups, stride 2
+    {2, 8, 8, 8, 3, 3, 8, 1, 1, 1, 1, true, 8},     // depthwise 3x3
+    {3, 11, 9, 12, 3, 3, 12, 2, 2, 1, 1, true, 12}, // depthwise, stride 2, odd sizes
+    {2, 9, 9, 5, 3, 3, 10, 1, 1, 2, 2, false, 5},   // depthwise, multiplier 2, dilation 2
+    {7, 6, 6, 32, 3, 3, 32, 1, 1, 1, 1, true, 32},  // MobileNet's width; splits over two threads
 };
 
 TEST(ConvOps, Float32MatchesDirectReference) {
@@ -241,6 +253,9 @@ TEST(ConvOps, RejectsBadInputs) {
                 "rank-3 filter");
   ExpectInvalid(RunOpOnFedInputs("Conv2D", {x, RandomTensor<float>(TensorShape({3, 3, 2, 4}), 1)}, a),
                 "channel mismatch");
+  // 3 input channels over a 1-channel filter are 3 groups, which 4 outputs do not fit.
+  ExpectInvalid(RunOpOnFedInputs("Conv2D", {x, RandomTensor<float>(TensorShape({3, 3, 1, 4}), 1)}, a),
+                "outputs not a multiple of the groups");
   ExpectInvalid(RunOpOnFedInputs("Conv2D", {x, RandomTensor<float>(TensorShape({0, 3, 3, 4}), 1)}, a),
                 "empty filter window");
   ExpectInvalid(RunOpOnFedInputs("Conv2DBackpropInput", {T1<int32_t>({2, 5, 5}), f, dy}, a),
