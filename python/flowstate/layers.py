@@ -209,22 +209,32 @@ def _nhwc(layer, shape):
 
 
 class Conv2D(Layer):
-    """2-D convolution of an NHWC input with `filters` kernels of kernel_size (HWIO weights)."""
+    """2-D convolution of an NHWC input with `filters` kernels of kernel_size (HWIO weights).
+
+    groups > 1 splits the input channels and the filters into that many groups, each
+    filter seeing its group's channels only (Keras's `groups`); groups equal to the
+    input channels is a depthwise convolution."""
 
     default_name = "conv2d"
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", activation=None,
                  use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 name=None):
+                 groups=1, name=None):
         super().__init__(name)
-        self.filters = int(filters)
+        self.filters, self.groups = int(filters), int(groups)
+        if self.groups < 1 or self.filters % self.groups:
+            raise errors.InvalidArgument("groups=%d must be >= 1 and divide filters=%d"
+                                         % (self.groups, self.filters), field="groups")
         self.kernel_size, self.strides = _pair(kernel_size), _pair(strides)
         self.padding, self.activation, self.use_bias = _check_padding(padding), activation, use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
 
     def build(self, g, shape):
         _nhwc(self, shape)
-        self.w = g.Variable(list(self.kernel_size) + [shape[3], self.filters],
+        if shape[3] % self.groups:
+            raise errors.InvalidArgument("groups=%d does not divide the input's %d channels"
+                                         % (self.groups, shape[3]), field="groups")
+        self.w = g.Variable(list(self.kernel_size) + [shape[3] // self.groups, self.filters],
                             initializer=self.kernel_initializer, name="w")
         self.variables = [self.w]
         if self.use_bias:

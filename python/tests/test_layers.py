@@ -115,6 +115,38 @@ def test_conv_pool_batchnorm_embedding_in_a_session(client):
         np.testing.assert_array_equal(s.run(emb, {ids: [[1, 2, 9]]}), np.ones((1, 3, 5)))
 
 
+def test_grouped_and_depthwise_conv2d(client):
+    g = client.graph()
+    x = g.placeholder("float32", [None, 5, 5, 4], name="x")
+    grouped = layers.Conv2D(6, 3, padding="same", groups=2, use_bias=False)
+    depthwise = layers.Conv2D(4, 3, padding="valid", groups=4, use_bias=False)
+    y, d = grouped(x), depthwise(x)
+    assert grouped.w.shape == (3, 3, 2, 6) and depthwise.w.shape == (3, 3, 1, 4)
+    assert y.shape == (None, 5, 5, 6) and d.shape == (None, 3, 3, 4)
+    image = np.random.default_rng(4).standard_normal((2, 5, 5, 4)).astype(np.float32)
+    with client.session(g) as s:
+        s.run(g.initializer())
+        gw, dw, got_y, got_d = s.run([grouped.w, depthwise.w, y, d], {x: image})
+    padded = np.pad(image, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want_y = np.zeros((2, 5, 5, 6), np.float64)
+    want_d = np.zeros((2, 3, 3, 4), np.float64)
+    for i in range(3):
+        for j in range(3):
+            # Output channel o of the grouped conv sees input channels 2*(o//3) and +1.
+            for o in range(6):
+                k = o // 3
+                want_y[..., o] += np.einsum("nhwc,c->nhw", padded[:, i:i + 5, j:j + 5, 2 * k:2 * k + 2],
+                                            gw[i, j, :, o])
+            want_d += image[:, i:i + 3, j:j + 3, :] * dw[i, j, 0, :]
+    np.testing.assert_allclose(got_y, want_y, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_d, want_d, rtol=1e-4, atol=1e-5)
+    with pytest.raises(errors.InvalidArgument) as e:
+        layers.Conv2D(6, 3, groups=4)
+    assert e.value.field == "groups"
+    with pytest.raises(errors.InvalidArgument):
+        layers.Conv2D(6, 3, groups=3)(x)  # 3 does not divide the 4 input channels
+
+
 def test_lstm_is_one_while_and_runs(client):
     g = client.graph()
     x = g.placeholder("float32", [None, 5, 3], name="x")
