@@ -61,7 +61,10 @@ StatusOr<std::string> ExportTrainedOnnx(std::string_view model_bytes,
     ++replaced;
   }
   if (replaced != values.size()) {
-    for (const auto& [name, v] : values) {
+    for (const auto& entry : values) {
+      // (Not a structured binding: clang 14, the fuzz build's compiler,
+      // cannot capture one in a lambda.)
+      const std::string& name = entry.first;
       bool found = std::any_of(g->initializer().begin(), g->initializer().end(),
                                [&](const onnx::TensorProto& t) { return t.name() == name; });
       if (!found) return InvalidArgument("the model has no initializer '" + name + "'", name);

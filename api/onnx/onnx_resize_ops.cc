@@ -190,7 +190,14 @@ Status ConvertResize(NodeContext& c) {
     bool crop = ctm == "tf_crop_and_resize" && (roi[i] != 0 || roi[r + i] != 1);
     if (out == in && scale == 1.0 && !crop) continue;
     if (in == 0 || out <= 0) return c.Unsupported("an empty input or output dimension");
-    if (out > (int64_t(1) << 24)) return c.Error("an output dimension over 2^24");
+    // The importer builds the gather indices and weights of every output
+    // position (PlanAxis): bounded, so that a small model cannot make it
+    // build gigabytes of tables (a 165-byte fuzz input with a 2^24 output
+    // built ~1 GB and took seconds under ASan).
+    if (out > (int64_t(1) << 20)) {
+      return c.Error("an output dimension of " + std::to_string(out) +
+                     ", over 2^20 (the importer builds a table entry per output position)");
+    }
     AxisPlan p = PlanAxis(in, out, scale, ctm, mode, nearest, a, exclude != 0,
                           crop || ctm == "tf_crop_and_resize" ? roi[i] : 0,
                           crop || ctm == "tf_crop_and_resize" ? roi[r + i] : 1);
