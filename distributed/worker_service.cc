@@ -15,7 +15,6 @@
 #include "api/proto_convert.h"
 #include "distributed/cluster.h"
 #include "distributed/tensor_wire_internal.h"
-#include "distributed/worker_calls_internal.h"
 #include "distributed/wire_internal.h"
 #include "scheduler/call_frame.h"
 #include "scheduler/local_worker.h"
@@ -40,6 +39,130 @@ std::string HexIncarnation(uint64_t v) {
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
+
+// A call that waits for its work; Shutdown answers those still waiting.
+struct Waiting {
+  virtual ~Waiting() = default;
+  // Ends the call with `s` unless it was answered (or started answering).
+  virtual void Abandon(const ::grpc::Status& s) = 0;
+};
+
+// A unary call answered later, exactly once: by its work, by its
+// cancellation or by Shutdown, whichever comes first.
+struct Pending final : Waiting {
+  void Abandon(const ::grpc::Status& s) override;
+  Mutex mu;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  ::grpc::ServerUnaryReactor* reactor = nullptr;
+  std::function<void()> on_cancel;  // set before the work starts
+};
+
+// Runs fill() (which writes the response) and finishes the call, unless it
+// was finished already; false then.
+bool Answer(const std::shared_ptr<Pending>& p, const ::grpc::Status& s,
+            const std::function<void()>& fill = nullptr) {
+  MutexLock l(p->mu);
+  if (p->finished) return false;
+  p->finished = true;
+  if (fill && s.ok()) fill();
+  p->reactor->Finish(s);
+  return true;
+}
+
+void Pending::Abandon(const ::grpc::Status& s) {
+  MutexLock l(mu);
+  if (finished) return;
+  finished = true;
+  reactor->Finish(s);
+}
+
+// RecvTensorStream: waits for the tensor (holding no thread), then writes it
+// in chunks of kChunkBytes, each pointing at the tensor's bytes, one after
+// the other; deletes itself when the call is done.
+class StreamSender final : public ::grpc::ServerWriteReactor<::grpc::ByteBuffer> {
+ public:
+  struct State final : Waiting {
+    Mutex mu;
+    bool finished ABSL_GUARDED_BY(mu) = false;  // waiting is over (Finish called or writing)
+    StreamSender* reactor = nullptr;
+    void Abandon(const ::grpc::Status& s) override {
+      MutexLock l(mu);
+      if (finished) return;
+      finished = true;
+      reactor->Finish(s);
+    }
+  };
+  StreamSender() : state_(std::make_shared<State>()) { state_->reactor = this; }
+  const std::shared_ptr<State>& state() const { return state_; }
+
+  // The rendezvous answered: write the tensor (or the error) unless the call
+  // ended while it waited.
+  static void Begin(const std::shared_ptr<State>& st, const Status& s, const Tensor& t) {
+    MutexLock l(st->mu);
+    if (st->finished) return;
+    st->finished = true;
+    StreamSender* self = st->reactor;
+    if (!s.ok()) {
+      self->error_ = true;
+      self->buf_ = EncodeChunkStatus(s);
+      self->writing_.store(true, std::memory_order_release);
+      self->StartWrite(&self->buf_);
+      return;
+    }
+    self->tensor_ = t;
+    self->WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    // The fields were last written by the thread that started the write
+    // (Begin's: a _Send's, when the tensor came after the request). gRPC
+    // orders that before this callback inside libgrpc, where TSan cannot see
+    // it; this acquire of the release in WriteNext shows it the order.
+    (void)writing_.load(std::memory_order_acquire);
+    buf_.Clear();
+    if (!ok) {
+      Finish(::grpc::Status(::grpc::StatusCode::CANCELLED, "the receiver went away"));
+    } else if (error_ || offset_ >= tensor_.TotalBytes()) {
+      tensor_ = Tensor();
+      Finish(::grpc::Status::OK);
+    } else {
+      WriteNext();
+    }
+  }
+  void OnCancel() override { state_->Abandon(::grpc::Status(::grpc::StatusCode::CANCELLED, "cancelled")); }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    const size_t n = std::min(kChunkBytes, tensor_.TotalBytes() - offset_);
+    buf_ = EncodeTensorChunk(tensor_, offset_, n);
+    offset_ += n;
+    if (n == 0) offset_ = 1;  // an empty tensor: its header chunk is the last
+    writing_.store(true, std::memory_order_release);
+    StartWrite(&buf_);
+  }
+
+  std::shared_ptr<State> state_;
+  std::atomic<bool> writing_{false};  // see OnWriteDone
+  Tensor tensor_;
+  size_t offset_ = 0;
+  bool error_ = false;
+  ::grpc::ByteBuffer buf_;
+};
+
+class Reactor final : public ::grpc::ServerUnaryReactor {
+ public:
+  explicit Reactor(std::shared_ptr<Pending> p) : p_(std::move(p)) { p_->reactor = this; }
+  void OnCancel() override {
+    if (Answer(p_, ::grpc::Status(::grpc::StatusCode::CANCELLED, "cancelled")) && p_->on_cancel) {
+      p_->on_cancel();
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<Pending> p_;
+};
 
 // One master session's state on this task.
 struct WorkerSession {

@@ -49,7 +49,6 @@ HEAVY = re.compile(r'^\s*#\s*include\s+[<"]((?:grpc|grpcpp|gloo|boost|Eigen|unsu
 ADAPTERS = {
     "api/proto_convert.h",           # protobuf <-> internal types, for the gRPC frontend
     "server/grpc/grpc_frontend.h",   # the gRPC frontend's own services
-    "distributed/worker_calls_internal.h",  # the worker service's gRPC reactors
     "server/rest/http_connection.h", # one Beast connection, inside server/rest
     "checkpoints/store_internal.h",  # RocksDB behind checkpoints/store.h
 }
